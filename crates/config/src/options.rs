@@ -1,0 +1,213 @@
+//! The option schema. Each option is declared once, with its type, default
+//! and documentation; the macro derives the typed struct, the setters used by
+//! the file loader and `--set`, and the listing used by `shoal config show`.
+
+use toml::Value;
+
+/// A value type an option may have.
+pub(crate) trait OptionValue: Sized {
+    const TYPE_NAME: &'static str;
+    fn from_toml(v: &Value) -> Option<Self>;
+    fn parse_str(s: &str) -> Option<Self>;
+    fn to_toml(&self) -> Value;
+}
+
+impl OptionValue for u64 {
+    const TYPE_NAME: &'static str = "an unsigned integer";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_integer().and_then(|i| u64::try_from(i).ok())
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        s.trim().parse().ok()
+    }
+    fn to_toml(&self) -> Value {
+        // Values above i64::MAX cannot be written in TOML; saturate for display.
+        Value::Integer(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+
+impl OptionValue for u32 {
+    const TYPE_NAME: &'static str = "an unsigned 32-bit integer";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_integer().and_then(|i| u32::try_from(i).ok())
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        s.trim().parse().ok()
+    }
+    fn to_toml(&self) -> Value {
+        Value::Integer(i64::from(*self))
+    }
+}
+
+impl OptionValue for bool {
+    const TYPE_NAME: &'static str = "a boolean";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_bool()
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        match s.trim() {
+            "true" | "yes" | "1" | "on" => Some(true),
+            "false" | "no" | "0" | "off" => Some(false),
+            _ => None,
+        }
+    }
+    fn to_toml(&self) -> Value {
+        Value::Boolean(*self)
+    }
+}
+
+impl OptionValue for String {
+    const TYPE_NAME: &'static str = "a string";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_str().map(str::to_string)
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        Some(s.to_string())
+    }
+    fn to_toml(&self) -> Value {
+        Value::String(self.clone())
+    }
+}
+
+/// One option of the schema, for listings and error messages.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionInfo {
+    /// The key as written in the file.
+    pub name: &'static str,
+    /// The value type, in words.
+    pub type_name: &'static str,
+    /// What the option does.
+    pub doc: &'static str,
+}
+
+/// Why a value could not be set.
+pub(crate) enum SetError {
+    UnknownKey,
+    WrongType(&'static str),
+}
+
+macro_rules! options {
+    ($( $(#[doc = $doc:literal])+ $name:ident : $ty:ty = $default:expr ; )*) => {
+        /// The effective value of every option for one entity.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub struct Options {
+            $( $(#[doc = $doc])+ pub $name: $ty, )*
+        }
+
+        impl Default for Options {
+            fn default() -> Self {
+                Options { $( $name: $default.into(), )* }
+            }
+        }
+
+        impl Options {
+            /// Every option, in declaration order.
+            pub const SCHEMA: &'static [OptionInfo] = &[
+                $( OptionInfo {
+                    name: stringify!($name),
+                    type_name: <$ty as OptionValue>::TYPE_NAME,
+                    doc: concat!($($doc),+),
+                }, )*
+            ];
+
+            pub(crate) fn set_toml(&mut self, key: &str, v: &Value) -> Result<(), SetError> {
+                match key {
+                    $( stringify!($name) => {
+                        self.$name = <$ty as OptionValue>::from_toml(v)
+                            .ok_or(SetError::WrongType(<$ty as OptionValue>::TYPE_NAME))?;
+                        Ok(())
+                    } )*
+                    _ => Err(SetError::UnknownKey),
+                }
+            }
+
+            pub(crate) fn set_str(&mut self, key: &str, s: &str) -> Result<(), SetError> {
+                match key {
+                    $( stringify!($name) => {
+                        self.$name = <$ty as OptionValue>::parse_str(s)
+                            .ok_or(SetError::WrongType(<$ty as OptionValue>::TYPE_NAME))?;
+                        Ok(())
+                    } )*
+                    _ => Err(SetError::UnknownKey),
+                }
+            }
+
+            /// Every option with its current value, in declaration order.
+            pub fn values(&self) -> Vec<(&'static str, Value)> {
+                vec![ $( (stringify!($name), OptionValue::to_toml(&self.$name)), )* ]
+            }
+        }
+    };
+}
+
+options! {
+    /// Log filter: a default level and per-subsystem levels, e.g. "info,net=debug,osd=trace".
+    log_level: String = "info";
+    /// Comma-separated monitor addresses (host:port) that daemons and clients contact first.
+    mon_host: String = "";
+    /// Path of the keyring file holding this entity's secret key (and, for daemons, the keys of entities allowed to connect).
+    keyring: String = "";
+    /// Address a daemon listens on (host:port; port 0 picks a free one).
+    public_addr: String = "127.0.0.1:0";
+    /// Largest control part of a frame accepted or sent, in bytes.
+    ms_frame_control_bytes_max: u32 = 1u32 << 20;
+    /// Largest data part of a frame accepted or sent, in bytes.
+    ms_frame_data_bytes_max: u32 = 64u32 << 20;
+    /// Bytes of frames queued for sending on one connection before senders wait (backpressure).
+    ms_inflight_bytes_max: u64 = 256u64 << 20;
+    /// Requests received on one connection and not yet answered before the connection stops reading (backpressure).
+    ms_dispatch_requests_max: u32 = 4096u32;
+    /// Time allowed for a connection's handshake and authentication, in milliseconds.
+    ms_handshake_timeout_ms: u64 = 5_000u64;
+    /// Time allowed to establish a TCP connection, in milliseconds.
+    ms_connect_timeout_ms: u64 = 3_000u64;
+    /// Default time a request waits for its reply, in milliseconds.
+    ms_request_timeout_ms: u64 = 30_000u64;
+    /// First delay before reconnecting to a peer, in milliseconds; doubles after each failure.
+    ms_reconnect_backoff_min_ms: u64 = 50u64;
+    /// Longest delay between reconnect attempts, in milliseconds.
+    ms_reconnect_backoff_max_ms: u64 = 5_000u64;
+    /// Connection attempts made for one request before it fails.
+    ms_reconnect_attempts: u32 = 6u32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_lists_every_field_once() {
+        let names: Vec<_> = Options::SCHEMA.iter().map(|o| o.name).collect();
+        let values: Vec<_> = Options::default()
+            .values()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, values);
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
+        assert!(Options::SCHEMA.iter().all(|o| !o.doc.is_empty()));
+    }
+
+    #[test]
+    fn typed_setters() {
+        let mut o = Options::default();
+        assert!(o.set_str("ms_request_timeout_ms", "1500").is_ok());
+        assert_eq!(o.ms_request_timeout_ms, 1500);
+        assert!(matches!(
+            o.set_str("ms_request_timeout_ms", "soon"),
+            Err(SetError::WrongType(_))
+        ));
+        assert!(matches!(
+            o.set_toml("ms_frame_data_bytes_max", &Value::Integer(-1)),
+            Err(SetError::WrongType(_))
+        ));
+        assert!(matches!(
+            o.set_str("no_such_option", "1"),
+            Err(SetError::UnknownKey)
+        ));
+    }
+}

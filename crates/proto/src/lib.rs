@@ -1,0 +1,22 @@
+//! Shoal's wire protocol: the frame format (a fixed header, a control part and
+//! a raw data part, each checksummed with crc32c), the bounded, panic-free
+//! frame decoder, and the schema of every message carried in a control part.
+//!
+//! Control parts are protobuf messages (prost): fields are numbered, unknown
+//! fields are skipped, so a message can gain fields without a version bump.
+//! The data part is never encoded into the control part: it travels as
+//! `bytes::Bytes` from the socket buffer to whoever consumes it. This crate
+//! does no I/O and knows nothing of connections; `shoal-net` drives it.
+//! The byte-level format is documented in `docs/design/wire-protocol.md`.
+
+mod frame;
+mod message;
+
+pub use frame::{
+    Frame, FrameDecoder, FrameError, FrameFlags, FrameHeader, FrameLimits, HEADER_LEN, MAGIC,
+    PROTOCOL_VERSION, encode_frame,
+};
+pub use message::{
+    AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
+    MessageType, Ping, Pong, RejectCode,
+};

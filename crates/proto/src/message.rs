@@ -1,0 +1,241 @@
+//! Message schemas: the control part of each frame, by message type.
+//!
+//! Type numbers are part of the wire format and never reused: 1-9 handshake,
+//! 10-19 messenger-level messages; later ranges belong to the monitor
+//! (100-199), the OSD (200-299) and the front ends.
+
+use prost::Message as _;
+
+/// Handshake, first frame from the connecting side.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Hello {
+    /// The sender's protocol version.
+    #[prost(uint32, tag = "1")]
+    pub protocol_version: u32,
+    /// Feature bits the sender supports.
+    #[prost(uint64, tag = "2")]
+    pub features: u64,
+    /// The sender's entity name (`client.admin`).
+    #[prost(string, tag = "3")]
+    pub entity: String,
+    /// 32 random bytes chosen by the sender.
+    #[prost(bytes = "vec", tag = "4")]
+    pub nonce: Vec<u8>,
+    /// Where the sender listens for connections, if it does (`ip:port`).
+    #[prost(string, tag = "5")]
+    pub listen_addr: String,
+    /// Authentication method the sender wants (1: shared-key HMAC).
+    #[prost(uint32, tag = "6")]
+    pub auth_method: u32,
+}
+
+/// Handshake, the accepting side's answer to [`Hello`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthChallenge {
+    /// The acceptor's protocol version.
+    #[prost(uint32, tag = "1")]
+    pub protocol_version: u32,
+    /// Feature bits the acceptor supports.
+    #[prost(uint64, tag = "2")]
+    pub features: u64,
+    /// The acceptor's entity name.
+    #[prost(string, tag = "3")]
+    pub entity: String,
+    /// 32 random bytes chosen by the acceptor.
+    #[prost(bytes = "vec", tag = "4")]
+    pub nonce: Vec<u8>,
+}
+
+/// Handshake, the connecting side's proof that it holds its key.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthProof {
+    /// HMAC-SHA256 over the handshake transcript.
+    #[prost(bytes = "vec", tag = "1")]
+    pub proof: Vec<u8>,
+}
+
+/// Handshake, the acceptor's proof that it holds the same key; the
+/// connection is established once the connecting side has checked it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthDone {
+    /// HMAC-SHA256 over the handshake transcript.
+    #[prost(bytes = "vec", tag = "1")]
+    pub proof: Vec<u8>,
+    /// The feature bits both sides support.
+    #[prost(uint64, tag = "2")]
+    pub features: u64,
+}
+
+/// Handshake, sent by either side before it closes a connection it refuses.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthReject {
+    /// A [`RejectCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable reason.
+    #[prost(string, tag = "2")]
+    pub reason: String,
+}
+
+/// Why a handshake was refused (stable on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RejectCode {
+    /// The peers speak different protocol versions.
+    VersionMismatch = 1,
+    /// The connecting entity has no key on the accepting side.
+    UnknownEntity = 2,
+    /// A proof did not verify: wrong key.
+    BadProof = 3,
+    /// A handshake message was malformed or out of order.
+    Protocol = 4,
+    /// The requested authentication method is not offered.
+    UnsupportedAuth = 5,
+}
+
+impl RejectCode {
+    /// The code for a wire value; unknown values map to `Protocol`.
+    pub fn from_u32(v: u32) -> RejectCode {
+        match v {
+            1 => RejectCode::VersionMismatch,
+            2 => RejectCode::UnknownEntity,
+            3 => RejectCode::BadProof,
+            5 => RejectCode::UnsupportedAuth,
+            _ => RejectCode::Protocol,
+        }
+    }
+}
+
+/// A liveness probe; the receiver answers with [`Pong`] carrying the same
+/// `seq` (and, when `echo` is set, the same data part).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Ping {
+    /// Sequence number chosen by the sender.
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+    /// Whether the reply should carry the request's data part back.
+    #[prost(bool, tag = "2")]
+    pub echo: bool,
+}
+
+/// The answer to a [`Ping`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Pong {
+    /// The `seq` of the ping answered.
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+}
+
+/// A request failed. Codes are stable on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ErrorReply {
+    /// Error code (see `shoal_proto::ErrorReply::UNSUPPORTED` and later ones).
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// The receiver does not handle this message type.
+    pub const UNSUPPORTED: u32 = 1;
+    /// The control part could not be decoded.
+    pub const MALFORMED: u32 = 2;
+    /// The receiver is shutting down.
+    pub const SHUTTING_DOWN: u32 = 3;
+}
+
+/// Why a control part could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The message type is not known to this build.
+    #[error("unknown message type {0}")]
+    UnknownType(u16),
+    /// The control part is not a valid encoding of its type.
+    #[error("malformed {ty} message: {reason}")]
+    Malformed {
+        /// The message type's name.
+        ty: &'static str,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+macro_rules! messages {
+    ($( $id:literal => $name:ident ),* $(,)?) => {
+        /// Every message, by type.
+        #[derive(Clone, Debug, PartialEq)]
+        #[non_exhaustive]
+        pub enum Message {
+            $( #[allow(missing_docs)] $name($name), )*
+        }
+
+        /// The wire number of each message type.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        #[non_exhaustive]
+        pub enum MessageType {
+            $( #[allow(missing_docs)] $name = $id, )*
+        }
+
+        impl MessageType {
+            /// Every message type.
+            pub const ALL: &'static [MessageType] = &[ $( MessageType::$name, )* ];
+
+            /// The type for a wire number, if known.
+            pub fn from_u16(v: u16) -> Option<MessageType> {
+                match v { $( $id => Some(MessageType::$name), )* _ => None }
+            }
+
+            /// The type's name, for logs and errors.
+            pub fn name(self) -> &'static str {
+                match self { $( MessageType::$name => stringify!($name), )* }
+            }
+        }
+
+        impl Message {
+            /// This message's type.
+            pub fn msg_type(&self) -> MessageType {
+                match self { $( Message::$name(_) => MessageType::$name, )* }
+            }
+
+            /// Encodes the control part.
+            pub fn encode_control(&self) -> Vec<u8> {
+                match self { $( Message::$name(m) => m.encode_to_vec(), )* }
+            }
+
+            /// Decodes a control part of wire type `ty`.
+            pub fn decode(ty: u16, control: &[u8]) -> Result<Message, DecodeError> {
+                match MessageType::from_u16(ty) {
+                    $( Some(MessageType::$name) => $name::decode(control)
+                        .map(Message::$name)
+                        .map_err(|e| DecodeError::Malformed {
+                            ty: stringify!($name),
+                            reason: e.to_string(),
+                        }), )*
+                    None => Err(DecodeError::UnknownType(ty)),
+                }
+            }
+        }
+
+        $( impl From<$name> for Message {
+            fn from(m: $name) -> Message { Message::$name(m) }
+        } )*
+    };
+}
+
+messages! {
+    1 => Hello,
+    2 => AuthChallenge,
+    3 => AuthProof,
+    4 => AuthDone,
+    5 => AuthReject,
+    10 => Ping,
+    11 => Pong,
+    12 => ErrorReply,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,55 @@
+//! The messenger's settings, taken from the configuration options `ms_*`.
+
+use std::time::Duration;
+
+use shoal_config::Options;
+use shoal_proto::FrameLimits;
+
+/// Limits and timeouts of one messenger.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// Largest control and data parts accepted and sent.
+    pub limits: FrameLimits,
+    /// Bytes queued for sending per connection before senders wait.
+    pub inflight_bytes_max: u64,
+    /// Unanswered received requests per connection before reading pauses.
+    pub dispatch_requests_max: u32,
+    /// Time allowed for the handshake.
+    pub handshake_timeout: Duration,
+    /// Time allowed for a TCP connect.
+    pub connect_timeout: Duration,
+    /// Default request timeout.
+    pub request_timeout: Duration,
+    /// First reconnect delay.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+    /// Connection attempts per call before giving up.
+    pub reconnect_attempts: u32,
+}
+
+impl NetConfig {
+    /// The messenger settings in `o`.
+    pub fn from_options(o: &Options) -> Self {
+        NetConfig {
+            limits: FrameLimits {
+                control_bytes_max: o.ms_frame_control_bytes_max,
+                data_bytes_max: o.ms_frame_data_bytes_max,
+            },
+            inflight_bytes_max: o.ms_inflight_bytes_max.max(1),
+            dispatch_requests_max: o.ms_dispatch_requests_max.max(1),
+            handshake_timeout: Duration::from_millis(o.ms_handshake_timeout_ms),
+            connect_timeout: Duration::from_millis(o.ms_connect_timeout_ms),
+            request_timeout: Duration::from_millis(o.ms_request_timeout_ms),
+            backoff_min: Duration::from_millis(o.ms_reconnect_backoff_min_ms),
+            backoff_max: Duration::from_millis(o.ms_reconnect_backoff_max_ms),
+            reconnect_attempts: o.ms_reconnect_attempts.max(1),
+        }
+    }
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig::from_options(&Options::default())
+    }
+}

@@ -1,0 +1,726 @@
+//! One established connection: a writer task that batches queued frames into
+//! vectored writes, a reader task that decodes frames out of one receive
+//! buffer and routes replies to waiting callers and requests to the
+//! [`Dispatcher`], and the bookkeeping that binds them (pending requests by
+//! transaction id, the in-flight byte budget, the dispatch budget).
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use shoal_proto::{
+    ErrorReply, Frame, FrameDecoder, FrameFlags, FrameHeader, HEADER_LEN, Message, Pong,
+};
+use shoal_types::EntityName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+
+use crate::config::NetConfig;
+use crate::error::NetError;
+
+/// Frames gathered into one vectored write at most.
+const BATCH_FRAMES: usize = 64;
+/// Bytes gathered into one vectored write before it is issued.
+const BATCH_BYTES: usize = 1 << 20;
+/// Receive buffer growth step.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The peer's authenticated entity name.
+    pub name: EntityName,
+    /// The socket address of the connection's other end.
+    pub addr: SocketAddr,
+    /// Where the peer listens, if it announced it.
+    pub listen_addr: Option<SocketAddr>,
+    /// Feature bits both sides support.
+    pub features: u64,
+}
+
+impl std::fmt::Display for PeerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.name, self.addr)
+    }
+}
+
+/// A reply to a request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The control part.
+    pub msg: Message,
+    /// The data part.
+    pub data: Bytes,
+}
+
+/// A request or one-way message received from a peer.
+#[derive(Debug)]
+pub struct Incoming {
+    /// The message.
+    pub msg: Message,
+    /// Its data part.
+    pub data: Bytes,
+    /// The connection it came on (to send further messages back).
+    pub conn: Connection,
+    /// How to answer it; `None` for one-way messages.
+    pub responder: Option<Responder>,
+}
+
+/// Receives what peers send. `dispatch` runs on the connection's reader
+/// task: it must not block; hand long work to another task.
+pub trait Dispatcher: Send + Sync + 'static {
+    /// A request or one-way message arrived.
+    fn dispatch(&self, incoming: Incoming);
+    /// A connection ended, with the reason.
+    fn connection_closed(&self, _peer: &PeerInfo, _reason: &str) {}
+}
+
+impl<F: Fn(Incoming) + Send + Sync + 'static> Dispatcher for F {
+    fn dispatch(&self, incoming: Incoming) {
+        self(incoming)
+    }
+}
+
+/// Answers one request. Holding it counts against the connection's dispatch
+/// budget; dropping it without replying frees the slot and the peer's
+/// request eventually times out.
+#[derive(Debug)]
+pub struct Responder {
+    conn: Connection,
+    tid: u64,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Responder {
+    /// Sends the reply, waiting for room in the connection's send budget.
+    pub async fn reply(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+        let msg = msg.into();
+        self.conn
+            .inner
+            .enqueue(&msg, FrameFlags::REPLY, self.tid, data)
+            .await
+    }
+
+    /// Answers with an error code and message.
+    pub async fn error(self, code: u32, message: impl Into<String>) -> Result<(), NetError> {
+        let msg = ErrorReply {
+            code,
+            message: message.into(),
+        };
+        self.reply(msg, Bytes::new()).await
+    }
+}
+
+struct OutFrame {
+    head: Bytes,
+    data: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Send what is queued, then close.
+    Draining,
+    Closed,
+}
+
+type Waiter = oneshot::Sender<Result<Reply, NetError>>;
+
+#[derive(Default)]
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    closed: Option<String>,
+}
+
+pub(crate) struct ConnInner {
+    peer: PeerInfo,
+    label: String,
+    config: Arc<NetConfig>,
+    out: mpsc::UnboundedSender<OutFrame>,
+    inflight: Arc<Semaphore>,
+    inflight_max: u32,
+    dispatch_slots: Arc<Semaphore>,
+    pending: Mutex<Pending>,
+    next_tid: AtomicU64,
+    phase: watch::Sender<Phase>,
+}
+
+/// A handle on an established connection. Clones share the connection.
+#[derive(Clone)]
+pub struct Connection {
+    pub(crate) inner: Arc<ConnInner>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connection({})", self.inner.label)
+    }
+}
+
+impl Connection {
+    /// The peer.
+    pub fn peer(&self) -> &PeerInfo {
+        &self.inner.peer
+    }
+
+    /// Sends a request and waits for its reply, with the configured timeout.
+    pub async fn request(&self, msg: impl Into<Message>, data: Bytes) -> Result<Reply, NetError> {
+        self.request_with_timeout(msg, data, self.inner.config.request_timeout)
+            .await
+    }
+
+    /// Sends a request and waits up to `timeout` for its reply. An
+    /// [`ErrorReply`] from the peer becomes [`NetError::Remote`].
+    pub async fn request_with_timeout(
+        &self,
+        msg: impl Into<Message>,
+        data: Bytes,
+        timeout: Duration,
+    ) -> Result<Reply, NetError> {
+        let msg = msg.into();
+        let tid = self.inner.next_tid.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.inner.lock_pending();
+            if let Some(reason) = &p.closed {
+                return Err(self.inner.closed_error(reason));
+            }
+            p.waiters.insert(tid, tx);
+        }
+        // Removes the waiter however this future ends (reply, timeout, drop).
+        let _guard = WaiterGuard {
+            inner: &self.inner,
+            tid,
+        };
+        let exchange = async {
+            self.inner
+                .enqueue(&msg, FrameFlags::default(), tid, data)
+                .await?;
+            match rx.await {
+                Ok(r) => r,
+                Err(_) => Err(self.inner.closed_error("connection dropped")),
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(NetError::Timeout {
+                peer: self.inner.label.clone(),
+                ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    /// Sends a one-way message (no reply), waiting for send budget.
+    pub async fn send(&self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+        let msg = msg.into();
+        self.inner.enqueue(&msg, FrameFlags::ONE_WAY, 0, data).await
+    }
+
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.lock_pending().closed.is_some()
+    }
+
+    /// Why the connection closed, if it has.
+    pub fn close_reason(&self) -> Option<String> {
+        self.inner.lock_pending().closed.clone()
+    }
+
+    /// Closes the connection after sending what is already queued.
+    pub fn close(&self) {
+        self.inner.close("closed locally".to_string(), true);
+    }
+
+    /// Bytes queued for sending or being written, never more than the
+    /// configured `ms_inflight_bytes_max`.
+    pub fn queued_bytes(&self) -> u64 {
+        u64::from(self.inner.inflight_max)
+            .saturating_sub(self.inner.inflight.available_permits() as u64)
+    }
+
+    /// Requests sent on this connection and not yet answered.
+    pub fn requests_pending(&self) -> usize {
+        self.inner.lock_pending().waiters.len()
+    }
+}
+
+struct WaiterGuard<'a> {
+    inner: &'a ConnInner,
+    tid: u64,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.inner.lock_pending().waiters.remove(&self.tid);
+    }
+}
+
+impl ConnInner {
+    fn lock_pending(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn closed_error(&self, reason: &str) -> NetError {
+        NetError::Closed {
+            peer: self.label.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Fails every pending request and stops both tasks. `graceful` lets
+    /// the writer send what is already queued first.
+    pub(crate) fn close(&self, reason: String, graceful: bool) {
+        let waiters = {
+            let mut p = self.lock_pending();
+            if p.closed.is_some() {
+                return;
+            }
+            p.closed = Some(reason.clone());
+            std::mem::take(&mut p.waiters)
+        };
+        self.inflight.close();
+        self.dispatch_slots.close();
+        let phase = if graceful {
+            Phase::Draining
+        } else {
+            Phase::Closed
+        };
+        self.phase.send_replace(phase);
+        for (_, w) in waiters {
+            let _ = w.send(Err(self.closed_error(&reason)));
+        }
+    }
+
+    fn check_size(&self, control: usize, data: usize) -> Result<(), NetError> {
+        let limits = self.config.limits;
+        let too_large = |what, len, max| NetError::TooLarge {
+            peer: self.label.clone(),
+            what,
+            len,
+            max,
+        };
+        if control > limits.control_bytes_max as usize {
+            return Err(too_large("control part", control, limits.control_bytes_max));
+        }
+        if data > limits.data_bytes_max as usize {
+            return Err(too_large("data part", data, limits.data_bytes_max));
+        }
+        Ok(())
+    }
+
+    fn seal(&self, msg: &Message, flags: FrameFlags, tid: u64, data: &Bytes) -> Bytes {
+        let control = msg.encode_control();
+        let header = FrameHeader::seal(msg.msg_type() as u16, flags, tid, &control, data);
+        let mut head = BytesMut::with_capacity(HEADER_LEN + control.len());
+        head.extend_from_slice(&header.to_bytes());
+        head.extend_from_slice(&control);
+        head.freeze()
+    }
+
+    fn cost(&self, head: &Bytes, data: &Bytes) -> u32 {
+        u32::try_from(head.len() + data.len())
+            .unwrap_or(u32::MAX)
+            .min(self.inflight_max)
+    }
+
+    /// Queues a frame for the writer once the send budget has room.
+    async fn enqueue(
+        &self,
+        msg: &Message,
+        flags: FrameFlags,
+        tid: u64,
+        data: Bytes,
+    ) -> Result<(), NetError> {
+        let head = self.seal(msg, flags, tid, &data);
+        self.check_size(head.len() - HEADER_LEN, data.len())?;
+        let permit = Arc::clone(&self.inflight)
+            .acquire_many_owned(self.cost(&head, &data))
+            .await
+            .map_err(|_| self.closed_error(&self.close_reason_or("closing")))?;
+        self.push(head, data, permit)
+    }
+
+    /// Queues a frame if the budget has room now; `Err` gives it back.
+    fn try_enqueue(&self, msg: &Message, tid: u64, data: Bytes) -> Result<(), (Message, Bytes)> {
+        let head = self.seal(msg, FrameFlags::REPLY, tid, &data);
+        match Arc::clone(&self.inflight).try_acquire_many_owned(self.cost(&head, &data)) {
+            Ok(permit) => {
+                let _ = self.push(head, data, permit);
+                Ok(())
+            }
+            Err(_) => Err((msg.clone(), data)),
+        }
+    }
+
+    fn push(&self, head: Bytes, data: Bytes, permit: OwnedSemaphorePermit) -> Result<(), NetError> {
+        self.out
+            .send(OutFrame {
+                head,
+                data,
+                _permit: permit,
+            })
+            .map_err(|_| self.closed_error(&self.close_reason_or("writer stopped")))
+    }
+
+    fn close_reason_or(&self, default: &str) -> String {
+        self.lock_pending()
+            .closed
+            .clone()
+            .unwrap_or_else(|| default.to_string())
+    }
+}
+
+/// Sends a reply from the reader task without ever blocking it: if the send
+/// budget is full, a task waits for room instead.
+fn reply_from_reader(conn: &Connection, tid: u64, msg: Message, data: Bytes) {
+    if let Err((msg, data)) = conn.inner.try_enqueue(&msg, tid, data) {
+        let inner = Arc::clone(&conn.inner);
+        tokio::spawn(async move {
+            let _ = inner.enqueue(&msg, FrameFlags::REPLY, tid, data).await;
+        });
+    }
+}
+
+/// Starts the reader and writer tasks of an established connection.
+/// `leftover` holds bytes already read past the handshake. `on_closed` runs
+/// once, when the reader ends, with the reason.
+pub(crate) fn spawn(
+    peer: PeerInfo,
+    config: Arc<NetConfig>,
+    read: Box<dyn AsyncRead + Unpin + Send>,
+    write: Box<dyn AsyncWrite + Unpin + Send>,
+    leftover: BytesMut,
+    dispatcher: Arc<dyn Dispatcher>,
+    on_closed: impl FnOnce(&Connection, &str) + Send + 'static,
+) -> (
+    Connection,
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (out, rx) = mpsc::unbounded_channel();
+    let inflight_max = u32::try_from(config.inflight_bytes_max).unwrap_or(u32::MAX >> 1);
+    let (phase, phase_rx) = watch::channel(Phase::Open);
+    let inner = Arc::new(ConnInner {
+        label: peer.to_string(),
+        peer,
+        inflight: Arc::new(Semaphore::new(inflight_max as usize)),
+        inflight_max,
+        dispatch_slots: Arc::new(Semaphore::new(config.dispatch_requests_max as usize)),
+        config,
+        out,
+        pending: Mutex::new(Pending::default()),
+        next_tid: AtomicU64::new(1),
+        phase,
+    });
+    let conn = Connection { inner };
+    let writer = tokio::spawn(write_loop(
+        Arc::clone(&conn.inner),
+        write,
+        rx,
+        phase_rx.clone(),
+    ));
+    let reader_conn = conn.clone();
+    let reader = tokio::spawn(async move {
+        let result = read_loop(&reader_conn, read, leftover, dispatcher.as_ref(), phase_rx).await;
+        let reason = match result {
+            Ok(()) => reader_conn.inner.close_reason_or("closed"),
+            Err(e) => {
+                tracing::warn!(peer = %reader_conn.inner.label, "closing connection: {e}");
+                e.to_string()
+            }
+        };
+        reader_conn.inner.close(reason.clone(), false);
+        dispatcher.connection_closed(&reader_conn.inner.peer, &reason);
+        on_closed(&reader_conn, &reason);
+    });
+    (conn, reader, writer)
+}
+
+async fn write_loop(
+    inner: Arc<ConnInner>,
+    mut w: Box<dyn AsyncWrite + Unpin + Send>,
+    mut rx: mpsc::UnboundedReceiver<OutFrame>,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let mut batch: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
+    loop {
+        let first = tokio::select! {
+            biased;
+            f = rx.recv() => f,
+            _ = phase.changed() => None,
+        };
+        let Some(first) = first else { break };
+        let mut bytes = first.head.len() + first.data.len();
+        batch.push(first);
+        while batch.len() < BATCH_FRAMES && bytes < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(f) => {
+                    bytes += f.head.len() + f.data.len();
+                    batch.push(f);
+                }
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = write_batch(&mut w, &batch).await {
+            inner.close(format!("write failed: {e}"), false);
+            return;
+        }
+        batch.clear();
+    }
+    if *phase.borrow() == Phase::Draining {
+        while let Ok(f) = rx.try_recv() {
+            batch.push(f);
+        }
+        let _ = write_batch(&mut w, &batch).await;
+    }
+    let _ = w.shutdown().await;
+}
+
+/// Writes every frame of `batch` with as few vectored writes as the kernel
+/// allows; data parts are never copied.
+async fn write_batch<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    batch: &[OutFrame],
+) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+    for f in batch {
+        slices.push(IoSlice::new(&f.head));
+        if !f.data.is_empty() {
+            slices.push(IoSlice::new(&f.data));
+        }
+    }
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = w.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
+async fn read_loop(
+    conn: &Connection,
+    mut r: Box<dyn AsyncRead + Unpin + Send>,
+    mut buf: BytesMut,
+    dispatcher: &dyn Dispatcher,
+    mut phase: watch::Receiver<Phase>,
+) -> Result<(), NetError> {
+    let inner = &conn.inner;
+    let mut decoder = FrameDecoder::new(inner.config.limits);
+    loop {
+        loop {
+            let frame = decoder.decode(&mut buf).map_err(|source| NetError::Frame {
+                peer: inner.label.clone(),
+                source,
+            })?;
+            let Some(frame) = frame else { break };
+            on_frame(conn, frame, dispatcher).await?;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let n = tokio::select! {
+            r = r.read_buf(&mut buf) => r.map_err(|e| inner.closed_error(&format!("read failed: {e}")))?,
+            _ = phase.changed() => return Ok(()),
+        };
+        if n == 0 {
+            return Err(inner.closed_error("peer closed the connection"));
+        }
+    }
+}
+
+async fn on_frame(
+    conn: &Connection,
+    frame: Frame,
+    dispatcher: &dyn Dispatcher,
+) -> Result<(), NetError> {
+    let inner = &conn.inner;
+    let h = frame.header;
+    if h.flags.contains(FrameFlags::REPLY) {
+        let waiter = inner.lock_pending().waiters.remove(&h.tid);
+        if let Some(w) = waiter {
+            let peer = || inner.label.clone();
+            let result = match Message::decode(h.msg_type, &frame.control) {
+                Ok(Message::ErrorReply(e)) => Err(NetError::Remote {
+                    peer: peer(),
+                    code: e.code,
+                    message: e.message,
+                }),
+                Ok(msg) => Ok(Reply {
+                    msg,
+                    data: frame.data,
+                }),
+                Err(source) => Err(NetError::Decode {
+                    peer: peer(),
+                    source,
+                }),
+            };
+            let _ = w.send(result);
+        }
+        return Ok(());
+    }
+    let one_way = h.flags.contains(FrameFlags::ONE_WAY);
+    let msg = match Message::decode(h.msg_type, &frame.control) {
+        Ok(Message::Ping(p)) if !one_way => {
+            let data = if p.echo { frame.data } else { Bytes::new() };
+            reply_from_reader(conn, h.tid, Pong { seq: p.seq }.into(), data);
+            return Ok(());
+        }
+        Ok(m) if is_handshake(&m) => Err((
+            ErrorReply::UNSUPPORTED,
+            "handshake message after handshake".to_string(),
+        )),
+        Ok(m) => Ok(m),
+        Err(e) => {
+            tracing::debug!(peer = %inner.label, "undecodable message: {e}");
+            let code = match e {
+                shoal_proto::DecodeError::UnknownType(_) => ErrorReply::UNSUPPORTED,
+                _ => ErrorReply::MALFORMED,
+            };
+            Err((code, e.to_string()))
+        }
+    };
+    let msg = match msg {
+        Ok(m) => m,
+        Err((code, message)) => {
+            if !one_way {
+                reply_from_reader(
+                    conn,
+                    h.tid,
+                    ErrorReply { code, message }.into(),
+                    Bytes::new(),
+                );
+            }
+            return Ok(());
+        }
+    };
+    // Wait for a dispatch slot: while the peer has too many requests
+    // unanswered, stop reading so TCP pushes back on it.
+    let slot = Arc::clone(&inner.dispatch_slots)
+        .acquire_owned()
+        .await
+        .map_err(|_| inner.closed_error(&inner.close_reason_or("closing")))?;
+    let responder = (!one_way).then(|| Responder {
+        conn: conn.clone(),
+        tid: h.tid,
+        _slot: slot,
+    });
+    dispatcher.dispatch(Incoming {
+        msg,
+        data: frame.data,
+        conn: conn.clone(),
+        responder,
+    });
+    Ok(())
+}
+
+fn is_handshake(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::Hello(_)
+            | Message::AuthChallenge(_)
+            | Message::AuthProof(_)
+            | Message::AuthDone(_)
+            | Message::AuthReject(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::{Ping, encode_frame};
+
+    fn peer() -> PeerInfo {
+        PeerInfo {
+            name: "client.evil".parse().unwrap(),
+            addr: "127.0.0.1:4000".parse().unwrap(),
+            listen_addr: None,
+            features: 1,
+        }
+    }
+
+    /// A connection over an in-memory pipe; the test holds the other end.
+    fn pipe_conn() -> (
+        Connection,
+        tokio::io::DuplexStream,
+        Arc<Mutex<Option<String>>>,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (r, w) = tokio::io::split(ours);
+        let closed = Arc::new(Mutex::new(None));
+        let seen = closed.clone();
+        let (conn, _, _) = spawn(
+            peer(),
+            Arc::new(NetConfig::default()),
+            Box::new(r),
+            Box::new(w),
+            BytesMut::new(),
+            Arc::new(|_: Incoming| {}),
+            move |_, reason| *seen.lock().unwrap() = Some(reason.to_string()),
+        );
+        (conn, theirs, closed)
+    }
+
+    #[tokio::test]
+    async fn a_bad_checksum_closes_the_connection_naming_the_peer() {
+        let (conn, mut theirs, closed) = pipe_conn();
+        let waiting = tokio::spawn({
+            let conn = conn.clone();
+            async move {
+                conn.request(
+                    Ping {
+                        seq: 1,
+                        echo: false,
+                    },
+                    Bytes::new(),
+                )
+                .await
+            }
+        });
+        let mut f = encode_frame(11, FrameFlags::REPLY, 1, b"", b"payload");
+        let last = f.len() - 1;
+        f[last] ^= 1;
+        theirs.write_all(&f).await.unwrap();
+        let e = waiting.await.unwrap().unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("client.evil at 127.0.0.1:4000"), "{text}");
+        assert!(text.contains("data checksum mismatch"), "{text}");
+        for _ in 0..100 {
+            if closed.lock().unwrap().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let reason = closed.lock().unwrap().clone().unwrap();
+        assert!(reason.contains("bad frame from client.evil"), "{reason}");
+        assert!(conn.is_closed());
+        // The other end sees the connection closed.
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), theirs.read_to_end(&mut rest)).await;
+    }
+
+    #[tokio::test]
+    async fn oversized_messages_are_refused_locally() {
+        let (conn, _theirs, _) = pipe_conn();
+        let big = Bytes::from(vec![0u8; (64 << 20) + 1]);
+        let e = conn.send(Ping::default(), big).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                NetError::TooLarge {
+                    what: "data part",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}

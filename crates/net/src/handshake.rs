@@ -1,0 +1,508 @@
+//! The connection handshake: version and feature negotiation, then mutual
+//! authentication by HMAC-SHA256 challenge/response over the connecting
+//! entity's secret.
+//!
+//! ```text
+//! connector                                   acceptor
+//!   Hello{version, features, name, nonce_c} ->
+//!                                           <- AuthChallenge{version, features, name, nonce_s}
+//!   AuthProof{HMAC(K, "client" | T)}        ->
+//!                                           <- AuthDone{HMAC(K, "server" | T), features}
+//! ```
+//!
+//! `K` is the connector's key (the acceptor must hold it), `T` the transcript
+//! of both names, nonces, feature sets and the version, so a proof cannot be
+//! replayed on another connection or reflected back. Either side may answer
+//! with `AuthReject` and close instead; nothing reaches a message handler
+//! until the handshake is complete. The steps are pure functions; [`connect`]
+//! and [`accept`] drive them over a stream.
+
+use std::net::SocketAddr;
+
+use bytes::BytesMut;
+use shoal_proto::{
+    AuthChallenge, AuthDone, AuthProof, AuthReject, FrameDecoder, FrameFlags, FrameLimits, Hello,
+    Message, PROTOCOL_VERSION, RejectCode, encode_frame,
+};
+use shoal_types::EntityName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::FEATURES_SUPPORTED;
+use crate::auth::{AuthProvider, Secret, random_bytes};
+use crate::error::HandshakeError;
+use crate::transport::Stream;
+
+/// The shared-key HMAC method.
+pub(crate) const AUTH_SHARED_KEY: u32 = 1;
+const HANDSHAKE_LIMITS: FrameLimits = FrameLimits {
+    control_bytes_max: 4096,
+    data_bytes_max: 0,
+};
+
+/// What a finished handshake tells about the peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Established {
+    pub peer: EntityName,
+    /// Where the peer listens, if it said.
+    pub peer_listen: Option<SocketAddr>,
+    /// Features both sides support.
+    pub features: u64,
+}
+
+type Reject = (RejectCode, String);
+
+fn transcript(
+    client: &str,
+    server: &str,
+    nonce_c: &[u8],
+    nonce_s: &[u8],
+    feat_c: u64,
+    feat_s: u64,
+) -> Vec<u8> {
+    let mut t = Vec::with_capacity(128);
+    t.extend_from_slice(b"shoal-handshake-v1");
+    t.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    for part in [client.as_bytes(), server.as_bytes(), nonce_c, nonce_s] {
+        t.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        t.extend_from_slice(part);
+    }
+    t.extend_from_slice(&feat_c.to_le_bytes());
+    t.extend_from_slice(&feat_s.to_le_bytes());
+    t
+}
+
+/// The connector between its `Hello` and the acceptor's `AuthDone`.
+pub(crate) struct Connector {
+    me: EntityName,
+    secret: Secret,
+    hello: Hello,
+    transcript: Vec<u8>,
+    acceptor: Option<(EntityName, u64)>,
+}
+
+impl Connector {
+    /// Starts a handshake as `me`, returning the `Hello` to send.
+    pub fn start(
+        me: &EntityName,
+        listen: Option<SocketAddr>,
+        auth: &dyn AuthProvider,
+    ) -> Result<(Connector, Hello), HandshakeError> {
+        let secret = auth
+            .own_secret()
+            .ok_or_else(|| HandshakeError::NoOwnKey(me.to_string()))?;
+        let hello = Hello {
+            protocol_version: u32::from(PROTOCOL_VERSION),
+            features: FEATURES_SUPPORTED,
+            entity: me.to_string(),
+            nonce: random_bytes().to_vec(),
+            listen_addr: listen.map(|a| a.to_string()).unwrap_or_default(),
+            auth_method: AUTH_SHARED_KEY,
+        };
+        let c = Connector {
+            me: me.clone(),
+            secret,
+            hello: hello.clone(),
+            transcript: Vec::new(),
+            acceptor: None,
+        };
+        Ok((c, hello))
+    }
+
+    /// Answers the acceptor's challenge with our proof.
+    pub fn on_challenge(&mut self, ch: &AuthChallenge) -> Result<AuthProof, Reject> {
+        if ch.protocol_version != u32::from(PROTOCOL_VERSION) {
+            return Err((
+                RejectCode::VersionMismatch,
+                format!(
+                    "protocol version mismatch: peer speaks {}, we speak {PROTOCOL_VERSION}",
+                    ch.protocol_version
+                ),
+            ));
+        }
+        let peer: EntityName = ch
+            .entity
+            .parse()
+            .map_err(|e| (RejectCode::Protocol, format!("bad acceptor name: {e}")))?;
+        if ch.nonce.len() != 32 {
+            return Err((
+                RejectCode::Protocol,
+                "acceptor nonce must be 32 bytes".into(),
+            ));
+        }
+        self.transcript = transcript(
+            &self.me.to_string(),
+            &ch.entity,
+            &self.hello.nonce,
+            &ch.nonce,
+            self.hello.features,
+            ch.features,
+        );
+        self.acceptor = Some((peer, ch.features & FEATURES_SUPPORTED));
+        Ok(AuthProof {
+            proof: self.secret.mac(&[b"client", &self.transcript]),
+        })
+    }
+
+    /// Checks the acceptor's proof: it holds our key too.
+    pub fn on_done(self, done: &AuthDone) -> Result<Established, Reject> {
+        let Some((peer, features)) = self.acceptor else {
+            return Err((RejectCode::Protocol, "AuthDone before AuthChallenge".into()));
+        };
+        if !self
+            .secret
+            .verify(&[b"server", &self.transcript], &done.proof)
+        {
+            return Err((
+                RejectCode::BadProof,
+                format!("{peer} could not prove it holds our key"),
+            ));
+        }
+        Ok(Established {
+            peer,
+            peer_listen: None,
+            features,
+        })
+    }
+}
+
+/// The acceptor between the connector's `Hello` and its `AuthProof`.
+pub(crate) struct Acceptor {
+    secret: Secret,
+    peer: EntityName,
+    peer_listen: Option<SocketAddr>,
+    features: u64,
+    transcript: Vec<u8>,
+}
+
+impl Acceptor {
+    /// Checks a `Hello` and returns the challenge to send.
+    pub fn on_hello(
+        me: &EntityName,
+        hello: &Hello,
+        auth: &dyn AuthProvider,
+    ) -> Result<(Acceptor, AuthChallenge), Reject> {
+        if hello.protocol_version != u32::from(PROTOCOL_VERSION) {
+            return Err((
+                RejectCode::VersionMismatch,
+                format!(
+                    "protocol version mismatch: peer speaks {}, we speak {PROTOCOL_VERSION}",
+                    hello.protocol_version
+                ),
+            ));
+        }
+        if hello.auth_method != AUTH_SHARED_KEY {
+            return Err((
+                RejectCode::UnsupportedAuth,
+                format!("authentication method {} is not offered", hello.auth_method),
+            ));
+        }
+        let peer: EntityName = hello
+            .entity
+            .parse()
+            .map_err(|e| (RejectCode::Protocol, format!("bad entity name: {e}")))?;
+        if hello.nonce.len() != 32 {
+            return Err((RejectCode::Protocol, "nonce must be 32 bytes".into()));
+        }
+        let secret = auth
+            .secret_for(&peer)
+            .ok_or_else(|| (RejectCode::UnknownEntity, format!("unknown entity {peer}")))?;
+        let peer_listen = match hello.listen_addr.as_str() {
+            "" => None,
+            a => Some(
+                a.parse()
+                    .map_err(|_| (RejectCode::Protocol, format!("bad listen address {a:?}")))?,
+            ),
+        };
+        let nonce_s = random_bytes();
+        let challenge = AuthChallenge {
+            protocol_version: u32::from(PROTOCOL_VERSION),
+            features: FEATURES_SUPPORTED,
+            entity: me.to_string(),
+            nonce: nonce_s.to_vec(),
+        };
+        let transcript = transcript(
+            &hello.entity,
+            &challenge.entity,
+            &hello.nonce,
+            &nonce_s,
+            hello.features,
+            FEATURES_SUPPORTED,
+        );
+        let a = Acceptor {
+            secret,
+            features: hello.features & FEATURES_SUPPORTED,
+            peer,
+            peer_listen,
+            transcript,
+        };
+        Ok((a, challenge))
+    }
+
+    /// Checks the connector's proof and returns our own.
+    pub fn on_proof(self, proof: &AuthProof) -> Result<(Established, AuthDone), Reject> {
+        if !self
+            .secret
+            .verify(&[b"client", &self.transcript], &proof.proof)
+        {
+            return Err((
+                RejectCode::BadProof,
+                format!("{} failed to prove its key (wrong key?)", self.peer),
+            ));
+        }
+        let done = AuthDone {
+            proof: self.secret.mac(&[b"server", &self.transcript]),
+            features: self.features,
+        };
+        let est = Established {
+            peer: self.peer,
+            peer_listen: self.peer_listen,
+            features: self.features,
+        };
+        Ok((est, done))
+    }
+}
+
+/// A stream during its handshake: frames in and out, with a small limit.
+struct Wire<'a> {
+    stream: &'a mut Stream,
+    buf: &'a mut BytesMut,
+    decoder: FrameDecoder,
+}
+
+impl Wire<'_> {
+    async fn send(&mut self, m: Message) -> Result<(), HandshakeError> {
+        let frame = encode_frame(
+            m.msg_type() as u16,
+            FrameFlags::default(),
+            0,
+            &m.encode_control(),
+            &[],
+        );
+        self.stream
+            .write
+            .write_all(&frame)
+            .await
+            .map_err(|_| HandshakeError::Truncated)
+    }
+
+    async fn recv(&mut self) -> Result<Message, HandshakeError> {
+        loop {
+            match self.decoder.decode(self.buf) {
+                Ok(Some(f)) => {
+                    return Message::decode(f.header.msg_type, &f.control)
+                        .map_err(|e| HandshakeError::BadFrame(e.to_string()));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(HandshakeError::BadFrame(e.to_string())),
+            }
+            self.buf.reserve(512);
+            match self.stream.read.read_buf(self.buf).await {
+                Ok(0) | Err(_) => return Err(HandshakeError::Truncated),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Tells the peer why we refuse it, then reports the refusal.
+    async fn refuse(&mut self, (code, reason): Reject) -> HandshakeError {
+        let _ = self
+            .send(Message::AuthReject(AuthReject {
+                code: code as u32,
+                reason: reason.clone(),
+            }))
+            .await;
+        let _ = self.stream.write.shutdown().await;
+        HandshakeError::Refused { code, reason }
+    }
+}
+
+fn rejected(r: &AuthReject) -> HandshakeError {
+    HandshakeError::Rejected {
+        code: RejectCode::from_u32(r.code),
+        reason: r.reason.clone(),
+    }
+}
+
+fn unexpected(m: &Message, wanted: &str) -> Reject {
+    (
+        RejectCode::Protocol,
+        format!("expected {wanted}, got {}", m.msg_type().name()),
+    )
+}
+
+/// Runs the connector's side. Bytes read past the handshake stay in `buf`.
+pub(crate) async fn connect(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    me: &EntityName,
+    listen: Option<SocketAddr>,
+    auth: &dyn AuthProvider,
+) -> Result<Established, HandshakeError> {
+    let mut wire = Wire {
+        stream,
+        buf,
+        decoder: FrameDecoder::new(HANDSHAKE_LIMITS),
+    };
+    let (mut state, hello) = Connector::start(me, listen, auth)?;
+    wire.send(hello.into()).await?;
+    let proof = match wire.recv().await? {
+        Message::AuthChallenge(ch) => state.on_challenge(&ch),
+        Message::AuthReject(r) => return Err(rejected(&r)),
+        other => Err(unexpected(&other, "AuthChallenge")),
+    };
+    match proof {
+        Ok(p) => wire.send(p.into()).await?,
+        Err(r) => return Err(wire.refuse(r).await),
+    }
+    let est = match wire.recv().await? {
+        Message::AuthDone(done) => state.on_done(&done),
+        Message::AuthReject(r) => return Err(rejected(&r)),
+        other => Err(unexpected(&other, "AuthDone")),
+    };
+    match est {
+        Ok(e) => Ok(e),
+        Err(r) => Err(wire.refuse(r).await),
+    }
+}
+
+/// Runs the acceptor's side. Bytes read past the handshake stay in `buf`.
+pub(crate) async fn accept(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    me: &EntityName,
+    auth: &dyn AuthProvider,
+) -> Result<Established, HandshakeError> {
+    let mut wire = Wire {
+        stream,
+        buf,
+        decoder: FrameDecoder::new(HANDSHAKE_LIMITS),
+    };
+    let step = match wire.recv().await? {
+        Message::Hello(h) => Acceptor::on_hello(me, &h, auth),
+        other => Err(unexpected(&other, "Hello")),
+    };
+    let state = match step {
+        Ok((state, challenge)) => {
+            wire.send(challenge.into()).await?;
+            state
+        }
+        Err(r) => return Err(wire.refuse(r).await),
+    };
+    let step = match wire.recv().await? {
+        Message::AuthProof(p) => state.on_proof(&p),
+        Message::AuthReject(r) => return Err(rejected(&r)),
+        other => Err(unexpected(&other, "AuthProof")),
+    };
+    match step {
+        Ok((est, done)) => {
+            wire.send(done.into()).await?;
+            Ok(est)
+        }
+        Err(r) => Err(wire.refuse(r).await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::KeyringAuth;
+    use crate::keyring::Keyring;
+
+    fn setup() -> (EntityName, EntityName, Keyring) {
+        let client: EntityName = "client.admin".parse().unwrap();
+        let server: EntityName = "mon.a".parse().unwrap();
+        let mut k = Keyring::default();
+        k.add_generated(client.clone());
+        k.add_generated(server.clone());
+        (client, server, k)
+    }
+
+    #[test]
+    fn both_sides_agree() {
+        let (c, s, k) = setup();
+        let ca = KeyringAuth::new(c.clone(), k.clone());
+        let sa = KeyringAuth::new(s.clone(), k);
+        let (mut conn, hello) = Connector::start(&c, None, &ca).unwrap();
+        let (acc, ch) = Acceptor::on_hello(&s, &hello, &sa).unwrap();
+        let proof = conn.on_challenge(&ch).unwrap();
+        let (est_s, done) = acc.on_proof(&proof).unwrap();
+        let est_c = conn.on_done(&done).unwrap();
+        assert_eq!(est_s.peer, c);
+        assert_eq!(est_c.peer, s);
+        assert_eq!(est_s.features, FEATURES_SUPPORTED);
+        assert_eq!(est_c.features, FEATURES_SUPPORTED);
+    }
+
+    #[test]
+    fn wrong_key_fails_and_server_cannot_fake_its_proof() {
+        let (c, s, k) = setup();
+        let mut wrong = k.clone();
+        wrong.add_generated(c.clone());
+        let (mut conn, hello) =
+            Connector::start(&c, None, &KeyringAuth::new(c.clone(), wrong)).unwrap();
+        let sa = KeyringAuth::new(s.clone(), k);
+        let (acc, ch) = Acceptor::on_hello(&s, &hello, &sa).unwrap();
+        let proof = conn.on_challenge(&ch).unwrap();
+        let Err((code, _)) = acc.on_proof(&proof) else {
+            panic!("wrong key accepted")
+        };
+        assert_eq!(code, RejectCode::BadProof);
+        let forged = AuthDone {
+            proof: vec![0; 32],
+            features: 1,
+        };
+        assert_eq!(conn.on_done(&forged).unwrap_err().0, RejectCode::BadProof);
+    }
+
+    #[test]
+    fn proofs_do_not_replay_across_connections() {
+        let (c, s, k) = setup();
+        let ca = KeyringAuth::new(c.clone(), k.clone());
+        let sa = KeyringAuth::new(s.clone(), k);
+        let (mut conn1, hello1) = Connector::start(&c, None, &ca).unwrap();
+        let (_acc1, ch1) = Acceptor::on_hello(&s, &hello1, &sa).unwrap();
+        let old_proof = conn1.on_challenge(&ch1).unwrap();
+        // A second connection with the same Hello gets a fresh server nonce.
+        let (acc2, _ch2) = Acceptor::on_hello(&s, &hello1, &sa).unwrap();
+        assert_eq!(
+            acc2.on_proof(&old_proof).unwrap_err().0,
+            RejectCode::BadProof
+        );
+    }
+
+    #[test]
+    fn hello_checks() {
+        let (c, s, k) = setup();
+        let sa = KeyringAuth::new(s.clone(), k.clone());
+        let (_, hello) = Connector::start(&c, None, &KeyringAuth::new(c.clone(), k)).unwrap();
+        let code = |h: Hello| Acceptor::on_hello(&s, &h, &sa).err().map(|e| e.0);
+        let mut h = hello.clone();
+        h.protocol_version = 2;
+        assert_eq!(code(h), Some(RejectCode::VersionMismatch));
+        let mut h = hello.clone();
+        h.entity = "client.stranger".into();
+        assert_eq!(code(h), Some(RejectCode::UnknownEntity));
+        let mut h = hello.clone();
+        h.entity = "garbage".into();
+        assert_eq!(code(h), Some(RejectCode::Protocol));
+        let mut h = hello.clone();
+        h.auth_method = 9;
+        assert_eq!(code(h), Some(RejectCode::UnsupportedAuth));
+        let mut h = hello.clone();
+        h.nonce.truncate(3);
+        assert_eq!(code(h), Some(RejectCode::Protocol));
+        let mut h = hello;
+        h.listen_addr = "nowhere".into();
+        assert_eq!(code(h), Some(RejectCode::Protocol));
+    }
+
+    #[test]
+    fn no_own_key() {
+        let (c, _, _) = setup();
+        let auth = KeyringAuth::new(c.clone(), Keyring::default());
+        assert!(matches!(
+            Connector::start(&c, None, &auth),
+            Err(HandshakeError::NoOwnKey(_))
+        ));
+    }
+}

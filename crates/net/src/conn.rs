@@ -430,6 +430,11 @@ pub(crate) fn spawn(
         let result = read_loop(&reader_conn, read, leftover, dispatcher.as_ref(), phase_rx).await;
         let reason = match result {
             Ok(()) => reader_conn.inner.close_reason_or("closed"),
+            // The peer hanging up is ordinary; anything else is worth a warning.
+            Err(e @ NetError::Closed { .. }) => {
+                tracing::debug!(peer = %reader_conn.inner.label, "connection ended: {e}");
+                e.to_string()
+            }
             Err(e) => {
                 tracing::warn!(peer = %reader_conn.inner.label, "closing connection: {e}");
                 e.to_string()

@@ -1,4 +1,7 @@
-//! One module per top-level subcommand. Each exposes a clap `Args`/`Subcommand`
+//! One module per top-level subcommand. Each exposes a clap `Subcommand`
 //! type and a `run` function; `main` only dispatches.
 
+pub mod bench;
+pub mod config;
 pub mod crush;
+pub mod keyring;

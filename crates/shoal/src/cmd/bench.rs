@@ -1,0 +1,461 @@
+//! `shoal bench`: benchmarks. `shoal bench net` measures the messenger over
+//! loopback beside raw tokio TCP doing the same exchange in the same run.
+//!
+//! Server and client each run on their own single-threaded runtime on their
+//! own OS thread, as two single-threaded processes would, for both the
+//! baseline and the messenger. CPU time is the whole process's (both sides),
+//! read from /proc/self/stat.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Args, Subcommand, ValueEnum};
+use shoal_config::Config;
+use shoal_net::{Incoming, Keyring, KeyringAuth, Messenger, NetConfig, TcpTransport};
+use shoal_proto::Ping;
+use shoal_types::EntityName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// The messenger over loopback beside raw TCP: 4 KiB request/response at
+    /// queue depth 1 (latency), 4 KiB requests at queue depth 64 (ops/s,
+    /// CPU per op), 4 MiB messages with 16 in flight (bandwidth).
+    Net(NetArgs),
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    Plain,
+    /// One JSON object.
+    Json,
+}
+
+/// Options of `shoal bench net`.
+#[derive(Debug, Args)]
+pub struct NetArgs {
+    /// Seconds each measurement runs.
+    #[arg(long, default_value_t = 2)]
+    seconds: u64,
+    /// Rounds; each figure is the median over the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// Runs one `shoal bench` subcommand.
+pub fn run(cmd: BenchCmd, config: &Config) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Net(a) => bench_net(a, config),
+    }
+}
+
+const SMALL: usize = 4096;
+const LARGE: usize = 4 << 20;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Figures {
+    p50_us: f64,
+    p99_us: f64,
+    ops_per_s: f64,
+    cpu_us_per_op: f64,
+    gb_per_s: f64,
+}
+
+fn bench_net(a: NetArgs, config: &Config) -> anyhow::Result<()> {
+    let dur = Duration::from_secs(a.seconds.max(1));
+    let mut net = NetConfig::from_options(&config.options);
+    net.request_timeout = Duration::from_secs(60);
+    // The machine is shared and noisy: alternate baseline and messenger
+    // and report the median of the rounds for each figure.
+    let mut raw_rounds = Vec::new();
+    let mut msg_rounds = Vec::new();
+    for round in 1..=a.rounds.max(1) {
+        eprintln!(
+            "round {round}/{}: (a) 4 KiB QD1, (b) 4 KiB QD64, (c) 4 MiB x16 ...",
+            a.rounds
+        );
+        let mut raw = [Figures::default(); 3];
+        let mut msg = [Figures::default(); 3];
+        (raw[0].p50_us, raw[0].p99_us) = percentiles(raw_pingpong(dur)?);
+        (msg[0].p50_us, msg[0].p99_us) = percentiles(msgr_qd1(dur, &net)?);
+        raw[1] = measure_ops(|| raw_pipelined(SMALL, 64, dur))?;
+        msg[1] = measure_ops(|| msgr_pipelined(SMALL, 64, dur, &net))?;
+        raw[2] = measure_ops(|| raw_pipelined(LARGE, 16, dur))?;
+        msg[2] = measure_ops(|| msgr_pipelined(LARGE, 16, dur, &net))?;
+        for f in [&mut raw[2], &mut msg[2]] {
+            f.gb_per_s = f.ops_per_s * LARGE as f64 / 1e9;
+        }
+        raw_rounds.push(raw);
+        msg_rounds.push(msg);
+    }
+    let (raw, msg) = (median(&raw_rounds), median(&msg_rounds));
+    match a.format {
+        Format::Json => print_json(&raw, &msg, a.seconds, a.rounds),
+        Format::Plain => print_plain(&raw, &msg, a.seconds, a.rounds),
+    }
+    Ok(())
+}
+
+/// The median of each figure over the rounds.
+fn median(rounds: &[[Figures; 3]]) -> [Figures; 3] {
+    let pick = |f: &dyn Fn(&[Figures; 3]) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let mut out = [Figures::default(); 3];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = Figures {
+            p50_us: pick(&|r| r[i].p50_us),
+            p99_us: pick(&|r| r[i].p99_us),
+            ops_per_s: pick(&|r| r[i].ops_per_s),
+            cpu_us_per_op: pick(&|r| r[i].cpu_us_per_op),
+            gb_per_s: pick(&|r| r[i].gb_per_s),
+        };
+    }
+    out
+}
+
+fn print_plain(raw: &[Figures; 3], msg: &[Figures; 3], seconds: u64, rounds: u32) {
+    println!(
+        "shoal bench net: median of {rounds} rounds of {seconds} s, 127.0.0.1, one thread per side"
+    );
+    println!(
+        "{:<44} {:>12} {:>12} {:>8}",
+        "measurement", "raw TCP", "messenger", "ratio"
+    );
+    let row = |name: &str, r: f64, m: f64| {
+        println!("{name:<44} {r:>12.2} {m:>12.2} {:>7.2}x", m / r);
+    };
+    row(
+        "(a) 4 KiB req/resp QD1, p50 latency (us)",
+        raw[0].p50_us,
+        msg[0].p50_us,
+    );
+    row(
+        "(a) 4 KiB req/resp QD1, p99 latency (us)",
+        raw[0].p99_us,
+        msg[0].p99_us,
+    );
+    row(
+        "(b) 4 KiB requests QD64, ops/s",
+        raw[1].ops_per_s,
+        msg[1].ops_per_s,
+    );
+    row(
+        "(b) 4 KiB requests QD64, CPU us/op (both)",
+        raw[1].cpu_us_per_op,
+        msg[1].cpu_us_per_op,
+    );
+    row(
+        "(c) 4 MiB messages, 16 in flight, GB/s",
+        raw[2].gb_per_s,
+        msg[2].gb_per_s,
+    );
+}
+
+fn print_json(raw: &[Figures; 3], msg: &[Figures; 3], seconds: u64, rounds: u32) {
+    let side = |f: &[Figures; 3]| {
+        serde_json::json!({
+            "qd1_4k_p50_us": f[0].p50_us,
+            "qd1_4k_p99_us": f[0].p99_us,
+            "qd64_4k_ops_per_s": f[1].ops_per_s,
+            "qd64_4k_cpu_us_per_op": f[1].cpu_us_per_op,
+            "inflight16_4m_gb_per_s": f[2].gb_per_s,
+        })
+    };
+    let v = serde_json::json!({
+        "seconds": seconds,
+        "rounds": rounds,
+        "raw_tcp": side(raw),
+        "messenger": side(msg),
+    });
+    println!("{v}");
+}
+
+fn percentiles(mut lat: Vec<Duration>) -> (f64, f64) {
+    lat.sort_unstable();
+    let at = |q: f64| {
+        let i = ((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1));
+        lat.get(i)
+            .map(|d| d.as_secs_f64() * 1e6)
+            .unwrap_or(f64::NAN)
+    };
+    (at(0.50), at(0.99))
+}
+
+/// Process CPU time (user + system) so far.
+fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which may contain spaces.
+            let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let utime: u64 = rest.get(11)?.parse().ok()?;
+            let stime: u64 = rest.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    // Linux reports in USER_HZ, which is 100 on every mainstream platform.
+    Duration::from_millis(ticks * 10)
+}
+
+fn measure_ops(f: impl FnOnce() -> anyhow::Result<(u64, Duration)>) -> anyhow::Result<Figures> {
+    let cpu0 = cpu_time();
+    let (ops, elapsed) = f()?;
+    let cpu = cpu_time().saturating_sub(cpu0);
+    Ok(Figures {
+        ops_per_s: ops as f64 / elapsed.as_secs_f64(),
+        cpu_us_per_op: cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
+        ..Figures::default()
+    })
+}
+
+/// Runs `server` on one thread and `client` on another, each on its own
+/// single-threaded runtime; the server hands its address to the client.
+fn two_sides<S, SF, C, CF, R>(server: S, client: C) -> anyhow::Result<R>
+where
+    S: FnOnce(std::sync::mpsc::Sender<SocketAddr>, tokio::sync::oneshot::Receiver<()>) -> SF
+        + Send
+        + 'static,
+    SF: std::future::Future<Output = anyhow::Result<()>>,
+    C: FnOnce(SocketAddr) -> CF,
+    CF: std::future::Future<Output = anyhow::Result<R>>,
+{
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let srv = std::thread::spawn(move || -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(server(addr_tx, stop_rx))
+    });
+    let addr = addr_rx.recv().context("benchmark server failed to start")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(client(addr));
+    let _ = stop_tx.send(());
+    srv.join()
+        .map_err(|_| anyhow::anyhow!("benchmark server thread panicked"))??;
+    result
+}
+
+/// A raw TCP server answering each `req`-byte request with `resp` bytes.
+fn raw_server(
+    req: usize,
+    resp: usize,
+) -> impl FnOnce(
+    std::sync::mpsc::Sender<SocketAddr>,
+    tokio::sync::oneshot::Receiver<()>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>
++ Send
++ 'static {
+    move |addr_tx, stop| {
+        Box::pin(async move {
+            let l = TcpListener::bind("127.0.0.1:0").await?;
+            addr_tx.send(l.local_addr()?)?;
+            let (mut s, _) = l.accept().await?;
+            s.set_nodelay(true)?;
+            let mut inbuf = vec![0u8; req];
+            let out = vec![1u8; resp];
+            let serve = async {
+                while s.read_exact(&mut inbuf).await.is_ok() {
+                    if s.write_all(&out).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::select! { _ = serve => {}, _ = stop => {} }
+            Ok(())
+        })
+    }
+}
+
+fn raw_pingpong(dur: Duration) -> anyhow::Result<Vec<Duration>> {
+    two_sides(raw_server(SMALL, SMALL), |addr| async move {
+        let mut s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let out = vec![2u8; SMALL];
+        let mut inbuf = vec![0u8; SMALL];
+        let mut lat = Vec::new();
+        let end = Instant::now() + dur;
+        while Instant::now() < end {
+            let t = Instant::now();
+            s.write_all(&out).await?;
+            s.read_exact(&mut inbuf).await?;
+            lat.push(t.elapsed());
+        }
+        Ok(lat)
+    })
+}
+
+/// Raw TCP with `inflight` requests of `size` bytes outstanding, each
+/// acknowledged with 8 bytes. Returns (requests completed, elapsed).
+fn raw_pipelined(size: usize, inflight: usize, dur: Duration) -> anyhow::Result<(u64, Duration)> {
+    two_sides(raw_server(size, 8), move |addr| async move {
+        let s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let (mut r, mut w) = s.into_split();
+        let window = Arc::new(Semaphore::new(inflight));
+        let end = Instant::now() + dur;
+        let start = Instant::now();
+        let win = Arc::clone(&window);
+        let writer = tokio::spawn(async move {
+            let out = vec![3u8; size];
+            while Instant::now() < end {
+                let Ok(p) = win.acquire().await else { break };
+                p.forget();
+                if w.write_all(&out).await.is_err() {
+                    break;
+                }
+            }
+            w
+        });
+        let mut ack = [0u8; 8];
+        let mut done = 0u64;
+        while Instant::now() < end {
+            r.read_exact(&mut ack).await?;
+            done += 1;
+            window.add_permits(1);
+        }
+        let elapsed = start.elapsed();
+        window.close();
+        drop(writer.await?);
+        Ok((done, elapsed))
+    })
+}
+
+fn bench_keys() -> (EntityName, EntityName, Keyring) {
+    let server = EntityName::osd(0);
+    let client: EntityName = "client.bench"
+        .parse()
+        .unwrap_or_else(|_| EntityName::osd(1));
+    let mut k = Keyring::default();
+    k.add_generated(server.clone());
+    k.add_generated(client.clone());
+    (server, client, k)
+}
+
+/// A messenger server (Ping is answered by the messenger itself).
+fn msgr_server(
+    name: EntityName,
+    keys: Keyring,
+    net: NetConfig,
+) -> impl FnOnce(
+    std::sync::mpsc::Sender<SocketAddr>,
+    tokio::sync::oneshot::Receiver<()>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>
++ Send
++ 'static {
+    move |addr_tx, stop| {
+        Box::pin(async move {
+            let auth = Arc::new(KeyringAuth::new(name.clone(), keys));
+            let m = Messenger::new(
+                name,
+                net,
+                Arc::new(TcpTransport),
+                auth,
+                Arc::new(|_: Incoming| {}),
+            );
+            addr_tx.send(m.bind("127.0.0.1:0".parse()?).await?)?;
+            let _ = stop.await;
+            m.shutdown().await;
+            Ok(())
+        })
+    }
+}
+
+fn msgr_client(name: EntityName, keys: Keyring, net: NetConfig) -> Messenger {
+    let auth = Arc::new(KeyringAuth::new(name.clone(), keys));
+    Messenger::new(
+        name,
+        net,
+        Arc::new(TcpTransport),
+        auth,
+        Arc::new(|_: Incoming| {}),
+    )
+}
+
+fn msgr_qd1(dur: Duration, net: &NetConfig) -> anyhow::Result<Vec<Duration>> {
+    let (s, c, k) = bench_keys();
+    let cnet = net.clone();
+    two_sides(
+        msgr_server(s, k.clone(), net.clone()),
+        move |addr| async move {
+            let m = msgr_client(c, k, cnet);
+            let conn = m.connect(addr).await?;
+            let data = Bytes::from(vec![2u8; SMALL]);
+            let mut lat = Vec::new();
+            let end = Instant::now() + dur;
+            let mut seq = 0;
+            while Instant::now() < end {
+                let t = Instant::now();
+                let r = conn.request(Ping { seq, echo: true }, data.clone()).await?;
+                anyhow::ensure!(r.data.len() == SMALL, "short echo");
+                lat.push(t.elapsed());
+                seq += 1;
+            }
+            m.shutdown().await;
+            Ok(lat)
+        },
+    )
+}
+
+fn msgr_pipelined(
+    size: usize,
+    inflight: usize,
+    dur: Duration,
+    net: &NetConfig,
+) -> anyhow::Result<(u64, Duration)> {
+    let (s, c, k) = bench_keys();
+    let cnet = net.clone();
+    two_sides(
+        msgr_server(s, k.clone(), net.clone()),
+        move |addr| async move {
+            let m = msgr_client(c, k, cnet);
+            let conn = m.connect(addr).await?;
+            let data = Bytes::from(vec![3u8; size]);
+            let start = Instant::now();
+            let end = start + dur;
+            let mut workers = Vec::new();
+            for _ in 0..inflight {
+                let conn = conn.clone();
+                let data = data.clone();
+                workers.push(tokio::spawn(async move {
+                    let mut done = 0u64;
+                    while Instant::now() < end {
+                        conn.request(
+                            Ping {
+                                seq: done,
+                                echo: false,
+                            },
+                            data.clone(),
+                        )
+                        .await?;
+                        done += 1;
+                    }
+                    anyhow::Ok(done)
+                }));
+            }
+            let mut total = 0;
+            for w in workers {
+                total += w.await??;
+            }
+            let elapsed = start.elapsed();
+            m.shutdown().await;
+            Ok((total, elapsed))
+        },
+    )
+}

@@ -1,0 +1,146 @@
+//! The `shoal` binary as a user runs it: version, help, configuration and
+//! keyring commands, and the errors a user sees.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn shoal(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env_remove("SHOAL_CONF")
+        .output()
+        .expect("run shoal")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shoal-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn version_names_the_commit() {
+    let o = shoal(&["--version"]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    // "shoal 0.1.0 (0123456789ab)" or "(unknown)" outside a git checkout.
+    let commit = out.trim().rsplit_once('(').unwrap().1.trim_end_matches(')');
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{out}"
+    );
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let (out, _) = text(&shoal(&["--help"]));
+    for cmd in ["config", "keyring", "bench", "crush", "--conf", "--set"] {
+        assert!(out.contains(cmd), "--help lacks {cmd}: {out}");
+    }
+}
+
+#[test]
+fn config_show_layers_file_and_overrides() {
+    let dir = scratch("show");
+    let conf = dir.join("shoal.toml");
+    std::fs::write(
+        &conf,
+        "[global]\nms_request_timeout_ms = 1234\n[osd.2]\nlog_level = \"debug\"\n",
+    )
+    .unwrap();
+    let o = shoal(&[
+        "--conf",
+        conf.to_str().unwrap(),
+        "--name",
+        "osd.2",
+        "--set",
+        "ms_reconnect_attempts=9",
+        "config",
+        "show",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("ms_request_timeout_ms = 1234  # [global]"),
+        "{out}"
+    );
+    assert!(out.contains("log_level = \"debug\"  # [osd.2]"), "{out}");
+    assert!(out.contains("ms_reconnect_attempts = 9  # --set"), "{out}");
+    // The same file through $SHOAL_CONF.
+    let o = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["config", "show"])
+        .env("SHOAL_CONF", &conf)
+        .output()
+        .unwrap();
+    assert!(text(&o).0.contains("ms_request_timeout_ms = 1234"));
+}
+
+#[test]
+fn config_errors_name_key_and_file() {
+    let dir = scratch("bad");
+    let conf = dir.join("bad.toml");
+    std::fs::write(&conf, "[client]\nms_request_timout_ms = 5\n").unwrap();
+    let o = shoal(&["--conf", conf.to_str().unwrap(), "config", "show"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("ms_request_timout_ms") && err.contains("bad.toml"),
+        "{err}"
+    );
+    std::fs::write(&conf, "[global]\nms_reconnect_attempts = \"many\"\n").unwrap();
+    let (_, err) = text(&shoal(&[
+        "--conf",
+        conf.to_str().unwrap(),
+        "config",
+        "show",
+    ]));
+    assert!(
+        err.contains("ms_reconnect_attempts") && err.contains("integer"),
+        "{err}"
+    );
+    let (_, err) = text(&shoal(&["--set", "bogus=1", "config", "show"]));
+    assert!(err.contains("bogus"), "{err}");
+    let (out, _) = text(&shoal(&["config", "options"]));
+    assert!(
+        out.contains("ms_inflight_bytes_max (an unsigned integer)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn keyring_create_add_list() {
+    let dir = scratch("keyring");
+    let k = dir.join("keyring");
+    let ks = k.to_str().unwrap();
+    assert!(
+        shoal(&["keyring", "create", ks, "-e", "client.admin", "-e", "mon.a"])
+            .status
+            .success()
+    );
+    assert!(
+        shoal(&["keyring", "add", ks, "-e", "osd.0"])
+            .status
+            .success()
+    );
+    let (out, _) = text(&shoal(&["keyring", "list", ks]));
+    assert_eq!(out, "mon.a\nosd.0\nclient.admin\n");
+    // Refuses to clobber or duplicate.
+    assert!(
+        !shoal(&["keyring", "create", ks, "-e", "client.x"])
+            .status
+            .success()
+    );
+    let (_, err) = text(&shoal(&["keyring", "add", ks, "-e", "osd.0"]));
+    assert!(err.contains("already has a key"), "{err}");
+    let (_, err) = text(&shoal(&["keyring", "list", "/nonexistent/keyring"]));
+    assert!(err.contains("/nonexistent/keyring"), "{err}");
+}

@@ -2,6 +2,8 @@
 //! request/reply, pipelining, one-way messages, timeouts, reconnects,
 //! backpressure, shutdown, and every way a handshake can fail.
 
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -370,7 +370,8 @@ mod tests {
     #[test]
     fn corruption_is_detected() {
         let enc = encode_frame(1, FrameFlags::default(), 9, b"ctl", b"data");
-        let cases: [(usize, fn(&FrameError) -> bool); 6] = [
+        type Check = fn(&FrameError) -> bool;
+        let cases: [(usize, Check); 6] = [
             (0, |e| matches!(e, FrameError::BadMagic(_))),
             (4, |e| matches!(e, FrameError::BadVersion(_))),
             (10, |e| matches!(e, FrameError::Reserved { .. })),

@@ -1,6 +1,8 @@
 //! The `shoal` binary as a user runs it: version, help, configuration and
 //! keyring commands, and the errors a user sees.
 
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -45,6 +45,9 @@ pub struct NetArgs {
     /// Seconds each measurement runs.
     #[arg(long, default_value_t = 2)]
     seconds: u64,
+    /// Which measurements to run: any of a, b, c.
+    #[arg(long, default_value = "abc")]
+    only: String,
     /// Rounds; each figure is the median over the rounds.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
@@ -87,12 +90,18 @@ fn bench_net(a: NetArgs, config: &Config) -> anyhow::Result<()> {
         );
         let mut raw = [Figures::default(); 3];
         let mut msg = [Figures::default(); 3];
-        (raw[0].p50_us, raw[0].p99_us) = percentiles(raw_pingpong(dur)?);
-        (msg[0].p50_us, msg[0].p99_us) = percentiles(msgr_qd1(dur, &net)?);
-        raw[1] = measure_ops(|| raw_pipelined(SMALL, 64, dur))?;
-        msg[1] = measure_ops(|| msgr_pipelined(SMALL, 64, dur, &net))?;
-        raw[2] = measure_ops(|| raw_pipelined(LARGE, 16, dur))?;
-        msg[2] = measure_ops(|| msgr_pipelined(LARGE, 16, dur, &net))?;
+        if a.only.contains('a') {
+            (raw[0].p50_us, raw[0].p99_us) = percentiles(raw_pingpong(dur)?);
+            (msg[0].p50_us, msg[0].p99_us) = percentiles(msgr_qd1(dur, &net)?);
+        }
+        if a.only.contains('b') {
+            raw[1] = measure_ops(|| raw_pipelined(SMALL, 64, dur))?;
+            msg[1] = measure_ops(|| msgr_pipelined(SMALL, 64, dur, &net))?;
+        }
+        if a.only.contains('c') {
+            raw[2] = measure_ops(|| raw_pipelined(LARGE, 16, dur))?;
+            msg[2] = measure_ops(|| msgr_pipelined(LARGE, 16, dur, &net))?;
+        }
         for f in [&mut raw[2], &mut msg[2]] {
             f.gb_per_s = f.ops_per_s * LARGE as f64 / 1e9;
         }
@@ -222,14 +231,20 @@ fn measure_ops(f: impl FnOnce() -> anyhow::Result<(u64, Duration)>) -> anyhow::R
     })
 }
 
+type ServerFuture = std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
+/// A benchmark server: reports its address, serves until told to stop.
+type ServerFn = Box<
+    dyn FnOnce(
+            std::sync::mpsc::Sender<SocketAddr>,
+            tokio::sync::oneshot::Receiver<()>,
+        ) -> ServerFuture
+        + Send,
+>;
+
 /// Runs `server` on one thread and `client` on another, each on its own
 /// single-threaded runtime; the server hands its address to the client.
-fn two_sides<S, SF, C, CF, R>(server: S, client: C) -> anyhow::Result<R>
+fn two_sides<C, CF, R>(server: ServerFn, client: C) -> anyhow::Result<R>
 where
-    S: FnOnce(std::sync::mpsc::Sender<SocketAddr>, tokio::sync::oneshot::Receiver<()>) -> SF
-        + Send
-        + 'static,
-    SF: std::future::Future<Output = anyhow::Result<()>>,
     C: FnOnce(SocketAddr) -> CF,
     CF: std::future::Future<Output = anyhow::Result<R>>,
 {
@@ -253,16 +268,8 @@ where
 }
 
 /// A raw TCP server answering each `req`-byte request with `resp` bytes.
-fn raw_server(
-    req: usize,
-    resp: usize,
-) -> impl FnOnce(
-    std::sync::mpsc::Sender<SocketAddr>,
-    tokio::sync::oneshot::Receiver<()>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>
-+ Send
-+ 'static {
-    move |addr_tx, stop| {
+fn raw_server(req: usize, resp: usize) -> ServerFn {
+    Box::new(move |addr_tx, stop| {
         Box::pin(async move {
             let l = TcpListener::bind("127.0.0.1:0").await?;
             addr_tx.send(l.local_addr()?)?;
@@ -280,7 +287,7 @@ fn raw_server(
             tokio::select! { _ = serve => {}, _ = stop => {} }
             Ok(())
         })
-    }
+    })
 }
 
 fn raw_pingpong(dur: Duration) -> anyhow::Result<Vec<Duration>> {
@@ -349,17 +356,8 @@ fn bench_keys() -> (EntityName, EntityName, Keyring) {
 }
 
 /// A messenger server (Ping is answered by the messenger itself).
-fn msgr_server(
-    name: EntityName,
-    keys: Keyring,
-    net: NetConfig,
-) -> impl FnOnce(
-    std::sync::mpsc::Sender<SocketAddr>,
-    tokio::sync::oneshot::Receiver<()>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>
-+ Send
-+ 'static {
-    move |addr_tx, stop| {
+fn msgr_server(name: EntityName, keys: Keyring, net: NetConfig) -> ServerFn {
+    Box::new(move |addr_tx, stop| {
         Box::pin(async move {
             let auth = Arc::new(KeyringAuth::new(name.clone(), keys));
             let m = Messenger::new(
@@ -374,7 +372,7 @@ fn msgr_server(
             m.shutdown().await;
             Ok(())
         })
-    }
+    })
 }
 
 fn msgr_client(name: EntityName, keys: Keyring, net: NetConfig) -> Messenger {

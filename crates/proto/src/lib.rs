@@ -18,5 +18,5 @@ pub use frame::{
 };
 pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
-    MessageType, Ping, Pong, RejectCode,
+    MessageType, MonCommand, MonCommandReply, MonRaft, MonRaftReply, Ping, Pong, RejectCode,
 };

@@ -1,8 +1,8 @@
 //! Message schemas: the control part of each frame, by message type.
 //!
 //! Type numbers are part of the wire format and never reused: 1-9 handshake,
-//! 10-19 messenger-level messages; later ranges belong to the monitor
-//! (100-199), the OSD (200-299) and the front ends.
+//! 10-19 messenger-level messages, 100-199 monitors; later ranges belong to
+//! the OSD (200-299) and the front ends.
 
 use prost::Message as _;
 
@@ -146,6 +146,44 @@ impl ErrorReply {
     pub const SHUTTING_DOWN: u32 = 3;
 }
 
+/// A command for the monitors (`shoal status`, `shoal auth ls`, ...). The
+/// command itself is JSON in `command`, so the CLI and the monitor share one
+/// serde definition and new commands need no new message type.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonCommand {
+    /// The command, as JSON.
+    #[prost(string, tag = "1")]
+    pub command: String,
+}
+
+/// The monitors' answer to a [`MonCommand`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonCommandReply {
+    /// 0 on success, else a stable error code (see `shoal_mon::ErrorCode`).
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// JSON output on success, an error message otherwise.
+    #[prost(string, tag = "2")]
+    pub output: String,
+}
+
+/// A Raft RPC between monitors. The RPC body (openraft's own serde types)
+/// travels as JSON in the data part.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonRaft {
+    /// 1 append-entries, 2 vote, 3 install-snapshot.
+    #[prost(uint32, tag = "1")]
+    pub rpc: u32,
+}
+
+/// The answer to a [`MonRaft`] RPC; the body is JSON in the data part.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonRaftReply {
+    /// Whether the data part holds an error rather than a response.
+    #[prost(bool, tag = "1")]
+    pub error: bool,
+}
+
 /// Why a control part could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -235,6 +273,10 @@ messages! {
     10 => Ping,
     11 => Pong,
     12 => ErrorReply,
+    100 => MonCommand,
+    101 => MonCommandReply,
+    102 => MonRaft,
+    103 => MonRaftReply,
 }
 
 #[cfg(test)]

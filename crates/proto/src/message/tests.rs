@@ -51,6 +51,11 @@ fn any_message() -> impl Strategy<Value = Message> {
         any::<u64>().prop_map(|seq| Message::Pong(Pong { seq })),
         (any::<u32>(), ".{0,80}")
             .prop_map(|(code, message)| Message::ErrorReply(ErrorReply { code, message })),
+        ".{0,80}".prop_map(|command| Message::MonCommand(MonCommand { command })),
+        (any::<u32>(), ".{0,80}")
+            .prop_map(|(code, output)| Message::MonCommandReply(MonCommandReply { code, output })),
+        any::<u32>().prop_map(|rpc| Message::MonRaft(MonRaft { rpc })),
+        any::<bool>().prop_map(|error| Message::MonRaftReply(MonRaftReply { error })),
     ]
 }
 
@@ -60,7 +65,7 @@ fn the_strategy_covers_every_message_type() {
     use proptest::test_runner::TestRunner;
     let mut seen = std::collections::HashSet::new();
     let mut runner = TestRunner::deterministic();
-    for _ in 0..2000 {
+    for _ in 0..4000 {
         let m = any_message().new_tree(&mut runner).unwrap().current();
         seen.insert(m.msg_type());
     }

@@ -1,0 +1,428 @@
+//! The monitors' replicated state and the one function that changes it.
+//!
+//! [`MonState::apply`] is a pure, deterministic function of (state, request):
+//! every monitor applies the same committed requests in the same order and
+//! reaches the same state. Anything random (new keys) is chosen by the
+//! proposing monitor before the request is proposed, never while applying.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use shoal_types::EntityName;
+
+use crate::error::{ErrorCode, MonError};
+
+/// One monitor in the monitor map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonInfo {
+    /// Raft node id, derived from the name ([`node_id`]).
+    pub id: u64,
+    /// Where it listens (`ip:port`).
+    pub addr: String,
+}
+
+/// An entity's key and capabilities, as `shoal auth get` shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthEntry {
+    /// The secret key, base64.
+    pub key: String,
+    /// Capabilities by service: `mon` → `allow r`.
+    pub caps: BTreeMap<String, String>,
+}
+
+/// A replicated change, proposed through Raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MonRequest {
+    /// The first entry of a new cluster.
+    Bootstrap {
+        /// The cluster id.
+        fsid: String,
+        /// Initial monitors by name.
+        mons: BTreeMap<String, MonInfo>,
+        /// Initial entities (the bootstrap keyring).
+        auth: BTreeMap<String, AuthEntry>,
+    },
+    /// Adds an entity; with `if_missing`, an existing one is returned as is.
+    AuthAdd {
+        /// The entity.
+        entity: String,
+        /// Its key (chosen by the proposer).
+        key: String,
+        /// Its capabilities.
+        caps: BTreeMap<String, String>,
+        /// get-or-create semantics.
+        if_missing: bool,
+    },
+    /// Removes an entity.
+    AuthRm {
+        /// The entity.
+        entity: String,
+    },
+    /// Replaces an entity's capabilities.
+    AuthCaps {
+        /// The entity.
+        entity: String,
+        /// The new capabilities.
+        caps: BTreeMap<String, String>,
+    },
+    /// Sets a central configuration option for `who` (`global`, `osd`, `osd.3`).
+    ConfigSet {
+        /// The section.
+        who: String,
+        /// The option.
+        key: String,
+        /// Its value, as `--set` would take it.
+        value: String,
+    },
+    /// Removes a central configuration option.
+    ConfigRm {
+        /// The section.
+        who: String,
+        /// The option.
+        key: String,
+    },
+    /// Records a monitor added to the quorum.
+    MonAdd {
+        /// Its name (`d` for `mon.d`).
+        name: String,
+        /// Its address.
+        addr: String,
+    },
+    /// Records a monitor removed from the quorum.
+    MonRm {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// The result of applying a request: JSON output or an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MonResponse {
+    /// Applied; the output.
+    Ok(serde_json::Value),
+    /// Refused; nothing changed.
+    Err {
+        /// Stable code.
+        code: ErrorCode,
+        /// Message.
+        message: String,
+    },
+}
+
+/// The Raft node id of monitor `name`: a 64-bit FNV-1a hash of the name, so
+/// any process can compute it without coordination.
+pub fn node_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Everything the monitors agree on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonState {
+    /// The cluster id; empty until bootstrap.
+    pub fsid: String,
+    /// Monitor-map epoch: bumped by every membership change.
+    pub monmap_epoch: u64,
+    /// Monitors by name.
+    pub mons: BTreeMap<String, MonInfo>,
+    /// Entities by name (`client.admin`).
+    pub auth: BTreeMap<String, AuthEntry>,
+    /// Central configuration: section → option → value.
+    pub config: BTreeMap<String, BTreeMap<String, String>>,
+    /// Changes applied so far (successful ones).
+    pub version: u64,
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> MonError {
+    MonError::new(code, message)
+}
+
+fn entity(name: &str) -> Result<EntityName, MonError> {
+    name.parse()
+        .map_err(|e| err(ErrorCode::InvalidArgument, format!("{e}")))
+}
+
+/// Checks `who` is `global`, an entity type or an entity name.
+fn check_section(who: &str) -> Result<(), MonError> {
+    if who == "global" || who.parse::<shoal_types::EntityType>().is_ok() {
+        return Ok(());
+    }
+    entity(who).map(|_| ())
+}
+
+impl MonState {
+    /// Applies one committed request. Refused requests change nothing.
+    pub fn apply(&mut self, req: &MonRequest) -> MonResponse {
+        match self.try_apply(req) {
+            Ok(out) => {
+                self.version += 1;
+                MonResponse::Ok(out)
+            }
+            Err(e) => MonResponse::Err {
+                code: e.code,
+                message: e.message,
+            },
+        }
+    }
+
+    fn try_apply(&mut self, req: &MonRequest) -> Result<serde_json::Value, MonError> {
+        use serde_json::json;
+        if self.fsid.is_empty() && !matches!(req, MonRequest::Bootstrap { .. }) {
+            return Err(err(ErrorCode::Again, "cluster not bootstrapped yet"));
+        }
+        match req {
+            MonRequest::Bootstrap { fsid, mons, auth } => {
+                if !self.fsid.is_empty() {
+                    return Err(err(ErrorCode::Exists, "cluster already bootstrapped"));
+                }
+                self.fsid = fsid.clone();
+                self.mons = mons.clone();
+                self.auth = auth.clone();
+                self.monmap_epoch = 1;
+                Ok(json!({ "fsid": fsid }))
+            }
+            MonRequest::AuthAdd {
+                entity: name,
+                key,
+                caps,
+                if_missing,
+            } => {
+                entity(name)?;
+                if let Some(existing) = self.auth.get(name) {
+                    if *if_missing {
+                        return Ok(json!({ name.clone(): existing }));
+                    }
+                    return Err(err(ErrorCode::Exists, format!("entity {name} exists")));
+                }
+                let entry = AuthEntry {
+                    key: key.clone(),
+                    caps: caps.clone(),
+                };
+                let out = json!({ name.clone(): &entry });
+                self.auth.insert(name.clone(), entry);
+                Ok(out)
+            }
+            MonRequest::AuthRm { entity: name } => {
+                self.auth
+                    .remove(name)
+                    .ok_or_else(|| err(ErrorCode::NotFound, format!("no entity {name}")))?;
+                Ok(json!({}))
+            }
+            MonRequest::AuthCaps { entity: name, caps } => {
+                let e = self
+                    .auth
+                    .get_mut(name)
+                    .ok_or_else(|| err(ErrorCode::NotFound, format!("no entity {name}")))?;
+                e.caps = caps.clone();
+                Ok(json!({ name.clone(): e }))
+            }
+            MonRequest::ConfigSet { who, key, value } => {
+                check_section(who)?;
+                // Validate exactly as a config file or --set would.
+                let arg = format!("{key}={value}");
+                shoal_config::Config::parse(
+                    "",
+                    shoal_config::ConfigSource::Defaults,
+                    &"client.check"
+                        .parse()
+                        .map_err(|_| err(ErrorCode::Internal, "name"))?,
+                    &[arg],
+                )
+                .map_err(|e| err(ErrorCode::InvalidArgument, e.to_string()))?;
+                self.config
+                    .entry(who.clone())
+                    .or_default()
+                    .insert(key.clone(), value.clone());
+                Ok(json!({}))
+            }
+            MonRequest::ConfigRm { who, key } => {
+                let section = self.config.get_mut(who);
+                let removed = section.and_then(|s| s.remove(key));
+                if removed.is_none() {
+                    return Err(err(
+                        ErrorCode::NotFound,
+                        format!("{key} is not set for {who}"),
+                    ));
+                }
+                self.config.retain(|_, s| !s.is_empty());
+                Ok(json!({}))
+            }
+            MonRequest::MonAdd { name, addr } => {
+                if self.mons.contains_key(name) {
+                    return Err(err(ErrorCode::Exists, format!("mon.{name} exists")));
+                }
+                let info = MonInfo {
+                    id: node_id(name),
+                    addr: addr.clone(),
+                };
+                self.mons.insert(name.clone(), info);
+                self.monmap_epoch += 1;
+                Ok(json!({ "epoch": self.monmap_epoch }))
+            }
+            MonRequest::MonRm { name } => {
+                self.mons
+                    .remove(name)
+                    .ok_or_else(|| err(ErrorCode::NotFound, format!("no mon.{name}")))?;
+                self.monmap_epoch += 1;
+                Ok(json!({ "epoch": self.monmap_epoch }))
+            }
+        }
+    }
+
+    /// The central configuration that applies to `who`, as `--set`
+    /// arguments, lowest precedence first (global, type, entity).
+    pub fn config_for(&self, who: &EntityName) -> Vec<String> {
+        let sections = ["global".to_string(), who.ty().to_string(), who.to_string()];
+        sections
+            .iter()
+            .filter_map(|s| self.config.get(s))
+            .flat_map(|kv| kv.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn booted() -> MonState {
+        let mut s = MonState::default();
+        let mut mons = BTreeMap::new();
+        mons.insert(
+            "a".to_string(),
+            MonInfo {
+                id: node_id("a"),
+                addr: "127.0.0.1:6789".into(),
+            },
+        );
+        let r = s.apply(&MonRequest::Bootstrap {
+            fsid: "f".into(),
+            mons,
+            auth: BTreeMap::new(),
+        });
+        assert!(matches!(r, MonResponse::Ok(_)));
+        s
+    }
+
+    fn code(r: MonResponse) -> Option<ErrorCode> {
+        match r {
+            MonResponse::Ok(_) => None,
+            MonResponse::Err { code, .. } => Some(code),
+        }
+    }
+
+    #[test]
+    fn nothing_before_bootstrap_and_bootstrap_once() {
+        let mut s = MonState::default();
+        let r = s.apply(&MonRequest::AuthRm {
+            entity: "client.x".into(),
+        });
+        assert_eq!(code(r), Some(ErrorCode::Again));
+        let mut s = booted();
+        let again = MonRequest::Bootstrap {
+            fsid: "g".into(),
+            mons: BTreeMap::new(),
+            auth: BTreeMap::new(),
+        };
+        assert_eq!(code(s.apply(&again)), Some(ErrorCode::Exists));
+        assert_eq!(s.fsid, "f");
+    }
+
+    #[test]
+    fn auth_add_get_or_create_caps_rm() {
+        let mut s = booted();
+        let add = |if_missing, key: &str| MonRequest::AuthAdd {
+            entity: "client.x".into(),
+            key: key.into(),
+            caps: BTreeMap::from([("mon".to_string(), "allow r".to_string())]),
+            if_missing,
+        };
+        assert_eq!(code(s.apply(&add(false, "k1"))), None);
+        assert_eq!(code(s.apply(&add(false, "k2"))), Some(ErrorCode::Exists));
+        // get-or-create returns the existing key, not the new one.
+        assert_eq!(code(s.apply(&add(true, "k3"))), None);
+        assert_eq!(s.auth["client.x"].key, "k1");
+        let caps = MonRequest::AuthCaps {
+            entity: "client.x".into(),
+            caps: BTreeMap::from([("osd".to_string(), "allow rw".to_string())]),
+        };
+        assert_eq!(code(s.apply(&caps)), None);
+        assert_eq!(s.auth["client.x"].caps["osd"], "allow rw");
+        let rm = MonRequest::AuthRm {
+            entity: "client.x".into(),
+        };
+        assert_eq!(code(s.apply(&rm)), None);
+        assert_eq!(code(s.apply(&rm)), Some(ErrorCode::NotFound));
+        let bad = MonRequest::AuthAdd {
+            entity: "nobody".into(),
+            key: "k".into(),
+            caps: BTreeMap::new(),
+            if_missing: false,
+        };
+        assert_eq!(code(s.apply(&bad)), Some(ErrorCode::InvalidArgument));
+    }
+
+    #[test]
+    fn central_config_is_validated_and_layered() {
+        let mut s = booted();
+        let set = |who: &str, key: &str, value: &str| MonRequest::ConfigSet {
+            who: who.into(),
+            key: key.into(),
+            value: value.into(),
+        };
+        assert_eq!(
+            code(s.apply(&set("global", "ms_request_timeout_ms", "100"))),
+            None
+        );
+        assert_eq!(code(s.apply(&set("osd.3", "log_level", "debug"))), None);
+        assert_eq!(
+            code(s.apply(&set("osd", "ms_reconnect_attempts", "3"))),
+            None
+        );
+        assert_eq!(
+            code(s.apply(&set("osd.3", "no_such_key", "1"))),
+            Some(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            code(s.apply(&set("osd.3", "ms_request_timeout_ms", "soon"))),
+            Some(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            code(s.apply(&set("disk.1", "log_level", "x"))),
+            Some(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            s.config_for(&EntityName::osd(3)),
+            vec![
+                "ms_request_timeout_ms=100".to_string(),
+                "ms_reconnect_attempts=3".to_string(),
+                "log_level=debug".to_string()
+            ]
+        );
+        assert_eq!(s.config_for(&EntityName::osd(4)).len(), 2);
+        let rm = MonRequest::ConfigRm {
+            who: "osd.3".into(),
+            key: "log_level".into(),
+        };
+        assert_eq!(code(s.apply(&rm)), None);
+        assert_eq!(code(s.apply(&rm)), Some(ErrorCode::NotFound));
+        assert!(!s.config.contains_key("osd.3"));
+    }
+
+    #[test]
+    fn monmap_changes_bump_the_epoch() {
+        let mut s = booted();
+        let add = MonRequest::MonAdd {
+            name: "b".into(),
+            addr: "127.0.0.1:6790".into(),
+        };
+        assert_eq!(code(s.apply(&add)), None);
+        assert_eq!(code(s.apply(&add)), Some(ErrorCode::Exists));
+        assert_eq!(s.monmap_epoch, 2);
+        assert_eq!(s.mons["b"].id, node_id("b"));
+        assert_eq!(code(s.apply(&MonRequest::MonRm { name: "a".into() })), None);
+        assert_eq!(s.monmap_epoch, 3);
+        assert_ne!(node_id("a"), node_id("b"));
+    }
+}

@@ -5,15 +5,26 @@
 //! The replicated state machine ([`MonState`]) is a pure function of the
 //! committed requests; its log, vote and snapshots are stored crash-safely
 //! under the data directory ([`MonStore`]). Raft RPCs and client commands
-//! travel over the messenger. This crate depends on the messenger and the
-//! configuration schema, never on the OSD or the client library.
+//! travel over the messenger ([`MonNetwork`], [`Monitor`], [`MonClient`]).
+//! This crate depends on the messenger and the configuration schema, never
+//! on the OSD or the client library.
 
+mod client;
+mod command;
 mod error;
+mod mkfs;
+mod network;
+mod service;
 mod state;
 mod store;
 mod types;
 
+pub use client::MonClient;
+pub use command::{Command, MonCaps, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
+pub use mkfs::{MonMeta, mkfs, new_fsid};
+pub use network::MonNetwork;
+pub use service::{Monitor, MonitorOptions};
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 pub use store::MonStore;
 pub use types::{MonRaft, TypeConfig};

@@ -1,0 +1,662 @@
+//! The monitor daemon: a messenger, a Raft node over [`MonStore`], and the
+//! handling of Raft RPCs and client commands.
+//!
+//! Any monitor accepts any command. It checks the caller's `mon`
+//! capabilities, then runs the command itself if it leads, or forwards it to
+//! the leader and relays the answer. Reads are linearizable (the leader
+//! confirms its leadership with a quorum first); writes are answered once
+//! committed. Without a quorum, a command fails with `NoQuorum` within the
+//! command timeout instead of hanging.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use openraft::{BasicNode, ChangeMembers, Config, SnapshotPolicy};
+use serde_json::{Value, json};
+use shoal_net::{
+    AuthProvider, Dispatcher, Incoming, Keyring, Messenger, NetConfig, Responder, Secret, Transport,
+};
+use shoal_proto::{ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, Ping};
+use shoal_types::{EntityName, EntityType};
+
+use crate::command::{Command, parse_mon_caps};
+use crate::error::{ErrorCode, MonError};
+use crate::mkfs::MonMeta;
+use crate::network::{MonNetwork, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
+use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
+use crate::store::MonStore;
+use crate::types::MonRaft as Raft;
+
+/// How a monitor runs.
+#[derive(Debug, Clone)]
+pub struct MonitorOptions {
+    /// The data directory made by `mkfs`.
+    pub data: PathBuf,
+    /// Messenger settings.
+    pub net: NetConfig,
+    /// Raft heartbeat interval.
+    pub heartbeat: Duration,
+    /// Raft election timeout (the lower bound; the upper is twice it).
+    pub election_timeout: Duration,
+    /// Log entries between snapshots.
+    pub snapshot_every: u64,
+    /// How long a command may wait for a leader and a commit.
+    pub command_timeout: Duration,
+}
+
+/// A running monitor.
+#[derive(Clone, Debug)]
+pub struct Monitor {
+    core: Arc<Core>,
+}
+
+struct Core {
+    me: EntityName,
+    id: u64,
+    meta: MonMeta,
+    raft: Raft,
+    state: Arc<RwLock<MonState>>,
+    msgr: Messenger,
+    opts: MonitorOptions,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Monitor({})", self.me)
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> MonError {
+    MonError::new(ErrorCode::Internal, e.to_string())
+}
+
+fn read_state(state: &RwLock<MonState>) -> std::sync::RwLockReadGuard<'_, MonState> {
+    // apply() never panics while holding the lock; a poisoned lock still
+    // holds a consistent state.
+    state.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keys come from the replicated auth database; before bootstrap, from the
+/// bootstrap keyring in the data directory.
+struct MonAuth {
+    me: EntityName,
+    keyring: Keyring,
+    state: Arc<RwLock<MonState>>,
+}
+
+impl AuthProvider for MonAuth {
+    fn own_secret(&self) -> Option<Secret> {
+        self.keyring.get(&self.me).map(|e| e.key.clone())
+    }
+    fn secret_for(&self, peer: &EntityName) -> Option<Secret> {
+        let from_state = read_state(&self.state)
+            .auth
+            .get(&peer.to_string())
+            .and_then(|e| Secret::from_base64(&e.key).ok());
+        from_state.or_else(|| self.keyring.get(peer).map(|e| e.key.clone()))
+    }
+}
+
+/// Routes messages to the core once it exists.
+struct MonDispatcher {
+    core: Arc<OnceLock<Arc<Core>>>,
+}
+
+impl Dispatcher for MonDispatcher {
+    fn dispatch(&self, inc: Incoming) {
+        let Some(core) = self.core.get().cloned() else {
+            if let Some(r) = inc.responder {
+                tokio::spawn(r.error(ErrorReply::SHUTTING_DOWN, "monitor starting"));
+            }
+            return;
+        };
+        let Some(responder) = inc.responder else {
+            return;
+        };
+        let caller = inc.conn.peer().name.clone();
+        tokio::spawn(async move {
+            match inc.msg {
+                Message::MonRaft(MonRaft { rpc }) => core.raft_rpc(rpc, inc.data, responder).await,
+                Message::MonCommand(MonCommand { command }) => {
+                    let reply = core.command(&caller, &command).await;
+                    let _ = responder.reply(to_reply(reply), Bytes::new()).await;
+                }
+                other => {
+                    let msg = format!("monitors do not handle {}", other.msg_type().name());
+                    let _ = responder.error(ErrorReply::UNSUPPORTED, msg).await;
+                }
+            }
+        });
+    }
+}
+
+fn to_reply(r: Result<Value, MonError>) -> MonCommandReply {
+    match r {
+        Ok(v) => MonCommandReply {
+            code: 0,
+            output: v.to_string(),
+        },
+        Err(e) => MonCommandReply {
+            code: e.code as u32,
+            output: e.message,
+        },
+    }
+}
+
+impl Monitor {
+    /// Starts the monitor in `opts.data`, listening on its address from the
+    /// initial monitors (or `listen` when given).
+    pub async fn start(
+        opts: MonitorOptions,
+        transport: Arc<dyn Transport>,
+        listen: Option<SocketAddr>,
+    ) -> Result<Monitor, MonError> {
+        let meta = MonMeta::load(&opts.data)?;
+        let me = meta.entity()?;
+        let keyring_path = opts.data.join("keyring");
+        let keyring = Keyring::load(&keyring_path).map_err(internal)?;
+        let store = MonStore::open(&opts.data).map_err(internal)?;
+        let fresh = store.is_fresh().await;
+        let state = store.state();
+        let slot = Arc::new(OnceLock::new());
+        let auth = Arc::new(MonAuth {
+            me: me.clone(),
+            keyring: keyring.clone(),
+            state: Arc::clone(&state),
+        });
+        let dispatcher = Arc::new(MonDispatcher {
+            core: Arc::clone(&slot),
+        });
+        let msgr = Messenger::new(me.clone(), opts.net.clone(), transport, auth, dispatcher);
+        let addr = match listen {
+            Some(a) => a,
+            None => {
+                let own = meta.initial.get(&meta.name).cloned();
+                let recorded = read_state(&state)
+                    .mons
+                    .get(&meta.name)
+                    .map(|m| m.addr.clone());
+                let a = recorded.or(own).unwrap_or_default();
+                a.parse().map_err(|_| {
+                    internal(format!("mon.{} has no valid address ({a:?})", meta.name))
+                })?
+            }
+        };
+        msgr.bind(addr).await.map_err(internal)?;
+        let config = Config {
+            cluster_name: "shoal-mon".into(),
+            heartbeat_interval: opts.heartbeat.as_millis() as u64,
+            election_timeout_min: opts.election_timeout.as_millis() as u64,
+            election_timeout_max: 2 * opts.election_timeout.as_millis() as u64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
+            max_in_snapshot_log_to_keep: 64,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(internal)?;
+        let id = node_id(&meta.name);
+        let (log, sm) = openraft::storage::Adaptor::new(store);
+        let raft = Raft::new(id, Arc::new(config), MonNetwork::new(msgr.clone()), log, sm)
+            .await
+            .map_err(internal)?;
+        let core = Arc::new(Core {
+            me,
+            id,
+            meta,
+            raft,
+            state,
+            msgr,
+            opts,
+        });
+        let _ = slot.set(Arc::clone(&core));
+        if fresh && core.meta.initial.keys().next() == Some(&core.meta.name) {
+            tokio::spawn(Arc::clone(&core).bootstrap(keyring));
+        }
+        tracing::info!(mon = %core.me, %addr, "monitor started");
+        Ok(Monitor { core })
+    }
+
+    /// The replicated state as this monitor has applied it.
+    pub fn state(&self) -> MonState {
+        read_state(&self.core.state).clone()
+    }
+
+    /// Where this monitor listens.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.core.msgr.local_addr()
+    }
+
+    /// The current leader's node id, if known.
+    pub async fn leader(&self) -> Option<u64> {
+        self.core.raft.current_leader().await
+    }
+
+    /// Runs a command as `caller` would.
+    pub async fn command(&self, caller: &EntityName, cmd: &Command) -> Result<Value, MonError> {
+        let json = serde_json::to_string(cmd).map_err(internal)?;
+        self.core.command(caller, &json).await
+    }
+
+    /// Stops Raft and the messenger.
+    pub async fn shutdown(&self) {
+        let _ = self.core.raft.shutdown().await;
+        self.core.msgr.shutdown().await;
+    }
+}
+
+impl Core {
+    /// Initializes Raft with the initial monitors and proposes the first
+    /// entry: fsid, monitor map and bootstrap keys.
+    async fn bootstrap(self: Arc<Self>, keyring: Keyring) {
+        let members: BTreeMap<u64, BasicNode> = self
+            .meta
+            .initial
+            .iter()
+            .map(|(n, a)| (node_id(n), BasicNode { addr: a.clone() }))
+            .collect();
+        if let Err(e) = self.raft.initialize(members).await {
+            tracing::warn!("raft initialize: {e}");
+        }
+        let mons = self
+            .meta
+            .initial
+            .iter()
+            .map(|(n, a)| {
+                let info = MonInfo {
+                    id: node_id(n),
+                    addr: a.clone(),
+                };
+                (n.clone(), info)
+            })
+            .collect();
+        let auth = keyring
+            .entities()
+            .filter_map(|e| {
+                let entry = keyring.get(e)?;
+                let a = AuthEntry {
+                    key: entry.key.to_base64(),
+                    caps: entry.caps.clone(),
+                };
+                Some((e.to_string(), a))
+            })
+            .collect();
+        let req = MonRequest::Bootstrap {
+            fsid: self.meta.fsid.clone(),
+            mons,
+            auth,
+        };
+        while read_state(&self.state).fsid.is_empty() {
+            if self.raft.current_leader().await == Some(self.id) {
+                match self.raft.client_write(req.clone()).await {
+                    Ok(_) => tracing::info!(fsid = %self.meta.fsid, "cluster bootstrapped"),
+                    Err(e) => tracing::debug!("bootstrap proposal: {e}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn raft_rpc(&self, rpc: u32, body: Bytes, responder: Responder) {
+        fn answer<T: serde::Serialize, E: serde::Serialize>(r: Result<T, E>) -> (bool, Vec<u8>) {
+            match r {
+                Ok(v) => (false, serde_json::to_vec(&v).unwrap_or_default()),
+                Err(e) => (true, serde_json::to_vec(&e).unwrap_or_default()),
+            }
+        }
+        let result = match rpc {
+            RPC_APPEND => match serde_json::from_slice(&body) {
+                Ok(req) => Ok(answer(self.raft.append_entries(req).await)),
+                Err(e) => Err(e.to_string()),
+            },
+            RPC_VOTE => match serde_json::from_slice(&body) {
+                Ok(req) => Ok(answer(self.raft.vote(req).await)),
+                Err(e) => Err(e.to_string()),
+            },
+            RPC_SNAPSHOT => match serde_json::from_slice(&body) {
+                Ok(req) => Ok(answer(self.raft.install_snapshot(req).await)),
+                Err(e) => Err(e.to_string()),
+            },
+            other => Err(format!("unknown raft rpc {other}")),
+        };
+        let _ = match result {
+            Ok((error, data)) => {
+                responder
+                    .reply(MonRaftReply { error }, Bytes::from(data))
+                    .await
+            }
+            Err(e) => responder.error(ErrorReply::MALFORMED, e).await,
+        };
+    }
+
+    fn check_caps(&self, caller: &EntityName, cmd: &Command) -> Result<(), MonError> {
+        if caller.ty() == EntityType::Mon {
+            return Ok(());
+        }
+        let state = read_state(&self.state);
+        let cap = state
+            .auth
+            .get(&caller.to_string())
+            .and_then(|e| e.caps.get("mon"))
+            .map(String::as_str)
+            .unwrap_or("");
+        let caps = parse_mon_caps(cap);
+        let (ok, need) = if cmd.is_write() {
+            (caps.write, "w")
+        } else {
+            (caps.read, "r")
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(MonError::new(
+                ErrorCode::PermissionDenied,
+                format!("{caller} lacks mon '{need}' capability (has {cap:?})"),
+            ))
+        }
+    }
+
+    /// Runs or forwards one command until it succeeds, fails for good, or
+    /// the command timeout passes.
+    async fn command(&self, caller: &EntityName, json: &str) -> Result<Value, MonError> {
+        let cmd: Command = serde_json::from_str(json)
+            .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("bad command: {e}")))?;
+        self.check_caps(caller, &cmd)?;
+        let deadline = Instant::now() + self.opts.command_timeout;
+        let mut last = String::from("no leader elected");
+        while Instant::now() < deadline {
+            let outcome = match self.raft.current_leader().await {
+                Some(l) if l == self.id => self.lead(&cmd, deadline).await,
+                Some(l) => self.forward(l, json, deadline).await,
+                None => Err(Retry("no leader elected".into())),
+            };
+            match outcome {
+                Ok(r) => return r,
+                Err(Retry(why)) => last = why,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(MonError::new(
+            ErrorCode::NoQuorum,
+            format!(
+                "no quorum: {} could not complete the command within {:?} ({last})",
+                self.me, self.opts.command_timeout
+            ),
+        ))
+    }
+
+    async fn forward(&self, leader: u64, json: &str, deadline: Instant) -> Outcome {
+        let addr = {
+            let state = read_state(&self.state);
+            state
+                .mons
+                .values()
+                .find(|m| m.id == leader)
+                .map(|m| m.addr.clone())
+        };
+        let addr = addr
+            .or_else(|| {
+                let m = self.raft.metrics().borrow().membership_config.clone();
+                m.membership().get_node(&leader).map(|n| n.addr.clone())
+            })
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .ok_or_else(|| Retry(format!("leader {leader} has no known address")))?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let conn = self
+            .msgr
+            .connect(addr)
+            .await
+            .map_err(|e| Retry(e.to_string()))?;
+        let cmd = MonCommand {
+            command: json.to_string(),
+        };
+        let reply = conn
+            .request_with_timeout(cmd, Bytes::new(), remaining)
+            .await
+            .map_err(|e| Retry(e.to_string()))?;
+        match reply.msg {
+            Message::MonCommandReply(r) if r.code == ErrorCode::NoQuorum as u32 => {
+                Err(Retry(r.output))
+            }
+            Message::MonCommandReply(r) => Ok(from_reply(r)),
+            _ => Err(Retry("unexpected reply from the leader".into())),
+        }
+    }
+
+    /// Runs a command as the leader.
+    async fn lead(&self, cmd: &Command, deadline: Instant) -> Outcome {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let work = async {
+            if !cmd.is_write() {
+                self.raft
+                    .ensure_linearizable()
+                    .await
+                    .map_err(|e| Retry(e.to_string()))?;
+                return Ok(self.read(cmd).await);
+            }
+            match cmd {
+                Command::MonAdd { name, addr } => self.mon_add(name, addr).await,
+                Command::MonRm { name } => self.mon_rm(name).await,
+                _ => match self.to_request(cmd) {
+                    Ok(req) => self.propose(req).await,
+                    Err(e) => Ok(Err(e)),
+                },
+            }
+        };
+        match tokio::time::timeout(remaining, work).await {
+            Ok(r) => r,
+            Err(_) => Err(Retry("change not committed in time".into())),
+        }
+    }
+
+    async fn propose(&self, req: MonRequest) -> Outcome {
+        match self.raft.client_write(req).await {
+            Ok(resp) => Ok(match resp.data {
+                MonResponse::Ok(v) => Ok(v),
+                MonResponse::Err { code, message } => Err(MonError::new(code, message)),
+            }),
+            Err(e) => Err(Retry(e.to_string())),
+        }
+    }
+
+    fn to_request(&self, cmd: &Command) -> Result<MonRequest, MonError> {
+        let key = || Secret::generate().to_base64();
+        Ok(match cmd.clone() {
+            Command::AuthAdd { entity, caps } => MonRequest::AuthAdd {
+                entity,
+                key: key(),
+                caps,
+                if_missing: false,
+            },
+            Command::AuthGetOrCreate { entity, caps } => MonRequest::AuthAdd {
+                entity,
+                key: key(),
+                caps,
+                if_missing: true,
+            },
+            Command::AuthRm { entity } => MonRequest::AuthRm { entity },
+            Command::AuthCaps { entity, caps } => MonRequest::AuthCaps { entity, caps },
+            Command::ConfigSet { who, key, value } => MonRequest::ConfigSet { who, key, value },
+            Command::ConfigRm { who, key } => MonRequest::ConfigRm { who, key },
+            other => {
+                return Err(MonError::new(
+                    ErrorCode::Internal,
+                    format!("{other:?} is not a replicated change"),
+                ));
+            }
+        })
+    }
+
+    fn voters(&self) -> BTreeSet<u64> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        m.membership().voter_ids().collect()
+    }
+
+    async fn mon_add(&self, name: &str, addr: &str) -> Outcome {
+        if let Err(e) = EntityName::new(EntityType::Mon, name) {
+            return Ok(Err(MonError::new(
+                ErrorCode::InvalidArgument,
+                e.to_string(),
+            )));
+        }
+        if addr.parse::<SocketAddr>().is_err() {
+            let msg = format!("bad address {addr:?}");
+            return Ok(Err(MonError::new(ErrorCode::InvalidArgument, msg)));
+        }
+        if read_state(&self.state).mons.contains_key(name) {
+            return Ok(Err(MonError::new(
+                ErrorCode::Exists,
+                format!("mon.{name} exists"),
+            )));
+        }
+        let id = node_id(name);
+        let node = BasicNode {
+            addr: addr.to_string(),
+        };
+        self.raft
+            .add_learner(id, node, true)
+            .await
+            .map_err(|e| Retry(e.to_string()))?;
+        let mut voters = self.voters();
+        voters.insert(id);
+        self.raft
+            .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
+            .await
+            .map_err(|e| Retry(e.to_string()))?;
+        self.propose(MonRequest::MonAdd {
+            name: name.to_string(),
+            addr: addr.to_string(),
+        })
+        .await
+    }
+
+    async fn mon_rm(&self, name: &str) -> Outcome {
+        let Some(info) = read_state(&self.state).mons.get(name).cloned() else {
+            return Ok(Err(MonError::new(
+                ErrorCode::NotFound,
+                format!("no mon.{name}"),
+            )));
+        };
+        let mut voters = self.voters();
+        voters.remove(&info.id);
+        if voters.is_empty() {
+            let msg = "cannot remove the last monitor";
+            return Ok(Err(MonError::new(ErrorCode::InvalidArgument, msg)));
+        }
+        self.raft
+            .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
+            .await
+            .map_err(|e| Retry(e.to_string()))?;
+        self.propose(MonRequest::MonRm {
+            name: name.to_string(),
+        })
+        .await
+    }
+
+    /// Answers a read command from the applied state.
+    async fn read(&self, cmd: &Command) -> Result<Value, MonError> {
+        let state = read_state(&self.state).clone();
+        match cmd {
+            Command::Status | Command::MonStat => Ok(self.status(&state).await),
+            Command::AuthLs => Ok(json!(state.auth)),
+            Command::AuthGet { entity } => state
+                .auth
+                .get(entity)
+                .map(|e| json!({ entity.clone(): e }))
+                .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no entity {entity}"))),
+            Command::ConfigGet { who } => {
+                let mut merged = BTreeMap::new();
+                let sections: Vec<String> = match who.parse::<EntityName>() {
+                    Ok(e) => vec!["global".into(), e.ty().to_string(), e.to_string()],
+                    Err(_) => vec![who.clone()],
+                };
+                for s in sections {
+                    if let Some(kv) = state.config.get(&s) {
+                        for (k, v) in kv {
+                            merged.insert(k.clone(), json!({ "value": v, "section": s }));
+                        }
+                    }
+                }
+                Ok(json!(merged))
+            }
+            Command::ConfigDump => Ok(json!(state.config)),
+            other => Err(MonError::new(
+                ErrorCode::Internal,
+                format!("{other:?} is not a read"),
+            )),
+        }
+    }
+
+    /// Status: which monitors answer a ping now form the quorum view.
+    async fn status(&self, state: &MonState) -> Value {
+        let mut mons = Vec::new();
+        let mut quorum = Vec::new();
+        for (name, info) in &state.mons {
+            let up = if info.id == self.id {
+                true
+            } else {
+                self.ping(&info.addr).await
+            };
+            if up {
+                quorum.push(name.clone());
+            }
+            mons.push(json!({ "name": name, "addr": info.addr, "in_quorum": up }));
+        }
+        let health = if quorum.len() == state.mons.len() {
+            json!({ "status": "HEALTH_OK", "checks": [] })
+        } else {
+            let down: Vec<&String> = state.mons.keys().filter(|n| !quorum.contains(n)).collect();
+            json!({
+                "status": "HEALTH_WARN",
+                "checks": [format!("{} of {} monitors out of quorum: {down:?}",
+                                   down.len(), state.mons.len())],
+            })
+        };
+        let leader = state
+            .mons
+            .iter()
+            .find(|(_, m)| m.id == self.id)
+            .map(|(n, _)| n.clone());
+        json!({
+            "fsid": state.fsid,
+            "health": health,
+            "monmap": { "epoch": state.monmap_epoch, "mons": mons },
+            "quorum": quorum,
+            "leader": leader,
+            "version": state.version,
+        })
+    }
+
+    async fn ping(&self, addr: &str) -> bool {
+        let Ok(addr) = addr.parse() else { return false };
+        let probe = async {
+            let conn = self.msgr.connect(addr).await.ok()?;
+            let ping = Ping {
+                seq: 0,
+                echo: false,
+            };
+            conn.request_with_timeout(ping, Bytes::new(), Duration::from_millis(300))
+                .await
+                .ok()
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_millis(500), probe).await,
+            Ok(Some(_))
+        )
+    }
+}
+
+/// A command attempt that may succeed on the next try.
+struct Retry(String);
+type Outcome = Result<Result<Value, MonError>, Retry>;
+
+fn from_reply(r: MonCommandReply) -> Result<Value, MonError> {
+    if r.code == 0 {
+        serde_json::from_str(&r.output).map_err(internal)
+    } else {
+        Err(MonError::new(ErrorCode::from_u32(r.code), r.output))
+    }
+}

@@ -1,0 +1,373 @@
+//! Three monitors in one process over the in-memory network: bootstrap,
+//! commands through any monitor, capabilities, leader loss, loss of quorum,
+//! restart with identical state, and membership changes.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_mon::{Command, ErrorCode, MonClient, Monitor, MonitorOptions, mkfs};
+use shoal_net::{Incoming, Keyring, KeyringAuth, MemNetwork, Messenger, NetConfig, Secret};
+use shoal_types::EntityName;
+
+struct Cluster {
+    dir: PathBuf,
+    net: MemNetwork,
+    initial: BTreeMap<String, String>,
+    mons: BTreeMap<String, Monitor>,
+}
+
+fn opts(data: PathBuf) -> MonitorOptions {
+    MonitorOptions {
+        data,
+        net: NetConfig {
+            request_timeout: Duration::from_secs(2),
+            reconnect_attempts: 1,
+            connect_timeout: Duration::from_millis(300),
+            ..NetConfig::default()
+        },
+        heartbeat: Duration::from_millis(100),
+        election_timeout: Duration::from_millis(400),
+        snapshot_every: 20,
+        command_timeout: Duration::from_secs(3),
+    }
+}
+
+impl Cluster {
+    async fn new(tag: &str, names: &[&str]) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("shoal-quorum-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let initial: BTreeMap<String, String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), format!("127.0.0.1:{}", 6789 + i)))
+            .collect();
+        let first = names[0];
+        let ring = mkfs(&dir.join(first), first, &initial, None, None).unwrap();
+        for n in &names[1..] {
+            mkfs(&dir.join(n), n, &initial, Some(&ring), None).unwrap();
+        }
+        let mut c = Cluster {
+            dir,
+            net: MemNetwork::new(),
+            initial,
+            mons: BTreeMap::new(),
+        };
+        for n in names {
+            c.start(n).await;
+        }
+        c
+    }
+
+    async fn start(&mut self, name: &str) {
+        let m = Monitor::start(opts(self.dir.join(name)), Arc::new(self.net.clone()), None)
+            .await
+            .unwrap();
+        self.mons.insert(name.to_string(), m);
+    }
+
+    async fn stop(&mut self, name: &str) {
+        if let Some(m) = self.mons.remove(name) {
+            m.shutdown().await;
+        }
+    }
+
+    fn keyring(&self) -> Keyring {
+        let first = self.initial.keys().next().unwrap();
+        Keyring::load(&self.dir.join(first).join("keyring")).unwrap()
+    }
+
+    fn client_as(&self, name: &str, keyring: Keyring) -> MonClient {
+        let me: EntityName = name.parse().unwrap();
+        let auth = Arc::new(KeyringAuth::new(me.clone(), keyring));
+        let cfg = NetConfig {
+            reconnect_attempts: 1,
+            connect_timeout: Duration::from_millis(300),
+            ..NetConfig::default()
+        };
+        let msgr = Messenger::new(
+            me,
+            cfg,
+            Arc::new(self.net.clone()),
+            auth,
+            Arc::new(|_: Incoming| {}),
+        );
+        let addrs: Vec<SocketAddr> = self.initial.values().map(|a| a.parse().unwrap()).collect();
+        MonClient::new(msgr, addrs, Duration::from_secs(6))
+    }
+
+    fn admin(&self) -> MonClient {
+        self.client_as("client.admin", self.keyring())
+    }
+
+    async fn leader_name(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            for m in self.mons.values() {
+                if let Some(id) = m.leader().await {
+                    for (n, lm) in &self.mons {
+                        if shoal_mon::node_id(n) == id && lm.leader().await == Some(id) {
+                            return n.clone();
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader within 5 s");
+    }
+}
+
+async fn wait_bootstrapped(c: &MonClient) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = c.command(&Command::Status).await {
+            if s["fsid"].as_str().is_some_and(|f| !f.is_empty()) {
+                return s;
+            }
+        }
+        assert!(Instant::now() < deadline, "cluster did not bootstrap");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn caps(mon: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("mon".to_string(), mon.to_string())])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_commands_caps_failover_and_restart() {
+    let mut c = Cluster::new("main", &["a", "b", "c"]).await;
+    let admin = c.admin();
+    let status = wait_bootstrapped(&admin).await;
+    assert_eq!(status["health"]["status"], "HEALTH_OK", "{status}");
+    assert_eq!(status["quorum"].as_array().unwrap().len(), 3);
+
+    // Writes and reads through whichever monitor answers.
+    let out = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "client.ro".into(),
+            caps: caps("allow r"),
+        })
+        .await
+        .unwrap();
+    let key = out["client.ro"]["key"].as_str().unwrap().to_string();
+    let again = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "client.ro".into(),
+            caps: caps("allow *"),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        again["client.ro"]["key"],
+        key.as_str(),
+        "get-or-create made a new key"
+    );
+    let dup = admin
+        .command(&Command::AuthAdd {
+            entity: "client.ro".into(),
+            caps: caps("allow r"),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(dup.code, ErrorCode::Exists);
+    admin
+        .command(&Command::ConfigSet {
+            who: "osd.3".into(),
+            key: "log_level".into(),
+            value: "debug".into(),
+        })
+        .await
+        .unwrap();
+    let bad = admin
+        .command(&Command::ConfigSet {
+            who: "osd.3".into(),
+            key: "log_levle".into(),
+            value: "debug".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code, ErrorCode::InvalidArgument);
+    let got = admin
+        .command(&Command::ConfigGet {
+            who: "osd.3".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(got["log_level"]["value"], "debug");
+
+    // The new entity authenticates with its key and may only read.
+    let mut ro_ring = Keyring::default();
+    ro_ring.insert(
+        "client.ro".parse().unwrap(),
+        shoal_net::KeyringEntry {
+            key: Secret::from_base64(&key).unwrap(),
+            caps: BTreeMap::new(),
+        },
+    );
+    let ro = c.client_as("client.ro", ro_ring);
+    ro.command(&Command::AuthLs).await.unwrap();
+    let denied = ro
+        .command(&Command::AuthRm {
+            entity: "client.admin".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, ErrorCode::PermissionDenied);
+    assert!(
+        denied.message.contains("client.ro lacks mon 'w'"),
+        "{}",
+        denied.message
+    );
+    // A stranger never gets past the handshake.
+    let mut fake = Keyring::default();
+    fake.add_generated("client.admin".parse().unwrap());
+    let impostor = c.client_as("client.admin", fake);
+    let e = impostor.command(&Command::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoQuorum);
+    assert!(e.message.contains("rejected"), "{}", e.message);
+
+    // Lose the leader: a new one serves within 5 s.
+    let leader = c.leader_name().await;
+    c.stop(&leader).await;
+    let t = Instant::now();
+    admin
+        .command(&Command::ConfigSet {
+            who: "global".into(),
+            key: "ms_request_timeout_ms".into(),
+            value: "1234".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "failover took {:?}",
+        t.elapsed()
+    );
+    let s = admin.command(&Command::Status).await.unwrap();
+    assert_eq!(s["health"]["status"], "HEALTH_WARN", "{s}");
+
+    // One monitor alone refuses changes, within the command timeout.
+    let second = c.leader_name().await;
+    c.stop(&second).await;
+    let t = Instant::now();
+    let e = admin
+        .command(&Command::ConfigSet {
+            who: "global".into(),
+            key: "log_level".into(),
+            value: "warn".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoQuorum, "{}", e.message);
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        t.elapsed()
+    );
+
+    // Restart everything: all three agree on one state.
+    let names: Vec<String> = c.initial.keys().cloned().collect();
+    for n in &names {
+        c.stop(n).await;
+    }
+    for n in &names {
+        c.start(n).await;
+    }
+    let after = wait_bootstrapped(&admin).await;
+    assert_eq!(after["fsid"], status["fsid"]);
+    admin
+        .command(&Command::AuthGet {
+            entity: "client.ro".into(),
+        })
+        .await
+        .unwrap();
+    // Wait until every monitor has applied the same state.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let states: Vec<_> = c.mons.values().map(|m| m.state()).collect();
+        if states.windows(2).all(|w| w[0] == w[1]) {
+            assert_eq!(states[0].config["global"]["ms_request_timeout_ms"], "1234");
+            break;
+        }
+        assert!(Instant::now() < deadline, "monitors disagree after restart");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for n in &names {
+        c.stop(n).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitors_join_and_leave_at_runtime() {
+    let mut c = Cluster::new("members", &["a"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    // mon.b: made with the cluster's keyring, then added.
+    let ring = c.dir.join("a").join("keyring");
+    let mut k = Keyring::load(&ring).unwrap();
+    k.add_generated("mon.b".parse().unwrap());
+    let with_b = c.dir.join("keyring-b");
+    k.save(&with_b).unwrap();
+    admin
+        .command(&Command::AuthAdd {
+            entity: "mon.b".into(),
+            caps: caps("allow *"),
+        })
+        .await
+        .unwrap();
+    // Use the key the monitors now hold for mon.b.
+    let got = admin
+        .command(&Command::AuthGet {
+            entity: "mon.b".into(),
+        })
+        .await
+        .unwrap();
+    let key = Secret::from_base64(got["mon.b"]["key"].as_str().unwrap()).unwrap();
+    k.insert(
+        "mon.b".parse().unwrap(),
+        shoal_net::KeyringEntry {
+            key,
+            caps: BTreeMap::new(),
+        },
+    );
+    k.save(&with_b).unwrap();
+    let mut initial = c.initial.clone();
+    initial.insert("b".into(), "127.0.0.1:6800".into());
+    mkfs(&c.dir.join("b"), "b", &initial, Some(&with_b), None).unwrap();
+    c.start("b").await;
+    admin
+        .command(&Command::MonAdd {
+            name: "b".into(),
+            addr: "127.0.0.1:6800".into(),
+        })
+        .await
+        .unwrap();
+    let s = admin.command(&Command::MonStat).await.unwrap();
+    assert_eq!(s["monmap"]["mons"].as_array().unwrap().len(), 2, "{s}");
+    assert_eq!(s["monmap"]["epoch"], 2);
+    // b has the whole state.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.mons["b"].state() != c.mons["a"].state() {
+        assert!(Instant::now() < deadline, "mon.b did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    admin
+        .command(&Command::MonRm { name: "b".into() })
+        .await
+        .unwrap();
+    let s = admin.command(&Command::MonStat).await.unwrap();
+    assert_eq!(s["monmap"]["mons"].as_array().unwrap().len(), 1, "{s}");
+    let e = admin
+        .command(&Command::MonRm { name: "a".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument);
+    c.stop("b").await;
+    c.stop("a").await;
+}

@@ -24,7 +24,12 @@ pub fn parse_filter(spec: &str) -> Result<Targets, LogSpecError> {
         spec: spec.to_string(),
         reason,
     };
-    let mut targets = Targets::new().with_default(LevelFilter::INFO);
+    // openraft reports every failed heartbeat to a down monitor at ERROR;
+    // that is expected while a monitor is down, so it is silent unless asked
+    // for (`log_level = "info,openraft=warn"`).
+    let mut targets = Targets::new()
+        .with_default(LevelFilter::INFO)
+        .with_target("openraft", LevelFilter::OFF);
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('=') {
             None => {
@@ -45,6 +50,7 @@ pub fn parse_filter(spec: &str) -> Result<Targets, LogSpecError> {
 fn target_of(subsystem: &str) -> String {
     match subsystem {
         "store" => "shoal_objectstore".to_string(),
+        "openraft" => "openraft".to_string(),
         s if s.contains("::") || s.starts_with("shoal") => s.to_string(),
         s => format!("shoal_{s}"),
     }
@@ -76,6 +82,9 @@ mod tests {
         assert!(f.would_enable("shoal_objectstore", &Level::TRACE));
         assert!(!f.would_enable("shoal_osd", &Level::INFO));
         assert!(f.would_enable("shoal_osd", &Level::WARN));
+        assert!(!f.would_enable("openraft::core", &Level::ERROR));
+        let f = parse_filter("info,openraft=warn").unwrap();
+        assert!(f.would_enable("openraft::core", &Level::WARN));
     }
 
     #[test]

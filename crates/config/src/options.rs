@@ -170,6 +170,16 @@ options! {
     ms_reconnect_backoff_max_ms: u64 = 5_000u64;
     /// Connection attempts made for one request before it fails.
     ms_reconnect_attempts: u32 = 6u32;
+    /// A monitor's data directory (made by `shoal mon mkfs`).
+    mon_data: String = "";
+    /// Interval of the monitors' Raft heartbeats, in milliseconds.
+    mon_heartbeat_interval_ms: u64 = 250u64;
+    /// Time without a leader before a monitor calls an election, in milliseconds (randomised up to twice this).
+    mon_election_timeout_ms: u64 = 1_000u64;
+    /// Raft log entries between monitor snapshots.
+    mon_snapshot_every: u64 = 1_000u64;
+    /// How long a monitor command may wait for a leader and a commit, in milliseconds; then it fails with "no quorum".
+    mon_command_timeout_ms: u64 = 10_000u64;
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub(crate) const RPC_APPEND: u32 = 1;
 pub(crate) const RPC_VOTE: u32 = 2;
 pub(crate) const RPC_SNAPSHOT: u32 = 3;
 
-/// Creates a [`MonPeer`] per target monitor.
+/// Creates one RPC client per target monitor.
 #[derive(Clone, Debug)]
 pub struct MonNetwork {
     msgr: Messenger,

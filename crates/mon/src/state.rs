@@ -109,6 +109,12 @@ pub enum MonResponse {
     },
 }
 
+/// Whether applying a request changed the state.
+enum Applied {
+    Changed(serde_json::Value),
+    Unchanged(serde_json::Value),
+}
+
 /// The Raft node id of monitor `name`: a 64-bit FNV-1a hash of the name, so
 /// any process can compute it without coordination.
 pub fn node_id(name: &str) -> u64 {
@@ -130,7 +136,8 @@ pub struct MonState {
     pub auth: BTreeMap<String, AuthEntry>,
     /// Central configuration: section → option → value.
     pub config: BTreeMap<String, BTreeMap<String, String>>,
-    /// Changes applied so far (successful ones).
+    /// Changes applied so far: every request that changed the state counts
+    /// once, so it also proves no change was applied twice.
     pub version: u64,
 }
 
@@ -155,10 +162,11 @@ impl MonState {
     /// Applies one committed request. Refused requests change nothing.
     pub fn apply(&mut self, req: &MonRequest) -> MonResponse {
         match self.try_apply(req) {
-            Ok(out) => {
+            Ok(Applied::Changed(out)) => {
                 self.version += 1;
                 MonResponse::Ok(out)
             }
+            Ok(Applied::Unchanged(out)) => MonResponse::Ok(out),
             Err(e) => MonResponse::Err {
                 code: e.code,
                 message: e.message,
@@ -166,7 +174,7 @@ impl MonState {
         }
     }
 
-    fn try_apply(&mut self, req: &MonRequest) -> Result<serde_json::Value, MonError> {
+    fn try_apply(&mut self, req: &MonRequest) -> Result<Applied, MonError> {
         use serde_json::json;
         if self.fsid.is_empty() && !matches!(req, MonRequest::Bootstrap { .. }) {
             return Err(err(ErrorCode::Again, "cluster not bootstrapped yet"));
@@ -180,7 +188,7 @@ impl MonState {
                 self.mons = mons.clone();
                 self.auth = auth.clone();
                 self.monmap_epoch = 1;
-                Ok(json!({ "fsid": fsid }))
+                Ok(Applied::Changed(json!({ "fsid": fsid })))
             }
             MonRequest::AuthAdd {
                 entity: name,
@@ -191,7 +199,7 @@ impl MonState {
                 entity(name)?;
                 if let Some(existing) = self.auth.get(name) {
                     if *if_missing {
-                        return Ok(json!({ name.clone(): existing }));
+                        return Ok(Applied::Unchanged(json!({ name.clone(): existing })));
                     }
                     return Err(err(ErrorCode::Exists, format!("entity {name} exists")));
                 }
@@ -201,13 +209,13 @@ impl MonState {
                 };
                 let out = json!({ name.clone(): &entry });
                 self.auth.insert(name.clone(), entry);
-                Ok(out)
+                Ok(Applied::Changed(out))
             }
             MonRequest::AuthRm { entity: name } => {
                 self.auth
                     .remove(name)
                     .ok_or_else(|| err(ErrorCode::NotFound, format!("no entity {name}")))?;
-                Ok(json!({}))
+                Ok(Applied::Changed(json!({})))
             }
             MonRequest::AuthCaps { entity: name, caps } => {
                 let e = self
@@ -215,7 +223,7 @@ impl MonState {
                     .get_mut(name)
                     .ok_or_else(|| err(ErrorCode::NotFound, format!("no entity {name}")))?;
                 e.caps = caps.clone();
-                Ok(json!({ name.clone(): e }))
+                Ok(Applied::Changed(json!({ name.clone(): e })))
             }
             MonRequest::ConfigSet { who, key, value } => {
                 check_section(who)?;
@@ -234,7 +242,7 @@ impl MonState {
                     .entry(who.clone())
                     .or_default()
                     .insert(key.clone(), value.clone());
-                Ok(json!({}))
+                Ok(Applied::Changed(json!({})))
             }
             MonRequest::ConfigRm { who, key } => {
                 let section = self.config.get_mut(who);
@@ -246,7 +254,7 @@ impl MonState {
                     ));
                 }
                 self.config.retain(|_, s| !s.is_empty());
-                Ok(json!({}))
+                Ok(Applied::Changed(json!({})))
             }
             MonRequest::MonAdd { name, addr } => {
                 if self.mons.contains_key(name) {
@@ -258,14 +266,14 @@ impl MonState {
                 };
                 self.mons.insert(name.clone(), info);
                 self.monmap_epoch += 1;
-                Ok(json!({ "epoch": self.monmap_epoch }))
+                Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
             }
             MonRequest::MonRm { name } => {
                 self.mons
                     .remove(name)
                     .ok_or_else(|| err(ErrorCode::NotFound, format!("no mon.{name}")))?;
                 self.monmap_epoch += 1;
-                Ok(json!({ "epoch": self.monmap_epoch }))
+                Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
             }
         }
     }

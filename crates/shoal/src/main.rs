@@ -50,7 +50,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show the effective configuration.
+    /// Cluster status: health and services.
+    Status(cmd::status::StatusArgs),
+    /// Run a monitor, or manage the monitor quorum.
+    Mon(cmd::mon::MonCmd),
+    /// Entities, keys and capabilities kept by the monitors.
+    #[command(subcommand)]
+    Auth(cmd::auth::AuthCmd),
+    /// Local effective configuration and central configuration.
     #[command(subcommand)]
     Config(cmd::config::ConfigCmd),
     /// Create and edit keyring files.
@@ -77,11 +84,23 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.conf.as_deref(), &cli.name, &cli.set)?;
-    shoal_config::logging::init(&config.options.log_level)?;
+    let ctx = cmd::common::Ctx {
+        conf: cli.conf,
+        set: cli.set,
+        name: cli.name,
+        config,
+    };
+    // Daemons set up logging with their own entity's configuration.
+    if !matches!(cli.command, Command::Mon(_)) {
+        shoal_config::logging::init(&ctx.config.options.log_level)?;
+    }
     match cli.command {
-        Command::Config(c) => cmd::config::run(c, &config),
+        Command::Status(a) => cmd::status::run(a, &ctx),
+        Command::Mon(c) => cmd::mon::run(c, &ctx),
+        Command::Auth(c) => cmd::auth::run(c, &ctx),
+        Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),
-        Command::Bench(c) => cmd::bench::run(c, &config),
+        Command::Bench(c) => cmd::bench::run(c, &ctx.config),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

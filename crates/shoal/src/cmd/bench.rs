@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
+
+use super::common::Format;
 use shoal_config::Config;
 use shoal_net::{Incoming, Keyring, KeyringAuth, Messenger, NetConfig, TcpTransport};
 use shoal_proto::Ping;
@@ -28,15 +30,6 @@ pub enum BenchCmd {
     /// queue depth 1 (latency), 4 KiB requests at queue depth 64 (ops/s,
     /// CPU per op), 4 MiB messages with 16 in flight (bandwidth).
     Net(NetArgs),
-}
-
-/// Output format.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Format {
-    /// A table for people.
-    Plain,
-    /// One JSON object.
-    Json,
 }
 
 /// Options of `shoal bench net`.

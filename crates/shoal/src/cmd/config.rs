@@ -1,7 +1,11 @@
-//! `shoal config`: inspect the configuration.
+//! `shoal config`: the local effective configuration, and the central
+//! configuration the monitors keep.
 
 use clap::Subcommand;
-use shoal_config::{Config, Options};
+use shoal_config::Options;
+use shoal_mon::Command;
+
+use super::common::{Ctx, Format, mon_command, pretty, print};
 
 /// Configuration commands.
 #[derive(Debug, Subcommand)]
@@ -11,17 +15,64 @@ pub enum ConfigCmd {
     Show,
     /// List every option with its type and meaning.
     Options,
+    /// Set an option centrally for WHO (global, osd, osd.3, ...).
+    Set {
+        /// global, an entity type or an entity.
+        who: String,
+        /// The option.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Show the central options that apply to WHO.
+    Get {
+        /// An entity or section.
+        who: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Remove a central option.
+    Rm {
+        /// The section.
+        who: String,
+        /// The option.
+        key: String,
+    },
+    /// Every central configuration section.
+    Dump,
 }
 
 /// Runs one `shoal config` subcommand.
-pub fn run(cmd: ConfigCmd, config: &Config) -> anyhow::Result<()> {
+pub fn run(cmd: ConfigCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
-        ConfigCmd::Show => print!("{}", config.show()),
+        ConfigCmd::Show => print!("{}", ctx.config.show()),
         ConfigCmd::Options => {
             for o in Options::SCHEMA {
                 println!("{} ({})\n    {}", o.name, o.type_name, o.doc);
             }
         }
+        ConfigCmd::Set { who, key, value } => {
+            mon_command(ctx, &Command::ConfigSet { who, key, value })?;
+        }
+        ConfigCmd::Get { who, format } => {
+            let v = mon_command(ctx, &Command::ConfigGet { who })?;
+            print(format, &v, |v| {
+                let mut out = String::new();
+                for (k, e) in v.as_object().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{k} = {}  # [{}]\n",
+                        e["value"].as_str().unwrap_or(""),
+                        e["section"].as_str().unwrap_or("")
+                    ));
+                }
+                out
+            });
+        }
+        ConfigCmd::Rm { who, key } => {
+            mon_command(ctx, &Command::ConfigRm { who, key })?;
+        }
+        ConfigCmd::Dump => print!("{}", pretty(&mon_command(ctx, &Command::ConfigDump)?)),
     }
     Ok(())
 }

@@ -1,7 +1,11 @@
 //! One module per top-level subcommand. Each exposes a clap `Subcommand`
-//! type and a `run` function; `main` only dispatches.
+//! or `Args` type and a `run` function; `main` only dispatches.
 
+pub mod auth;
 pub mod bench;
+pub mod common;
 pub mod config;
 pub mod crush;
 pub mod keyring;
+pub mod mon;
+pub mod status;

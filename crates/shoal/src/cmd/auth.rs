@@ -1,0 +1,157 @@
+//! `shoal auth`: entities, keys and capabilities kept by the monitors,
+//! with Ceph's syntax (`shoal auth add client.x mon 'allow r' osd 'allow rw'`).
+
+use std::collections::BTreeMap;
+
+use anyhow::bail;
+use clap::Subcommand;
+use serde_json::Value;
+use shoal_mon::Command;
+
+use super::common::{Ctx, Format, mon_command, print};
+
+/// Auth commands.
+#[derive(Debug, Subcommand)]
+pub enum AuthCmd {
+    /// List every entity with its capabilities.
+    Ls {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Show one entity as a keyring section (key included).
+    Get {
+        /// The entity, e.g. client.admin.
+        entity: String,
+    },
+    /// Create an entity with a new key; fails if it exists.
+    Add {
+        /// The entity.
+        entity: String,
+        /// Capabilities as SERVICE CAP pairs: mon 'allow r' osd 'allow rw'.
+        caps: Vec<String>,
+    },
+    /// Print an entity's keyring section, creating the entity if needed.
+    GetOrCreate {
+        /// The entity.
+        entity: String,
+        /// Capabilities as SERVICE CAP pairs (used only on creation).
+        caps: Vec<String>,
+    },
+    /// Remove an entity.
+    Rm {
+        /// The entity.
+        entity: String,
+    },
+    /// Replace an entity's capabilities.
+    Caps {
+        /// The entity.
+        entity: String,
+        /// Capabilities as SERVICE CAP pairs.
+        caps: Vec<String>,
+    },
+}
+
+fn caps(pairs: Vec<String>) -> anyhow::Result<BTreeMap<String, String>> {
+    if pairs.len() % 2 != 0 {
+        bail!("capabilities come in pairs: SERVICE 'CAP' (e.g. mon 'allow r')");
+    }
+    Ok(pairs
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect())
+}
+
+/// One entity as a keyring section.
+fn keyring_section(v: &Value) -> String {
+    let mut out = String::new();
+    if let Some(map) = v.as_object() {
+        for (name, e) in map {
+            out.push_str(&format!(
+                "[{name}]\n\tkey = {}\n",
+                e["key"].as_str().unwrap_or("")
+            ));
+            if let Some(caps) = e["caps"].as_object() {
+                for (svc, cap) in caps {
+                    out.push_str(&format!(
+                        "\tcaps {svc} = \"{}\"\n",
+                        cap.as_str().unwrap_or("")
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs one `shoal auth` subcommand.
+pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd {
+        AuthCmd::Ls { format } => {
+            let v = mon_command(ctx, &Command::AuthLs)?;
+            // Keys are secrets: the listing shows capabilities only.
+            let mut shown = v.clone();
+            if let Some(m) = shown.as_object_mut() {
+                for e in m.values_mut() {
+                    if let Some(o) = e.as_object_mut() {
+                        o.remove("key");
+                    }
+                }
+            }
+            print(format, &shown, |v| {
+                let mut out = String::new();
+                for (name, e) in v.as_object().into_iter().flatten() {
+                    out.push_str(&format!("{name}\n"));
+                    for (svc, cap) in e["caps"].as_object().into_iter().flatten() {
+                        out.push_str(&format!("\tcaps: [{svc}] {}\n", cap.as_str().unwrap_or("")));
+                    }
+                }
+                out
+            });
+        }
+        AuthCmd::Get { entity } => print!(
+            "{}",
+            keyring_section(&mon_command(ctx, &Command::AuthGet { entity })?)
+        ),
+        AuthCmd::Add { entity, caps: c } => {
+            let v = mon_command(
+                ctx,
+                &Command::AuthAdd {
+                    entity,
+                    caps: caps(c)?,
+                },
+            )?;
+            print!("{}", keyring_section(&v));
+        }
+        AuthCmd::GetOrCreate { entity, caps: c } => {
+            let v = mon_command(
+                ctx,
+                &Command::AuthGetOrCreate {
+                    entity,
+                    caps: caps(c)?,
+                },
+            )?;
+            print!("{}", keyring_section(&v));
+        }
+        AuthCmd::Rm { entity } => {
+            mon_command(
+                ctx,
+                &Command::AuthRm {
+                    entity: entity.clone(),
+                },
+            )?;
+            println!("removed {entity}");
+        }
+        AuthCmd::Caps { entity, caps: c } => {
+            mon_command(
+                ctx,
+                &Command::AuthCaps {
+                    entity: entity.clone(),
+                    caps: caps(c)?,
+                },
+            )?;
+            println!("updated caps for {entity}");
+        }
+    }
+    Ok(())
+}

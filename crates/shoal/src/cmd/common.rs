@@ -1,0 +1,111 @@
+//! What several subcommands share: how to reach the monitors, the output
+//! format, a runtime for commands that talk to the cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use serde_json::Value;
+use shoal_config::Config;
+use shoal_mon::{Command, MonClient, parse_mon_host};
+use shoal_net::{Incoming, Keyring, KeyringAuth, Messenger, NetConfig, TcpTransport};
+use shoal_types::EntityName;
+
+/// Output format of commands that print cluster state.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Text for people.
+    Plain,
+    /// JSON for programs.
+    Json,
+}
+
+/// The command-line context: where configuration comes from.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// `--conf`.
+    pub conf: Option<PathBuf>,
+    /// `--set` overrides.
+    pub set: Vec<String>,
+    /// `--name`.
+    pub name: EntityName,
+    /// The configuration for `name`.
+    pub config: Config,
+}
+
+impl Ctx {
+    /// The configuration as another entity would read it.
+    pub fn config_for(&self, entity: &EntityName) -> anyhow::Result<Config> {
+        Ok(Config::load(self.conf.as_deref(), entity, &self.set)?)
+    }
+}
+
+/// A single-threaded runtime for one command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Monitor addresses from `mon_host`.
+pub fn mon_addrs(config: &Config) -> anyhow::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = parse_mon_host(&config.options.mon_host)?
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
+    if addrs.is_empty() {
+        bail!(
+            "no monitors configured: set mon_host in the config file or with --set mon_host=IP:PORT"
+        );
+    }
+    Ok(addrs)
+}
+
+/// A monitor client acting as `ctx.name`, with its key from `keyring`.
+pub fn mon_client(ctx: &Ctx) -> anyhow::Result<MonClient> {
+    let o = &ctx.config.options;
+    if o.keyring.is_empty() {
+        bail!("no keyring: set keyring = PATH in the config file or with --set keyring=PATH");
+    }
+    let keyring = Keyring::load(std::path::Path::new(&o.keyring))?;
+    let auth = Arc::new(KeyringAuth::new(ctx.name.clone(), keyring));
+    let mut net = NetConfig::from_options(o);
+    net.reconnect_attempts = 1;
+    let msgr = Messenger::new(
+        ctx.name.clone(),
+        net,
+        Arc::new(TcpTransport),
+        auth,
+        Arc::new(|_: Incoming| {}),
+    );
+    // Outlast the monitors' own command timeout, so their "no quorum"
+    // answer reaches the user rather than a local timeout.
+    let timeout = Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3);
+    Ok(MonClient::new(msgr, mon_addrs(&ctx.config)?, timeout))
+}
+
+/// Sends one command to the monitors and returns its output.
+pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let client = mon_client(ctx)?;
+        let out = client.command(cmd).await;
+        out.with_context(|| format!("monitor command failed ({cmd:?})"))
+    })
+}
+
+/// Prints `v` as JSON, or with `plain` for people.
+pub fn print(format: Format, v: &Value, plain: impl FnOnce(&Value) -> String) {
+    match format {
+        Format::Json => println!("{v}"),
+        Format::Plain => print!("{}", plain(v)),
+    }
+}
+
+/// Pretty JSON with a trailing newline, the plain form of structured output.
+pub fn pretty(v: &Value) -> String {
+    format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default())
+}

@@ -1,0 +1,191 @@
+//! `shoal mon`: run a monitor, create its data directory, change and show
+//! the monitor quorum.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use shoal_mon::{Command, Monitor, MonitorOptions, mkfs, parse_mon_host};
+use shoal_net::{NetConfig, TcpTransport};
+use shoal_types::{EntityName, EntityType};
+
+use super::common::{Ctx, Format, mon_command, print};
+
+/// Run a monitor (`shoal mon --id a`), or manage the monitor quorum.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MonCmd {
+    #[command(subcommand)]
+    sub: Option<MonSub>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The monitor's name: `a` for mon.a.
+    #[arg(long)]
+    id: Option<String>,
+    /// Data directory (default: the mon_data option).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum MonSub {
+    /// Create a monitor's data directory. The initial monitors come from
+    /// mon_host, written as name=ip:port items (a=127.0.0.1:6789,...).
+    Mkfs {
+        /// The monitor's name: `a` for mon.a.
+        #[arg(long)]
+        id: String,
+        /// Data directory (default: the mon_data option).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Use this keyring (from the first monitor's mkfs) instead of
+        /// generating the bootstrap keys.
+        #[arg(long)]
+        keyring: Option<PathBuf>,
+        /// Cluster id to propose at bootstrap (default: a new one).
+        #[arg(long)]
+        fsid: Option<String>,
+    },
+    /// Add a monitor (already made with `mkfs` and running) to the quorum.
+    Add {
+        /// Its name.
+        name: String,
+        /// Its address, ip:port.
+        addr: String,
+    },
+    /// Remove a monitor from the quorum.
+    Rm {
+        /// Its name.
+        name: String,
+    },
+    /// Show the monitor map and quorum.
+    Stat {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+}
+
+/// Runs `shoal mon`.
+pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd.sub {
+        None => {
+            let Some(id) = cmd.run.id else {
+                bail!("`shoal mon` needs --id NAME to run a monitor (or a subcommand; see --help)")
+            };
+            run_daemon(ctx, &id, cmd.run.data)
+        }
+        Some(MonSub::Mkfs {
+            id,
+            data,
+            keyring,
+            fsid,
+        }) => {
+            let entity = EntityName::new(EntityType::Mon, id.clone())?;
+            let config = ctx.config_for(&entity)?;
+            let data = data_dir(data, &config.options.mon_data)?;
+            let initial: BTreeMap<String, String> = parse_mon_host(&config.options.mon_host)?
+                .into_iter()
+                .map(|(name, addr)| {
+                    let name = name.context(
+                        "mon_host must name each initial monitor for mkfs: a=127.0.0.1:6789,...",
+                    )?;
+                    Ok((name, addr.to_string()))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let ring = mkfs(&data, &id, &initial, keyring.as_deref(), fsid)?;
+            println!(
+                "created mon.{id} in {}; keyring {}",
+                data.display(),
+                ring.display()
+            );
+            Ok(())
+        }
+        Some(MonSub::Add { name, addr }) => {
+            let out = mon_command(ctx, &Command::MonAdd { name, addr })?;
+            println!("added; monmap epoch {}", out["epoch"]);
+            Ok(())
+        }
+        Some(MonSub::Rm { name }) => {
+            let out = mon_command(ctx, &Command::MonRm { name })?;
+            println!("removed; monmap epoch {}", out["epoch"]);
+            Ok(())
+        }
+        Some(MonSub::Stat { format }) => {
+            let out = mon_command(ctx, &Command::MonStat)?;
+            print(format, &out, |v| {
+                let names: Vec<String> = v["monmap"]["mons"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|m| format!("{}={}", m["name"].as_str().unwrap_or("?"), m["addr"]))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "e{}: {} mons at {{{}}}, quorum {}, leader {}\n",
+                    v["monmap"]["epoch"],
+                    names.len(),
+                    names.join(","),
+                    v["quorum"],
+                    v["leader"].as_str().unwrap_or("?")
+                )
+            });
+            Ok(())
+        }
+    }
+}
+
+fn data_dir(flag: Option<PathBuf>, option: &str) -> anyhow::Result<PathBuf> {
+    match flag {
+        Some(p) => Ok(p),
+        None if !option.is_empty() => Ok(PathBuf::from(option)),
+        None => bail!("no data directory: pass --data DIR or set mon_data"),
+    }
+}
+
+fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> {
+    let entity = EntityName::new(EntityType::Mon, id)?;
+    let config = ctx.config_for(&entity)?;
+    shoal_config::logging::init(&config.options.log_level)?;
+    let o = &config.options;
+    let opts = MonitorOptions {
+        data: data_dir(data, &o.mon_data)?,
+        net: NetConfig::from_options(o),
+        heartbeat: Duration::from_millis(o.mon_heartbeat_interval_ms),
+        election_timeout: Duration::from_millis(o.mon_election_timeout_ms),
+        snapshot_every: o.mon_snapshot_every,
+        command_timeout: Duration::from_millis(o.mon_command_timeout_ms),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mon = Monitor::start(opts, Arc::new(TcpTransport), None).await?;
+        eprintln!("mon.{id} running at {:?}", mon.addr());
+        wait_for_signal().await?;
+        tracing::info!("mon.{id} stopping");
+        mon.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+/// Waits for SIGTERM or SIGINT.
+pub async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    Ok(())
+}

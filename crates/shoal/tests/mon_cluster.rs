@@ -1,0 +1,262 @@
+//! Three real `shoal mon` processes on loopback: a stream of 200 idempotent
+//! creations from the CLI while the leader is SIGKILLed, then a restart of
+//! all three with identical state, then a lone monitor refusing changes.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
+
+/// Monitor processes, killed when the test ends however it ends.
+struct Mons {
+    dir: PathBuf,
+    conf: PathBuf,
+    names: Vec<String>,
+    children: Vec<(String, Child)>,
+}
+
+impl Drop for Mons {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Mons {
+    fn new(tag: &str) -> Mons {
+        let dir = std::env::temp_dir().join(format!("shoal-monproc-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let hosts: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n}=127.0.0.1:{}", free_port()))
+            .collect();
+        let mut conf = format!(
+            "[global]\nmon_host = \"{}\"\nkeyring = \"{}\"\nlog_level = \"warn\"\n\
+             mon_election_timeout_ms = 500\nmon_heartbeat_interval_ms = 100\n\
+             mon_command_timeout_ms = 3000\nms_reconnect_attempts = 1\nms_connect_timeout_ms = 500\n",
+            hosts.join(","),
+            dir.join("a/keyring").display()
+        );
+        for n in &names {
+            conf.push_str(&format!(
+                "[mon.{n}]\nmon_data = \"{}\"\n",
+                dir.join(n).display()
+            ));
+        }
+        let conf_path = dir.join("shoal.toml");
+        std::fs::write(&conf_path, conf).unwrap();
+        let mons = Mons {
+            dir,
+            conf: conf_path,
+            names,
+            children: Vec::new(),
+        };
+        let ring = mons.dir.join("a/keyring");
+        for n in &mons.names {
+            let mut args = vec!["mon", "mkfs", "--id", n.as_str()];
+            if n != "a" {
+                args.extend(["--keyring", ring.to_str().unwrap()]);
+            }
+            let o = mons.shoal(&args);
+            assert!(
+                o.status.success(),
+                "mkfs {n}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        mons
+    }
+
+    fn start(&mut self, name: &str) {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(SHOAL)
+            .args(["--conf", self.conf.to_str().unwrap(), "mon", "--id", name])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.push((name.to_string(), child));
+    }
+
+    fn signal(&mut self, name: &str, sig: &str) {
+        let i = self.children.iter().position(|(n, _)| n == name).unwrap();
+        let (_, mut child) = self.children.remove(i);
+        let pid = child.id().to_string();
+        Command::new("kill").args([sig, &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "mon.{name} did not exit after {sig}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn shoal(&self, args: &[&str]) -> Output {
+        Command::new(SHOAL)
+            .arg("--conf")
+            .arg(&self.conf)
+            .args(args)
+            .env_remove("SHOAL_CONF")
+            .output()
+            .unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Option<Value> {
+        let o = self.shoal(args);
+        o.status
+            .success()
+            .then(|| serde_json::from_slice(&o.stdout).ok())
+            .flatten()
+    }
+
+    fn status_until(&self, ok: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(v) = self.json(&["status", "--format", "json"]) {
+                if ok(&v) {
+                    return v;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not reach the expected status"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn log_tail(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+#[test]
+fn leader_kill_during_a_stream_of_creations_then_restart_then_no_quorum() {
+    let mut mons = Mons::new("main");
+    for n in mons.names.clone() {
+        mons.start(&n);
+    }
+    let first = mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
+    let fsid = first["fsid"].as_str().unwrap().to_string();
+
+    // The stream: 200 idempotent creations, each retried until acknowledged.
+    let done = Arc::new(AtomicUsize::new(0));
+    let conf = mons.conf.clone();
+    let counter = Arc::clone(&done);
+    let stream = std::thread::spawn(move || {
+        let mut acked_at = Vec::new();
+        for i in 0..200 {
+            let entity = format!("client.t{i}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let o = Command::new(SHOAL)
+                    .args([
+                        "--conf",
+                        conf.to_str().unwrap(),
+                        "auth",
+                        "get-or-create",
+                        &entity,
+                        "mon",
+                        "allow r",
+                    ])
+                    .output()
+                    .unwrap();
+                if o.status.success() && String::from_utf8_lossy(&o.stdout).contains("key = ") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{entity} never acknowledged: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            acked_at.push(Instant::now());
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        acked_at
+    });
+    while done.load(Ordering::SeqCst) < 50 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let leader = mons.json(&["status", "--format", "json"]).unwrap()["leader"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    mons.signal(&leader, "-KILL");
+    let killed_at = Instant::now();
+    let acked_at = stream.join().unwrap();
+    // The first acknowledgement after the kill came within 5 s.
+    let next = acked_at
+        .iter()
+        .find(|t| **t > killed_at)
+        .expect("no creation after the kill");
+    let gap = next.duration_since(killed_at);
+    assert!(gap < Duration::from_secs(5), "no leader served for {gap:?}");
+
+    // Every acknowledged creation exists, and each was applied exactly once:
+    // the state's change counter is bootstrap + 200.
+    let ls = mons.json(&["auth", "ls", "--format", "json"]).unwrap();
+    let created = ls
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with("client.t"))
+        .count();
+    assert_eq!(created, 200);
+    let status = mons.json(&["status", "--format", "json"]).unwrap();
+    assert_eq!(status["version"], 201, "{status}");
+
+    // Restart all three: the same state.
+    mons.start(&leader);
+    for n in mons.names.clone() {
+        mons.signal(&n, "-TERM");
+    }
+    for n in mons.names.clone() {
+        mons.start(&n);
+    }
+    let after = mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
+    assert_eq!(after["fsid"], fsid.as_str());
+    assert_eq!(after["version"], 201, "{after}");
+    assert_eq!(mons.json(&["auth", "ls", "--format", "json"]).unwrap(), ls);
+
+    // A lone monitor refuses changes with "no quorum", in bounded time.
+    let keep = mons.names[0].clone();
+    for n in mons.names.clone().iter().filter(|n| **n != keep) {
+        mons.signal(n, "-TERM");
+    }
+    let t = Instant::now();
+    let o = mons.shoal(&["config", "set", "global", "log_level", "debug"]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success());
+    assert!(
+        err.contains("no quorum"),
+        "{err}\n{}",
+        log_tail(&mons.dir.join(format!("{keep}.log")))
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+}

@@ -180,6 +180,10 @@ options! {
     mon_snapshot_every: u64 = 1_000u64;
     /// How long a monitor command may wait for a leader and a commit, in milliseconds; then it fails with "no quorum".
     mon_command_timeout_ms: u64 = 10_000u64;
+    /// Validity of the tickets monitors issue for OSD access, in milliseconds.
+    auth_ticket_ttl_ms: u64 = 3_600_000u64;
+    /// Age at which the monitors replace the service secret that seals tickets, in milliseconds (the three newest stay valid).
+    auth_service_secret_rotation_ms: u64 = 3_600_000u64;
 }
 
 #[cfg(test)]

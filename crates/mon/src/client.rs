@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::Value;
-use shoal_net::Messenger;
+use shoal_net::{Messenger, Secret, ServiceSecrets, Ticket};
 use shoal_proto::{Message, MonCommand, MonCommandReply};
 
 use crate::command::Command;
@@ -72,6 +72,55 @@ impl MonClient {
                 self.timeout
             ),
         ))
+    }
+
+    /// Asks for a ticket to `service` (e.g. `osd`) for this client, whose
+    /// own key is `own_key`; returns the sealed ticket, its session key and
+    /// its expiry (ms since the Unix epoch).
+    pub async fn ticket(
+        &self,
+        own_key: &Secret,
+        service: &str,
+    ) -> Result<(Vec<u8>, Secret, u64), MonError> {
+        let v = self
+            .command(&Command::AuthGetTicket {
+                service: service.to_string(),
+            })
+            .await?;
+        let bad =
+            |what: &str| MonError::new(ErrorCode::Internal, format!("bad ticket reply: {what}"));
+        let sealed = Secret::decode_base64(v["ticket"].as_str().ok_or_else(|| bad("ticket"))?)
+            .map_err(|e| bad(&e))?;
+        let wrapped: [u8; 32] = Secret::decode_base64(
+            v["session_key"]
+                .as_str()
+                .ok_or_else(|| bad("session_key"))?,
+        )
+        .map_err(|e| bad(&e))?
+        .try_into()
+        .map_err(|_| bad("session key length"))?;
+        let t = Ticket::parse(&sealed).map_err(|e| bad(&e.to_string()))?;
+        let session = Ticket::unwrap_session_key(&t.nonce, &wrapped, own_key);
+        Ok((sealed, session, t.expires_ms))
+    }
+
+    /// The service secrets of `service`, for its daemons to check tickets.
+    pub async fn service_secrets(&self, service: &str) -> Result<ServiceSecrets, MonError> {
+        let v = self
+            .command(&Command::AuthServiceSecrets {
+                service: service.to_string(),
+            })
+            .await?;
+        let mut out = ServiceSecrets::default();
+        for (id, key) in v["secrets"].as_object().into_iter().flatten() {
+            let id: u64 = id
+                .parse()
+                .map_err(|_| MonError::new(ErrorCode::Internal, "bad secret id"))?;
+            let key = Secret::from_base64(key.as_str().unwrap_or(""))
+                .map_err(|e| MonError::new(ErrorCode::Internal, e))?;
+            out.insert(id, key);
+        }
+        Ok(out)
     }
 
     async fn try_one(

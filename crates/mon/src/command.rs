@@ -86,6 +86,18 @@ pub enum Command {
     },
     /// Every central configuration section.
     ConfigDump,
+    /// A ticket for the caller to present to a service's daemons (`osd`),
+    /// with its session key wrapped with the caller's key.
+    AuthGetTicket {
+        /// The service: `osd`.
+        service: String,
+    },
+    /// The current service secrets, for a service's daemons to check
+    /// tickets with (OSDs and monitors only).
+    AuthServiceSecrets {
+        /// The service: `osd`.
+        service: String,
+    },
 }
 
 impl Command {
@@ -99,6 +111,8 @@ impl Command {
                 | Command::AuthGet { .. }
                 | Command::ConfigGet { .. }
                 | Command::ConfigDump
+                | Command::AuthGetTicket { .. }
+                | Command::AuthServiceSecrets { .. }
         )
     }
 }
@@ -166,6 +180,87 @@ pub fn parse_mon_caps(cap: &str) -> MonCaps {
     caps
 }
 
+/// One grant of an `osd` capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OsdGrant {
+    read: bool,
+    write: bool,
+    /// Only this pool, or every pool.
+    pool: Option<String>,
+}
+
+/// What an `osd` capability grants: comma-separated `allow PERMS [pool=NAME]`
+/// grants, PERMS being `*`, `r`, `w`, `x` or a combination
+/// (`allow r, allow rw pool=images`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OsdCaps {
+    text: String,
+    grants: Vec<OsdGrant>,
+}
+
+impl OsdCaps {
+    /// Parses an `osd` capability, refusing anything it does not understand.
+    pub fn parse(cap: &str) -> Result<OsdCaps, MonError> {
+        let bad = |why: &str| {
+            MonError::new(
+                ErrorCode::InvalidArgument,
+                format!("bad osd capability {cap:?}: {why}"),
+            )
+        };
+        let mut grants = Vec::new();
+        for grant in cap.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+            let mut words = grant.split_whitespace();
+            if words.next() != Some("allow") {
+                return Err(bad("each grant starts with 'allow'"));
+            }
+            let perms = words.next().ok_or_else(|| bad("missing permissions"))?;
+            let (read, write) = match perms {
+                "*" | "all" => (true, true),
+                p if !p.is_empty() && p.chars().all(|c| matches!(c, 'r' | 'w' | 'x')) => {
+                    (p.contains('r'), p.contains('w'))
+                }
+                _ => return Err(bad("permissions are *, r, w, x or a combination")),
+            };
+            let pool = match words.next() {
+                None => None,
+                Some(p) => Some(
+                    p.strip_prefix("pool=")
+                        .filter(|n| !n.is_empty())
+                        .ok_or_else(|| bad("only pool=NAME may follow the permissions"))?
+                        .to_string(),
+                ),
+            };
+            if words.next().is_some() {
+                return Err(bad("unexpected words after pool=NAME"));
+            }
+            grants.push(OsdGrant { read, write, pool });
+        }
+        Ok(OsdCaps {
+            text: cap.to_string(),
+            grants,
+        })
+    }
+
+    /// Whether these caps let `who` read (or, with `write`, write) `pool`;
+    /// the error says what was missing.
+    pub fn check(&self, who: &str, pool: &str, write: bool) -> Result<(), MonError> {
+        let ok = self.grants.iter().any(|g| {
+            g.pool.as_deref().is_none_or(|p| p == pool) && if write { g.write } else { g.read }
+        });
+        if ok {
+            return Ok(());
+        }
+        let verb = if write { "write" } else { "read" };
+        Err(MonError::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "{who} may not {verb} pool {pool} (osd caps: {:?})",
+                self.text
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +287,42 @@ mod tests {
         assert_eq!(v[1], (None, "127.0.0.2:6790".parse().unwrap()));
         assert!(parse_mon_host("a=nowhere").is_err());
         assert!(parse_mon_host("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn osd_caps() {
+        let c = OsdCaps::parse("allow r, allow rw pool=images").unwrap();
+        assert!(c.check("client.x", "images", true).is_ok());
+        assert!(c.check("client.x", "rbd", false).is_ok());
+        let e = c.check("client.x", "rbd", true).unwrap_err();
+        assert_eq!(e.code, ErrorCode::PermissionDenied);
+        assert!(
+            e.message.contains("client.x may not write pool rbd"),
+            "{}",
+            e.message
+        );
+        assert!(
+            OsdCaps::parse("allow *")
+                .unwrap()
+                .check("c", "any", true)
+                .is_ok()
+        );
+        assert!(
+            OsdCaps::parse("")
+                .unwrap()
+                .check("c", "any", false)
+                .is_err()
+        );
+        for bad in [
+            "deny *",
+            "allow",
+            "allow q",
+            "allow rw images",
+            "allow r pool=",
+            "allow r pool=a b",
+        ] {
+            assert!(OsdCaps::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod store;
 mod types;
 
 pub use client::MonClient;
-pub use command::{Command, MonCaps, parse_mon_caps, parse_mon_host};
+pub use command::{Command, MonCaps, OsdCaps, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
 pub use mkfs::{MonMeta, mkfs, new_fsid};
 pub use network::MonNetwork;

@@ -18,7 +18,8 @@ use bytes::Bytes;
 use openraft::{BasicNode, ChangeMembers, Config, SnapshotPolicy};
 use serde_json::{Value, json};
 use shoal_net::{
-    AuthProvider, Dispatcher, Incoming, Keyring, Messenger, NetConfig, Responder, Secret, Transport,
+    AuthProvider, Dispatcher, Incoming, Keyring, Messenger, NetConfig, Responder, Secret, Ticket,
+    Transport, now_ms,
 };
 use shoal_proto::{ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, Ping};
 use shoal_types::{EntityName, EntityType};
@@ -46,6 +47,10 @@ pub struct MonitorOptions {
     pub snapshot_every: u64,
     /// How long a command may wait for a leader and a commit.
     pub command_timeout: Duration,
+    /// Validity of the tickets this monitor issues.
+    pub ticket_ttl: Duration,
+    /// Age at which the leader replaces the newest service secret.
+    pub secret_rotation: Duration,
 }
 
 /// A running monitor.
@@ -216,6 +221,7 @@ impl Monitor {
         if fresh && core.meta.initial.keys().next() == Some(&core.meta.name) {
             tokio::spawn(Arc::clone(&core).bootstrap(keyring));
         }
+        tokio::spawn(rotate_service_secrets(Arc::downgrade(&core)));
         tracing::info!(mon = %core.me, %addr, "monitor started");
         Ok(Monitor { core })
     }
@@ -365,6 +371,15 @@ impl Core {
         let cmd: Command = serde_json::from_str(json)
             .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("bad command: {e}")))?;
         self.check_caps(caller, &cmd)?;
+        // Tickets are issued by whichever monitor the caller reached, from
+        // its applied state: they name the caller, who is known only here.
+        match &cmd {
+            Command::AuthGetTicket { service } => return self.issue_ticket(caller, service),
+            Command::AuthServiceSecrets { service } => {
+                return self.service_secrets(caller, service);
+            }
+            _ => {}
+        }
         let deadline = Instant::now() + self.opts.command_timeout;
         let mut last = String::from("no leader elected");
         while Instant::now() < deadline {
@@ -627,6 +642,10 @@ impl Core {
             "quorum": quorum,
             "leader": leader,
             "version": state.version,
+            "auth": {
+                "entities": state.auth.len(),
+                "service_secret": state.service_secrets.keys().next_back(),
+            },
         })
     }
 
@@ -646,6 +665,90 @@ impl Core {
             tokio::time::timeout(Duration::from_millis(500), probe).await,
             Ok(Some(_))
         )
+    }
+}
+
+impl Core {
+    fn issue_ticket(&self, caller: &EntityName, service: &str) -> Result<Value, MonError> {
+        let ty: EntityType = service
+            .parse()
+            .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("{e}")))?;
+        let state = read_state(&self.state);
+        let entry = state.auth.get(&caller.to_string()).ok_or_else(|| {
+            MonError::new(
+                ErrorCode::PermissionDenied,
+                format!("{caller} is not in the auth database"),
+            )
+        })?;
+        let caps = entry.caps.get(service).cloned().ok_or_else(|| {
+            MonError::new(
+                ErrorCode::PermissionDenied,
+                format!("{caller} has no {service} capabilities"),
+            )
+        })?;
+        let key = Secret::from_base64(&entry.key).map_err(internal)?;
+        let (id, secret) = state.service_secrets.iter().next_back().ok_or_else(|| {
+            MonError::new(ErrorCode::Again, "no service secret yet; retry shortly")
+        })?;
+        let secret = Secret::from_base64(&secret.key).map_err(internal)?;
+        let ttl = u64::try_from(self.opts.ticket_ttl.as_millis()).unwrap_or(u64::MAX);
+        let ticket = Ticket::new(caller.clone(), ty, caps, now_ms(), ttl, *id);
+        let wrapped = ticket.wrap_session_key(&ticket.session_key(&secret), &key);
+        Ok(json!({
+            "ticket": Secret::encode_base64(&ticket.seal(&secret)),
+            "session_key": Secret::encode_base64(&wrapped),
+            "expires_ms": ticket.expires_ms,
+        }))
+    }
+
+    fn service_secrets(&self, caller: &EntityName, service: &str) -> Result<Value, MonError> {
+        let ty: EntityType = service
+            .parse()
+            .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("{e}")))?;
+        if caller.ty() != ty && caller.ty() != EntityType::Mon {
+            return Err(MonError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "only {service} daemons may read the {service} service secrets, not {caller}"
+                ),
+            ));
+        }
+        let state = read_state(&self.state);
+        let secrets: BTreeMap<String, String> = state
+            .service_secrets
+            .iter()
+            .map(|(id, s)| (id.to_string(), s.key.clone()))
+            .collect();
+        Ok(json!({ "secrets": secrets }))
+    }
+}
+
+/// On the leader, replaces the newest service secret once it is older than
+/// the rotation period (and makes the first one after bootstrap).
+async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let Some(core) = core.upgrade() else { return };
+        if core.raft.current_leader().await != Some(core.id) {
+            continue;
+        }
+        let (booted, newest) = {
+            let s = read_state(&core.state);
+            let newest = s.service_secrets.values().next_back().map(|x| x.created_ms);
+            (!s.fsid.is_empty(), newest)
+        };
+        let rotation = u64::try_from(core.opts.secret_rotation.as_millis()).unwrap_or(u64::MAX);
+        let due = newest.is_none_or(|t| now_ms().saturating_sub(t) >= rotation);
+        if booted && due {
+            let req = MonRequest::RotateServiceSecret {
+                key: Secret::generate().to_base64(),
+                created_ms: now_ms(),
+                keep: 3,
+            };
+            if let Err(e) = core.raft.client_write(req).await {
+                tracing::debug!("service secret rotation: {e}");
+            }
+        }
     }
 }
 

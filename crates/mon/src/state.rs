@@ -93,6 +93,25 @@ pub enum MonRequest {
         /// Its name.
         name: String,
     },
+    /// Adds a new service secret (chosen by the proposer) and keeps only
+    /// the `keep` newest.
+    RotateServiceSecret {
+        /// The new secret, base64.
+        key: String,
+        /// When the proposer made it (ms since the Unix epoch).
+        created_ms: u64,
+        /// How many secrets to keep, newest first.
+        keep: u32,
+    },
+}
+
+/// A service secret: seals the tickets OSDs accept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceSecret {
+    /// The key, base64.
+    pub key: String,
+    /// When it was made (ms since the Unix epoch).
+    pub created_ms: u64,
 }
 
 /// The result of applying a request: JSON output or an error.
@@ -136,6 +155,9 @@ pub struct MonState {
     pub auth: BTreeMap<String, AuthEntry>,
     /// Central configuration: section → option → value.
     pub config: BTreeMap<String, BTreeMap<String, String>>,
+    /// Service secrets by id (ids increase; the newest seals new tickets).
+    #[serde(default)]
+    pub service_secrets: BTreeMap<u64, ServiceSecret>,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -148,6 +170,25 @@ fn err(code: ErrorCode, message: impl Into<String>) -> MonError {
 fn entity(name: &str) -> Result<EntityName, MonError> {
     name.parse()
         .map_err(|e| err(ErrorCode::InvalidArgument, format!("{e}")))
+}
+
+/// Refuses capabilities the services would not understand.
+fn check_caps(caps: &BTreeMap<String, String>) -> Result<(), MonError> {
+    for (service, cap) in caps {
+        match service.as_str() {
+            "osd" => {
+                crate::command::OsdCaps::parse(cap)?;
+            }
+            "mon" | "mds" | "mgr" => {}
+            other => {
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!("unknown service {other:?} in capabilities (mon, osd, mds, mgr)"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks `who` is `global`, an entity type or an entity name.
@@ -197,6 +238,7 @@ impl MonState {
                 if_missing,
             } => {
                 entity(name)?;
+                check_caps(caps)?;
                 if let Some(existing) = self.auth.get(name) {
                     if *if_missing {
                         return Ok(Applied::Unchanged(json!({ name.clone(): existing })));
@@ -218,6 +260,7 @@ impl MonState {
                 Ok(Applied::Changed(json!({})))
             }
             MonRequest::AuthCaps { entity: name, caps } => {
+                check_caps(caps)?;
                 let e = self
                     .auth
                     .get_mut(name)
@@ -274,6 +317,22 @@ impl MonState {
                     .ok_or_else(|| err(ErrorCode::NotFound, format!("no mon.{name}")))?;
                 self.monmap_epoch += 1;
                 Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
+            }
+            MonRequest::RotateServiceSecret {
+                key,
+                created_ms,
+                keep,
+            } => {
+                let id = self.service_secrets.keys().next_back().map_or(1, |l| l + 1);
+                let secret = ServiceSecret {
+                    key: key.clone(),
+                    created_ms: *created_ms,
+                };
+                self.service_secrets.insert(id, secret);
+                while self.service_secrets.len() > (*keep).max(1) as usize {
+                    self.service_secrets.pop_first();
+                }
+                Ok(Applied::Changed(json!({ "id": id })))
             }
         }
     }
@@ -369,6 +428,21 @@ mod tests {
             if_missing: false,
         };
         assert_eq!(code(s.apply(&bad)), Some(ErrorCode::InvalidArgument));
+        let bad_caps = MonRequest::AuthCaps {
+            entity: "client.admin".into(),
+            caps: BTreeMap::from([("osd".to_string(), "allow everything".to_string())]),
+        };
+        assert_eq!(code(s.apply(&bad_caps)), Some(ErrorCode::InvalidArgument));
+        let bad_service = MonRequest::AuthAdd {
+            entity: "client.y".into(),
+            key: "k".into(),
+            caps: BTreeMap::from([("disk".to_string(), "allow r".to_string())]),
+            if_missing: false,
+        };
+        assert_eq!(
+            code(s.apply(&bad_service)),
+            Some(ErrorCode::InvalidArgument)
+        );
     }
 
     #[test]
@@ -416,6 +490,22 @@ mod tests {
         assert_eq!(code(s.apply(&rm)), None);
         assert_eq!(code(s.apply(&rm)), Some(ErrorCode::NotFound));
         assert!(!s.config.contains_key("osd.3"));
+    }
+
+    #[test]
+    fn service_secrets_rotate_and_keep_the_newest() {
+        let mut s = booted();
+        for i in 0..5u64 {
+            let r = s.apply(&MonRequest::RotateServiceSecret {
+                key: format!("k{i}"),
+                created_ms: i,
+                keep: 3,
+            });
+            assert_eq!(code(r), None);
+        }
+        let ids: Vec<u64> = s.service_secrets.keys().copied().collect();
+        assert_eq!(ids, vec![3, 4, 5]);
+        assert_eq!(s.service_secrets[&5].key, "k4");
     }
 
     #[test]

@@ -34,6 +34,8 @@ fn opts(data: PathBuf) -> MonitorOptions {
         election_timeout: Duration::from_millis(400),
         snapshot_every: 20,
         command_timeout: Duration::from_secs(3),
+        ticket_ttl: Duration::from_secs(60),
+        secret_rotation: Duration::from_secs(3600),
     }
 }
 
@@ -370,4 +372,105 @@ async fn monitors_join_and_leave_at_runtime() {
     assert_eq!(e.code, ErrorCode::InvalidArgument);
     c.stop("b").await;
     c.stop("a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_for_osds_are_issued_to_entities_with_osd_caps() {
+    let c = Cluster::new("tickets", &["a"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    let mut all_caps = caps("allow r");
+    all_caps.insert("osd".into(), "allow rw pool=images".into());
+    let app = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "client.app".into(),
+            caps: all_caps,
+        })
+        .await
+        .unwrap();
+    let app_key = Secret::from_base64(app["client.app"]["key"].as_str().unwrap()).unwrap();
+    let osd = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "osd.0".into(),
+            caps: caps("allow profile osd"),
+        })
+        .await
+        .unwrap();
+    let osd_key = Secret::from_base64(osd["osd.0"]["key"].as_str().unwrap()).unwrap();
+    let ring = |name: &str, key: &Secret| {
+        let mut k = Keyring::default();
+        k.insert(
+            name.parse().unwrap(),
+            shoal_net::KeyringEntry {
+                key: key.clone(),
+                caps: BTreeMap::new(),
+            },
+        );
+        k
+    };
+    let app_client = c.client_as("client.app", ring("client.app", &app_key));
+    let osd_client = c.client_as("osd.0", ring("osd.0", &osd_key));
+    // The leader makes the first service secret shortly after bootstrap.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (sealed, session, expires) = loop {
+        match app_client.ticket(&app_key, "osd").await {
+            Ok(t) => break t,
+            Err(e) if e.code == ErrorCode::Again && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(expires > shoal_net::now_ms());
+    // The OSD checks it with the service secrets alone, and derives the
+    // same session key the client unwrapped.
+    let secrets = osd_client.service_secrets("osd").await.unwrap();
+    let (ticket, osd_session) = secrets
+        .open(&sealed, shoal_types::EntityType::Osd, shoal_net::now_ms())
+        .unwrap();
+    assert_eq!(ticket.entity.to_string(), "client.app");
+    assert_eq!(ticket.caps, "allow rw pool=images");
+    assert_eq!(osd_session, session);
+    // The caps the ticket carries decide what the OSD lets it do.
+    let osd_caps = shoal_mon::OsdCaps::parse(&ticket.caps).unwrap();
+    osd_caps.check("client.app", "images", true).unwrap();
+    let e = osd_caps.check("client.app", "rbd", false).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+    assert!(e.message.contains("may not read pool rbd"), "{}", e.message);
+    // No osd caps, no ticket; only OSDs read the service secrets.
+    let e = admin_without_osd_caps(&c, &admin).await;
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    let e = app_client.service_secrets("osd").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+    assert!(e.message.contains("only osd daemons"), "{}", e.message);
+    for n in c.initial.keys().cloned().collect::<Vec<_>>() {
+        c.mons[&n].shutdown().await;
+    }
+}
+
+async fn admin_without_osd_caps(c: &Cluster, admin: &MonClient) -> shoal_mon::MonError {
+    let v = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "client.noosd".into(),
+            caps: caps("allow r"),
+        })
+        .await
+        .unwrap();
+    let key = Secret::from_base64(v["client.noosd"]["key"].as_str().unwrap()).unwrap();
+    let mut k = Keyring::default();
+    k.insert(
+        "client.noosd".parse().unwrap(),
+        shoal_net::KeyringEntry {
+            key: key.clone(),
+            caps: BTreeMap::new(),
+        },
+    );
+    let client = c.client_as("client.noosd", k);
+    let e = client.ticket(&key, "osd").await.unwrap_err();
+    assert!(
+        e.message.contains("has no osd capabilities"),
+        "{}",
+        e.message
+    );
+    e
 }

@@ -35,9 +35,30 @@ impl Secret {
         Ok(Secret(arr))
     }
 
+    /// A secret made of the first 32 bytes of an HMAC output (or any 32
+    /// bytes); shorter input is zero-padded.
+    pub fn from_mac(bytes: &[u8]) -> Secret {
+        let mut arr = [0u8; Secret::LEN];
+        for (a, b) in arr.iter_mut().zip(bytes) {
+            *a = *b;
+        }
+        Secret(arr)
+    }
+
     /// The base64 form.
     pub fn to_base64(&self) -> String {
         B64.encode(self.0)
+    }
+
+    /// Base64 of any bytes, in the same alphabet keys use.
+    pub fn encode_base64(bytes: &[u8]) -> String {
+        B64.encode(bytes)
+    }
+
+    /// Bytes from base64, in the same alphabet keys use.
+    pub fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
+        B64.decode(s.trim())
+            .map_err(|e| format!("not valid base64: {e}"))
     }
 
     /// The raw bytes.
@@ -90,6 +111,24 @@ pub trait AuthProvider: Send + Sync + 'static {
     /// The key that a connecting `peer` must prove, or `None` when the peer
     /// is unknown here.
     fn secret_for(&self, peer: &EntityName) -> Option<Secret>;
+
+    /// A monitor-issued ticket to present when connecting, with its
+    /// session key. A service that accepts tickets (an OSD) then asks for
+    /// the session key instead of our own.
+    fn ticket(&self) -> Option<(Vec<u8>, Secret)> {
+        None
+    }
+
+    /// Checks a ticket presented by a connecting `peer`. `None`: this side
+    /// does not take tickets (the peer proves its own key instead);
+    /// `Some(Ok((session key, caps)))`: accepted; `Some(Err(why))`: refused.
+    fn open_ticket(
+        &self,
+        _peer: &EntityName,
+        _ticket: &[u8],
+    ) -> Option<Result<(Secret, String), String>> {
+        None
+    }
 }
 
 /// An [`AuthProvider`] backed by a keyring: our own key is the keyring's

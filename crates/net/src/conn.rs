@@ -40,6 +40,9 @@ pub struct PeerInfo {
     pub listen_addr: Option<SocketAddr>,
     /// Feature bits both sides support.
     pub features: u64,
+    /// The peer's capabilities for our service, when it authenticated with
+    /// a monitor-issued ticket.
+    pub caps: Option<String>,
 }
 
 impl std::fmt::Display for PeerInfo {
@@ -346,15 +349,15 @@ impl ConnInner {
         self.push(head, data, permit)
     }
 
-    /// Queues a frame if the budget has room now; `Err` gives it back.
-    fn try_enqueue(&self, msg: &Message, tid: u64, data: Bytes) -> Result<(), (Message, Bytes)> {
+    /// Queues a frame if the budget has room now; `Err` gives the data back.
+    fn try_enqueue(&self, msg: &Message, tid: u64, data: Bytes) -> Result<(), Bytes> {
         let head = self.seal(msg, FrameFlags::REPLY, tid, &data);
         match Arc::clone(&self.inflight).try_acquire_many_owned(self.cost(&head, &data)) {
             Ok(permit) => {
                 let _ = self.push(head, data, permit);
                 Ok(())
             }
-            Err(_) => Err((msg.clone(), data)),
+            Err(_) => Err(data),
         }
     }
 
@@ -379,7 +382,7 @@ impl ConnInner {
 /// Sends a reply from the reader task without ever blocking it: if the send
 /// budget is full, a task waits for room instead.
 fn reply_from_reader(conn: &Connection, tid: u64, msg: Message, data: Bytes) {
-    if let Err((msg, data)) = conn.inner.try_enqueue(&msg, tid, data) {
+    if let Err(data) = conn.inner.try_enqueue(&msg, tid, data) {
         let inner = Arc::clone(&conn.inner);
         tokio::spawn(async move {
             let _ = inner.enqueue(&msg, FrameFlags::REPLY, tid, data).await;
@@ -649,6 +652,7 @@ mod tests {
             addr: "127.0.0.1:4000".parse().unwrap(),
             listen_addr: None,
             features: 1,
+            caps: None,
         }
     }
 

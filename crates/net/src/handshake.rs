@@ -34,6 +34,8 @@ use crate::transport::Stream;
 
 /// The shared-key HMAC method.
 pub(crate) const AUTH_SHARED_KEY: u32 = 1;
+/// The connector proves the session key of the ticket it presented.
+pub(crate) const AUTH_TICKET: u32 = 2;
 const HANDSHAKE_LIMITS: FrameLimits = FrameLimits {
     control_bytes_max: 4096,
     data_bytes_max: 0,
@@ -47,6 +49,8 @@ pub(crate) struct Established {
     pub peer_listen: Option<SocketAddr>,
     /// Features both sides support.
     pub features: u64,
+    /// The peer's capabilities for our service, from the ticket it presented.
+    pub caps: Option<String>,
 }
 
 type Reject = (RejectCode, String);
@@ -75,6 +79,7 @@ fn transcript(
 pub(crate) struct Connector {
     me: EntityName,
     secret: Secret,
+    session: Option<Secret>,
     hello: Hello,
     transcript: Vec<u8>,
     acceptor: Option<(EntityName, u64)>,
@@ -90,6 +95,10 @@ impl Connector {
         let secret = auth
             .own_secret()
             .ok_or_else(|| HandshakeError::NoOwnKey(me.to_string()))?;
+        let (ticket, session) = match auth.ticket() {
+            Some((t, s)) => (t, Some(s)),
+            None => (Vec::new(), None),
+        };
         let hello = Hello {
             protocol_version: u32::from(PROTOCOL_VERSION),
             features: FEATURES_SUPPORTED,
@@ -97,10 +106,12 @@ impl Connector {
             nonce: random_bytes().to_vec(),
             listen_addr: listen.map(|a| a.to_string()).unwrap_or_default(),
             auth_method: AUTH_SHARED_KEY,
+            ticket,
         };
         let c = Connector {
             me: me.clone(),
             secret,
+            session,
             hello: hello.clone(),
             transcript: Vec::new(),
             acceptor: None,
@@ -138,6 +149,23 @@ impl Connector {
             ch.features,
         );
         self.acceptor = Some((peer, ch.features & FEATURES_SUPPORTED));
+        if ch.auth_method == AUTH_TICKET {
+            // The acceptor took our ticket: from now on we prove its session key.
+            self.secret = self.session.clone().ok_or_else(|| {
+                (
+                    RejectCode::Protocol,
+                    "acceptor chose a ticket we did not present".to_string(),
+                )
+            })?;
+        } else if ch.auth_method != AUTH_SHARED_KEY {
+            return Err((
+                RejectCode::UnsupportedAuth,
+                format!(
+                    "acceptor chose unknown authentication method {}",
+                    ch.auth_method
+                ),
+            ));
+        }
         Ok(AuthProof {
             proof: self.secret.mac(&[b"client", &self.transcript]),
         })
@@ -161,6 +189,7 @@ impl Connector {
             peer,
             peer_listen: None,
             features,
+            caps: None,
         })
     }
 }
@@ -168,6 +197,7 @@ impl Connector {
 /// The acceptor between the connector's `Hello` and its `AuthProof`.
 pub(crate) struct Acceptor {
     secret: Secret,
+    caps: Option<String>,
     peer: EntityName,
     peer_listen: Option<SocketAddr>,
     features: u64,
@@ -203,9 +233,22 @@ impl Acceptor {
         if hello.nonce.len() != 32 {
             return Err((RejectCode::Protocol, "nonce must be 32 bytes".into()));
         }
-        let secret = auth
-            .secret_for(&peer)
-            .ok_or_else(|| (RejectCode::UnknownEntity, format!("unknown entity {peer}")))?;
+        // A service that accepts tickets takes the ticket's session key;
+        // otherwise the connector proves its own key.
+        let ticketed = match hello.ticket.is_empty() {
+            true => None,
+            false => auth.open_ticket(&peer, &hello.ticket),
+        };
+        let (secret, caps, method) = match ticketed {
+            Some(Ok((session, caps))) => (session, Some(caps), AUTH_TICKET),
+            Some(Err(reason)) => return Err((RejectCode::BadTicket, reason)),
+            None => {
+                let secret = auth
+                    .secret_for(&peer)
+                    .ok_or_else(|| (RejectCode::UnknownEntity, format!("unknown entity {peer}")))?;
+                (secret, None, AUTH_SHARED_KEY)
+            }
+        };
         let peer_listen = match hello.listen_addr.as_str() {
             "" => None,
             a => Some(
@@ -219,6 +262,7 @@ impl Acceptor {
             features: FEATURES_SUPPORTED,
             entity: me.to_string(),
             nonce: nonce_s.to_vec(),
+            auth_method: method,
         };
         let transcript = transcript(
             &hello.entity,
@@ -230,6 +274,7 @@ impl Acceptor {
         );
         let a = Acceptor {
             secret,
+            caps,
             features: hello.features & FEATURES_SUPPORTED,
             peer,
             peer_listen,
@@ -257,6 +302,7 @@ impl Acceptor {
             peer: self.peer,
             peer_listen: self.peer_listen,
             features: self.features,
+            caps: self.caps,
         };
         Ok((est, done))
     }

@@ -21,6 +21,7 @@ mod error;
 mod handshake;
 mod keyring;
 mod messenger;
+mod ticket;
 mod transport;
 
 pub use auth::{AuthProvider, KeyringAuth, Secret};
@@ -29,6 +30,7 @@ pub use conn::{Connection, Dispatcher, Incoming, PeerInfo, Reply, Responder};
 pub use error::{HandshakeError, NetError};
 pub use keyring::{Keyring, KeyringEntry, KeyringError};
 pub use messenger::{Messenger, MessengerStats};
+pub use ticket::{ServiceSecrets, TICKET_BYTES_MAX, Ticket, TicketError, now_ms};
 pub use transport::{BoxListener, MemNetwork, Stream, TcpTransport, Transport};
 
 /// Feature bits this build supports. Peers use the intersection.

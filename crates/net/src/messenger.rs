@@ -273,6 +273,7 @@ impl Inner {
             addr: stream.peer_addr,
             listen_addr: est.peer_listen,
             features: est.features,
+            caps: est.caps,
         };
         tracing::debug!(entity = %self.me, %peer, "connection established");
         let weak: Weak<Inner> = Arc::downgrade(self);

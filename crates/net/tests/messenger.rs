@@ -521,6 +521,7 @@ async fn version_mismatch_is_refused_with_a_clear_reason() {
         nonce: vec![0; 32],
         listen_addr: String::new(),
         auth_method: 1,
+        ticket: Vec::new(),
     });
     let f = encode_frame(1, FrameFlags::default(), 0, &hello.encode_control(), &[]);
     s.write_all(&f).await.unwrap();

@@ -22,6 +22,7 @@ fn main() -> std::io::Result<()> {
             nonce: vec![7; 32],
             listen_addr: "127.0.0.1:6800".into(),
             auth_method: 1,
+            ticket: Vec::new(),
         }
         .into(),
         AuthChallenge {
@@ -29,6 +30,7 @@ fn main() -> std::io::Result<()> {
             features: 1,
             entity: "mon.a".into(),
             nonce: vec![9; 32],
+            auth_method: 1,
         }
         .into(),
         AuthProof { proof: vec![1; 32] }.into(),

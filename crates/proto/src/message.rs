@@ -27,6 +27,10 @@ pub struct Hello {
     /// Authentication method the sender wants (1: shared-key HMAC).
     #[prost(uint32, tag = "6")]
     pub auth_method: u32,
+    /// A monitor-issued ticket the acceptor may accept instead of the
+    /// sender's own key (empty when none).
+    #[prost(bytes = "vec", tag = "7")]
+    pub ticket: Vec<u8>,
 }
 
 /// Handshake, the accepting side's answer to [`Hello`].
@@ -44,6 +48,10 @@ pub struct AuthChallenge {
     /// 32 random bytes chosen by the acceptor.
     #[prost(bytes = "vec", tag = "4")]
     pub nonce: Vec<u8>,
+    /// The key the connector must prove: 1 its own key, 2 the session key
+    /// of the ticket it presented.
+    #[prost(uint32, tag = "5")]
+    pub auth_method: u32,
 }
 
 /// Handshake, the connecting side's proof that it holds its key.
@@ -91,6 +99,8 @@ pub enum RejectCode {
     Protocol = 4,
     /// The requested authentication method is not offered.
     UnsupportedAuth = 5,
+    /// The presented ticket is expired, forged or not for this entity.
+    BadTicket = 6,
 }
 
 impl RejectCode {
@@ -101,6 +111,7 @@ impl RejectCode {
             2 => RejectCode::UnknownEntity,
             3 => RejectCode::BadProof,
             5 => RejectCode::UnsupportedAuth,
+            6 => RejectCode::BadTicket,
             _ => RejectCode::Protocol,
         }
     }

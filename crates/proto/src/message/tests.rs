@@ -13,15 +13,14 @@ fn bytes32() -> impl Strategy<Value = Vec<u8>> {
 fn any_message() -> impl Strategy<Value = Message> {
     prop_oneof![
         (
-            any::<u32>(),
-            any::<u64>(),
-            ".{0,40}",
-            bytes32(),
-            ".{0,30}",
-            any::<u32>()
+            (any::<u32>(), any::<u64>(), ".{0,40}"),
+            (bytes32(), ".{0,30}", any::<u32>(), bytes32())
         )
             .prop_map(
-                |(protocol_version, features, entity, nonce, listen_addr, auth_method)| {
+                |(
+                    (protocol_version, features, entity),
+                    (nonce, listen_addr, auth_method, ticket),
+                )| {
                     Message::Hello(Hello {
                         protocol_version,
                         features,
@@ -29,19 +28,26 @@ fn any_message() -> impl Strategy<Value = Message> {
                         nonce,
                         listen_addr,
                         auth_method,
+                        ticket,
                     })
                 }
             ),
-        (any::<u32>(), any::<u64>(), ".{0,40}", bytes32()).prop_map(
-            |(protocol_version, features, entity, nonce)| {
+        (
+            any::<u32>(),
+            any::<u64>(),
+            ".{0,40}",
+            bytes32(),
+            any::<u32>()
+        )
+            .prop_map(|(protocol_version, features, entity, nonce, auth_method)| {
                 Message::AuthChallenge(AuthChallenge {
                     protocol_version,
                     features,
                     entity,
                     nonce,
+                    auth_method,
                 })
-            }
-        ),
+            }),
         bytes32().prop_map(|proof| Message::AuthProof(AuthProof { proof })),
         (bytes32(), any::<u64>())
             .prop_map(|(proof, features)| Message::AuthDone(AuthDone { proof, features })),

@@ -163,6 +163,8 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         election_timeout: Duration::from_millis(o.mon_election_timeout_ms),
         snapshot_every: o.mon_snapshot_every,
         command_timeout: Duration::from_millis(o.mon_command_timeout_ms),
+        ticket_ttl: Duration::from_millis(o.auth_ticket_ttl_ms),
+        secret_rotation: Duration::from_millis(o.auth_service_secret_rotation_ms),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

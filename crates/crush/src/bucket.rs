@@ -1,0 +1,123 @@
+//! Per-bucket choice functions: given input `x` and replica rank `r`, pick
+//! one item of a bucket. Straw2 is the one that matters; uniform and list are
+//! here because Ceph maps may still contain them and because the legacy
+//! local-fallback search uses the uniform permutation on any bucket.
+
+use crate::hash::{hash32_3, hash32_4};
+use crate::ln::crush_ln;
+use crate::map::{Bucket, BucketAlg};
+
+/// Picks an item of a non-empty bucket (`crush_bucket_choose`).
+#[inline]
+pub(crate) fn bucket_choose(b: &Bucket, x: u32, r: i32) -> i32 {
+    match b.alg {
+        BucketAlg::Straw2 => straw2_choose(b, x, r),
+        BucketAlg::List => list_choose(b, x, r),
+        BucketAlg::Uniform => perm_choose(b, x, r),
+    }
+}
+
+/// Straw2: every item draws `ln(u) / weight` and the largest draw wins, which
+/// makes each item's chance proportional to its weight and moves data only
+/// to or from an item whose weight changed.
+#[inline]
+fn straw2_choose(b: &Bucket, x: u32, r: i32) -> i32 {
+    let mut high = 0usize;
+    let mut high_draw = 0i64;
+    for (i, (&item, &w)) in b.items.iter().zip(&b.weights).enumerate() {
+        let draw = if w != 0 {
+            let u = hash32_3(x, item as u32, r as u32) & 0xffff;
+            let ln = crush_ln(u).wrapping_sub(0x1_0000_0000_0000) as i64;
+            ln / i64::from(w)
+        } else {
+            i64::MIN
+        };
+        if i == 0 || draw > high_draw {
+            high = i;
+            high_draw = draw;
+        }
+    }
+    b.items.get(high).copied().unwrap_or(0)
+}
+
+fn list_choose(b: &Bucket, x: u32, r: i32) -> i32 {
+    // sum_weights[i] in Ceph is the prefix sum of weights[0..=i].
+    let mut sum = b.weight();
+    for i in (0..b.items.len()).rev() {
+        let item = b.items[i];
+        let mut w = u64::from(hash32_4(x, item as u32, r as u32, b.id as u32) & 0xffff);
+        w = (w * u64::from(sum)) >> 16;
+        if w < u64::from(b.weights[i]) {
+            return item;
+        }
+        sum = sum.wrapping_sub(b.weights[i]);
+    }
+    b.items.first().copied().unwrap_or(0)
+}
+
+/// A hashed permutation of the bucket's items; returns position `r mod size`.
+pub(crate) fn perm_choose(b: &Bucket, x: u32, r: i32) -> i32 {
+    let size = b.items.len() as u32;
+    if size == 0 {
+        return 0;
+    }
+    let pr = (r as u32) % size;
+    let mut perm: Vec<u32> = (0..size).collect();
+    for p in 0..=pr {
+        if p + 1 < size {
+            let i = hash32_3(x, b.id as u32, p) % (size - p);
+            if i != 0 {
+                perm.swap(p as usize, (p + i) as usize);
+            }
+        }
+    }
+    b.items[perm[pr as usize] as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn straw2(items: Vec<i32>, weights: Vec<u32>) -> Bucket {
+        Bucket {
+            id: -1,
+            name: "b".into(),
+            type_id: 1,
+            alg: BucketAlg::Straw2,
+            hash: 0,
+            items,
+            weights,
+            class: None,
+        }
+    }
+
+    #[test]
+    fn zero_weight_item_is_never_chosen_unless_all_zero() {
+        let b = straw2(vec![0, 1, 2], vec![0x10000, 0, 0x10000]);
+        for x in 0..1000 {
+            assert_ne!(bucket_choose(&b, x, 0), 1);
+        }
+        let z = straw2(vec![7, 8], vec![0, 0]);
+        assert_eq!(bucket_choose(&z, 5, 0), 7);
+    }
+
+    #[test]
+    fn straw2_follows_weights() {
+        let b = straw2(vec![0, 1], vec![0x10000, 0x30000]);
+        let ones = (0..40_000)
+            .filter(|x| bucket_choose(&b, *x, 0) == 1)
+            .count();
+        assert!((29_000..31_000).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    fn perm_is_a_permutation() {
+        let mut b = straw2(vec![10, 11, 12, 13, 14], vec![1; 5]);
+        b.alg = BucketAlg::Uniform;
+        for x in 0..50 {
+            let mut seen: Vec<i32> = (0..5).map(|r| perm_choose(&b, x, r)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, vec![10, 11, 12, 13, 14]);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The cluster map (work in progress).

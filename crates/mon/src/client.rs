@@ -7,13 +7,67 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use bytes::Bytes;
 use serde_json::Value;
+use shoal_net::{Dispatcher, Incoming};
 use shoal_net::{Messenger, Secret, ServiceSecrets, Ticket};
 use shoal_proto::{Message, MonCommand, MonCommandReply};
+use shoal_proto::{MonSubscribe, MonUpdate};
+use tokio::sync::{Notify, watch};
 
 use crate::command::Command;
 use crate::error::{ErrorCode, MonError};
+
+/// Collects the updates monitors push to a messenger: give it to the
+/// messenger as its dispatcher (or call [`UpdateSink::offer`] from yours).
+/// It keeps only the newest value of each subscribed part, so memory stays
+/// bounded however fast updates come.
+#[derive(Debug, Default)]
+pub struct UpdateSink {
+    latest: Mutex<HashMap<String, (u64, Bytes)>>,
+    notify: Notify,
+}
+
+impl UpdateSink {
+    /// A new, empty sink.
+    pub fn new() -> Arc<UpdateSink> {
+        Arc::default()
+    }
+
+    /// Takes a message if it is a monitor update; returns it otherwise.
+    pub fn offer(&self, inc: Incoming) -> Option<Incoming> {
+        let Message::MonUpdate(MonUpdate { what, version }) = &inc.msg else {
+            return Some(inc);
+        };
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        let newer = latest.get(what).is_none_or(|(v, _)| *v < *version);
+        if newer {
+            latest.insert(what.clone(), (*version, inc.data.clone()));
+        }
+        drop(latest);
+        self.notify.notify_waiters();
+        None
+    }
+
+    fn take(&self, what: &str) -> Option<(u64, Bytes)> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(what)
+    }
+}
+
+impl Dispatcher for UpdateSink {
+    fn dispatch(&self, incoming: Incoming) {
+        let _ = self.offer(incoming);
+    }
+}
+
+/// The newest value of a subscription: (state version, value).
+pub type Subscription = watch::Receiver<Option<(u64, Value)>>;
 
 /// A client of the monitor quorum.
 #[derive(Debug, Clone)]
@@ -102,6 +156,70 @@ impl MonClient {
         let t = Ticket::parse(&sealed).map_err(|e| bad(&e.to_string()))?;
         let session = Ticket::unwrap_session_key(&t.nonce, &wrapped, own_key);
         Ok((sealed, session, t.expires_ms))
+    }
+
+    /// Follows `what` (`config`, `monmap`) for as long as the returned
+    /// receiver lives, across monitor failures: when the monitor it follows
+    /// goes away, it subscribes again at another. `sink` must receive this
+    /// client's messenger's incoming messages.
+    pub fn subscribe(&self, what: &str, sink: Arc<UpdateSink>) -> Subscription {
+        let (tx, rx) = watch::channel(None);
+        let client = self.clone();
+        let what = what.to_string();
+        tokio::spawn(async move { client.follow(what, sink, tx).await });
+        rx
+    }
+
+    async fn follow(
+        self,
+        what: String,
+        sink: Arc<UpdateSink>,
+        tx: watch::Sender<Option<(u64, Value)>>,
+    ) {
+        let mut have = 0u64;
+        let publish = |version: u64, data: &[u8], have: &mut u64| {
+            if version > *have || *have == 0 {
+                if let Ok(v) = serde_json::from_slice::<Value>(data) {
+                    *have = version;
+                    tx.send_replace(Some((version, v)));
+                }
+            }
+        };
+        let mut next = self.last_good.load(Ordering::Relaxed);
+        while !tx.is_closed() {
+            let addr = self.mons[next % self.mons.len().max(1)];
+            next += 1;
+            let sub = MonSubscribe {
+                what: what.clone(),
+                have,
+            };
+            let attempt = async {
+                let conn = self.msgr.connect(addr).await.ok()?;
+                let r = conn
+                    .request_with_timeout(sub, Bytes::new(), self.timeout)
+                    .await
+                    .ok()?;
+                Some((conn, r))
+            };
+            let Some((conn, reply)) = attempt.await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let Message::MonUpdate(u) = reply.msg else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            publish(u.version, &reply.data, &mut have);
+            // Follow pushes until the monitor goes away or nobody listens.
+            while !conn.is_closed() && !tx.is_closed() {
+                let notified = sink.notify.notified();
+                if let Some((v, data)) = sink.take(&what) {
+                    publish(v, &data, &mut have);
+                    continue;
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+            }
+        }
     }
 
     /// The service secrets of `service`, for its daemons to check tickets.

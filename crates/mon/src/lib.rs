@@ -19,7 +19,7 @@ mod state;
 mod store;
 mod types;
 
-pub use client::MonClient;
+pub use client::{MonClient, Subscription, UpdateSink};
 pub use command::{Command, MonCaps, OsdCaps, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
 pub use mkfs::{MonMeta, mkfs, new_fsid};

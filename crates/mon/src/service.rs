@@ -18,10 +18,13 @@ use bytes::Bytes;
 use openraft::{BasicNode, ChangeMembers, Config, SnapshotPolicy};
 use serde_json::{Value, json};
 use shoal_net::{
-    AuthProvider, Dispatcher, Incoming, Keyring, Messenger, NetConfig, Responder, Secret, Ticket,
-    Transport, now_ms,
+    AuthProvider, Connection, Dispatcher, Incoming, Keyring, Messenger, NetConfig, Responder,
+    Secret, Ticket, Transport, now_ms,
 };
-use shoal_proto::{ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, Ping};
+use shoal_proto::{
+    ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe,
+    MonUpdate, Ping,
+};
 use shoal_types::{EntityName, EntityType};
 
 use crate::command::{Command, parse_mon_caps};
@@ -67,6 +70,31 @@ struct Core {
     state: Arc<RwLock<MonState>>,
     msgr: Messenger,
     opts: MonitorOptions,
+    subs: std::sync::Mutex<Vec<Subscriber>>,
+}
+
+/// A connection following part of the state.
+struct Subscriber {
+    conn: Connection,
+    what: String,
+    entity: EntityName,
+    last: Value,
+}
+
+/// The value of `what` as `entity` sees it.
+fn subscription_value(
+    what: &str,
+    entity: &EntityName,
+    state: &MonState,
+) -> Result<Value, MonError> {
+    match what {
+        "config" => Ok(json!(state.config_for(entity))),
+        "monmap" => Ok(json!({ "epoch": state.monmap_epoch, "mons": state.mons })),
+        other => Err(MonError::new(
+            ErrorCode::InvalidArgument,
+            format!("cannot subscribe to {other:?} (config, monmap)"),
+        )),
+    }
 }
 
 impl std::fmt::Debug for Core {
@@ -130,6 +158,19 @@ impl Dispatcher for MonDispatcher {
                     let reply = core.command(&caller, &command).await;
                     let _ = responder.reply(to_reply(reply), Bytes::new()).await;
                 }
+                Message::MonSubscribe(MonSubscribe { what, .. }) => {
+                    match core.subscribe(&caller, inc.conn, &what) {
+                        Ok((version, value)) => {
+                            let update = MonUpdate { what, version };
+                            let _ = responder
+                                .reply(update, Bytes::from(value.to_string()))
+                                .await;
+                        }
+                        Err(e) => {
+                            let _ = responder.reply(to_reply(Err(e)), Bytes::new()).await;
+                        }
+                    }
+                }
                 other => {
                     let msg = format!("monitors do not handle {}", other.msg_type().name());
                     let _ = responder.error(ErrorReply::UNSUPPORTED, msg).await;
@@ -167,6 +208,7 @@ impl Monitor {
         let store = MonStore::open(&opts.data).map_err(internal)?;
         let fresh = store.is_fresh().await;
         let state = store.state();
+        let applied = store.watch_applied();
         let slot = Arc::new(OnceLock::new());
         let auth = Arc::new(MonAuth {
             me: me.clone(),
@@ -216,8 +258,10 @@ impl Monitor {
             state,
             msgr,
             opts,
+            subs: std::sync::Mutex::new(Vec::new()),
         });
         let _ = slot.set(Arc::clone(&core));
+        tokio::spawn(push_updates(Arc::downgrade(&core), applied));
         if fresh && core.meta.initial.keys().next() == Some(&core.meta.name) {
             tokio::spawn(Arc::clone(&core).bootstrap(keyring));
         }
@@ -720,6 +764,61 @@ impl Core {
             .map(|(id, s)| (id.to_string(), s.key.clone()))
             .collect();
         Ok(json!({ "secrets": secrets }))
+    }
+}
+
+impl Core {
+    /// Registers a subscription; returns the current version and value.
+    fn subscribe(
+        &self,
+        caller: &EntityName,
+        conn: Connection,
+        what: &str,
+    ) -> Result<(u64, Value), MonError> {
+        self.check_caps(caller, &Command::MonStat)?;
+        let state = read_state(&self.state);
+        let value = subscription_value(what, caller, &state)?;
+        let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|s| !s.conn.is_closed());
+        subs.push(Subscriber {
+            conn,
+            what: what.to_string(),
+            entity: caller.clone(),
+            last: value.clone(),
+        });
+        Ok((state.version, value))
+    }
+}
+
+/// After every applied change, pushes each subscriber the new value of
+/// what it follows, if that value changed.
+async fn push_updates(core: std::sync::Weak<Core>, mut applied: tokio::sync::watch::Receiver<u64>) {
+    while applied.changed().await.is_ok() {
+        let Some(core) = core.upgrade() else { return };
+        let mut sends = Vec::new();
+        {
+            let state = read_state(&core.state);
+            let mut subs = core.subs.lock().unwrap_or_else(|p| p.into_inner());
+            subs.retain(|s| !s.conn.is_closed());
+            for sub in subs.iter_mut() {
+                let Ok(value) = subscription_value(&sub.what, &sub.entity, &state) else {
+                    continue;
+                };
+                if value != sub.last {
+                    sub.last = value.clone();
+                    let update = MonUpdate {
+                        what: sub.what.clone(),
+                        version: state.version,
+                    };
+                    sends.push((sub.conn.clone(), update, value));
+                }
+            }
+        }
+        for (conn, update, value) in sends {
+            if let Err(e) = conn.send(update, Bytes::from(value.to_string())).await {
+                tracing::debug!("dropping subscriber: {e}");
+            }
+        }
     }
 }
 

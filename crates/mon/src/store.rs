@@ -68,6 +68,8 @@ struct Inner {
 pub struct MonStore {
     inner: Arc<Mutex<Inner>>,
     state: Arc<RwLock<MonState>>,
+    /// The state's version after each apply, for subscription pushes.
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for MonStore {
@@ -192,15 +194,22 @@ impl MonStore {
         for op in ops {
             inner.replay(op);
         }
+        let version = state.version;
         Ok(MonStore {
             inner: Arc::new(Mutex::new(inner)),
             state: Arc::new(RwLock::new(state)),
+            applied: Arc::new(tokio::sync::watch::channel(version).0),
         })
     }
 
     /// The replicated state, for reading.
     pub fn state(&self) -> Arc<RwLock<MonState>> {
         Arc::clone(&self.state)
+    }
+
+    /// Follows the state's version as entries are applied.
+    pub fn watch_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// Whether this store has never taken part in a cluster.
@@ -391,6 +400,7 @@ impl RaftStorage<TypeConfig> for MonStore {
                 }
             }
         }
+        self.applied.send_replace(state.version);
         Ok(out)
     }
 
@@ -415,7 +425,9 @@ impl RaftStorage<TypeConfig> for MonStore {
         })?;
         i.last_applied = meta.last_log_id;
         i.membership = meta.last_membership.clone();
+        let version = new_state.version;
         *self.state.write().map_err(io_err)? = new_state;
+        self.applied.send_replace(version);
         Ok(())
     }
 

@@ -474,3 +474,100 @@ async fn admin_without_osd_caps(c: &Cluster, admin: &MonClient) -> shoal_mon::Mo
     );
     e
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn central_config_reaches_its_daemon_and_survives_monitor_failover() {
+    let mut c = Cluster::new("subs", &["a", "b", "c"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    let v = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: "osd.3".into(),
+            caps: caps("allow profile osd"),
+        })
+        .await
+        .unwrap();
+    let key = Secret::from_base64(v["osd.3"]["key"].as_str().unwrap()).unwrap();
+    let mut ring = Keyring::default();
+    ring.insert(
+        "osd.3".parse().unwrap(),
+        shoal_net::KeyringEntry {
+            key,
+            caps: BTreeMap::new(),
+        },
+    );
+    let me: EntityName = "osd.3".parse().unwrap();
+    let sink = shoal_mon::UpdateSink::new();
+    let cfg = NetConfig {
+        reconnect_attempts: 1,
+        connect_timeout: Duration::from_millis(300),
+        ..NetConfig::default()
+    };
+    let msgr = Messenger::new(
+        me.clone(),
+        cfg,
+        Arc::new(c.net.clone()),
+        Arc::new(KeyringAuth::new(me, ring)),
+        sink.clone(),
+    );
+    let addrs: Vec<SocketAddr> = c.initial.values().map(|a| a.parse().unwrap()).collect();
+    let osd = MonClient::new(msgr.clone(), addrs, Duration::from_secs(6));
+    let mut sub = osd.subscribe("config", sink);
+
+    async fn until(sub: &mut shoal_mon::Subscription, want: &[&str]) {
+        let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let current = sub.borrow_and_update().clone();
+            if let Some((_, v)) = current {
+                let got: Vec<String> = serde_json::from_value(v).unwrap();
+                if got == want {
+                    return;
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "subscription never showed {want:?}");
+            let _ = tokio::time::timeout(left, sub.changed()).await;
+        }
+    }
+
+    until(&mut sub, &[]).await;
+    let set = |who: &str, key: &str, value: &str| Command::ConfigSet {
+        who: who.into(),
+        key: key.into(),
+        value: value.into(),
+    };
+    admin
+        .command(&set("osd.3", "log_level", "debug"))
+        .await
+        .unwrap();
+    until(&mut sub, &["log_level=debug"]).await;
+    // Options for other daemons do not concern osd.3 ...
+    admin
+        .command(&set("osd.4", "log_level", "warn"))
+        .await
+        .unwrap();
+    // ... but those for every OSD do, layered under its own.
+    admin
+        .command(&set("osd", "ms_reconnect_attempts", "2"))
+        .await
+        .unwrap();
+    until(&mut sub, &["ms_reconnect_attempts=2", "log_level=debug"]).await;
+
+    // Stop the monitor the subscription follows: it moves to another.
+    let followed = msgr
+        .connections()
+        .into_iter()
+        .find(|conn| conn.peer().name.ty() == shoal_types::EntityType::Mon)
+        .map(|conn| conn.peer().name.id().to_string())
+        .unwrap();
+    c.stop(&followed).await;
+    admin
+        .command(&set("osd.3", "log_level", "trace"))
+        .await
+        .unwrap();
+    until(&mut sub, &["ms_reconnect_attempts=2", "log_level=trace"]).await;
+    for n in c.initial.keys().cloned().collect::<Vec<_>>() {
+        c.stop(&n).await;
+    }
+}

@@ -18,5 +18,6 @@ pub use frame::{
 };
 pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
-    MessageType, MonCommand, MonCommandReply, MonRaft, MonRaftReply, Ping, Pong, RejectCode,
+    MessageType, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe, MonUpdate, Ping,
+    Pong, RejectCode,
 };

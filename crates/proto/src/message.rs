@@ -195,6 +195,32 @@ pub struct MonRaftReply {
     pub error: bool,
 }
 
+/// Subscribes the sender to a part of the monitors' state (`config`,
+/// `monmap`; later `osdmap`). The reply is a [`MonUpdate`] with the current
+/// value; later changes are pushed as one-way [`MonUpdate`]s on the same
+/// connection.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonSubscribe {
+    /// What to follow.
+    #[prost(string, tag = "1")]
+    pub what: String,
+    /// The version the sender already has (0: none).
+    #[prost(uint64, tag = "2")]
+    pub have: u64,
+}
+
+/// A value of a subscribed part of the monitors' state; the value is JSON
+/// in the data part.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonUpdate {
+    /// What it is (`config`, `monmap`).
+    #[prost(string, tag = "1")]
+    pub what: String,
+    /// The monitors' state version it was taken at (grows with every change).
+    #[prost(uint64, tag = "2")]
+    pub version: u64,
+}
+
 /// Why a control part could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -288,6 +314,8 @@ messages! {
     101 => MonCommandReply,
     102 => MonRaft,
     103 => MonRaftReply,
+    104 => MonSubscribe,
+    105 => MonUpdate,
 }
 
 #[cfg(test)]

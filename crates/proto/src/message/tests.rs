@@ -62,6 +62,10 @@ fn any_message() -> impl Strategy<Value = Message> {
             .prop_map(|(code, output)| Message::MonCommandReply(MonCommandReply { code, output })),
         any::<u32>().prop_map(|rpc| Message::MonRaft(MonRaft { rpc })),
         any::<bool>().prop_map(|error| Message::MonRaftReply(MonRaftReply { error })),
+        (".{0,20}", any::<u64>())
+            .prop_map(|(what, have)| Message::MonSubscribe(MonSubscribe { what, have })),
+        (".{0,20}", any::<u64>())
+            .prop_map(|(what, version)| Message::MonUpdate(MonUpdate { what, version })),
     ]
 }
 
@@ -71,7 +75,7 @@ fn the_strategy_covers_every_message_type() {
     use proptest::test_runner::TestRunner;
     let mut seen = std::collections::HashSet::new();
     let mut runner = TestRunner::deterministic();
-    for _ in 0..4000 {
+    for _ in 0..8000 {
         let m = any_message().new_tree(&mut runner).unwrap().current();
         seen.insert(m.msg_type());
     }

@@ -1,0 +1,372 @@
+//! Shoal's versioned binary encodings of [`OsdMap`] and [`Incremental`].
+//!
+//! Both start with a 4-byte magic (`SOSM`, `SOSI`) and a format version
+//! (u8, now 1); integers are little-endian and fixed width; every list is
+//! length-prefixed and its length is checked against the bytes left; the
+//! CRUSH map is nested as length-prefixed `shoal-crush` encoding. Decoding
+//! never panics: malformed input is a [`MapError::Decode`].
+
+use std::collections::BTreeMap;
+
+use shoal_crush::CrushMap;
+use shoal_crush::codec::{Reader, Writer};
+use shoal_types::Epoch;
+
+use crate::error::{MapError, Result};
+use crate::incremental::Incremental;
+use crate::osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap};
+use crate::pg::PgId;
+use crate::pool::{Pool, PoolKind};
+
+const MAP_MAGIC: &[u8; 4] = b"SOSM";
+const INC_MAGIC: &[u8; 4] = b"SOSI";
+const VERSION: u8 = 1;
+
+fn de(e: shoal_crush::CrushError) -> MapError {
+    MapError::Decode(e.to_string())
+}
+
+fn header(w: &mut Writer, magic: &[u8; 4]) {
+    for b in magic {
+        w.u8(*b);
+    }
+    w.u8(VERSION);
+}
+
+fn check_header(r: &mut Reader<'_>, magic: &[u8; 4]) -> Result<()> {
+    for b in magic {
+        if r.u8().map_err(de)? != *b {
+            return Err(MapError::Decode("bad magic".into()));
+        }
+    }
+    let v = r.u8().map_err(de)?;
+    if v != VERSION {
+        return Err(MapError::Decode(format!("unsupported version {v}")));
+    }
+    Ok(())
+}
+
+fn put_pool(w: &mut Writer, p: &Pool) {
+    w.u64(p.id);
+    w.str(&p.name);
+    match p.kind {
+        PoolKind::Replicated => {
+            w.u8(1);
+            w.u32(0);
+            w.u32(0);
+        }
+        PoolKind::Erasure { k, m } => {
+            w.u8(3);
+            w.u32(k);
+            w.u32(m);
+        }
+    }
+    for v in [p.size, p.min_size, p.pg_num, p.pgp_num, p.crush_rule] {
+        w.u32(v);
+    }
+    w.u64(p.flags);
+}
+
+fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
+    let id = r.u64().map_err(de)?;
+    let name = r.str().map_err(de)?;
+    let (t, k, m) = (
+        r.u8().map_err(de)?,
+        r.u32().map_err(de)?,
+        r.u32().map_err(de)?,
+    );
+    let kind = match t {
+        1 => PoolKind::Replicated,
+        3 => PoolKind::Erasure { k, m },
+        _ => return Err(MapError::Decode(format!("pool type {t}"))),
+    };
+    let mut v = [0u32; 5];
+    for x in &mut v {
+        *x = r.u32().map_err(de)?;
+    }
+    let flags = r.u64().map_err(de)?;
+    let [size, min_size, pg_num, pgp_num, crush_rule] = v;
+    let p = Pool {
+        id,
+        name,
+        kind,
+        size,
+        min_size,
+        pg_num,
+        pgp_num,
+        crush_rule,
+        flags,
+    };
+    p.validate().map_err(|e| MapError::Decode(e.to_string()))?;
+    Ok(p)
+}
+
+fn put_pg(w: &mut Writer, pg: &PgId) {
+    w.u64(pg.pool);
+    w.u32(pg.seed);
+}
+
+fn get_pg(r: &mut Reader<'_>) -> Result<PgId> {
+    Ok(PgId {
+        pool: r.u64().map_err(de)?,
+        seed: r.u32().map_err(de)?,
+    })
+}
+
+fn put_osds(w: &mut Writer, v: &[i32]) {
+    w.len(v.len());
+    for o in v {
+        w.i32(*o);
+    }
+}
+
+fn get_osds(r: &mut Reader<'_>) -> Result<Vec<i32>> {
+    let n = r.count(4).map_err(de)?;
+    (0..n).map(|_| r.i32().map_err(de)).collect()
+}
+
+fn put_pairs(w: &mut Writer, v: &[(i32, i32)]) {
+    w.len(v.len());
+    for (a, b) in v {
+        w.i32(*a);
+        w.i32(*b);
+    }
+}
+
+fn get_pairs(r: &mut Reader<'_>) -> Result<Vec<(i32, i32)>> {
+    let n = r.count(8).map_err(de)?;
+    (0..n)
+        .map(|_| Ok((r.i32().map_err(de)?, r.i32().map_err(de)?)))
+        .collect()
+}
+
+fn put_fsid(w: &mut Writer, f: &[u8; 16]) {
+    for b in f {
+        w.u8(*b);
+    }
+}
+
+fn get_fsid(r: &mut Reader<'_>) -> Result<[u8; 16]> {
+    let mut f = [0u8; 16];
+    for b in &mut f {
+        *b = r.u8().map_err(de)?;
+    }
+    Ok(f)
+}
+
+impl OsdMap {
+    /// Encodes the map.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        header(&mut w, MAP_MAGIC);
+        put_fsid(&mut w, &self.fsid);
+        w.u32(self.epoch.0);
+        w.len(self.osds.len());
+        for o in &self.osds {
+            w.u8(u8::from(o.exists) | (u8::from(o.up) << 1));
+            w.u32(o.weight);
+            w.u32(o.primary_affinity);
+            w.str(o.addr.as_deref().unwrap_or(""));
+        }
+        w.len(self.pools.len());
+        for p in self.pools.values() {
+            put_pool(&mut w, p);
+        }
+        w.len(self.pg_temp.len());
+        for (pg, v) in &self.pg_temp {
+            put_pg(&mut w, pg);
+            put_osds(&mut w, v);
+        }
+        w.len(self.primary_temp.len());
+        for (pg, p) in &self.primary_temp {
+            put_pg(&mut w, pg);
+            w.i32(*p);
+        }
+        w.len(self.pg_upmap_items.len());
+        for (pg, v) in &self.pg_upmap_items {
+            put_pg(&mut w, pg);
+            put_pairs(&mut w, v);
+        }
+        w.bytes(&self.crush.encode());
+        w.finish()
+    }
+
+    /// Decodes [`OsdMap::encode`] output.
+    pub fn decode(buf: &[u8]) -> Result<OsdMap> {
+        let mut r = Reader::new(buf);
+        check_header(&mut r, MAP_MAGIC)?;
+        let fsid = get_fsid(&mut r)?;
+        let epoch = Epoch(r.u32().map_err(de)?);
+        let n = r.count(13).map_err(de)?;
+        if n > MAX_OSD_LIMIT as usize {
+            return Err(MapError::Decode(format!("max_osd {n}")));
+        }
+        let mut osds = Vec::with_capacity(n);
+        for _ in 0..n {
+            let flags = r.u8().map_err(de)?;
+            let weight = r.u32().map_err(de)?;
+            let primary_affinity = r.u32().map_err(de)?;
+            let addr = r.str().map_err(de)?;
+            osds.push(OsdInfo {
+                exists: flags & 1 != 0,
+                up: flags & 2 != 0,
+                weight,
+                primary_affinity,
+                addr: (!addr.is_empty()).then_some(addr),
+            });
+        }
+        let mut pools = BTreeMap::new();
+        for _ in 0..r.count(40).map_err(de)? {
+            let p = get_pool(&mut r)?;
+            pools.insert(p.id, p);
+        }
+        let mut pg_temp = BTreeMap::new();
+        for _ in 0..r.count(16).map_err(de)? {
+            pg_temp.insert(get_pg(&mut r)?, get_osds(&mut r)?);
+        }
+        let mut primary_temp = BTreeMap::new();
+        for _ in 0..r.count(16).map_err(de)? {
+            primary_temp.insert(get_pg(&mut r)?, r.i32().map_err(de)?);
+        }
+        let mut pg_upmap_items = BTreeMap::new();
+        for _ in 0..r.count(16).map_err(de)? {
+            pg_upmap_items.insert(get_pg(&mut r)?, get_pairs(&mut r)?);
+        }
+        let crush = CrushMap::decode(r.bytes().map_err(de)?).map_err(de)?;
+        if r.remaining() != 0 {
+            return Err(MapError::Decode("trailing bytes".into()));
+        }
+        Ok(OsdMap {
+            fsid,
+            epoch,
+            osds,
+            pools,
+            pg_temp,
+            primary_temp,
+            pg_upmap_items,
+            crush,
+        })
+    }
+}
+
+impl Incremental {
+    /// Encodes the incremental.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        header(&mut w, INC_MAGIC);
+        put_fsid(&mut w, &self.fsid);
+        w.u32(self.epoch.0);
+        match self.new_max_osd {
+            Some(n) => {
+                w.u8(1);
+                w.u32(n);
+            }
+            None => w.u8(0),
+        }
+        match &self.new_crush {
+            Some(c) => {
+                w.u8(1);
+                w.bytes(&c.encode());
+            }
+            None => w.u8(0),
+        }
+        w.len(self.new_pools.len());
+        for p in self.new_pools.values() {
+            put_pool(&mut w, p);
+        }
+        w.len(self.old_pools.len());
+        for p in &self.old_pools {
+            w.u64(*p);
+        }
+        for set in [&self.new_osds, &self.removed_osds, &self.new_down] {
+            put_osds(&mut w, &set.iter().copied().collect::<Vec<_>>());
+        }
+        w.len(self.new_up.len());
+        for (o, a) in &self.new_up {
+            w.i32(*o);
+            w.str(a);
+        }
+        for m in [&self.new_weight, &self.new_primary_affinity] {
+            w.len(m.len());
+            for (o, v) in m {
+                w.i32(*o);
+                w.u32(*v);
+            }
+        }
+        w.len(self.new_pg_temp.len());
+        for (pg, v) in &self.new_pg_temp {
+            put_pg(&mut w, pg);
+            put_osds(&mut w, v);
+        }
+        w.len(self.new_primary_temp.len());
+        for (pg, p) in &self.new_primary_temp {
+            put_pg(&mut w, pg);
+            w.i32(*p);
+        }
+        w.len(self.new_pg_upmap_items.len());
+        for (pg, v) in &self.new_pg_upmap_items {
+            put_pg(&mut w, pg);
+            put_pairs(&mut w, v);
+        }
+        w.len(self.old_pg_upmap_items.len());
+        for pg in &self.old_pg_upmap_items {
+            put_pg(&mut w, pg);
+        }
+        w.finish()
+    }
+
+    /// Decodes [`Incremental::encode`] output.
+    pub fn decode(buf: &[u8]) -> Result<Incremental> {
+        let mut r = Reader::new(buf);
+        check_header(&mut r, INC_MAGIC)?;
+        let mut inc = Incremental {
+            fsid: get_fsid(&mut r)?,
+            epoch: Epoch(r.u32().map_err(de)?),
+            ..Incremental::default()
+        };
+        if r.u8().map_err(de)? != 0 {
+            inc.new_max_osd = Some(r.u32().map_err(de)?);
+        }
+        if r.u8().map_err(de)? != 0 {
+            inc.new_crush = Some(CrushMap::decode(r.bytes().map_err(de)?).map_err(de)?);
+        }
+        for _ in 0..r.count(40).map_err(de)? {
+            let p = get_pool(&mut r)?;
+            inc.new_pools.insert(p.id, p);
+        }
+        for _ in 0..r.count(8).map_err(de)? {
+            inc.old_pools.insert(r.u64().map_err(de)?);
+        }
+        inc.new_osds = get_osds(&mut r)?.into_iter().collect();
+        inc.removed_osds = get_osds(&mut r)?.into_iter().collect();
+        inc.new_down = get_osds(&mut r)?.into_iter().collect();
+        for _ in 0..r.count(8).map_err(de)? {
+            let o = r.i32().map_err(de)?;
+            inc.new_up.insert(o, r.str().map_err(de)?);
+        }
+        for m in [&mut inc.new_weight, &mut inc.new_primary_affinity] {
+            for _ in 0..r.count(8).map_err(de)? {
+                let o = r.i32().map_err(de)?;
+                m.insert(o, r.u32().map_err(de)?);
+            }
+        }
+        for _ in 0..r.count(16).map_err(de)? {
+            inc.new_pg_temp.insert(get_pg(&mut r)?, get_osds(&mut r)?);
+        }
+        for _ in 0..r.count(16).map_err(de)? {
+            inc.new_primary_temp
+                .insert(get_pg(&mut r)?, r.i32().map_err(de)?);
+        }
+        for _ in 0..r.count(16).map_err(de)? {
+            inc.new_pg_upmap_items
+                .insert(get_pg(&mut r)?, get_pairs(&mut r)?);
+        }
+        for _ in 0..r.count(12).map_err(de)? {
+            inc.old_pg_upmap_items.insert(get_pg(&mut r)?);
+        }
+        if r.remaining() != 0 {
+            return Err(MapError::Decode("trailing bytes".into()));
+        }
+        Ok(inc)
+    }
+}

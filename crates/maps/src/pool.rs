@@ -1,0 +1,146 @@
+//! Pools: a namespace of objects with a redundancy rule and `pg_num` PGs.
+
+use crate::hash::{pg_mask, stable_mod, str_hash_rjenkins};
+use crate::pg::PgId;
+
+/// Ceph's `FLAG_HASHPSPOOL`: mix the pool id into the CRUSH input, so pools'
+/// PGs do not land on the same OSDs. Set on every pool Ceph creates today.
+pub const FLAG_HASHPSPOOL: u64 = 1;
+
+/// Largest pool size (copies or k + m) a map may hold.
+pub const MAX_POOL_SIZE: u32 = 256;
+
+/// How a pool keeps its objects safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// Whole copies; CRUSH result positions may shift.
+    Replicated,
+    /// `k` data + `m` coding chunks; positions are fixed (indep rules).
+    Erasure {
+        /// Data chunks.
+        k: u32,
+        /// Coding chunks.
+        m: u32,
+    },
+}
+
+/// One pool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pool {
+    /// Id (never reused).
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Replicated or erasure coded.
+    pub kind: PoolKind,
+    /// Copies (replicated) or k + m (erasure).
+    pub size: u32,
+    /// Fewest acting members that may take writes.
+    pub min_size: u32,
+    /// Number of PGs.
+    pub pg_num: u32,
+    /// Number of PGs used for placement (normally `pg_num`).
+    pub pgp_num: u32,
+    /// CRUSH rule id.
+    pub crush_rule: u32,
+    /// Flags (`FLAG_HASHPSPOOL`, ...).
+    pub flags: u64,
+}
+
+impl Pool {
+    /// A replicated pool with Ceph's defaults (hashpspool, pgp_num = pg_num).
+    pub fn replicated(
+        id: u64,
+        name: &str,
+        size: u32,
+        min_size: u32,
+        pg_num: u32,
+        rule: u32,
+    ) -> Self {
+        Pool {
+            id,
+            name: name.to_string(),
+            kind: PoolKind::Replicated,
+            size,
+            min_size,
+            pg_num,
+            pgp_num: pg_num,
+            crush_rule: rule,
+            flags: FLAG_HASHPSPOOL,
+        }
+    }
+
+    /// An erasure-coded pool of `k + m` chunks (min_size k + 1, as Ceph).
+    pub fn erasure(id: u64, name: &str, k: u32, m: u32, pg_num: u32, rule: u32) -> Self {
+        Pool {
+            id,
+            name: name.to_string(),
+            kind: PoolKind::Erasure { k, m },
+            size: k + m,
+            min_size: (k + 1).min(k + m),
+            pg_num,
+            pgp_num: pg_num,
+            crush_rule: rule,
+            flags: FLAG_HASHPSPOOL,
+        }
+    }
+
+    /// Checks the invariants every map keeps for its pools.
+    pub fn validate(&self) -> crate::Result<()> {
+        let ok = self.size > 0
+            && self.size <= MAX_POOL_SIZE
+            && self.min_size <= self.size
+            && self.pg_num > 0
+            && self.pgp_num > 0
+            && self.pgp_num <= self.pg_num;
+        if ok {
+            Ok(())
+        } else {
+            Err(crate::MapError::Invalid(format!(
+                "pool {} ({})",
+                self.id, self.name
+            )))
+        }
+    }
+
+    /// Replicated pools drop missing members and shift the rest left;
+    /// erasure-coded pools keep positions (`can_shift_osds`).
+    pub fn can_shift_osds(&self) -> bool {
+        self.kind == PoolKind::Replicated
+    }
+
+    /// `hash_key`: the object-name hash, namespace first with a 0x1f separator.
+    pub fn hash_key(&self, name: &str, namespace: &str) -> u32 {
+        if namespace.is_empty() {
+            return str_hash_rjenkins(name.as_bytes());
+        }
+        let mut buf = Vec::with_capacity(namespace.len() + 1 + name.len());
+        buf.extend_from_slice(namespace.as_bytes());
+        buf.push(0x1f);
+        buf.extend_from_slice(name.as_bytes());
+        str_hash_rjenkins(&buf)
+    }
+
+    /// The PG an object belongs to.
+    pub fn object_pg(&self, name: &str, namespace: &str) -> PgId {
+        self.raw_pg_to_pg(self.hash_key(name, namespace))
+    }
+
+    /// Folds a raw seed (a full 32-bit hash) into `0..pg_num`.
+    pub fn raw_pg_to_pg(&self, raw_seed: u32) -> PgId {
+        PgId {
+            pool: self.id,
+            seed: stable_mod(raw_seed, self.pg_num, pg_mask(self.pg_num)),
+        }
+    }
+
+    /// The CRUSH input for a PG (`raw_pg_to_pps`).
+    pub fn pps(&self, seed: u32) -> u32 {
+        let ps = stable_mod(seed, self.pgp_num, pg_mask(self.pgp_num));
+        if self.flags & FLAG_HASHPSPOOL != 0 {
+            shoal_crush::hash::hash32_2(ps, self.id as u32)
+        } else {
+            ps.wrapping_add(self.id as u32)
+        }
+    }
+}

@@ -30,6 +30,9 @@ pub enum BenchCmd {
     /// queue depth 1 (latency), 4 KiB requests at queue depth 64 (ops/s,
     /// CPU per op), 4 MiB messages with 16 in flight (bandwidth).
     Net(NetArgs),
+    /// The monitors: committed changes per second, latency of one change,
+    /// and the time for a change to reach many subscribers.
+    Mon(super::bench_mon::MonBenchArgs),
 }
 
 /// Options of `shoal bench net`.
@@ -53,6 +56,7 @@ pub struct NetArgs {
 pub fn run(cmd: BenchCmd, config: &Config) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Net(a) => bench_net(a, config),
+        BenchCmd::Mon(a) => super::bench_mon::run(a),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod bench;
+pub mod bench_mon;
 pub mod common;
 pub mod config;
 pub mod crush;

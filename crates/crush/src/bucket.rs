@@ -27,8 +27,10 @@ fn straw2_choose(b: &Bucket, x: u32, r: i32) -> i32 {
     for (i, (&item, &w)) in b.items.iter().zip(&b.weights).enumerate() {
         let draw = if w != 0 {
             let u = hash32_3(x, item as u32, r as u32) & 0xffff;
-            let ln = crush_ln(u).wrapping_sub(0x1_0000_0000_0000) as i64;
-            ln / i64::from(w)
+            // ln(u) - 2^48 is in (-2^48, 0]; C divides it by w rounding
+            // toward zero, which is the negated unsigned quotient.
+            let neg_ln = 0x1_0000_0000_0000u64 - crush_ln(u);
+            -((neg_ln / u64::from(w)) as i64)
         } else {
             i64::MIN
         };

@@ -52,8 +52,10 @@ impl CrushMap {
             return;
         };
         for v in [&mut ws.a, &mut ws.b, &mut ws.c] {
-            v.clear();
-            v.resize(result_max, 0);
+            if v.len() != result_max {
+                v.clear();
+                v.resize(result_max, 0);
+            }
         }
         let t = &self.tunables;
         let mut choose_tries = t.choose_total_tries.saturating_add(1);

@@ -1,0 +1,26 @@
+//! The OSD's object store: the [`ObjectStore`] contract (collections of objects with
+//! data, xattrs and omap, changed by atomic, ordered, durable [`Transaction`]s),
+//! [`MemStore`] (in memory) and [`BlockStore`] (the default on disk: a data device with
+//! an extent allocator and per-block crc32c, metadata in redb).
+//!
+//! This crate must not depend on the network, the OSD or any async runtime: durability
+//! is signalled by a [`CommitTicket`] that any runtime can wait on or hook.
+
+pub mod error;
+pub mod model;
+pub mod testsuite;
+pub mod types;
+
+mod memstore;
+mod objmeta;
+mod store;
+mod ticket;
+mod transaction;
+mod validate;
+
+pub use error::{Error, Result};
+pub use memstore::MemStore;
+pub use store::ObjectStore;
+pub use ticket::CommitTicket;
+pub use transaction::{Op, Transaction};
+pub use types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};

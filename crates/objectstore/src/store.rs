@@ -1,0 +1,112 @@
+//! The `ObjectStore` contract.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use crate::error::Result;
+use crate::ticket::CommitTicket;
+use crate::transaction::Transaction;
+use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
+
+/// Where an OSD keeps its objects. Implemented by [`crate::MemStore`] and
+/// [`crate::BlockStore`]; [`crate::testsuite`] checks every law below against each.
+///
+/// # Laws
+///
+/// 1. **Atomic.** A transaction applies whole or not at all. `queue_transaction` checks
+///    every precondition first; if one fails it returns the error and nothing changed.
+///    Preconditions: every op's collection exists (after the earlier ops of the same
+///    transaction); `CreateCollection` needs the collection absent; `Remove` and the
+///    source of `Clone`, `CloneRange` and `Rename` need the object present; offsets and
+///    lengths stay within [`crate::types::OBJECT_SIZE_MAX`]; names within
+///    [`crate::types::OBJECT_NAME_BYTES_MAX`]. Every other op on an object creates it
+///    when absent (an empty object: size 0, no xattrs, empty omap and header).
+/// 2. **Ordered.** Transactions take effect in the order `queue_transaction` returned;
+///    ops inside a transaction in list order, each seeing the effect of the previous.
+/// 3. **Read your queue.** Once `queue_transaction` returns `Ok`, every read from any
+///    thread sees the transaction (and all earlier ones).
+/// 4. **Durable on completion.** When the [`CommitTicket`] resolves `Ok`, the transaction
+///    and every earlier one survive a crash or power loss. After a crash the store
+///    holds exactly the effects of a prefix of the queued transactions that contains
+///    every transaction whose ticket resolved `Ok`.
+/// 5. **Data.** An object is a byte string of `size` bytes; bytes never written read as
+///    zeros (holes, `Zero`, growth by `Truncate` or by a write past the end). `read`
+///    returns `min(len, size - offset)` bytes, empty at or past the end.
+/// 6. **Checked.** A read never returns bytes that differ from those written: a
+///    corrupted block is reported as [`crate::Error::Checksum`].
+/// 7. **Listing.** `list_objects` returns objects ordered by ([`ObjectKey::hash`],
+///    name), starting at the cursor inclusive; listing page by page with the returned
+///    cursor visits each object present throughout exactly once.
+/// 8. **Poison.** After a write or sync of the medium fails, every later
+///    `queue_transaction` returns [`crate::Error::Poisoned`]; pending tickets resolve with
+///    that error; a failed sync is never retried. Reads keep working.
+/// 9. **Copies.** `Clone` and `Rename` replace the destination whole; clones share no
+///    state with their source afterwards (writing one never changes the other).
+pub trait ObjectStore: Send + Sync + std::fmt::Debug {
+    /// Check and apply `txn` (visible to reads at once) and queue it for durability.
+    fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket>;
+
+    /// Queue `txn` and wait until it is durable.
+    fn apply_transaction(&self, txn: Transaction) -> Result<()> {
+        self.queue_transaction(txn)?.wait()
+    }
+
+    /// Wait until every transaction queued so far is durable.
+    fn flush(&self) -> Result<()>;
+
+    /// All collections, in order.
+    fn list_collections(&self) -> Result<Vec<CollectionId>>;
+
+    /// Whether the collection exists.
+    fn collection_exists(&self, c: &CollectionId) -> Result<bool>;
+
+    /// Up to `max` objects of `c` from `start` (inclusive) in stable hash order.
+    fn list_objects(
+        &self,
+        c: &CollectionId,
+        start: Option<&ObjectKey>,
+        max: usize,
+    ) -> Result<Listing>;
+
+    /// Whether the object exists (`Err` if the collection does not).
+    fn exists(&self, c: &CollectionId, o: &ObjectKey) -> Result<bool>;
+
+    /// Size of the object.
+    fn stat(&self, c: &CollectionId, o: &ObjectKey) -> Result<ObjectStat>;
+
+    /// Up to `len` bytes from `offset`.
+    fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes>;
+
+    /// One xattr.
+    fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>>;
+
+    /// All xattrs.
+    fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>>;
+
+    /// The omap header (empty if never set).
+    fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes>;
+
+    /// The values of those `keys` that are present.
+    fn omap_get_values(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        keys: &[Bytes],
+    ) -> Result<BTreeMap<Bytes, Bytes>>;
+
+    /// Up to `max` omap entries with keys in `(start, end)`, in key order. Iterate by
+    /// passing `Bound::Excluded(last key)` as the next `start`.
+    fn omap_range(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>>;
+
+    /// Store-wide space figures.
+    fn statfs(&self) -> Result<StatFs>;
+}

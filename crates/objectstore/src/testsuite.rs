@@ -1,0 +1,376 @@
+//! The conformance suite: every backend must pass [`run_all`]. Each check panics with a
+//! description on failure, so call it from a `#[test]`.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::model::{Model, TxnGen};
+use crate::store::ObjectStore;
+use crate::transaction::Transaction;
+use crate::types::{CollectionId, ObjectKey};
+
+fn ok<T>(r: Result<T>, what: &str) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+const C: CollectionId = CollectionId { pool: 3, seed: 1 };
+
+fn obj(name: &str) -> ObjectKey {
+    ObjectKey::new(0x1234, name)
+}
+
+fn setup(s: &dyn ObjectStore) {
+    let mut t = Transaction::new();
+    t.create_collection(C);
+    ok(s.apply_transaction(t), "create collection");
+}
+
+/// Run every check, each on a fresh store from `factory`.
+pub fn run_all(factory: &mut dyn FnMut() -> Box<dyn ObjectStore>) {
+    data_laws(&*factory());
+    atomicity(&*factory());
+    listing(&*factory());
+    clone_rename(&*factory());
+    omap_xattrs(&*factory());
+    collections(&*factory());
+    model_check(&*factory(), 0x5eed, 300);
+}
+
+/// Law 5: holes and growth read as zeros, short reads at the end.
+pub fn data_laws(s: &dyn ObjectStore) {
+    setup(s);
+    let o = obj("a");
+    let mut t = Transaction::new();
+    t.write(C, o.clone(), 10_000, Bytes::from_static(b"hello"));
+    ok(s.apply_transaction(t), "write");
+    assert_eq!(ok(s.stat(&C, &o), "stat").size, 10_005);
+    let all = ok(s.read(&C, &o, 0, u64::MAX), "read");
+    assert_eq!(all.len(), 10_005);
+    assert!(
+        all[..10_000].iter().all(|b| *b == 0),
+        "hole must read as zeros"
+    );
+    assert_eq!(&all[10_000..], b"hello");
+    assert_eq!(
+        ok(s.read(&C, &o, 10_003, 100), "read tail"),
+        Bytes::from_static(b"lo")
+    );
+    assert!(ok(s.read(&C, &o, 20_000, 10), "read past end").is_empty());
+    let mut t = Transaction::new();
+    t.truncate(C, o.clone(), 10_002)
+        .truncate(C, o.clone(), 12_000);
+    ok(s.apply_transaction(t), "truncate");
+    let all = ok(s.read(&C, &o, 0, u64::MAX), "read");
+    assert_eq!(&all[10_000..10_002], b"he");
+    assert!(
+        all[10_002..].iter().all(|b| *b == 0),
+        "truncated-away bytes must read as zeros"
+    );
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let mut t = Transaction::new();
+    t.write(C, o.clone(), 5, Bytes::from(big.clone()))
+        .zero(C, o.clone(), 100, 5000);
+    ok(s.apply_transaction(t), "big write");
+    let got = ok(s.read(&C, &o, 5, 300_000), "read big");
+    assert_eq!(&got[95 + 5000..], &big[95 + 5000..]);
+    assert!(got[95..95 + 5000].iter().all(|b| *b == 0));
+    assert!(matches!(
+        s.read(&C, &obj("none"), 0, 1),
+        Err(Error::ObjectNotFound(..))
+    ));
+}
+
+/// Law 1: a failing op makes the whole transaction a no-op.
+pub fn atomicity(s: &dyn ObjectStore) {
+    setup(s);
+    let mut t = Transaction::new();
+    t.write(C, obj("a"), 0, Bytes::from_static(b"x"))
+        .remove(C, obj("missing"));
+    assert!(matches!(
+        s.queue_transaction(t),
+        Err(Error::ObjectNotFound(..))
+    ));
+    assert!(!ok(s.exists(&C, &obj("a")), "exists"));
+    let mut t = Transaction::new();
+    t.touch(C, obj("a")).remove(C, obj("a")).remove(C, obj("a"));
+    assert!(s.queue_transaction(t).is_err());
+    let mut t = Transaction::new();
+    t.create_collection(C);
+    assert!(matches!(
+        s.queue_transaction(t),
+        Err(Error::CollectionExists(_))
+    ));
+    let mut t = Transaction::new();
+    t.touch(CollectionId::new(9, 9), obj("a"));
+    assert!(matches!(
+        s.queue_transaction(t),
+        Err(Error::CollectionNotFound(_))
+    ));
+    let mut t = Transaction::new();
+    t.write(C, obj("a"), u64::MAX - 2, Bytes::from_static(b"xyz"));
+    assert!(matches!(
+        s.queue_transaction(t),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(!ok(s.exists(&C, &obj("a")), "exists"));
+}
+
+/// Law 7: stable hash order and a cursor that visits everything once.
+pub fn listing(s: &dyn ObjectStore) {
+    setup(s);
+    let mut want = Vec::new();
+    let mut t = Transaction::new();
+    for i in 0..50u32 {
+        let k = ObjectKey::new(i.wrapping_mul(2_654_435_761) % 7, format!("n{i}"));
+        t.touch(C, k.clone());
+        want.push(k);
+    }
+    ok(s.apply_transaction(t), "touch 50");
+    want.sort();
+    let mut got = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = ok(s.list_objects(&C, cursor.as_ref(), 7), "list");
+        assert!(page.objects.len() <= 7);
+        got.extend(page.objects);
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(got, want);
+    assert!(
+        got.windows(2)
+            .all(|w| (w[0].hash, &w[0].name) < (w[1].hash, &w[1].name))
+    );
+}
+
+/// Law 9: clones are independent; rename replaces the destination.
+pub fn clone_rename(s: &dyn ObjectStore) {
+    setup(s);
+    let (a, b, d) = (obj("a"), obj("b"), obj("d"));
+    let mut t = Transaction::new();
+    t.write(C, a.clone(), 0, Bytes::from(vec![1u8; 100_000]))
+        .set_xattr(C, a.clone(), "v", Bytes::from_static(b"1"))
+        .omap_set_keys(
+            C,
+            a.clone(),
+            BTreeMap::from([(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
+        )
+        .write(C, d.clone(), 0, Bytes::from(vec![9u8; 200_000]))
+        .clone_object(C, a.clone(), b.clone())
+        .write(C, b.clone(), 10, Bytes::from_static(b"changed"));
+    ok(s.apply_transaction(t), "clone");
+    assert_eq!(
+        ok(s.read(&C, &a, 10, 7), "read a"),
+        Bytes::from(vec![1u8; 7])
+    );
+    assert_eq!(
+        ok(s.read(&C, &b, 10, 7), "read b"),
+        Bytes::from_static(b"changed")
+    );
+    assert_eq!(
+        ok(s.getxattr(&C, &b, "v"), "xattr"),
+        Some(Bytes::from_static(b"1"))
+    );
+    assert_eq!(
+        ok(
+            s.omap_get_values(&C, &b, &[Bytes::from_static(b"k")]),
+            "omap"
+        )
+        .len(),
+        1
+    );
+    let mut t = Transaction::new();
+    t.rename(C, a.clone(), d.clone())
+        .clone_range(C, b.clone(), a.clone(), 5, 12, 3);
+    ok(s.apply_transaction(t), "rename");
+    assert_eq!(ok(s.stat(&C, &d), "stat d").size, 100_000);
+    assert_eq!(
+        ok(s.read(&C, &a, 0, 100), "read a"),
+        Bytes::from(b"\0\0\0\x01\x01\x01\x01\x01changed".to_vec())
+    );
+    assert!(ok(s.getxattrs(&C, &a), "xattrs").is_empty());
+}
+
+/// Omap and xattr reads.
+pub fn omap_xattrs(s: &dyn ObjectStore) {
+    setup(s);
+    let o = obj("m");
+    let kv: BTreeMap<Bytes, Bytes> = (0..20)
+        .map(|i| {
+            (
+                Bytes::from(format!("k{i:02}")),
+                Bytes::from(format!("v{i}")),
+            )
+        })
+        .collect();
+    let mut t = Transaction::new();
+    t.omap_set_keys(C, o.clone(), kv)
+        .omap_set_header(C, o.clone(), Bytes::from_static(b"hdr"))
+        .omap_remove_range(
+            C,
+            o.clone(),
+            Bytes::from_static(b"k05"),
+            Bytes::from_static(b"k10"),
+        )
+        .omap_remove_keys(C, o.clone(), vec![Bytes::from_static(b"k15")])
+        .set_xattr(C, o.clone(), "a", Bytes::from_static(b"1"))
+        .set_xattr(C, o.clone(), "b", Bytes::from_static(b"2"))
+        .remove_xattr(C, o.clone(), "a");
+    ok(s.apply_transaction(t), "omap");
+    let all = ok(
+        s.omap_range(&C, &o, Bound::Unbounded, Bound::Unbounded, usize::MAX),
+        "range",
+    );
+    assert_eq!(all.len(), 14);
+    let page = ok(
+        s.omap_range(&C, &o, Bound::Excluded(b"k04"), Bound::Excluded(b"k12"), 3),
+        "page",
+    );
+    let keys: Vec<&[u8]> = page.iter().map(|(k, _)| &k[..]).collect();
+    assert_eq!(keys, vec![&b"k10"[..], b"k11"]);
+    assert!(
+        ok(
+            s.omap_range(&C, &o, Bound::Included(b"z"), Bound::Excluded(b"a"), 9),
+            "inverted"
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        ok(s.omap_get_header(&C, &o), "header"),
+        Bytes::from_static(b"hdr")
+    );
+    assert_eq!(
+        ok(s.getxattrs(&C, &o), "xattrs").keys().collect::<Vec<_>>(),
+        vec!["b"]
+    );
+    let mut t = Transaction::new();
+    t.omap_clear(C, o.clone());
+    ok(s.apply_transaction(t), "clear");
+    assert!(ok(s.omap_get_header(&C, &o), "header").is_empty());
+    assert!(
+        ok(
+            s.omap_range(&C, &o, Bound::Unbounded, Bound::Unbounded, 9),
+            "range"
+        )
+        .is_empty()
+    );
+}
+
+/// Removing a collection removes its objects; statfs counts.
+pub fn collections(s: &dyn ObjectStore) {
+    setup(s);
+    let mut t = Transaction::new();
+    t.write(C, obj("a"), 0, Bytes::from(vec![3u8; 50_000]))
+        .touch(C, obj("b"));
+    ok(s.apply_transaction(t), "fill");
+    let fs = ok(s.statfs(), "statfs");
+    assert_eq!(
+        (fs.objects, fs.stored_bytes, fs.collections),
+        (2, 50_000, 1)
+    );
+    assert!(fs.free_bytes <= fs.total_bytes);
+    let mut t = Transaction::new();
+    t.remove_collection(C).create_collection(C);
+    ok(s.apply_transaction(t), "recreate");
+    assert!(!ok(s.exists(&C, &obj("a")), "exists"));
+    assert_eq!(ok(s.list_collections(), "colls"), vec![C]);
+    let after = ok(s.statfs(), "statfs");
+    assert_eq!(after.objects, 0);
+    ok(s.flush(), "flush");
+    let after = ok(s.statfs(), "statfs");
+    assert!(
+        after.free_bytes >= fs.free_bytes,
+        "space of removed objects is freed"
+    );
+}
+
+/// Random transactions against the reference model; compares the full state every few.
+pub fn model_check(s: &dyn ObjectStore, seed: u64, txns: usize) {
+    let mut model = Model::default();
+    let mut tickets = Vec::new();
+    let mut g = TxnGen::new(seed);
+    for i in 0..txns {
+        let t = g.txn();
+        let want = model.apply(&t);
+        match s.queue_transaction(t.clone()) {
+            Ok(ticket) => {
+                assert!(want, "txn {i} should have failed: {t:?}");
+                tickets.push(ticket);
+            }
+            Err(e) => assert!(
+                !want,
+                "txn {i} failed ({e}) but the model accepted it: {t:?}"
+            ),
+        }
+        if i % 25 == 0 || i + 1 == txns {
+            assert_matches_model(s, &model, &format!("after txn {i} (seed {seed:#x})"));
+        }
+    }
+    for t in tickets {
+        ok(t.wait(), "ticket");
+    }
+}
+
+/// Compare everything a reader can see with `model`; panics with `ctx` on a difference.
+pub fn assert_matches_model(s: &dyn ObjectStore, model: &Model, ctx: &str) {
+    if let Err(e) = compare_with_model(s, model) {
+        panic!("store differs from model {ctx}: {e}");
+    }
+}
+
+/// Like [`assert_matches_model`] but returns the first difference.
+pub fn compare_with_model(s: &dyn ObjectStore, model: &Model) -> std::result::Result<(), String> {
+    let colls = s.list_collections().map_err(|e| e.to_string())?;
+    let want: Vec<CollectionId> = model.colls.keys().copied().collect();
+    if colls != want {
+        return Err(format!("collections {colls:?} != {want:?}"));
+    }
+    for (c, objs) in &model.colls {
+        let mut listed = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = s
+                .list_objects(c, cursor.as_ref(), 4)
+                .map_err(|e| e.to_string())?;
+            listed.extend(page.objects);
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        let want: Vec<&ObjectKey> = objs.keys().collect();
+        if listed.iter().collect::<Vec<_>>() != want {
+            return Err(format!("objects of {c}: {listed:?} != {want:?}"));
+        }
+        for (o, m) in objs {
+            let e = |e: Error| format!("{c}/{o}: {e}");
+            let size = s.stat(c, o).map_err(e)?.size;
+            if size != m.data.len() as u64 {
+                return Err(format!("{c}/{o}: size {size} != {}", m.data.len()));
+            }
+            let data = s.read(c, o, 0, u64::MAX).map_err(e)?;
+            if data[..] != m.data[..] {
+                let at = data.iter().zip(&m.data).position(|(a, b)| a != b);
+                return Err(format!("{c}/{o}: data differs at {at:?}"));
+            }
+            if s.getxattrs(c, o).map_err(e)? != m.xattrs {
+                return Err(format!("{c}/{o}: xattrs differ"));
+            }
+            if s.omap_get_header(c, o).map_err(e)? != m.omap_header {
+                return Err(format!("{c}/{o}: omap header differs"));
+            }
+            let omap = s
+                .omap_range(c, o, Bound::Unbounded, Bound::Unbounded, usize::MAX)
+                .map_err(e)?;
+            if omap.into_iter().collect::<BTreeMap<_, _>>() != m.omap {
+                return Err(format!("{c}/{o}: omap differs"));
+            }
+        }
+    }
+    Ok(())
+}

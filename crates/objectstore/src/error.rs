@@ -69,7 +69,6 @@ pub enum Error {
     NotFormatted(String),
 }
 
-#[allow(dead_code)] // constructors used by the block store
 impl Error {
     /// True for errors after which the store must not be written again.
     pub fn is_fatal(&self) -> bool {

@@ -6,9 +6,11 @@
 //! This crate must not depend on the network, the OSD or any async runtime: durability
 //! is signalled by a [`CommitTicket`] that any runtime can wait on or hook.
 
+pub mod block;
 pub mod error;
 pub mod model;
 pub mod testsuite;
+pub mod tool;
 pub mod types;
 
 mod memstore;
@@ -18,6 +20,7 @@ mod ticket;
 mod transaction;
 mod validate;
 
+pub use block::BlockStore;
 pub use error::{Error, Result};
 pub use memstore::MemStore;
 pub use store::ObjectStore;

@@ -1,0 +1,177 @@
+//! The data device: a narrow I/O trait, the file/block-device implementation with direct
+//! I/O, and an adapter that lets redb keep its file on a `Device` (used by tests to
+//! inject faults into metadata writes as well as data writes).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::BLOCK;
+
+/// Positional I/O on a device of fixed length. Implementations must be thread-safe.
+#[allow(clippy::len_without_is_empty)] // a device is never empty
+pub trait Device: Send + Sync + std::fmt::Debug {
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Fill `buf` from `offset`; reading past the end is an error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Make every completed write durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Change the length (new bytes read as zeros).
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// A regular file or a block device, opened with `O_DIRECT` when the filesystem allows.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    direct: bool,
+}
+
+/// Alignment for direct I/O buffers and offsets.
+const ALIGN: usize = BLOCK;
+
+/// A zeroed buffer of `len` bytes whose start is `ALIGN`-aligned (safe code: over-allocate
+/// and slice at the aligned offset).
+struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let raw = vec![0u8; len + ALIGN];
+        let start = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
+        Self { raw, start, len }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+fn is_aligned(ptr: *const u8, offset: u64, len: usize) -> bool {
+    (ptr as usize) % ALIGN == 0 && offset % ALIGN as u64 == 0 && len % ALIGN == 0
+}
+
+impl FileDevice {
+    /// Open `path` read-write, trying `O_DIRECT` first when `direct` is set; falls back to
+    /// buffered I/O (with a logged note) when the filesystem refuses it (tmpfs does).
+    pub fn open(path: &Path, direct: bool) -> io::Result<Self> {
+        if direct {
+            let flags = rustix::fs::OFlags::DIRECT.bits() as i32;
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags)
+                .open(path)
+            {
+                Ok(file) => return Ok(Self { file, direct: true }),
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                    tracing::info!(path = %path.display(), "O_DIRECT refused by the filesystem; using buffered I/O");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Self {
+            file,
+            direct: false,
+        })
+    }
+
+    /// Create (or extend) a file of `len` bytes with its space reserved.
+    pub fn create(path: &Path, len: u64) -> io::Result<()> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if file.metadata()?.file_type().is_file() {
+            file.set_len(len)?;
+            // Reserve the space now so a full filesystem shows at mkfs, not mid-write.
+            if let Err(e) =
+                rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len)
+            {
+                tracing::info!(error = %e, "fallocate unsupported; data file stays sparse");
+            }
+        }
+        file.sync_all()
+    }
+
+    /// Whether direct I/O is in use.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl Device for FileDevice {
+    fn len(&self) -> io::Result<u64> {
+        let md = self.file.metadata()?;
+        if md.file_type().is_file() {
+            return Ok(md.len());
+        }
+        // Block devices report length 0 in metadata; seek to the end instead.
+        use std::io::Seek;
+        (&self.file).seek(io::SeekFrom::End(0))
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if !self.direct || is_aligned(buf.as_ptr(), offset, buf.len()) {
+            return self.file.read_exact_at(buf, offset);
+        }
+        let mut a = AlignedBuf::new(buf.len().next_multiple_of(ALIGN));
+        self.file.read_exact_at(a.as_mut_slice(), offset)?;
+        buf.copy_from_slice(&a.as_slice()[..buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        if !self.direct || is_aligned(buf.as_ptr(), offset, buf.len()) {
+            return self.file.write_all_at(buf, offset);
+        }
+        let mut a = AlignedBuf::new(buf.len());
+        a.as_mut_slice().copy_from_slice(buf);
+        self.file.write_all_at(a.as_slice(), offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+/// redb storage on a [`Device`].
+#[derive(Debug)]
+pub(crate) struct MetaOnDevice(pub Arc<dyn Device>);
+
+impl redb::StorageBackend for MetaOnDevice {
+    fn len(&self) -> Result<u64, io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
+        let mut v = vec![0u8; len];
+        self.0.read_at(offset, &mut v)?;
+        Ok(v)
+    }
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self, _eventual: bool) -> Result<(), io::Error> {
+        self.0.sync()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.0.write_at(offset, data)
+    }
+}

@@ -1,0 +1,161 @@
+//! The metadata store: redb tables, the format record, and loading everything into the
+//! in-memory state at open.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadableTable, TableDefinition};
+
+use super::codec::{self, ObjectRecord};
+use super::extent::ExtentMap;
+use crate::error::{Error, Result};
+use crate::objmeta::ObjMeta;
+use crate::types::{CollectionId, ObjectKey};
+
+pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// Format facts: `format` (u64), `total_blocks` (u64).
+pub(crate) const SUPER: Table = TableDefinition::new("super");
+/// Collection id -> empty.
+pub(crate) const COLLS: Table = TableDefinition::new("colls");
+/// Collection id ++ object key -> object record.
+pub(crate) const OBJECTS: Table = TableDefinition::new("objects");
+/// Omap prefix of the object ++ omap key -> value.
+pub(crate) const OMAP: Table = TableDefinition::new("omap");
+/// First free block (u64 BE) -> number of blocks (u64 BE).
+pub(crate) const FREE: Table = TableDefinition::new("free");
+/// Sequence number (u64 BE) -> deferred write record.
+pub(crate) const DEFERRED: Table = TableDefinition::new("deferred");
+
+pub(crate) const ALL_TABLES: [Table; 6] = [SUPER, COLLS, OBJECTS, OMAP, FREE, DEFERRED];
+
+/// Current on-disk format version.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+/// Map any redb error type to ours.
+pub(crate) fn me<E: Into<redb::Error>>(context: &'static str) -> impl Fn(E) -> Error {
+    move |e| Error::meta(context, e.into())
+}
+
+/// An object as held in memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Onode {
+    pub size: u64,
+    pub extents: ExtentMap,
+    pub meta: ObjMeta,
+}
+
+/// Everything `open` reads.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub total_blocks: u64,
+    pub colls: BTreeMap<CollectionId, BTreeMap<ObjectKey, Onode>>,
+    pub free: Vec<(u64, u64)>,
+    /// (seq, device block, data)
+    pub deferred: Vec<(u64, u64, Vec<u8>)>,
+}
+
+pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
+    let t = txn.open_table(SUPER).map_err(me("open super"))?;
+    let get = |k: &str| -> Result<u64> {
+        let v = t
+            .get(k.as_bytes())
+            .map_err(me("read super"))?
+            .ok_or_else(|| Error::NotFormatted(format!("no `{k}` in the format record")))?;
+        codec::u64_value(v.value(), k)
+    };
+    let format = get("format")?;
+    if format != FORMAT_VERSION {
+        return Err(Error::NotFormatted(format!(
+            "format version {format}, expected {FORMAT_VERSION}"
+        )));
+    }
+    get("total_blocks")
+}
+
+pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
+    let txn = db.begin_read().map_err(me("begin read"))?;
+    let mut out = Loaded {
+        total_blocks: read_super(&txn)?,
+        ..Loaded::default()
+    };
+    for row in txn
+        .open_table(COLLS)
+        .map_err(me("open colls"))?
+        .iter()
+        .map_err(me("scan colls"))?
+    {
+        let (k, _) = row.map_err(me("scan colls"))?;
+        let c = CollectionId::from_bytes(k.value())
+            .ok_or_else(|| Error::Corrupt("bad collection key".into()))?;
+        out.colls.insert(c, BTreeMap::new());
+    }
+    for row in txn
+        .open_table(OBJECTS)
+        .map_err(me("open objects"))?
+        .iter()
+        .map_err(me("scan objects"))?
+    {
+        let (k, v) = row.map_err(me("scan objects"))?;
+        let (c, o) = codec::parse_object_key(k.value())?;
+        let rec = ObjectRecord::decode(v.value())?;
+        let objs = out
+            .colls
+            .get_mut(&c)
+            .ok_or_else(|| Error::Corrupt(format!("object {o} in missing collection {c}")))?;
+        let meta = ObjMeta {
+            xattrs: rec.xattrs,
+            omap_header: rec.omap_header,
+            omap: BTreeMap::new(),
+        };
+        objs.insert(
+            o,
+            Onode {
+                size: rec.size,
+                extents: rec.extents,
+                meta,
+            },
+        );
+    }
+    for row in txn
+        .open_table(OMAP)
+        .map_err(me("open omap"))?
+        .iter()
+        .map_err(me("scan omap"))?
+    {
+        let (k, v) = row.map_err(me("scan omap"))?;
+        let (c, o, key) = codec::parse_omap_key(k.value())?;
+        let onode = out
+            .colls
+            .get_mut(&c)
+            .and_then(|objs| objs.get_mut(&o))
+            .ok_or_else(|| Error::Corrupt(format!("omap entry of missing object {c}/{o}")))?;
+        onode.meta.omap.insert(
+            bytes::Bytes::copy_from_slice(key),
+            bytes::Bytes::copy_from_slice(v.value()),
+        );
+    }
+    for row in txn
+        .open_table(FREE)
+        .map_err(me("open free"))?
+        .iter()
+        .map_err(me("scan free"))?
+    {
+        let (k, v) = row.map_err(me("scan free"))?;
+        out.free.push((
+            codec::u64_value(k.value(), "free key")?,
+            codec::u64_value(v.value(), "free run")?,
+        ));
+    }
+    for row in txn
+        .open_table(DEFERRED)
+        .map_err(me("open deferred"))?
+        .iter()
+        .map_err(me("scan deferred"))?
+    {
+        let (k, v) = row.map_err(me("scan deferred"))?;
+        let seq = codec::u64_value(k.value(), "deferred key")?;
+        let (pblock, data) = codec::decode_deferred(v.value())?;
+        out.deferred.push((seq, pblock, data.to_vec()));
+    }
+    Ok(out)
+}

@@ -1,0 +1,588 @@
+//! `BlockStore`: the default on-disk object store.
+//!
+//! Data lives on one device (a preallocated file or a block device) in 4 KiB blocks
+//! handed out by an extent allocator; block 0 holds a label. Metadata (collections,
+//! object records with extent maps and per-block crc32c, xattrs, omap, free list,
+//! deferred writes) lives in redb, and all of it is also held in memory: redb is the
+//! durable log and cold index, never consulted on the read path.
+//!
+//! Write path (caller's thread, under the state lock): check the transaction, then large
+//! or unallocated writes go copy-on-write to fresh blocks on the device, and small
+//! overwrites of allocated blocks become deferred records (their new contents visible to
+//! reads through an overlay). The metadata changes form one batch, queued to the
+//! committer. Durability (committer thread): sync the device, then commit every queued
+//! batch in one redb transaction (group commit), then write deferred blocks in place and
+//! release freed blocks. Blocks freed by a transaction are reused only after it is
+//! durable, so the durable metadata never points at overwritten data.
+
+mod alloc;
+mod apply;
+mod codec;
+mod commit;
+pub mod device;
+mod extent;
+pub mod fault;
+pub mod fsck;
+mod meta;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+
+use self::alloc::FreeList;
+use self::apply::{Applier, State, read_range};
+use self::commit::{Committer, Queued};
+use self::device::{Device, FileDevice, MetaOnDevice};
+pub(crate) use self::meta::FORMAT_VERSION;
+use self::meta::{ALL_TABLES, DEFERRED, FREE, OBJECTS, Onode, SUPER, me};
+use crate::error::{Error, Result};
+use crate::store::ObjectStore;
+use crate::ticket::CommitTicket;
+use crate::transaction::Transaction;
+use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
+use crate::validate::validate;
+
+/// Size of a data block: the unit of allocation and of checksumming.
+pub const BLOCK: usize = 4096;
+
+/// Name of the data file inside a store directory (may be a symlink to a block device).
+pub const DATA_FILE: &str = "block";
+/// Name of the metadata file inside a store directory.
+pub const META_FILE: &str = "meta.redb";
+
+const LABEL_MAGIC: &[u8; 16] = b"SHOAL BLOCKSTORE";
+
+/// Event counters of a running store.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Blocks whose crc32c did not match on read.
+    pub checksum_errors: AtomicU64,
+    /// Writes that went copy-on-write to new blocks.
+    pub cow_writes: AtomicU64,
+    /// Writes deferred through the metadata log.
+    pub deferred_writes: AtomicU64,
+    /// Metadata commits (each covering one or more transactions).
+    pub group_commits: AtomicU64,
+    /// Transactions queued.
+    pub transactions: AtomicU64,
+}
+
+/// Options of [`BlockStore::mkfs`].
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    /// Size of the data file to create, in bytes (ignored for an existing block device).
+    pub data_bytes: u64,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        Self {
+            data_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Options of [`BlockStore::open`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Try `O_DIRECT` for the data device.
+    pub direct_io: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self { direct_io: true }
+    }
+}
+
+pub(crate) struct Shared {
+    state: RwLock<State>,
+    queue: Mutex<(Vec<Queued>, bool)>,
+    queued: Condvar,
+    poisoned: Mutex<Option<String>>,
+    pub(crate) dev: Arc<dyn Device>,
+    pub(crate) db: redb::Database,
+    pub(crate) counters: Counters,
+}
+
+impl Shared {
+    pub(crate) fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn poison_reason(&self) -> Option<String> {
+        self.poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Record the first fatal error; returns the reason in force.
+    pub(crate) fn poison(&self, e: &Error) -> String {
+        let mut p = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.is_none() {
+            tracing::error!(error = %e, "object store poisoned: refusing further writes");
+            *p = Some(e.to_string());
+        }
+        p.clone().unwrap_or_default()
+    }
+
+    fn enqueue(&self, q: Queued) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .push(q);
+        self.queued.notify_one();
+    }
+
+    /// Wait for queued batches (or shutdown); returns them all and the shutdown flag.
+    pub(crate) fn take_queued(&self) -> (Vec<Queued>, bool) {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.0.is_empty() && !q.1 {
+            q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+        (std::mem::take(&mut q.0), q.1)
+    }
+}
+
+/// The on-disk object store. See the module docs for the design.
+pub struct BlockStore {
+    shared: Arc<Shared>,
+    committer: Option<JoinHandle<()>>,
+    direct_io: bool,
+}
+
+impl std::fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockStore")
+            .field("direct_io", &self.direct_io)
+            .finish()
+    }
+}
+
+fn label(total_blocks: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK];
+    b[..16].copy_from_slice(LABEL_MAGIC);
+    b[16..24].copy_from_slice(&FORMAT_VERSION.to_be_bytes());
+    b[24..32].copy_from_slice(&total_blocks.to_be_bytes());
+    let crc = crc32c::crc32c(&b[..32]);
+    b[32..36].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<()> {
+    let mut b = vec![0u8; BLOCK];
+    dev.read_at(0, &mut b)
+        .map_err(|e| Error::io("reading the label", e))?;
+    if b != label(total_blocks) {
+        return Err(Error::NotFormatted(
+            "data device label does not match the metadata".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn open_db_on(meta: Arc<dyn Device>) -> Result<redb::Database> {
+    redb::Builder::new()
+        .create_with_backend(MetaOnDevice(meta))
+        .map_err(me("open metadata"))
+}
+
+impl BlockStore {
+    /// Format a store directory: `PATH/block` (data) and `PATH/meta.redb` (metadata).
+    pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| Error::io("creating the store directory", e))?;
+        let data = path.join(DATA_FILE);
+        let meta = path.join(META_FILE);
+        if meta.exists() {
+            return Err(Error::InvalidArgument(format!(
+                "{} exists; refusing to format over it",
+                meta.display()
+            )));
+        }
+        FileDevice::create(&data, opts.data_bytes)
+            .map_err(|e| Error::io("creating the data file", e))?;
+        let dev =
+            FileDevice::open(&data, false).map_err(|e| Error::io("opening the data file", e))?;
+        let db = redb::Database::create(&meta).map_err(me("create metadata"))?;
+        Self::mkfs_with(&dev, &db)
+    }
+
+    /// Format on given devices (tests and tools).
+    pub fn mkfs_on(data: Arc<dyn Device>, meta: Arc<dyn Device>) -> Result<()> {
+        let db = open_db_on(meta)?;
+        Self::mkfs_with(&*data, &db)
+    }
+
+    fn mkfs_with(dev: &dyn Device, db: &redb::Database) -> Result<()> {
+        let len = dev
+            .len()
+            .map_err(|e| Error::io("sizing the data device", e))?;
+        let total_blocks = len / BLOCK as u64;
+        if total_blocks < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "data device of {len} bytes is too small"
+            )));
+        }
+        dev.write_at(0, &label(total_blocks))
+            .map_err(|e| Error::io("writing the label", e))?;
+        dev.sync().map_err(|e| Error::io("syncing the label", e))?;
+        let mut w = db.begin_write().map_err(me("begin mkfs"))?;
+        w.set_durability(redb::Durability::Immediate);
+        for t in ALL_TABLES {
+            w.open_table(t).map_err(me("create table"))?;
+        }
+        {
+            let mut s = w.open_table(SUPER).map_err(me("open super"))?;
+            s.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])
+                .map_err(me("write super"))?;
+            s.insert(&b"total_blocks"[..], &total_blocks.to_be_bytes()[..])
+                .map_err(me("write super"))?;
+            let mut f = w.open_table(FREE).map_err(me("open free"))?;
+            f.insert(
+                &1u64.to_be_bytes()[..],
+                &(total_blocks - 1).to_be_bytes()[..],
+            )
+            .map_err(me("write free"))?;
+        }
+        w.commit().map_err(me("commit mkfs"))
+    }
+
+    /// Open a formatted store directory.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
+        let data = path.join(DATA_FILE);
+        let meta = path.join(META_FILE);
+        if !meta.exists() {
+            return Err(Error::NotFormatted(format!(
+                "{} is missing",
+                meta.display()
+            )));
+        }
+        let dev = FileDevice::open(&data, opts.direct_io)
+            .map_err(|e| Error::io("opening the data file", e))?;
+        let direct = dev.is_direct();
+        let db = redb::Database::open(&meta).map_err(me("open metadata"))?;
+        let mut s = Self::open_with(Arc::new(dev), db)?;
+        s.direct_io = direct;
+        Ok(s)
+    }
+
+    /// Open a store on given devices (tests and tools).
+    pub fn open_on(data: Arc<dyn Device>, meta: Arc<dyn Device>) -> Result<Self> {
+        let db = open_db_on(meta)?;
+        Self::open_with(data, db)
+    }
+
+    fn open_with(dev: Arc<dyn Device>, db: redb::Database) -> Result<Self> {
+        let loaded = meta::load(&db)?;
+        let dev_blocks = dev
+            .len()
+            .map_err(|e| Error::io("sizing the data device", e))?
+            / BLOCK as u64;
+        if dev_blocks < loaded.total_blocks {
+            return Err(Error::Corrupt(format!(
+                "data device has {dev_blocks} blocks, metadata says {}",
+                loaded.total_blocks
+            )));
+        }
+        check_label(&*dev, loaded.total_blocks)?;
+        replay_deferred(&*dev, &db, &loaded.deferred)?;
+        let free = FreeList::from_runs(loaded.free.iter().copied())
+            .ok_or_else(|| Error::Corrupt("persisted free list overlaps itself".into()))?;
+        let next_seq = loaded.deferred.iter().map(|d| d.0 + 1).max().unwrap_or(0);
+        let state = State {
+            colls: loaded.colls,
+            alloc: free.clone(),
+            overlay: Default::default(),
+            next_seq,
+            total_blocks: loaded.total_blocks,
+        };
+        let shared = Arc::new(Shared {
+            state: RwLock::new(state),
+            queue: Mutex::new((Vec::new(), false)),
+            queued: Condvar::new(),
+            poisoned: Mutex::new(None),
+            dev,
+            db,
+            counters: Counters::default(),
+        });
+        let committer = Committer {
+            shared: shared.clone(),
+            durable_free: free,
+            applied: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("blockstore-commit".into())
+            .spawn(move || committer.run())
+            .map_err(|e| Error::io("starting the commit thread", e))?;
+        Ok(Self {
+            shared,
+            committer: Some(handle),
+            direct_io: false,
+        })
+    }
+
+    /// Event counters.
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Whether data I/O bypasses the page cache.
+    pub fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
+    /// The poison reason, if a write or sync failed.
+    pub fn poisoned(&self) -> Option<String> {
+        self.shared.poison_reason()
+    }
+
+    fn with_onode<T>(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        f: impl FnOnce(&State, &Onode) -> Result<T>,
+    ) -> Result<T> {
+        let st = self.shared.read_state();
+        let objs = st.colls.get(c).ok_or(Error::CollectionNotFound(*c))?;
+        let on = objs
+            .get(o)
+            .ok_or_else(|| Error::ObjectNotFound(*c, o.clone()))?;
+        f(&st, on)
+    }
+}
+
+/// Sum of the logical sizes of all objects, from the metadata.
+pub(crate) fn stored_bytes(db: &redb::Database) -> Result<u64> {
+    use redb::ReadableTable;
+    let txn = db.begin_read().map_err(me("begin read"))?;
+    let mut sum = 0u64;
+    for row in txn
+        .open_table(OBJECTS)
+        .map_err(me("open objects"))?
+        .iter()
+        .map_err(me("scan objects"))?
+    {
+        let (_, v) = row.map_err(me("scan objects"))?;
+        sum += codec::ObjectRecord::decode(v.value())?.size;
+    }
+    Ok(sum)
+}
+
+/// Check a store on given devices (tests).
+pub fn fsck_on(
+    data: Arc<dyn Device>,
+    meta: Arc<dyn Device>,
+    deep: bool,
+) -> Result<fsck::FsckReport> {
+    let db = open_db_on(meta)?;
+    fsck::fsck(&*data, &db, deep)
+}
+
+/// Write every deferred record in place (idempotent), sync, then drop the records.
+fn replay_deferred(
+    dev: &dyn Device,
+    db: &redb::Database,
+    deferred: &[(u64, u64, Vec<u8>)],
+) -> Result<()> {
+    if deferred.is_empty() {
+        return Ok(());
+    }
+    for (_, pb, data) in deferred {
+        dev.write_at(pb * BLOCK as u64, data)
+            .map_err(|e| Error::io("replaying a deferred write", e))?;
+    }
+    dev.sync()
+        .map_err(|e| Error::io("syncing replayed writes", e))?;
+    let mut w = db.begin_write().map_err(me("begin replay"))?;
+    w.set_durability(redb::Durability::Immediate);
+    {
+        let mut t = w.open_table(DEFERRED).map_err(me("open deferred"))?;
+        for (seq, _, _) in deferred {
+            t.remove(&seq.to_be_bytes()[..])
+                .map_err(me("delete deferred"))?;
+        }
+    }
+    w.commit().map_err(me("commit replay"))
+}
+
+impl Drop for BlockStore {
+    fn drop(&mut self) {
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1 = true;
+        self.shared.queued.notify_all();
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl ObjectStore for BlockStore {
+    fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
+        if let Some(reason) = self.shared.poison_reason() {
+            return Err(Error::Poisoned(reason));
+        }
+        let sh = &*self.shared;
+        let mut st = sh.write_state();
+        validate(&st.colls, &txn)?;
+        let batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
+            Ok(b) => b,
+            Err(e @ Error::NoSpace { .. }) => return Err(e),
+            Err(e) => {
+                // The in-memory state may hold part of the transaction: stop writing.
+                let reason = sh.poison(&e);
+                return Err(Error::Poisoned(reason));
+            }
+        };
+        sh.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        let ticket = CommitTicket::default();
+        // Enqueue under the state lock so commit order equals apply order.
+        sh.enqueue(Queued {
+            batch,
+            ticket: ticket.clone(),
+        });
+        Ok(ticket)
+    }
+
+    fn flush(&self) -> Result<()> {
+        let ticket = CommitTicket::default();
+        self.shared.enqueue(Queued {
+            batch: Default::default(),
+            ticket: ticket.clone(),
+        });
+        ticket.wait()
+    }
+
+    fn list_collections(&self) -> Result<Vec<CollectionId>> {
+        Ok(self.shared.read_state().colls.keys().copied().collect())
+    }
+
+    fn collection_exists(&self, c: &CollectionId) -> Result<bool> {
+        Ok(self.shared.read_state().colls.contains_key(c))
+    }
+
+    fn list_objects(
+        &self,
+        c: &CollectionId,
+        start: Option<&ObjectKey>,
+        max: usize,
+    ) -> Result<Listing> {
+        let st = self.shared.read_state();
+        let objs = st.colls.get(c).ok_or(Error::CollectionNotFound(*c))?;
+        let lower = start.map_or(Bound::Unbounded, Bound::Included);
+        let mut it = objs
+            .range::<ObjectKey, _>((lower, Bound::Unbounded))
+            .map(|(k, _)| k);
+        let objects: Vec<ObjectKey> = it.by_ref().take(max).cloned().collect();
+        Ok(Listing {
+            objects,
+            next: it.next().cloned(),
+        })
+    }
+
+    fn exists(&self, c: &CollectionId, o: &ObjectKey) -> Result<bool> {
+        let st = self.shared.read_state();
+        Ok(st
+            .colls
+            .get(c)
+            .ok_or(Error::CollectionNotFound(*c))?
+            .contains_key(o))
+    }
+
+    fn stat(&self, c: &CollectionId, o: &ObjectKey) -> Result<ObjectStat> {
+        self.with_onode(c, o, |_, on| {
+            Ok(ObjectStat {
+                size: on.size,
+                allocated_bytes: on.extents.allocated_blocks() * BLOCK as u64,
+            })
+        })
+    }
+
+    fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
+        self.with_onode(c, o, |st, on| {
+            if offset >= on.size {
+                return Ok(Bytes::new());
+            }
+            let len = len.min(on.size - offset);
+            read_range(
+                st,
+                &*self.shared.dev,
+                &self.shared.counters,
+                on,
+                offset,
+                len,
+            )
+            .map(Bytes::from)
+        })
+    }
+
+    fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
+        self.with_onode(c, o, |_, on| Ok(on.meta.xattrs.get(name).cloned()))
+    }
+
+    fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
+        self.with_onode(c, o, |_, on| Ok(on.meta.xattrs.clone()))
+    }
+
+    fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes> {
+        self.with_onode(c, o, |_, on| Ok(on.meta.omap_header.clone()))
+    }
+
+    fn omap_get_values(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        keys: &[Bytes],
+    ) -> Result<BTreeMap<Bytes, Bytes>> {
+        self.with_onode(c, o, |_, on| {
+            Ok(keys
+                .iter()
+                .filter_map(|k| on.meta.omap.get(k).map(|v| (k.clone(), v.clone())))
+                .collect())
+        })
+    }
+
+    fn omap_range(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        self.with_onode(c, o, |_, on| Ok(on.meta.range(start, end, max)))
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let st = self.shared.read_state();
+        let mut fs = StatFs {
+            total_bytes: (st.total_blocks - 1) * BLOCK as u64,
+            free_bytes: st.alloc.free_blocks() * BLOCK as u64,
+            collections: st.colls.len() as u64,
+            ..StatFs::default()
+        };
+        for on in st.colls.values().flat_map(|m| m.values()) {
+            fs.objects += 1;
+            fs.stored_bytes += on.size;
+        }
+        Ok(fs)
+    }
+}
+
+/// The directory paths of a store.
+pub fn store_paths(path: &Path) -> (PathBuf, PathBuf) {
+    (path.join(DATA_FILE), path.join(META_FILE))
+}

@@ -1,0 +1,274 @@
+//! The conformance suite and BlockStore-specific behaviour on real files.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_objectstore::block::MkfsOptions;
+use shoal_objectstore::block::fault::{FaultController, MemDevice};
+use shoal_objectstore::block::{self, OpenOptions};
+use shoal_objectstore::model::Model;
+use shoal_objectstore::{
+    BlockStore, CollectionId, Error, ObjectKey, ObjectStore, Transaction, testsuite, tool,
+};
+
+/// A fresh directory under the target tmp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("shoal-os-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn new_store(dir: &TempDir, mb: u64) -> BlockStore {
+    BlockStore::mkfs(
+        &dir.0,
+        &MkfsOptions {
+            data_bytes: mb << 20,
+        },
+    )
+    .unwrap();
+    BlockStore::open(&dir.0, &OpenOptions::default()).unwrap()
+}
+
+#[test]
+fn blockstore_conforms() {
+    let mut dirs = Vec::new();
+    testsuite::run_all(&mut || {
+        let d = TempDir::new("conf");
+        let s = new_store(&d, 64);
+        dirs.push(d);
+        Box::new(s) as Box<dyn ObjectStore>
+    });
+}
+
+#[test]
+fn model_check_survives_reopen_and_fsck_is_clean() {
+    let d = TempDir::new("reopen");
+    let mut model = Model::default();
+    let mut g = shoal_objectstore::model::TxnGen::new(99);
+    for round in 0..4 {
+        let s = BlockStore::open(&d.0, &OpenOptions::default()).or_else(|_| {
+            BlockStore::mkfs(
+                &d.0,
+                &MkfsOptions {
+                    data_bytes: 64 << 20,
+                },
+            )?;
+            BlockStore::open(&d.0, &OpenOptions::default())
+        });
+        let s = s.unwrap();
+        testsuite::assert_matches_model(&s, &model, &format!("after reopen {round}"));
+        for _ in 0..150 {
+            let t = g.txn();
+            let ok = model.apply(&t);
+            assert_eq!(s.queue_transaction(t).is_ok(), ok);
+        }
+        s.flush().unwrap();
+        testsuite::assert_matches_model(&s, &model, &format!("round {round}"));
+        drop(s);
+        let report = tool::fsck(&d.0, true).unwrap();
+        assert!(report.is_clean(), "{report}");
+    }
+    let st = tool::stat(&d.0).unwrap();
+    assert!(st.objects > 0);
+    println!("{st}");
+}
+
+#[test]
+fn corrupted_block_is_an_error_never_data() {
+    let d = TempDir::new("crc");
+    let c = CollectionId::new(1, 1);
+    let o = ObjectKey::new(5, "victim");
+    {
+        let s = new_store(&d, 16);
+        let mut t = Transaction::new();
+        t.create_collection(c)
+            .write(c, o.clone(), 0, Bytes::from(vec![0xabu8; 3 * 4096]));
+        s.apply_transaction(t).unwrap();
+    }
+    // Flip one byte in the middle data block: find it by content.
+    let data_path = d.0.join(block::DATA_FILE);
+    let mut img = std::fs::read(&data_path).unwrap();
+    let pos = img
+        .windows(4096)
+        .position(|w| w.iter().all(|b| *b == 0xab))
+        .unwrap()
+        + 4096
+        + 100;
+    img[pos] ^= 0xff;
+    std::fs::write(&data_path, &img).unwrap();
+    let report = tool::fsck(&d.0, true).unwrap();
+    assert_eq!(report.errors.len(), 1, "{report}");
+    assert!(
+        tool::fsck(&d.0, false).unwrap().is_clean(),
+        "shallow fsck does not read data"
+    );
+    let s = BlockStore::open(&d.0, &OpenOptions::default()).unwrap();
+    assert!(matches!(
+        s.read(&c, &o, 4096, 10),
+        Err(Error::Checksum { .. })
+    ));
+    assert!(matches!(
+        s.read(&c, &o, 0, u64::MAX),
+        Err(Error::Checksum { .. })
+    ));
+    assert_eq!(
+        s.read(&c, &o, 0, 4096).unwrap(),
+        Bytes::from(vec![0xabu8; 4096]),
+        "good blocks still read"
+    );
+    assert_eq!(
+        s.counters()
+            .checksum_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
+#[test]
+fn small_overwrites_are_deferred_and_large_writes_cow() {
+    let d = TempDir::new("defer");
+    let s = new_store(&d, 16);
+    let c = CollectionId::new(1, 1);
+    let o = ObjectKey::new(5, "obj");
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, o.clone(), 0, Bytes::from(vec![1u8; 256 * 1024]));
+    s.apply_transaction(t).unwrap();
+    let before = s.statfs().unwrap().free_bytes;
+    let mut t = Transaction::new();
+    t.write(c, o.clone(), 5000, Bytes::from_static(b"small"));
+    s.apply_transaction(t).unwrap();
+    let counters = s.counters();
+    assert_eq!(
+        counters
+            .deferred_writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        s.statfs().unwrap().free_bytes,
+        before,
+        "deferred writes allocate nothing"
+    );
+    assert_eq!(
+        s.read(&c, &o, 4999, 7).unwrap(),
+        Bytes::from_static(b"\x01small\x01")
+    );
+    drop(s);
+    let s = BlockStore::open(&d.0, &OpenOptions::default()).unwrap();
+    assert_eq!(
+        s.read(&c, &o, 4999, 7).unwrap(),
+        Bytes::from_static(b"\x01small\x01")
+    );
+}
+
+#[test]
+fn group_commit_shares_syncs() {
+    let d = TempDir::new("group");
+    let s = Arc::new(new_store(&d, 32));
+    let c = CollectionId::new(2, 0);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.apply_transaction(t).unwrap();
+    let before = s
+        .counters()
+        .group_commits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for j in 0..25 {
+                    let mut t = Transaction::new();
+                    t.write(
+                        c,
+                        ObjectKey::new(i, format!("o{i}-{j}")),
+                        0,
+                        Bytes::from(vec![i as u8; 100]),
+                    );
+                    s.apply_transaction(t).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let commits = s
+        .counters()
+        .group_commits
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before;
+    println!("200 transactions from 8 threads took {commits} commits");
+    assert!(
+        commits < 200,
+        "concurrent transactions must share commits ({commits})"
+    );
+}
+
+#[test]
+fn failed_sync_poisons_and_is_not_retried() {
+    let ctl = FaultController::new(0, 1);
+    let data = MemDevice::new(vec![0u8; 4 << 20], ctl.clone());
+    let meta = MemDevice::new(Vec::new(), ctl.clone());
+    BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+    let s = BlockStore::open_on(data.clone(), meta.clone()).unwrap();
+    let c = CollectionId::new(1, 0);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.apply_transaction(t).unwrap();
+    ctl.stop();
+    let mut t = Transaction::new();
+    t.touch(c, ObjectKey::new(1, "x"));
+    let ticket = s.queue_transaction(t).unwrap();
+    assert!(matches!(ticket.wait(), Err(Error::Poisoned(_))));
+    let mut t = Transaction::new();
+    t.touch(c, ObjectKey::new(1, "y"));
+    let err = s.queue_transaction(t).unwrap_err();
+    assert!(matches!(err, Error::Poisoned(_)), "{err}");
+    assert!(err.to_string().contains("poisoned"));
+    assert!(s.list_collections().is_ok(), "reads still work");
+}
+
+#[test]
+fn mkfs_refuses_existing_store_and_stat_reports() {
+    let d = TempDir::new("mkfs");
+    let st = tool::mkfs(
+        &d.0,
+        &MkfsOptions {
+            data_bytes: 8 << 20,
+        },
+    )
+    .unwrap();
+    assert_eq!(st.capacity_bytes, (8 << 20) - 4096);
+    assert_eq!(st.free_bytes, st.capacity_bytes);
+    assert!(
+        tool::mkfs(
+            &d.0,
+            &MkfsOptions {
+                data_bytes: 8 << 20
+            }
+        )
+        .is_err()
+    );
+    assert!(tool::fsck(&d.0, true).unwrap().is_clean());
+    assert!(matches!(
+        tool::stat(&d.0.join("nope")),
+        Err(Error::NotFormatted(_))
+    ));
+}

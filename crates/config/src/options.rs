@@ -184,6 +184,8 @@ options! {
     auth_ticket_ttl_ms: u64 = 3_600_000u64;
     /// Age at which the monitors replace the service secret that seals tickets, in milliseconds (the three newest stay valid).
     auth_service_secret_rotation_ms: u64 = 3_600_000u64;
+    /// CRUSH failure domain of the default replicated rule made at bootstrap: host, or osd for a one-machine cluster.
+    osd_crush_failure_domain: String = "host";
 }
 
 #[cfg(test)]

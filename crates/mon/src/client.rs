@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use bytes::Bytes;
 use serde_json::Value;
+use shoal_maps::OsdMap;
 use shoal_net::{Dispatcher, Incoming};
 use shoal_net::{Messenger, Secret, ServiceSecrets, Ticket};
 use shoal_proto::{Message, MonCommand, MonCommandReply};
@@ -23,15 +24,19 @@ use crate::error::{ErrorCode, MonError};
 
 /// Collects the updates monitors push to a messenger: give it to the
 /// messenger as its dispatcher (or call [`UpdateSink::offer`] from yours).
-/// It keeps only the newest value of each subscribed part, so memory stays
-/// bounded however fast updates come.
+/// Updates queue per subscribed part, at most [`UpdateSink::QUEUE_MAX`] each;
+/// past that the oldest are dropped, which a follower notices as a gap and
+/// repairs by subscribing again from what it has.
 #[derive(Debug, Default)]
 pub struct UpdateSink {
-    latest: Mutex<HashMap<String, (u64, Bytes)>>,
+    queues: Mutex<HashMap<String, VecDeque<(u64, Bytes)>>>,
     notify: Notify,
 }
 
 impl UpdateSink {
+    /// Updates kept per subscribed part.
+    pub const QUEUE_MAX: usize = 1024;
+
     /// A new, empty sink.
     pub fn new() -> Arc<UpdateSink> {
         Arc::default()
@@ -42,21 +47,23 @@ impl UpdateSink {
         let Message::MonUpdate(MonUpdate { what, version }) = &inc.msg else {
             return Some(inc);
         };
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        let newer = latest.get(what).is_none_or(|(v, _)| *v < *version);
-        if newer {
-            latest.insert(what.clone(), (*version, inc.data.clone()));
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let q = queues.entry(what.clone()).or_default();
+        q.push_back((*version, inc.data.clone()));
+        while q.len() > Self::QUEUE_MAX {
+            q.pop_front();
         }
-        drop(latest);
+        drop(queues);
         self.notify.notify_waiters();
         None
     }
 
-    fn take(&self, what: &str) -> Option<(u64, Bytes)> {
-        self.latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(what)
+    fn drain(&self, what: &str) -> Vec<(u64, Bytes)> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues
+            .get_mut(what)
+            .map(|q| q.drain(..).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -213,11 +220,71 @@ impl MonClient {
             // Follow pushes until the monitor goes away or nobody listens.
             while !conn.is_closed() && !tx.is_closed() {
                 let notified = sink.notify.notified();
-                if let Some((v, data)) = sink.take(&what) {
-                    publish(v, &data, &mut have);
+                let pending = sink.drain(&what);
+                if !pending.is_empty() {
+                    for (v, data) in pending {
+                        publish(v, &data, &mut have);
+                    }
                     continue;
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+            }
+        }
+    }
+
+    /// Follows the OSD map for as long as the returned receiver lives: the
+    /// full map first, then every incremental, across monitor failures.
+    /// A gap (updates lost while the follower lagged, or a new monitor)
+    /// is repaired by subscribing again from the epoch it has. `sink` must
+    /// receive this client's messenger's incoming messages.
+    pub fn subscribe_osdmap(&self, sink: Arc<UpdateSink>) -> watch::Receiver<Option<Arc<OsdMap>>> {
+        let (tx, rx) = watch::channel(None);
+        let client = self.clone();
+        tokio::spawn(async move { client.follow_osdmap(sink, tx).await });
+        rx
+    }
+
+    async fn follow_osdmap(self, sink: Arc<UpdateSink>, tx: watch::Sender<Option<Arc<OsdMap>>>) {
+        let mut local: Option<OsdMap> = None;
+        let mut next = self.last_good.load(Ordering::Relaxed);
+        while !tx.is_closed() {
+            let addr = self.mons[next % self.mons.len().max(1)];
+            next += 1;
+            let have = local.as_ref().map_or(0, |m| u64::from(m.epoch.0));
+            let sub = MonSubscribe {
+                what: "osdmap".into(),
+                have,
+            };
+            let attempt = async {
+                let conn = self.msgr.connect(addr).await.ok()?;
+                let r = conn
+                    .request_with_timeout(sub, Bytes::new(), self.timeout)
+                    .await
+                    .ok()?;
+                Some((conn, r))
+            };
+            let Some((conn, reply)) = attempt.await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            // Updates queued before this subscription are superseded by its reply.
+            let _ = sink.drain("osdmap");
+            let mut ok = matches!(reply.msg, Message::MonUpdate(_))
+                && apply_update(&mut local, &reply.data, &tx);
+            while ok && !conn.is_closed() && !tx.is_closed() {
+                let notified = sink.notify.notified();
+                let pending = sink.drain("osdmap");
+                if pending.is_empty() {
+                    let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+                    continue;
+                }
+                ok = pending
+                    .iter()
+                    .all(|(_, data)| apply_update(&mut local, data, &tx));
+            }
+            if !ok {
+                // A gap or a bad update: subscribe again from what we have.
+                next -= 1;
             }
         }
     }
@@ -265,6 +332,28 @@ impl MonClient {
             other => Err(format!("unexpected reply {}", other.msg_type().name())),
         }
     }
+}
+
+/// Applies one `osdmap` update to `local` and publishes the result; false
+/// when it does not apply (a gap), leaving `local` as it was.
+fn apply_update(
+    local: &mut Option<OsdMap>,
+    data: &[u8],
+    tx: &watch::Sender<Option<Arc<OsdMap>>>,
+) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return false;
+    };
+    let before = local.as_ref().map(|m| m.epoch.0);
+    let mut next = local.clone();
+    if crate::views::apply_osdmap_update(&mut next, &v).is_err() {
+        return false;
+    }
+    *local = next;
+    if local.as_ref().map(|m| m.epoch.0) != before {
+        tx.send_replace(local.clone().map(Arc::new));
+    }
+    true
 }
 
 fn reply_to_result(r: MonCommandReply) -> Result<Value, MonError> {

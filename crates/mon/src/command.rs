@@ -92,6 +92,90 @@ pub enum Command {
         /// The service: `osd`.
         service: String,
     },
+    /// The OSD hierarchy (CRUSH) with each OSD's state.
+    OsdTree,
+    /// The whole OSD map: epoch, flags, pools, OSDs.
+    OsdDump,
+    /// OSD counts: how many exist, are up and are in.
+    OsdStat,
+    /// Allocates a new OSD id.
+    OsdCreate,
+    /// Marks OSDs out.
+    OsdOut {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Marks OSDs in.
+    OsdIn {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Marks OSDs down.
+    OsdDown {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Removes OSDs.
+    OsdRm {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Sets (or, with `on` false, clears) a cluster flag such as `noout`.
+    OsdFlag {
+        /// The flag.
+        flag: String,
+        /// Set or clear.
+        on: bool,
+    },
+    /// Creates a pool.
+    PoolCreate {
+        /// Name.
+        name: String,
+        /// PGs.
+        pg_num: u32,
+        /// Redundancy.
+        spec: crate::osdmap::PoolSpec,
+    },
+    /// Every pool.
+    PoolLs,
+    /// Deletes a pool; `sure` must be set (`--yes-i-really-mean-it`).
+    PoolRm {
+        /// Name.
+        name: String,
+        /// The confirmation.
+        sure: bool,
+    },
+    /// Renames a pool.
+    PoolRename {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// Sets a pool property.
+    PoolSet {
+        /// Pool.
+        name: String,
+        /// Property.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// A pool's properties.
+    PoolGet {
+        /// Pool.
+        name: String,
+    },
+    /// Where an object lives: PG, up and acting sets.
+    OsdMap {
+        /// Pool name.
+        pool: String,
+        /// Object name.
+        object: String,
+        /// Namespace (empty for the default).
+        #[serde(default)]
+        namespace: String,
+    },
     /// The current service secrets, for a service's daemons to check
     /// tickets with (OSDs and monitors only).
     AuthServiceSecrets {
@@ -113,6 +197,12 @@ impl Command {
                 | Command::ConfigDump
                 | Command::AuthGetTicket { .. }
                 | Command::AuthServiceSecrets { .. }
+                | Command::OsdTree
+                | Command::OsdDump
+                | Command::OsdStat
+                | Command::PoolLs
+                | Command::PoolGet { .. }
+                | Command::OsdMap { .. }
         )
     }
 }

@@ -31,6 +31,7 @@ use crate::command::{Command, parse_mon_caps};
 use crate::error::{ErrorCode, MonError};
 use crate::mkfs::MonMeta;
 use crate::network::{MonNetwork, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
+use crate::osdmap::OsdChange;
 use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
@@ -54,6 +55,8 @@ pub struct MonitorOptions {
     pub ticket_ttl: Duration,
     /// Age at which the leader replaces the newest service secret.
     pub secret_rotation: Duration,
+    /// CRUSH failure domain of the default rule at bootstrap (`host`, `osd`).
+    pub failure_domain: String,
 }
 
 /// A running monitor.
@@ -81,18 +84,35 @@ struct Subscriber {
     last: Value,
 }
 
-/// The value of `what` as `entity` sees it.
+/// The value of `what` as `entity` sees it, and the marker that tells when
+/// it changed. For `osdmap` the value is what takes a subscriber at epoch
+/// `have` to the current epoch (the incrementals, or the full map when it
+/// is too far behind) and the marker is the epoch.
 fn subscription_value(
     what: &str,
     entity: &EntityName,
     state: &MonState,
-) -> Result<Value, MonError> {
+    have: u64,
+) -> Result<(Value, Value), MonError> {
     match what {
-        "config" => Ok(json!(state.config_for(entity))),
-        "monmap" => Ok(json!({ "epoch": state.monmap_epoch, "mons": state.mons })),
+        "config" => {
+            let v = json!(state.config_for(entity));
+            Ok((v.clone(), v))
+        }
+        "monmap" => {
+            let v = json!({ "epoch": state.monmap_epoch, "mons": state.mons });
+            Ok((v.clone(), v))
+        }
+        "osdmap" => {
+            let epoch = state.osdmap.epoch();
+            Ok((
+                crate::views::osdmap_update(&state.osdmap, have),
+                json!(epoch),
+            ))
+        }
         other => Err(MonError::new(
             ErrorCode::InvalidArgument,
-            format!("cannot subscribe to {other:?} (config, monmap)"),
+            format!("cannot subscribe to {other:?} (config, monmap, osdmap)"),
         )),
     }
 }
@@ -158,8 +178,8 @@ impl Dispatcher for MonDispatcher {
                     let reply = core.command(&caller, &command).await;
                     let _ = responder.reply(to_reply(reply), Bytes::new()).await;
                 }
-                Message::MonSubscribe(MonSubscribe { what, .. }) => {
-                    match core.subscribe(&caller, inc.conn, &what) {
+                Message::MonSubscribe(MonSubscribe { what, have }) => {
+                    match core.subscribe(&caller, inc.conn, &what, have) {
                         Ok((version, value)) => {
                             let update = MonUpdate { what, version };
                             let _ = responder
@@ -336,6 +356,7 @@ impl Core {
             .collect();
         let req = MonRequest::Bootstrap {
             fsid: self.meta.fsid.clone(),
+            failure_domain: self.opts.failure_domain.clone(),
             mons,
             auth,
         };
@@ -540,6 +561,31 @@ impl Core {
             Command::AuthCaps { entity, caps } => MonRequest::AuthCaps { entity, caps },
             Command::ConfigSet { who, key, value } => MonRequest::ConfigSet { who, key, value },
             Command::ConfigRm { who, key } => MonRequest::ConfigRm { who, key },
+            Command::OsdCreate => MonRequest::Osd(OsdChange::OsdCreate),
+            Command::OsdOut { ids } => MonRequest::Osd(OsdChange::MarkOut { ids }),
+            Command::OsdIn { ids } => MonRequest::Osd(OsdChange::MarkIn { ids }),
+            Command::OsdDown { ids } => MonRequest::Osd(OsdChange::MarkDown { ids }),
+            Command::OsdRm { ids } => MonRequest::Osd(OsdChange::OsdRm { ids }),
+            Command::OsdFlag { flag, on } => MonRequest::Osd(OsdChange::Flag { flag, on }),
+            Command::PoolCreate { name, pg_num, spec } => {
+                MonRequest::Osd(OsdChange::PoolCreate { name, pg_num, spec })
+            }
+            Command::PoolRm { name, sure } => {
+                if !sure {
+                    return Err(MonError::new(
+                        ErrorCode::NeedsConfirmation,
+                        format!(
+                            "this will delete every object in pool {name}; \
+                             add --yes-i-really-mean-it to confirm"
+                        ),
+                    ));
+                }
+                MonRequest::Osd(OsdChange::PoolRm { name })
+            }
+            Command::PoolRename { from, to } => MonRequest::Osd(OsdChange::PoolRename { from, to }),
+            Command::PoolSet { name, key, value } => {
+                MonRequest::Osd(OsdChange::PoolSet { name, key, value })
+            }
             other => {
                 return Err(MonError::new(
                     ErrorCode::Internal,
@@ -642,6 +688,16 @@ impl Core {
                 Ok(json!(merged))
             }
             Command::ConfigDump => Ok(json!(state.config)),
+            Command::OsdTree => crate::views::osd_tree(&state),
+            Command::OsdDump => crate::views::osd_dump(&state),
+            Command::OsdStat => crate::views::osd_stat(&state),
+            Command::PoolLs => crate::views::pool_ls(&state),
+            Command::PoolGet { name } => crate::views::pool_get(&state, name),
+            Command::OsdMap {
+                pool,
+                object,
+                namespace,
+            } => crate::views::osd_map(&state, pool, object, namespace),
             other => Err(MonError::new(
                 ErrorCode::Internal,
                 format!("{other:?} is not a read"),
@@ -774,17 +830,18 @@ impl Core {
         caller: &EntityName,
         conn: Connection,
         what: &str,
+        have: u64,
     ) -> Result<(u64, Value), MonError> {
         self.check_caps(caller, &Command::MonStat)?;
         let state = read_state(&self.state);
-        let value = subscription_value(what, caller, &state)?;
+        let (value, marker) = subscription_value(what, caller, &state, have)?;
         let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
         subs.retain(|s| !s.conn.is_closed());
         subs.push(Subscriber {
             conn,
             what: what.to_string(),
             entity: caller.clone(),
-            last: value.clone(),
+            last: marker,
         });
         Ok((state.version, value))
     }
@@ -801,11 +858,13 @@ async fn push_updates(core: std::sync::Weak<Core>, mut applied: tokio::sync::wat
             let mut subs = core.subs.lock().unwrap_or_else(|p| p.into_inner());
             subs.retain(|s| !s.conn.is_closed());
             for sub in subs.iter_mut() {
-                let Ok(value) = subscription_value(&sub.what, &sub.entity, &state) else {
+                let have = sub.last.as_u64().unwrap_or(0);
+                let Ok((value, marker)) = subscription_value(&sub.what, &sub.entity, &state, have)
+                else {
                     continue;
                 };
-                if value != sub.last {
-                    sub.last = value.clone();
+                if marker != sub.last {
+                    sub.last = marker;
                     let update = MonUpdate {
                         what: sub.what.clone(),
                         version: state.version,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use shoal_types::EntityName;
 
 use crate::error::{ErrorCode, MonError};
+use crate::osdmap::{OsdChange, OsdMapState};
 
 /// One monitor in the monitor map.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +38,10 @@ pub enum MonRequest {
     Bootstrap {
         /// The cluster id.
         fsid: String,
+        /// The CRUSH failure domain of the default replicated rule (`host`,
+        /// or `osd` on one machine).
+        #[serde(default = "default_failure_domain")]
+        failure_domain: String,
         /// Initial monitors by name.
         mons: BTreeMap<String, MonInfo>,
         /// Initial entities (the bootstrap keyring).
@@ -93,6 +98,8 @@ pub enum MonRequest {
         /// Its name.
         name: String,
     },
+    /// A change to the OSD map (one new epoch).
+    Osd(OsdChange),
     /// Adds a new service secret (chosen by the proposer) and keeps only
     /// the `keep` newest.
     RotateServiceSecret {
@@ -128,6 +135,25 @@ pub enum MonResponse {
     },
 }
 
+fn default_failure_domain() -> String {
+    "host".to_string()
+}
+
+/// The 16 bytes of a textual UUID (hyphens ignored).
+pub fn fsid_bytes(fsid: &str) -> Result<[u8; 16], MonError> {
+    let hex: Vec<u8> = fsid.bytes().filter(|b| *b != b'-').collect();
+    let bad = || err(ErrorCode::InvalidArgument, format!("bad fsid {fsid:?}"));
+    if hex.len() != 32 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let s = std::str::from_utf8(pair).map_err(|_| bad())?;
+        out[i] = u8::from_str_radix(s, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
 /// Whether applying a request changed the state.
 enum Applied {
     Changed(serde_json::Value),
@@ -155,6 +181,9 @@ pub struct MonState {
     pub auth: BTreeMap<String, AuthEntry>,
     /// Central configuration: section → option → value.
     pub config: BTreeMap<String, BTreeMap<String, String>>,
+    /// The OSD map, its history and the cluster flags.
+    #[serde(default)]
+    pub osdmap: OsdMapState,
     /// Service secrets by id (ids increase; the newest seals new tickets).
     #[serde(default)]
     pub service_secrets: BTreeMap<u64, ServiceSecret>,
@@ -221,10 +250,19 @@ impl MonState {
             return Err(err(ErrorCode::Again, "cluster not bootstrapped yet"));
         }
         match req {
-            MonRequest::Bootstrap { fsid, mons, auth } => {
+            MonRequest::Bootstrap {
+                fsid,
+                failure_domain,
+                mons,
+                auth,
+            } => {
                 if !self.fsid.is_empty() {
                     return Err(err(ErrorCode::Exists, "cluster already bootstrapped"));
                 }
+                let crush = crate::osdmap::initial_crush(failure_domain)?;
+                let mut osdmap = OsdMapState::default();
+                osdmap.bootstrap(fsid_bytes(fsid)?, crush)?;
+                self.osdmap = osdmap;
                 self.fsid = fsid.clone();
                 self.mons = mons.clone();
                 self.auth = auth.clone();
@@ -318,6 +356,7 @@ impl MonState {
                 self.monmap_epoch += 1;
                 Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
             }
+            MonRequest::Osd(change) => Ok(Applied::Changed(self.osdmap.apply(change)?)),
             MonRequest::RotateServiceSecret {
                 key,
                 created_ms,
@@ -364,7 +403,8 @@ mod tests {
             },
         );
         let r = s.apply(&MonRequest::Bootstrap {
-            fsid: "f".into(),
+            fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
+            failure_domain: "host".into(),
             mons,
             auth: BTreeMap::new(),
         });
@@ -388,12 +428,16 @@ mod tests {
         assert_eq!(code(r), Some(ErrorCode::Again));
         let mut s = booted();
         let again = MonRequest::Bootstrap {
-            fsid: "g".into(),
+            fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
+            failure_domain: "host".into(),
             mons: BTreeMap::new(),
             auth: BTreeMap::new(),
         };
         assert_eq!(code(s.apply(&again)), Some(ErrorCode::Exists));
-        assert_eq!(s.fsid, "f");
+        assert_eq!(s.fsid, "00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(s.osdmap.epoch(), 1);
+        assert_eq!(s.osdmap.current().unwrap().fsid[15], 0xff);
+        assert!(fsid_bytes("nope").is_err());
     }
 
     #[test]

@@ -557,7 +557,8 @@ mod tests {
         let boot = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 0), 1),
             payload: EntryPayload::Normal(MonRequest::Bootstrap {
-                fsid: "abc".into(),
+                fsid: "00000000-0000-0000-0000-000000000abc".into(),
+                failure_domain: "osd".into(),
                 mons: Default::default(),
                 auth: Default::default(),
             }),
@@ -568,7 +569,11 @@ mod tests {
         assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(1));
         drop(s);
         let mut s = MonStore::open(&dir).unwrap();
-        assert_eq!(s.state().read().unwrap().fsid, "abc");
+        assert_eq!(
+            s.state().read().unwrap().fsid,
+            "00000000-0000-0000-0000-000000000abc"
+        );
+        assert_eq!(s.state().read().unwrap().osdmap.epoch(), 1);
         let (applied, _) = s.last_applied_state().await.unwrap();
         assert_eq!(applied.map(|l| l.index), Some(1));
         // Installing a snapshot from a leader replaces the state.

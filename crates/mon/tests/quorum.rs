@@ -36,6 +36,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         command_timeout: Duration::from_secs(3),
         ticket_ttl: Duration::from_secs(60),
         secret_rotation: Duration::from_secs(3600),
+        failure_domain: "osd".into(),
     }
 }
 
@@ -567,6 +568,153 @@ async fn central_config_reaches_its_daemon_and_survives_monitor_failover() {
         .await
         .unwrap();
     until(&mut sub, &["ms_reconnect_attempts=2", "log_level=trace"]).await;
+    for n in c.initial.keys().cloned().collect::<Vec<_>>() {
+        c.stop(&n).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
+    let mut c = Cluster::new("osdmap", &["a", "b", "c"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    let epoch = |v: &serde_json::Value| v["epoch"].as_u64().unwrap();
+    let start = epoch(&admin.command(&Command::OsdStat).await.unwrap());
+
+    // A subscriber at epoch 0 gets the full map first.
+    let sink = shoal_mon::UpdateSink::new();
+    let me: EntityName = "client.admin".parse().unwrap();
+    let msgr = Messenger::new(
+        me.clone(),
+        NetConfig {
+            reconnect_attempts: 1,
+            connect_timeout: Duration::from_millis(300),
+            ..NetConfig::default()
+        },
+        Arc::new(c.net.clone()),
+        Arc::new(KeyringAuth::new(me, c.keyring())),
+        sink.clone(),
+    );
+    let addrs: Vec<SocketAddr> = c.initial.values().map(|a| a.parse().unwrap()).collect();
+    let follower = MonClient::new(msgr.clone(), addrs, Duration::from_secs(6));
+    let mut sub = follower.subscribe_osdmap(sink);
+
+    async fn follow_to(
+        sub: &mut tokio::sync::watch::Receiver<Option<Arc<shoal_maps::OsdMap>>>,
+        want: u64,
+    ) -> Arc<shoal_maps::OsdMap> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(m) = sub.borrow_and_update().clone() {
+                if u64::from(m.epoch.0) >= want {
+                    return m;
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "subscriber never reached epoch {want}");
+            let _ = tokio::time::timeout(left, sub.changed()).await;
+        }
+    }
+    follow_to(&mut sub, start).await;
+
+    let rep = |size, min_size| shoal_mon::PoolSpec::Replicated { size, min_size };
+    let created = admin
+        .command(&Command::PoolCreate {
+            name: "rbd".into(),
+            pg_num: 16,
+            spec: rep(3, 2),
+        })
+        .await
+        .unwrap();
+    assert_eq!(epoch(&created), start + 1);
+    admin.command(&Command::OsdCreate).await.unwrap();
+    admin
+        .command(&Command::OsdIn { ids: vec![0] })
+        .await
+        .unwrap();
+    admin
+        .command(&Command::OsdFlag {
+            flag: "noout".into(),
+            on: true,
+        })
+        .await
+        .unwrap();
+    // Bad input: a clear error, and no new epoch.
+    for bad in [
+        Command::PoolCreate {
+            name: "rbd".into(),
+            pg_num: 16,
+            spec: rep(3, 2),
+        },
+        Command::PoolCreate {
+            name: "zero".into(),
+            pg_num: 0,
+            spec: rep(3, 2),
+        },
+        Command::PoolCreate {
+            name: "small".into(),
+            pg_num: 8,
+            spec: rep(2, 3),
+        },
+        Command::PoolCreate {
+            name: "ec".into(),
+            pg_num: 8,
+            spec: shoal_mon::PoolSpec::Erasure { k: 4, m: 2 },
+        },
+        Command::PoolRm {
+            name: "nope".into(),
+            sure: true,
+        },
+        Command::OsdOut { ids: vec![42] },
+    ] {
+        assert!(admin.command(&bad).await.is_err(), "{bad:?} was accepted");
+    }
+    let e = admin
+        .command(&Command::PoolRm {
+            name: "rbd".into(),
+            sure: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NeedsConfirmation);
+    let stat = admin.command(&Command::OsdStat).await.unwrap();
+    assert_eq!(epoch(&stat), start + 4, "{stat}");
+    assert_eq!(stat["num_osds"], 1);
+    assert_eq!(stat["num_in_osds"], 1);
+    assert_eq!(stat["flags"][0], "noout");
+
+    // The subscriber applied the same changes, by incrementals.
+    let m = follow_to(&mut sub, start + 4).await;
+    assert_eq!(m.pool_by_name("rbd").unwrap().pg_num, 16);
+    assert!(m.exists(0));
+    let where_ = admin
+        .command(&Command::OsdMap {
+            pool: "rbd".into(),
+            object: "foo".into(),
+            namespace: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(where_["raw_pgid"], "1.7fc1f406");
+    assert_eq!(where_["pgid"], "1.6");
+
+    // Its monitor goes away: it continues from another, with no gap.
+    let followed = msgr
+        .connections()
+        .into_iter()
+        .find(|conn| conn.peer().name.ty() == shoal_types::EntityType::Mon)
+        .map(|conn| conn.peer().name.id().to_string())
+        .unwrap();
+    c.stop(&followed).await;
+    admin
+        .command(&Command::PoolRename {
+            from: "rbd".into(),
+            to: "images".into(),
+        })
+        .await
+        .unwrap();
+    let m = follow_to(&mut sub, start + 5).await;
+    assert!(m.pool_by_name("images").is_some());
     for n in c.initial.keys().cloned().collect::<Vec<_>>() {
         c.stop(&n).await;
     }

@@ -36,13 +36,13 @@ struct Cli {
 
     /// The entity this command acts as: its config sections and key.
     #[arg(
-        long,
+        long = "name",
         short = 'n',
         global = true,
         default_value = "client.admin",
         value_name = "TYPE.ID"
     )]
-    name: EntityName,
+    as_entity: EntityName,
 
     #[command(subcommand)]
     command: Command,
@@ -54,6 +54,9 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Run a monitor, or manage the monitor quorum.
     Mon(cmd::mon::MonCmd),
+    /// The OSD map: OSDs, flags, pools, object placement.
+    #[command(subcommand)]
+    Osd(cmd::osd::OsdCmd),
     /// Entities, keys and capabilities kept by the monitors.
     #[command(subcommand)]
     Auth(cmd::auth::AuthCmd),
@@ -83,11 +86,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load(cli.conf.as_deref(), &cli.name, &cli.set)?;
+    let config = Config::load(cli.conf.as_deref(), &cli.as_entity, &cli.set)?;
     let ctx = cmd::common::Ctx {
         conf: cli.conf,
         set: cli.set,
-        name: cli.name,
+        name: cli.as_entity,
         config,
     };
     // Daemons set up logging with their own entity's configuration.
@@ -97,6 +100,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Status(a) => cmd::status::run(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
+        Command::Osd(c) => cmd::osd::run(c, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),

@@ -64,6 +64,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         command_timeout: Duration::from_secs(10),
         ticket_ttl: Duration::from_secs(3600),
         secret_rotation: Duration::from_secs(3600),
+        failure_domain: "osd".into(),
     }
 }
 

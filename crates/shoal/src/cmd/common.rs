@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::ValueEnum;
 use serde_json::Value;
 use shoal_config::Config;
@@ -92,8 +92,10 @@ pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
     let rt = runtime()?;
     rt.block_on(async {
         let client = mon_client(ctx)?;
-        let out = client.command(cmd).await;
-        out.with_context(|| format!("monitor command failed ({cmd:?})"))
+        client
+            .command(cmd)
+            .await
+            .map_err(|e| anyhow::anyhow!("{:?}: {}", e.code, e.message))
     })
 }
 

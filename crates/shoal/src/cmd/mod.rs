@@ -9,4 +9,5 @@ pub mod config;
 pub mod crush;
 pub mod keyring;
 pub mod mon;
+pub mod osd;
 pub mod status;

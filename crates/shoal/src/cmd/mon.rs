@@ -165,6 +165,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         command_timeout: Duration::from_millis(o.mon_command_timeout_ms),
         ticket_ttl: Duration::from_millis(o.auth_ticket_ttl_ms),
         secret_rotation: Duration::from_millis(o.auth_service_secret_rotation_ms),
+        failure_domain: o.osd_crush_failure_domain.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,0 +1,706 @@
+//! The OSD map inside the monitors' state: the current map, the history of
+//! incrementals that produced it, the cluster flags (`noout`), and the pure
+//! changes the monitors apply to it (pools, OSD state).
+//!
+//! Every change becomes exactly one [`Incremental`] and one new epoch, so a
+//! subscriber that has epoch `e` catches up by applying the incrementals
+//! `e+1..` in order. The last [`HISTORY_MAX`] incrementals are kept; a
+//! subscriber further behind receives the full map.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use shoal_crush::{CrushMap, RULE_ERASURE, Rule, Step};
+use shoal_maps::{Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT};
+use shoal_net::Secret;
+
+use crate::error::{ErrorCode, MonError};
+
+/// Incrementals kept for subscribers that are behind.
+pub const HISTORY_MAX: usize = 500;
+/// Largest `pg_num` a pool may have (Ceph's `mon_max_pool_pg_num`).
+pub const POOL_PG_NUM_MAX: u32 = 65_536;
+/// Largest replicated pool size.
+pub const POOL_SIZE_MAX: u32 = 10;
+/// Cluster flags an operator may set.
+pub const FLAGS: &[&str] = &["noout", "noin", "nodown", "noup"];
+
+/// The CRUSH map of a new cluster: a `default` root and a replicated rule
+/// choosing leaves under distinct buckets of `failure_domain` (`host`, or
+/// `osd` on a one-machine cluster, as Ceph's vstart does).
+pub fn initial_crush(failure_domain: &str) -> Result<CrushMap, MonError> {
+    let text = format!(
+        "# types\ntype 0 osd\ntype 1 host\ntype 2 chassis\ntype 3 rack\ntype 4 row\n\
+         type 5 pdu\ntype 6 pod\ntype 7 room\ntype 8 datacenter\ntype 9 zone\n\
+         type 10 region\ntype 11 root\n\n\
+         root default {{\n\tid -1\n\talg straw2\n\thash 0\n}}\n\n\
+         rule replicated_rule {{\n\tid 0\n\ttype replicated\n\tstep take default\n\
+         \tstep chooseleaf firstn 0 type {failure_domain}\n\tstep emit\n}}\n"
+    );
+    shoal_crush::text::parse(&text).map_err(|e| {
+        MonError::new(
+            ErrorCode::InvalidArgument,
+            format!("initial CRUSH map: {e}"),
+        )
+    })
+}
+
+/// How a new pool keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolSpec {
+    /// Whole copies.
+    Replicated {
+        /// Copies.
+        size: u32,
+        /// Fewest copies that take writes.
+        min_size: u32,
+    },
+    /// Reed-Solomon chunks.
+    Erasure {
+        /// Data chunks.
+        k: u32,
+        /// Coding chunks.
+        m: u32,
+    },
+}
+
+/// A change to the OSD map, applied by every monitor alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdChange {
+    /// Creates a pool.
+    PoolCreate {
+        /// Name.
+        name: String,
+        /// Number of PGs.
+        pg_num: u32,
+        /// Redundancy.
+        spec: PoolSpec,
+    },
+    /// Deletes a pool.
+    PoolRm {
+        /// Name.
+        name: String,
+    },
+    /// Renames a pool.
+    PoolRename {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// Sets a pool property (`size`, `min_size`, `crush_rule`).
+    PoolSet {
+        /// Pool name.
+        name: String,
+        /// Property.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Allocates the lowest free OSD id (exists, down, out; not in CRUSH).
+    OsdCreate,
+    /// Marks OSDs out.
+    MarkOut {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Marks OSDs in.
+    MarkIn {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Marks OSDs down.
+    MarkDown {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Removes OSDs (they must be down).
+    OsdRm {
+        /// OSD ids.
+        ids: Vec<i32>,
+    },
+    /// Sets or clears a cluster flag.
+    Flag {
+        /// The flag (`noout`, ...).
+        flag: String,
+        /// Set (true) or clear.
+        on: bool,
+    },
+}
+
+/// The OSD map and its history, as the monitors keep them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdMapState {
+    /// The current map (absent before bootstrap), encoded.
+    #[serde(with = "b64_map")]
+    pub map: Option<OsdMap>,
+    /// Incrementals by the epoch they produce, encoded (newest HISTORY_MAX).
+    pub incrementals: BTreeMap<u32, String>,
+    /// Cluster flags.
+    pub flags: BTreeSet<String>,
+    /// The largest pool id ever used: ids are never reused.
+    pub pool_max: u64,
+}
+
+mod b64_map {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use shoal_maps::OsdMap;
+    use shoal_net::Secret;
+
+    pub fn serialize<S: Serializer>(m: &Option<OsdMap>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_some(&Secret::encode_base64(&m.encode())),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OsdMap>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| {
+            let bytes = Secret::decode_base64(&t).map_err(serde::de::Error::custom)?;
+            OsdMap::decode(&bytes).map_err(serde::de::Error::custom)
+        })
+        .transpose()
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> MonError {
+    MonError::new(ErrorCode::InvalidArgument, msg)
+}
+
+fn map_err(e: shoal_maps::MapError) -> MonError {
+    MonError::new(ErrorCode::InvalidArgument, e.to_string())
+}
+
+impl OsdMapState {
+    /// The map of a new cluster.
+    pub fn bootstrap(&mut self, fsid: [u8; 16], crush: CrushMap) -> Result<(), MonError> {
+        let mut map = OsdMap::new(fsid, 0, crush).map_err(map_err)?;
+        let inc = Incremental::next(&map);
+        map.apply(&inc).map_err(map_err)?;
+        self.incrementals
+            .insert(inc.epoch.0, Secret::encode_base64(&inc.encode()));
+        self.map = Some(map);
+        Ok(())
+    }
+
+    /// The current map.
+    pub fn current(&self) -> Result<&OsdMap, MonError> {
+        self.map
+            .as_ref()
+            .ok_or_else(|| MonError::new(ErrorCode::Again, "no OSD map yet"))
+    }
+
+    /// The current epoch (0 before bootstrap).
+    pub fn epoch(&self) -> u32 {
+        self.map.as_ref().map_or(0, |m| m.epoch.0)
+    }
+
+    /// Applies a change as one new epoch; returns its output.
+    pub fn apply(&mut self, change: &OsdChange) -> Result<Value, MonError> {
+        let map = self.current()?;
+        let mut inc = Incremental::next(map);
+        let out = self.build(change, map, &mut inc)?;
+        let mut next = map.clone();
+        next.apply(&inc).map_err(map_err)?;
+        match change {
+            OsdChange::Flag { flag, on: true } => {
+                self.flags.insert(flag.clone());
+            }
+            OsdChange::Flag { flag, on: false } => {
+                self.flags.remove(flag);
+            }
+            OsdChange::PoolCreate { .. } => {
+                self.pool_max = out["id"].as_u64().unwrap_or(self.pool_max);
+            }
+            _ => {}
+        }
+        self.incrementals
+            .insert(inc.epoch.0, Secret::encode_base64(&inc.encode()));
+        while self.incrementals.len() > HISTORY_MAX {
+            self.incrementals.pop_first();
+        }
+        let epoch = next.epoch.0;
+        self.map = Some(next);
+        let mut out = out;
+        if let Some(o) = out.as_object_mut() {
+            o.insert("epoch".into(), json!(epoch));
+        }
+        Ok(out)
+    }
+
+    /// Fills `inc` for `change` after checking it against `map`.
+    fn build(
+        &self,
+        change: &OsdChange,
+        map: &OsdMap,
+        inc: &mut Incremental,
+    ) -> Result<Value, MonError> {
+        match change {
+            OsdChange::PoolCreate { name, pg_num, spec } => {
+                self.pool_create(map, inc, name, *pg_num, spec)
+            }
+            OsdChange::PoolRm { name } => {
+                let pool = pool_named(map, name)?;
+                inc.old_pools.insert(pool.id);
+                Ok(json!({ "removed": name }))
+            }
+            OsdChange::PoolRename { from, to } => {
+                check_pool_name(to)?;
+                if map.pool_by_name(to).is_some() {
+                    return Err(MonError::new(
+                        ErrorCode::Exists,
+                        format!("pool {to} exists"),
+                    ));
+                }
+                let mut pool = pool_named(map, from)?.clone();
+                pool.name = to.clone();
+                inc.new_pools.insert(pool.id, pool);
+                Ok(json!({ "renamed": from, "to": to }))
+            }
+            OsdChange::PoolSet { name, key, value } => {
+                let mut pool = pool_named(map, name)?.clone();
+                set_pool_property(map, &mut pool, key, value)?;
+                inc.new_pools.insert(pool.id, pool);
+                Ok(json!({ "pool": name, key.clone(): value }))
+            }
+            OsdChange::OsdCreate => {
+                let id = (0..map.max_osd() as i32)
+                    .find(|i| !map.exists(*i))
+                    .unwrap_or(map.max_osd() as i32);
+                if id as u32 >= map.max_osd() {
+                    inc.new_max_osd = Some(id as u32 + 1);
+                }
+                inc.new_osds.insert(id);
+                Ok(json!({ "osd": id }))
+            }
+            OsdChange::MarkOut { ids } => {
+                for id in existing(map, ids)? {
+                    inc.new_weight.insert(id, WEIGHT_OUT);
+                }
+                Ok(json!({ "out": ids }))
+            }
+            OsdChange::MarkIn { ids } => {
+                for id in existing(map, ids)? {
+                    inc.new_weight.insert(id, WEIGHT_IN);
+                }
+                Ok(json!({ "in": ids }))
+            }
+            OsdChange::MarkDown { ids } => {
+                for id in existing(map, ids)? {
+                    if map.is_up(id) {
+                        inc.new_down.insert(id);
+                    }
+                }
+                Ok(json!({ "down": ids }))
+            }
+            OsdChange::OsdRm { ids } => {
+                for id in existing(map, ids)? {
+                    if map.is_up(id) {
+                        return Err(MonError::new(
+                            ErrorCode::InvalidArgument,
+                            format!("osd.{id} is still up; mark it down (and stop it) first"),
+                        ));
+                    }
+                    inc.removed_osds.insert(id);
+                }
+                Ok(json!({ "removed": ids }))
+            }
+            OsdChange::Flag { flag, on } => {
+                if !FLAGS.contains(&flag.as_str()) {
+                    return Err(invalid(format!("unknown flag {flag:?} (one of {FLAGS:?})")));
+                }
+                if self.flags.contains(flag) == *on {
+                    let state = if *on { "already set" } else { "not set" };
+                    return Err(invalid(format!("{flag} is {state}")));
+                }
+                Ok(json!({ "flag": flag, "set": on }))
+            }
+        }
+    }
+
+    fn pool_create(
+        &self,
+        map: &OsdMap,
+        inc: &mut Incremental,
+        name: &str,
+        pg_num: u32,
+        spec: &PoolSpec,
+    ) -> Result<Value, MonError> {
+        check_pool_name(name)?;
+        if map.pool_by_name(name).is_some() {
+            return Err(MonError::new(
+                ErrorCode::Exists,
+                format!("pool {name} exists"),
+            ));
+        }
+        if pg_num == 0 || pg_num > POOL_PG_NUM_MAX {
+            return Err(invalid(format!(
+                "pg_num must be 1..={POOL_PG_NUM_MAX}, not {pg_num}"
+            )));
+        }
+        let id = self
+            .pool_max
+            .max(map.pools().keys().next_back().copied().unwrap_or(0))
+            + 1;
+        let pool = match spec {
+            PoolSpec::Replicated { size, min_size } => {
+                check_sizes(*size, *min_size)?;
+                Pool::replicated(id, name, *size, *min_size, pg_num, 0)
+            }
+            PoolSpec::Erasure { k, m } => {
+                if *k < 2 || *m < 1 {
+                    return Err(invalid(format!(
+                        "erasure coding needs k >= 2 and m >= 1, not k={k} m={m}"
+                    )));
+                }
+                let domains = failure_domains(map.crush(), "host");
+                if k + m > domains {
+                    return Err(invalid(format!(
+                        "k+m = {} is larger than the {domains} failure domains (host) under root default",
+                        k + m
+                    )));
+                }
+                let rule = erasure_rule(map, inc)?;
+                Pool::erasure(id, name, *k, *m, pg_num, rule)
+            }
+        };
+        pool.validate().map_err(map_err)?;
+        inc.new_pools.insert(id, pool);
+        Ok(json!({ "pool": name, "id": id }))
+    }
+}
+
+fn check_pool_name(name: &str) -> Result<(), MonError> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "bad pool name {name:?}: 1-128 of A-Z a-z 0-9 _ - ."
+        )))
+    }
+}
+
+fn check_sizes(size: u32, min_size: u32) -> Result<(), MonError> {
+    if size == 0 || size > POOL_SIZE_MAX {
+        return Err(invalid(format!(
+            "size must be 1..={POOL_SIZE_MAX}, not {size}"
+        )));
+    }
+    if min_size == 0 || min_size > size {
+        return Err(invalid(format!(
+            "min_size must be 1..=size ({size}), not {min_size}"
+        )));
+    }
+    Ok(())
+}
+
+fn pool_named<'a>(map: &'a OsdMap, name: &str) -> Result<&'a Pool, MonError> {
+    map.pool_by_name(name)
+        .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("pool {name} does not exist")))
+}
+
+fn existing(map: &OsdMap, ids: &[i32]) -> Result<Vec<i32>, MonError> {
+    if ids.is_empty() {
+        return Err(invalid("no OSD ids given"));
+    }
+    ids.iter()
+        .map(|id| {
+            if map.exists(*id) {
+                Ok(*id)
+            } else {
+                Err(MonError::new(
+                    ErrorCode::NotFound,
+                    format!("osd.{id} does not exist"),
+                ))
+            }
+        })
+        .collect()
+}
+
+fn set_pool_property(
+    map: &OsdMap,
+    pool: &mut Pool,
+    key: &str,
+    value: &str,
+) -> Result<(), MonError> {
+    let num = || {
+        value
+            .parse::<u32>()
+            .map_err(|_| invalid(format!("{key} must be a whole number, not {value:?}")))
+    };
+    match key {
+        "size" => {
+            if matches!(pool.kind, PoolKind::Erasure { .. }) {
+                return Err(invalid(
+                    "an erasure-coded pool's size is k+m and cannot change",
+                ));
+            }
+            let size = num()?;
+            let min_size = pool.min_size.min(size);
+            check_sizes(size, min_size)?;
+            pool.size = size;
+            pool.min_size = min_size;
+        }
+        "min_size" => {
+            let min_size = num()?;
+            check_sizes(pool.size, min_size)?;
+            pool.min_size = min_size;
+        }
+        "crush_rule" => {
+            let rule = map
+                .crush()
+                .rules()
+                .find(|r| r.name == value || r.id.to_string() == value)
+                .ok_or_else(|| {
+                    MonError::new(ErrorCode::NotFound, format!("no CRUSH rule {value:?}"))
+                })?;
+            pool.crush_rule = rule.id;
+        }
+        "pg_num" | "pgp_num" => {
+            return Err(invalid(
+                "changing pg_num is not supported yet: PG split and merge come with the OSDs",
+            ));
+        }
+        other => {
+            return Err(invalid(format!(
+                "unknown pool property {other:?} (size, min_size, crush_rule)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Buckets of `type_name` (or devices, for `osd`) below the default root.
+pub fn failure_domains(crush: &CrushMap, type_name: &str) -> u32 {
+    let Some(root) = crush.item_id("default") else {
+        return 0;
+    };
+    let Some(ty) = crush.type_id(type_name) else {
+        return 0;
+    };
+    let mut count = 0;
+    let mut stack = vec![root];
+    while let Some(id) = stack.pop() {
+        if id >= 0 {
+            count += u32::from(ty == 0);
+            continue;
+        }
+        let Some(b) = crush.bucket(id) else { continue };
+        if b.type_id == ty && ty != 0 {
+            count += 1;
+            continue;
+        }
+        stack.extend(b.items.iter().copied());
+    }
+    count
+}
+
+/// The id of the `erasure-code` rule (chooseleaf indep over hosts), adding
+/// it to the CRUSH map in `inc` if the map has none.
+fn erasure_rule(map: &OsdMap, inc: &mut Incremental) -> Result<u32, MonError> {
+    let crush = inc.new_crush.as_ref().unwrap_or(map.crush());
+    if let Some(r) = crush.rules().find(|r| r.name == "erasure-code") {
+        return Ok(r.id);
+    }
+    let mut crush = crush.clone();
+    let id = crush.rules().map(|r| r.id + 1).max().unwrap_or(0);
+    let root = crush
+        .item_id("default")
+        .ok_or_else(|| invalid("CRUSH map has no root default"))?;
+    let host = crush
+        .type_id("host")
+        .ok_or_else(|| invalid("CRUSH map has no host type"))?;
+    let rule = Rule {
+        id,
+        name: "erasure-code".into(),
+        rule_type: RULE_ERASURE,
+        min_size: 3,
+        max_size: 20,
+        steps: vec![
+            Step::SetChooseLeafTries(5),
+            Step::SetChooseTries(100),
+            Step::Take(root),
+            Step::ChooseLeafIndep {
+                n: 0,
+                type_id: host,
+            },
+            Step::Emit,
+        ],
+    };
+    crush.add_rule(rule).map_err(|e| invalid(e.to_string()))?;
+    crush.finalize().map_err(|e| invalid(e.to_string()))?;
+    inc.new_crush = Some(crush);
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> OsdMapState {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("host").unwrap())
+            .unwrap();
+        s
+    }
+
+    fn rep(size: u32, min_size: u32) -> PoolSpec {
+        PoolSpec::Replicated { size, min_size }
+    }
+
+    fn create(
+        s: &mut OsdMapState,
+        name: &str,
+        pg_num: u32,
+        spec: PoolSpec,
+    ) -> Result<Value, MonError> {
+        s.apply(&OsdChange::PoolCreate {
+            name: name.into(),
+            pg_num,
+            spec,
+        })
+    }
+
+    #[test]
+    fn pools_create_rename_set_remove_one_epoch_each() {
+        let mut s = state();
+        assert_eq!(s.epoch(), 1);
+        let out = create(&mut s, "rbd", 32, rep(3, 2)).unwrap();
+        assert_eq!(out["id"], 1);
+        assert_eq!(out["epoch"], 2);
+        assert_eq!(
+            create(&mut s, "rbd", 8, rep(3, 2)).unwrap_err().code,
+            ErrorCode::Exists
+        );
+        for (pg, spec) in [
+            (0, rep(3, 2)),
+            (8, rep(2, 3)),
+            (8, rep(0, 0)),
+            (8, rep(11, 2)),
+        ] {
+            assert_eq!(
+                create(&mut s, "bad", pg, spec).unwrap_err().code,
+                ErrorCode::InvalidArgument
+            );
+        }
+        assert_eq!(
+            create(&mut s, "a b", 8, rep(3, 2)).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        // No hosts yet: k+m cannot fit.
+        let e = create(&mut s, "ec", 8, PoolSpec::Erasure { k: 2, m: 1 }).unwrap_err();
+        assert!(
+            e.message.contains("larger than the 0 failure domains"),
+            "{}",
+            e.message
+        );
+        // Refused changes made no epoch.
+        assert_eq!(s.epoch(), 2);
+        s.apply(&OsdChange::PoolRename {
+            from: "rbd".into(),
+            to: "images".into(),
+        })
+        .unwrap();
+        s.apply(&OsdChange::PoolSet {
+            name: "images".into(),
+            key: "min_size".into(),
+            value: "1".into(),
+        })
+        .unwrap();
+        let e = s
+            .apply(&OsdChange::PoolSet {
+                name: "images".into(),
+                key: "min_size".into(),
+                value: "4".into(),
+            })
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        let pool = s.current().unwrap().pool_by_name("images").unwrap().clone();
+        assert_eq!((pool.id, pool.min_size, pool.size), (1, 1, 3));
+        s.apply(&OsdChange::PoolRm {
+            name: "images".into(),
+        })
+        .unwrap();
+        // Ids are never reused.
+        assert_eq!(create(&mut s, "next", 8, rep(2, 1)).unwrap()["id"], 2);
+        assert_eq!(s.epoch(), 6);
+        let e = s
+            .apply(&OsdChange::PoolRm {
+                name: "images".into(),
+            })
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn incrementals_rebuild_the_map_and_serde_round_trips() {
+        let mut s = state();
+        create(&mut s, "p", 16, rep(3, 2)).unwrap();
+        s.apply(&OsdChange::OsdCreate).unwrap();
+        s.apply(&OsdChange::OsdCreate).unwrap();
+        s.apply(&OsdChange::MarkIn { ids: vec![0, 1] }).unwrap();
+        s.apply(&OsdChange::MarkOut { ids: vec![1] }).unwrap();
+        s.apply(&OsdChange::Flag {
+            flag: "noout".into(),
+            on: true,
+        })
+        .unwrap();
+        // Replaying every incremental from an empty map gives the same map.
+        let first = s.incrementals.keys().next().copied().unwrap();
+        assert_eq!(first, 1);
+        let mut replay = OsdMap::new([7; 16], 0, initial_crush("host").unwrap()).unwrap();
+        for enc in s.incrementals.values() {
+            let inc = Incremental::decode(&Secret::decode_base64(enc).unwrap()).unwrap();
+            replay.apply(&inc).unwrap();
+        }
+        assert_eq!(&replay, s.current().unwrap());
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<OsdMapState>(&json).unwrap(), s);
+        assert!(s.flags.contains("noout"));
+    }
+
+    #[test]
+    fn osd_state_changes_check_their_osds() {
+        let mut s = state();
+        assert_eq!(s.apply(&OsdChange::OsdCreate).unwrap()["osd"], 0);
+        assert_eq!(s.apply(&OsdChange::OsdCreate).unwrap()["osd"], 1);
+        let e = s.apply(&OsdChange::MarkOut { ids: vec![7] }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        s.apply(&OsdChange::OsdRm { ids: vec![0] }).unwrap();
+        assert!(!s.current().unwrap().exists(0));
+        // The freed id is taken again first.
+        assert_eq!(s.apply(&OsdChange::OsdCreate).unwrap()["osd"], 0);
+        let bad = OsdChange::Flag {
+            flag: "nothing".into(),
+            on: true,
+        };
+        assert_eq!(s.apply(&bad).unwrap_err().code, ErrorCode::InvalidArgument);
+        let unset = OsdChange::Flag {
+            flag: "noout".into(),
+            on: false,
+        };
+        assert!(s.apply(&unset).unwrap_err().message.contains("not set"));
+    }
+
+    #[test]
+    fn history_is_trimmed() {
+        let mut s = state();
+        for i in 0..(HISTORY_MAX + 20) {
+            let on = i % 2 == 0;
+            s.apply(&OsdChange::Flag {
+                flag: "noout".into(),
+                on,
+            })
+            .unwrap();
+        }
+        assert_eq!(s.incrementals.len(), HISTORY_MAX);
+        assert_eq!(s.incrementals.keys().next_back().copied(), Some(s.epoch()));
+    }
+}

@@ -1,0 +1,239 @@
+//! Read-only views of the OSD map for commands (`shoal osd tree`, `osd
+//! dump`, `osd stat`, `osd pool ls|get`, `osd map`) and the `osdmap`
+//! subscription payload. Each returns JSON; the CLI renders it as text.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use shoal_maps::{OsdMap, Pool, PoolKind};
+use shoal_net::Secret;
+
+use crate::error::{ErrorCode, MonError};
+use crate::osdmap::OsdMapState;
+use crate::state::MonState;
+
+fn fixed(w: u32) -> f64 {
+    f64::from(w) / 65536.0
+}
+
+fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
+    let (kind, k, m) = match p.kind {
+        PoolKind::Replicated => ("replicated", None, None),
+        PoolKind::Erasure { k, m } => ("erasure", Some(k), Some(m)),
+    };
+    json!({
+        "id": p.id,
+        "name": p.name,
+        "type": kind,
+        "size": p.size,
+        "min_size": p.min_size,
+        "k": k,
+        "m": m,
+        "pg_num": p.pg_num,
+        "pgp_num": p.pgp_num,
+        "crush_rule": crush.rule(p.crush_rule).map(|r| r.name.clone()).unwrap_or_else(|| p.crush_rule.to_string()),
+    })
+}
+
+fn osd_json(map: &OsdMap, id: i32) -> Value {
+    let o = map.osd(id);
+    json!({
+        "osd": id,
+        "up": map.is_up(id),
+        "in": o.is_some_and(|o| o.weight > 0),
+        "reweight": fixed(o.map_or(0, |o| o.weight)),
+        "primary_affinity": fixed(o.map_or(0, |o| o.primary_affinity)),
+        "addr": o.and_then(|o| o.addr.clone()),
+    })
+}
+
+/// `osd dump`.
+pub fn osd_dump(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let pools: Vec<Value> = map
+        .pools()
+        .values()
+        .map(|p| pool_json(p, map.crush()))
+        .collect();
+    let osds: Vec<Value> = map
+        .osds()
+        .filter(|(_, o)| o.exists)
+        .map(|(id, _)| osd_json(map, id))
+        .collect();
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "fsid": state.fsid,
+        "flags": state.osdmap.flags,
+        "max_osd": map.max_osd(),
+        "pools": pools,
+        "osds": osds,
+    }))
+}
+
+/// `osd stat`.
+pub fn osd_stat(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let exist: Vec<i32> = map
+        .osds()
+        .filter(|(_, o)| o.exists)
+        .map(|(id, _)| id)
+        .collect();
+    let up = exist.iter().filter(|id| map.is_up(**id)).count();
+    let inn = exist
+        .iter()
+        .filter(|id| map.osd(**id).is_some_and(|o| o.weight > 0))
+        .count();
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "num_osds": exist.len(),
+        "num_up_osds": up,
+        "num_in_osds": inn,
+        "flags": state.osdmap.flags,
+        "num_pools": map.pools().len(),
+        "num_pgs": map.pools().values().map(|p| u64::from(p.pg_num)).sum::<u64>(),
+    }))
+}
+
+/// `osd tree`: the CRUSH hierarchy from each root, then OSDs in no bucket.
+pub fn osd_tree(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let crush = map.crush();
+    let mut nodes = Vec::new();
+    let mut placed = BTreeSet::new();
+    // Depth-first from every (non-shadow) root.
+    let mut stack: Vec<(i32, u32, usize)> =
+        crush.roots().into_iter().rev().map(|r| (r, 0, 0)).collect();
+    while let Some((id, weight, depth)) = stack.pop() {
+        if id >= 0 {
+            placed.insert(id);
+            let mut n = osd_json(map, id);
+            if let Some(o) = n.as_object_mut() {
+                o.insert("id".into(), json!(id));
+                o.insert("name".into(), json!(format!("osd.{id}")));
+                o.insert("type".into(), json!("osd"));
+                o.insert("crush_weight".into(), json!(fixed(weight)));
+                o.insert("depth".into(), json!(depth));
+                let class = crush.device(id).and_then(|d| d.class.clone());
+                o.insert("class".into(), json!(class));
+            }
+            nodes.push(n);
+            continue;
+        }
+        let Some(b) = crush.bucket(id) else { continue };
+        if b.is_shadow() {
+            continue;
+        }
+        nodes.push(json!({
+            "id": id,
+            "name": b.name,
+            "type": crush.types().get(&b.type_id).cloned().unwrap_or_default(),
+            "crush_weight": fixed(b.weight()),
+            "depth": depth,
+        }));
+        for (item, w) in b.items.iter().zip(&b.weights).rev() {
+            stack.push((*item, *w, depth + 1));
+        }
+    }
+    let stray: Vec<Value> = map
+        .osds()
+        .filter(|(id, o)| o.exists && !placed.contains(id))
+        .map(|(id, _)| osd_json(map, id))
+        .collect();
+    Ok(json!({ "epoch": map.epoch.0, "nodes": nodes, "stray": stray }))
+}
+
+/// `osd pool ls`.
+pub fn pool_ls(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    Ok(json!(
+        map.pools()
+            .values()
+            .map(|p| pool_json(p, map.crush()))
+            .collect::<Vec<_>>()
+    ))
+}
+
+/// `osd pool get NAME`.
+pub fn pool_get(state: &MonState, name: &str) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let p = map
+        .pool_by_name(name)
+        .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("pool {name} does not exist")))?;
+    Ok(pool_json(p, map.crush()))
+}
+
+/// `osd map POOL OBJECT`: object → PG → up and acting sets, as `ceph osd map`.
+pub fn osd_map(
+    state: &MonState,
+    pool: &str,
+    object: &str,
+    namespace: &str,
+) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let p = map
+        .pool_by_name(pool)
+        .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("pool {pool} does not exist")))?;
+    let raw = p.hash_key(object, namespace);
+    let pg = p.raw_pg_to_pg(raw);
+    let m = map
+        .pg_to_up_acting(pg)
+        .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "pool": pool,
+        "pool_id": p.id,
+        "objname": object,
+        "namespace": namespace,
+        "raw_pgid": format!("{}.{:x}", p.id, raw),
+        "pgid": pg.to_string(),
+        "up": m.up,
+        "up_primary": m.up_primary,
+        "acting": m.acting,
+        "acting_primary": m.acting_primary,
+    }))
+}
+
+/// The `osdmap` subscription payload for a subscriber at epoch `have`:
+/// the incrementals after it, or the full map when they are no longer
+/// all kept (or `have` is 0).
+pub fn osdmap_update(s: &OsdMapState, have: u64) -> Value {
+    let epoch = u64::from(s.epoch());
+    let oldest = s
+        .incrementals
+        .keys()
+        .next()
+        .map_or(u64::MAX, |e| u64::from(*e));
+    if have > 0 && have + 1 >= oldest && have <= epoch {
+        let incs: Vec<&String> = s
+            .incrementals
+            .range(u32::try_from(have + 1).unwrap_or(u32::MAX)..)
+            .map(|(_, v)| v)
+            .collect();
+        return json!({ "epoch": epoch, "from": have, "incrementals": incs });
+    }
+    let full = s.map.as_ref().map(|m| Secret::encode_base64(&m.encode()));
+    json!({ "epoch": epoch, "full": full })
+}
+
+/// Applies an `osdmap` subscription payload to `map` (None: no map yet).
+pub fn apply_osdmap_update(map: &mut Option<OsdMap>, update: &Value) -> Result<(), MonError> {
+    let bad = |e: String| MonError::new(ErrorCode::Internal, format!("bad osdmap update: {e}"));
+    if let Some(full) = update["full"].as_str() {
+        let bytes = Secret::decode_base64(full).map_err(bad)?;
+        *map = Some(OsdMap::decode(&bytes).map_err(|e| bad(e.to_string()))?);
+        return Ok(());
+    }
+    let Some(current) = map.as_mut() else {
+        return Err(bad("incrementals without a base map".into()));
+    };
+    for inc in update["incrementals"].as_array().into_iter().flatten() {
+        let bytes = Secret::decode_base64(inc.as_str().unwrap_or("")).map_err(bad)?;
+        let inc = shoal_maps::Incremental::decode(&bytes).map_err(|e| bad(e.to_string()))?;
+        if inc.epoch.0 <= current.epoch.0 {
+            continue;
+        }
+        // A gap is an error: the caller subscribes again from its epoch.
+        current.apply(&inc).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,411 @@
+//! `shoal osd`: the OSD map as the monitors keep it: the tree, dump and
+//! counts; marking OSDs out, in and down; flags; pools; where an object
+//! lives.
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use shoal_mon::{Command, PoolSpec};
+
+use super::common::{Ctx, Format, mon_command, pretty, print};
+
+/// OSD map commands.
+#[derive(Debug, Subcommand)]
+pub enum OsdCmd {
+    /// The CRUSH hierarchy with each OSD's state.
+    Tree(FormatArg),
+    /// The whole OSD map.
+    Dump(FormatArg),
+    /// How many OSDs exist, are up and are in.
+    Stat(FormatArg),
+    /// Allocate a new OSD id.
+    Create,
+    /// Mark OSDs out: their data moves elsewhere.
+    Out {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Mark OSDs in.
+    In {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Mark OSDs down (a running OSD marks itself up again).
+    Down {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Remove OSDs (they must be down).
+    Rm {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Set a cluster flag: noout, noin, nodown, noup.
+    Set {
+        /// The flag.
+        flag: String,
+    },
+    /// Clear a cluster flag.
+    Unset {
+        /// The flag.
+        flag: String,
+    },
+    /// Pools.
+    #[command(subcommand)]
+    Pool(PoolCmd),
+    /// Where an object lives: its PG and the OSDs holding it.
+    Map {
+        /// Pool name.
+        pool: String,
+        /// Object name.
+        object: String,
+        /// Object namespace.
+        #[arg(long, default_value = "")]
+        namespace: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+}
+
+/// `--format`.
+#[derive(Debug, Args)]
+pub struct FormatArg {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// Pool commands.
+#[derive(Debug, Subcommand)]
+pub enum PoolCmd {
+    /// Create a pool: `create NAME [PG_NUM] [replicated --size N --min-size N | erasure --k K --m M]`.
+    Create {
+        /// Name.
+        name: String,
+        /// Number of PGs.
+        #[arg(default_value_t = 32)]
+        pg_num: u32,
+        /// `replicated` (default) or `erasure`.
+        #[arg(default_value = "replicated")]
+        kind: String,
+        /// Copies (replicated).
+        #[arg(long, default_value_t = 3)]
+        size: u32,
+        /// Fewest copies that take writes (default: size - size/2).
+        #[arg(long)]
+        min_size: Option<u32>,
+        /// Data chunks (erasure).
+        #[arg(long, default_value_t = 2)]
+        k: u32,
+        /// Coding chunks (erasure).
+        #[arg(long, default_value_t = 1)]
+        m: u32,
+    },
+    /// List pools.
+    Ls {
+        /// Show every property.
+        #[arg(long)]
+        detail: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Delete a pool and everything in it.
+    Rm {
+        /// Name.
+        name: String,
+        /// Confirms the deletion.
+        #[arg(long = "yes-i-really-mean-it")]
+        sure: bool,
+    },
+    /// Rename a pool.
+    Rename {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// Set a property: size, min_size, crush_rule.
+    Set {
+        /// Pool.
+        name: String,
+        /// Property.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Show a pool's properties (or one of them).
+    Get {
+        /// Pool.
+        name: String,
+        /// One property.
+        key: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+}
+
+fn tree_plain(v: &Value) -> String {
+    let mut out = format!(
+        "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8} {:>8}\n",
+        "ID", "CLASS", "WEIGHT", "TYPE NAME", "STATUS", "REWEIGHT", "PRI-AFF"
+    );
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let depth = n["depth"].as_u64().unwrap_or(0) as usize;
+        let label = format!(
+            "{}{} {}",
+            "    ".repeat(depth),
+            n["type"].as_str().unwrap_or(""),
+            n["name"].as_str().unwrap_or("")
+        );
+        let is_osd = n["type"] == "osd";
+        let status = if !is_osd {
+            String::new()
+        } else if n["up"] == true {
+            "up".into()
+        } else {
+            "down".into()
+        };
+        let num = |k: &str| n[k].as_f64().map(|x| format!("{x:.5}")).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8} {:>8}\n",
+            n["id"],
+            n["class"].as_str().unwrap_or(""),
+            num("crush_weight"),
+            label,
+            status,
+            if is_osd {
+                num("reweight")
+            } else {
+                String::new()
+            },
+            if is_osd {
+                num("primary_affinity")
+            } else {
+                String::new()
+            },
+        ));
+    }
+    for o in v["stray"].as_array().into_iter().flatten() {
+        let status = if o["up"] == true { "up" } else { "down" };
+        out.push_str(&format!(
+            "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8.5} {:>8.5}   (not in CRUSH)\n",
+            o["osd"],
+            "",
+            "0",
+            format!("osd.{}", o["osd"]),
+            status,
+            o["reweight"].as_f64().unwrap_or(0.0),
+            o["primary_affinity"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    out
+}
+
+fn stat_plain(v: &Value) -> String {
+    let flags: Vec<&str> = v["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut s = format!(
+        "{} osds: {} up, {} in; epoch: e{}\n",
+        v["num_osds"], v["num_up_osds"], v["num_in_osds"], v["epoch"]
+    );
+    if !flags.is_empty() {
+        s.push_str(&format!("flags {}\n", flags.join(",")));
+    }
+    s
+}
+
+fn map_plain(v: &Value) -> String {
+    format!(
+        "osdmap e{} pool '{}' ({}) object '{}' -> pg {} ({}) -> up ({}, p{}) acting ({}, p{})\n",
+        v["epoch"],
+        v["pool"].as_str().unwrap_or(""),
+        v["pool_id"],
+        v["objname"].as_str().unwrap_or(""),
+        v["raw_pgid"].as_str().unwrap_or(""),
+        v["pgid"].as_str().unwrap_or(""),
+        v["up"],
+        v["up_primary"],
+        v["acting"],
+        v["acting_primary"]
+    )
+}
+
+fn done(v: &Value, what: &str) {
+    println!("{what} (osdmap e{})", v["epoch"]);
+}
+
+/// Runs one `shoal osd` subcommand.
+pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd {
+        OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
+        OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
+        OsdCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::OsdStat)?, stat_plain),
+        OsdCmd::Create => println!("{}", mon_command(ctx, &Command::OsdCreate)?["osd"]),
+        OsdCmd::Out { ids } => done(
+            &mon_command(ctx, &Command::OsdOut { ids: ids.clone() })?,
+            &format!("marked out osd {ids:?}"),
+        ),
+        OsdCmd::In { ids } => done(
+            &mon_command(ctx, &Command::OsdIn { ids: ids.clone() })?,
+            &format!("marked in osd {ids:?}"),
+        ),
+        OsdCmd::Down { ids } => done(
+            &mon_command(ctx, &Command::OsdDown { ids: ids.clone() })?,
+            &format!("marked down osd {ids:?}"),
+        ),
+        OsdCmd::Rm { ids } => done(
+            &mon_command(ctx, &Command::OsdRm { ids: ids.clone() })?,
+            &format!("removed osd {ids:?}"),
+        ),
+        OsdCmd::Set { flag } => done(
+            &mon_command(
+                ctx,
+                &Command::OsdFlag {
+                    flag: flag.clone(),
+                    on: true,
+                },
+            )?,
+            &format!("{flag} is set"),
+        ),
+        OsdCmd::Unset { flag } => done(
+            &mon_command(
+                ctx,
+                &Command::OsdFlag {
+                    flag: flag.clone(),
+                    on: false,
+                },
+            )?,
+            &format!("{flag} is unset"),
+        ),
+        OsdCmd::Pool(p) => run_pool(p, ctx)?,
+        OsdCmd::Map {
+            pool,
+            object,
+            namespace,
+            format,
+        } => {
+            let v = mon_command(
+                ctx,
+                &Command::OsdMap {
+                    pool,
+                    object,
+                    namespace,
+                },
+            )?;
+            print(format, &v, map_plain);
+        }
+    }
+    Ok(())
+}
+
+fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd {
+        PoolCmd::Create {
+            name,
+            pg_num,
+            kind,
+            size,
+            min_size,
+            k,
+            m,
+        } => {
+            let spec = match kind.as_str() {
+                "replicated" => PoolSpec::Replicated {
+                    size,
+                    min_size: min_size.unwrap_or(size - size / 2),
+                },
+                "erasure" => PoolSpec::Erasure { k, m },
+                other => anyhow::bail!("pool type must be replicated or erasure, not {other:?}"),
+            };
+            let v = mon_command(
+                ctx,
+                &Command::PoolCreate {
+                    name: name.clone(),
+                    pg_num,
+                    spec,
+                },
+            )?;
+            done(&v, &format!("pool '{name}' created"));
+        }
+        PoolCmd::Ls { detail, format } => {
+            let v = mon_command(ctx, &Command::PoolLs)?;
+            print(format, &v, |v| {
+                let mut out = String::new();
+                for p in v.as_array().into_iter().flatten() {
+                    if detail {
+                        out.push_str(&format!(
+                            "pool {} '{}' {} size {} min_size {} pg_num {} crush_rule {}\n",
+                            p["id"],
+                            p["name"].as_str().unwrap_or(""),
+                            p["type"].as_str().unwrap_or(""),
+                            p["size"],
+                            p["min_size"],
+                            p["pg_num"],
+                            p["crush_rule"].as_str().unwrap_or("")
+                        ));
+                    } else {
+                        out.push_str(&format!("{}\n", p["name"].as_str().unwrap_or("")));
+                    }
+                }
+                out
+            });
+        }
+        PoolCmd::Rm { name, sure } => {
+            let v = mon_command(
+                ctx,
+                &Command::PoolRm {
+                    name: name.clone(),
+                    sure,
+                },
+            )?;
+            done(&v, &format!("pool '{name}' removed"));
+        }
+        PoolCmd::Rename { from, to } => {
+            let v = mon_command(
+                ctx,
+                &Command::PoolRename {
+                    from: from.clone(),
+                    to: to.clone(),
+                },
+            )?;
+            done(&v, &format!("pool '{from}' renamed to '{to}'"));
+        }
+        PoolCmd::Set { name, key, value } => {
+            let v = mon_command(
+                ctx,
+                &Command::PoolSet {
+                    name: name.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                },
+            )?;
+            done(&v, &format!("set pool {name} {key} to {value}"));
+        }
+        PoolCmd::Get { name, key, format } => {
+            let v = mon_command(ctx, &Command::PoolGet { name })?;
+            match key {
+                Some(k) => {
+                    let field = v
+                        .get(&k)
+                        .cloned()
+                        .ok_or_else(|| anyhow::anyhow!("unknown pool property {k:?}"))?;
+                    print(format, &serde_json::json!({ k.clone(): field }), |v| {
+                        format!("{k}: {}\n", v[&k])
+                    });
+                }
+                None => print(format, &v, pretty),
+            }
+        }
+    }
+    Ok(())
+}

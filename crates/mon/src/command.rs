@@ -18,6 +18,8 @@ pub enum Command {
     Status,
     /// The monitor map and quorum.
     MonStat,
+    /// Health: the status and every check that is not OK.
+    Health,
     /// Adds a monitor to the quorum.
     MonAdd {
         /// Its name (`d` for `mon.d`).
@@ -191,6 +193,7 @@ impl Command {
             self,
             Command::Status
                 | Command::MonStat
+                | Command::Health
                 | Command::AuthLs
                 | Command::AuthGet { .. }
                 | Command::ConfigGet { .. }

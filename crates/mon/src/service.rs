@@ -666,6 +666,7 @@ impl Core {
         let state = read_state(&self.state).clone();
         match cmd {
             Command::Status | Command::MonStat => Ok(self.status(&state).await),
+            Command::Health => Ok(self.status(&state).await["health"].clone()),
             Command::AuthLs => Ok(json!(state.auth)),
             Command::AuthGet { entity } => state
                 .auth
@@ -720,16 +721,13 @@ impl Core {
             }
             mons.push(json!({ "name": name, "addr": info.addr, "in_quorum": up }));
         }
-        let health = if quorum.len() == state.mons.len() {
-            json!({ "status": "HEALTH_OK", "checks": [] })
-        } else {
-            let down: Vec<&String> = state.mons.keys().filter(|n| !quorum.contains(n)).collect();
-            json!({
-                "status": "HEALTH_WARN",
-                "checks": [format!("{} of {} monitors out of quorum: {down:?}",
-                                   down.len(), state.mons.len())],
-            })
-        };
+        let down: Vec<String> = state
+            .mons
+            .keys()
+            .filter(|n| !quorum.contains(n))
+            .cloned()
+            .collect();
+        let health = crate::views::health(state, &down, &quorum);
         let leader = state
             .mons
             .iter()
@@ -742,6 +740,7 @@ impl Core {
             "quorum": quorum,
             "leader": leader,
             "version": state.version,
+            "osdmap": crate::views::osd_stat(state).unwrap_or(Value::Null),
             "auth": {
                 "entities": state.auth.len(),
                 "service_secret": state.service_secrets.keys().next_back(),

@@ -237,3 +237,49 @@ pub fn apply_osdmap_update(map: &mut Option<OsdMap>, update: &Value) -> Result<(
     }
     Ok(())
 }
+
+/// The cluster's health checks, as Ceph names them.
+pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Value {
+    let mut checks = Vec::new();
+    if !mons_down.is_empty() {
+        checks.push(json!({
+            "code": "MON_DOWN",
+            "severity": "HEALTH_WARN",
+            "summary": format!("{}/{} mons down, quorum {}", mons_down.len(), state.mons.len(), quorum.join(",")),
+            "detail": mons_down.iter().map(|n| {
+                let addr = state.mons.get(n).map(|m| m.addr.clone()).unwrap_or_default();
+                format!("mon.{n} at {addr} is out of quorum")
+            }).collect::<Vec<_>>(),
+        }));
+    }
+    if let Ok(map) = state.osdmap.current() {
+        let down: Vec<i32> = map
+            .osds()
+            .filter(|(id, o)| o.exists && !map.is_up(*id) && o.weight > 0)
+            .map(|(id, _)| id)
+            .collect();
+        if !down.is_empty() {
+            checks.push(json!({
+                "code": "OSD_DOWN",
+                "severity": "HEALTH_WARN",
+                "summary": format!("{} osds down", down.len()),
+                "detail": down.iter().map(|id| format!("osd.{id} is down")).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    if !state.osdmap.flags.is_empty() {
+        let flags: Vec<&str> = state.osdmap.flags.iter().map(String::as_str).collect();
+        checks.push(json!({
+            "code": "OSDMAP_FLAGS",
+            "severity": "HEALTH_WARN",
+            "summary": format!("{} flag(s) set", flags.join(",")),
+            "detail": [],
+        }));
+    }
+    let status = if checks.is_empty() {
+        "HEALTH_OK"
+    } else {
+        "HEALTH_WARN"
+    };
+    json!({ "status": status, "checks": checks })
+}

@@ -682,6 +682,16 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
     assert_eq!(stat["num_osds"], 1);
     assert_eq!(stat["num_in_osds"], 1);
     assert_eq!(stat["flags"][0], "noout");
+    let health = admin.command(&Command::Health).await.unwrap();
+    assert_eq!(health["status"], "HEALTH_WARN", "{health}");
+    let codes: Vec<&str> = health["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert_eq!(codes, ["OSD_DOWN", "OSDMAP_FLAGS"], "{health}");
+    assert_eq!(health["checks"][0]["detail"][0], "osd.0 is down");
 
     // The subscriber applied the same changes, by incrementals.
     let m = follow_to(&mut sub, start + 4).await;

@@ -52,6 +52,8 @@ struct Cli {
 enum Command {
     /// Cluster status: health and services.
     Status(cmd::status::StatusArgs),
+    /// Health checks (`shoal health detail` lists every affected item).
+    Health(cmd::status::HealthArgs),
     /// Run a monitor, or manage the monitor quorum.
     Mon(cmd::mon::MonCmd),
     /// The OSD map: OSDs, flags, pools, object placement.
@@ -99,6 +101,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Status(a) => cmd::status::run(a, &ctx),
+        Command::Health(a) => cmd::status::run_health(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
         Command::Osd(c) => cmd::osd::run(c, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),

@@ -26,14 +26,77 @@ fn plain(v: &Value) -> String {
         v["health"]["status"].as_str().unwrap_or("?")
     );
     for check in v["health"]["checks"].as_array().into_iter().flatten() {
-        out.push_str(&format!("            {}\n", check.as_str().unwrap_or("")));
+        out.push_str(&format!(
+            "            {}\n",
+            check["summary"].as_str().unwrap_or("")
+        ));
     }
     out.push_str(&format!(
         "\n  services:\n    mon: {total} daemons, quorum {} (leader {})\n",
         quorum.join(","),
         v["leader"].as_str().unwrap_or("?")
     ));
+    let o = &v["osdmap"];
+    if !o.is_null() {
+        out.push_str(&format!(
+            "    osd: {} osds: {} up, {} in; epoch e{}\n\n  data:\n    pools:   {} pools, {} pgs\n",
+            o["num_osds"],
+            o["num_up_osds"],
+            o["num_in_osds"],
+            o["epoch"],
+            o["num_pools"],
+            o["num_pgs"]
+        ));
+    }
     out
+}
+
+/// Options of `shoal health`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// Show every affected item, not only the summaries.
+    #[arg(value_parser = ["detail"])]
+    detail: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// Runs `shoal health [detail]`.
+pub fn run_health(a: HealthArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let v = mon_command(ctx, &Command::Health)?;
+    let detail = a.detail.is_some();
+    print(a.format, &v, |v| {
+        let checks: Vec<&Value> = v["checks"].as_array().into_iter().flatten().collect();
+        let summaries: Vec<&str> = checks
+            .iter()
+            .filter_map(|c| c["summary"].as_str())
+            .collect();
+        let mut out = v["status"].as_str().unwrap_or("?").to_string();
+        if !summaries.is_empty() {
+            out.push(' ');
+            out.push_str(&summaries.join("; "));
+        }
+        out.push('\n');
+        if detail {
+            for c in checks {
+                out.push_str(&format!(
+                    "[{}] {}: {}\n",
+                    c["severity"]
+                        .as_str()
+                        .unwrap_or("")
+                        .trim_start_matches("HEALTH_"),
+                    c["code"].as_str().unwrap_or(""),
+                    c["summary"].as_str().unwrap_or("")
+                ));
+                for d in c["detail"].as_array().into_iter().flatten() {
+                    out.push_str(&format!("    {}\n", d.as_str().unwrap_or("")));
+                }
+            }
+        }
+        out
+    });
+    Ok(())
 }
 
 /// Runs `shoal status`.

@@ -14,6 +14,7 @@ mod bucket;
 mod build;
 mod choose;
 mod classes;
+mod edit;
 pub mod codec;
 mod encode;
 mod error;

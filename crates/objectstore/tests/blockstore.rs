@@ -272,3 +272,34 @@ fn mkfs_refuses_existing_store_and_stat_reports() {
         Err(Error::NotFormatted(_))
     ));
 }
+
+#[test]
+fn model_check_many_seeds_on_memdevice() {
+    let seeds: u64 = std::env::var("SHOAL_MODEL_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    for seed in 0..seeds {
+        let ctl = FaultController::new(0, seed);
+        let data = MemDevice::new(vec![0u8; 16 << 20], ctl.clone());
+        let meta = MemDevice::new(Vec::new(), ctl.clone());
+        BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+        let s = BlockStore::open_on(data, meta).unwrap();
+        let mut g = shoal_objectstore::model::TxnGen::new(seed);
+        g.write_bytes_max = 96 * 1024;
+        g.offset_max = 64 * 1024;
+        let mut model = Model::default();
+        for i in 0..120 {
+            let t = g.txn();
+            let ok = model.apply(&t);
+            assert_eq!(
+                s.queue_transaction(t.clone()).is_ok(),
+                ok,
+                "seed {seed} txn {i}"
+            );
+            if let Err(e) = testsuite::compare_with_model(&s, &model) {
+                panic!("seed {seed} txn {i}: {e}\n{t:#?}");
+            }
+        }
+    }
+}

@@ -450,10 +450,15 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Write zeros over `[a, b)` where the blocks are mapped (holes are zeros already).
+    /// Write zeros over `[a, b)` in the blocks that are mapped (holes are zeros already).
     fn zero_partial(&mut self, on: &mut Onode, a: u64, b: u64) -> Result<()> {
-        if a < b && on.extents.lookup(a / B).is_some() {
-            self.write_onode(on, a, &vec![0u8; (b - a) as usize])?;
+        let mut at = a;
+        while at < b {
+            let stop = b.min((at / B + 1) * B);
+            if on.extents.lookup(at / B).is_some() {
+                self.write_onode(on, at, &vec![0u8; (stop - at) as usize])?;
+            }
+            at = stop;
         }
         Ok(())
     }

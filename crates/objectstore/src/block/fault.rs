@@ -34,6 +34,11 @@ impl FaultController {
         })
     }
 
+    /// Tear write number `n` (counted from the controller's creation; 0 = never).
+    pub fn set_tear_at(&self, n: u64) {
+        self.tear_at.store(n, Ordering::SeqCst);
+    }
+
     /// Writes issued so far.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
@@ -154,8 +159,12 @@ impl Device for MemDevice {
             return Err(stopped_err());
         }
         let mut im = self.lock();
-        im.durable = im.live.clone();
-        im.unsynced.clear();
+        let im = &mut *im;
+        for (off, data) in im.unsynced.drain(..) {
+            put(&mut im.durable, off, &data);
+        }
+        let len = im.live.len();
+        im.durable.resize(len, 0);
         Ok(())
     }
 

@@ -160,21 +160,41 @@ fn no_space(needed_blocks: u64, free_blocks: u64) -> Error {
     }
 }
 
+/// `Err(NoSpace)` unless the free space covers the most `txn` may allocate.
+pub(crate) fn check_space(st: &State, txn: &Transaction) -> Result<()> {
+    let need = blocks_needed(&st.colls, txn);
+    let free = st.alloc.free_blocks();
+    if need > free {
+        return Err(no_space(need, free));
+    }
+    Ok(())
+}
+
 /// Upper bound of the blocks `txn` may allocate.
-pub(crate) fn blocks_needed(colls: &Colls, txn: &Transaction) -> u64 {
-    let written: u64 = txn.data_bytes().div_ceil(B);
+fn blocks_needed(colls: &Colls, txn: &Transaction) -> u64 {
+    let ranged: u64 = txn
+        .ops()
+        .iter()
+        .map(|op| match op {
+            Op::CloneRange { len, .. } => *len,
+            _ => 0,
+        })
+        .sum();
+    let written: u64 = (txn.data_bytes() + ranged).div_ceil(B);
     txn.ops()
         .iter()
         .map(|op| match op {
             Op::Write { data, .. } => data.len() as u64 / B + 2,
             Op::Zero { .. } | Op::Truncate { .. } => 2,
             Op::CloneRange { len, .. } => len / B + 2,
-            Op::Clone { coll, src, .. } => {
-                let cur = colls
+            // Whatever the transaction did before, no object exceeds the largest one
+            // now plus everything the transaction writes.
+            Op::Clone { coll, .. } => {
+                let largest = colls
                     .get(coll)
-                    .and_then(|m| m.get(src))
-                    .map_or(0, |o| o.extents.allocated_blocks());
-                cur + written
+                    .and_then(|m| m.values().map(|o| o.extents.allocated_blocks()).max())
+                    .unwrap_or(0);
+                largest + written
             }
             _ => 0,
         })
@@ -194,12 +214,9 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// Apply every op (preconditions already checked) and finish the batch.
+    /// Apply every op (preconditions and space already checked) and finish the batch.
+    /// An error leaves the state holding part of the transaction: the caller must poison.
     pub fn apply(mut self, txn: &Transaction) -> Result<Batch> {
-        let need = blocks_needed(&self.st.colls, txn);
-        if need > self.st.alloc.free_blocks() {
-            return Err(no_space(need, self.st.alloc.free_blocks()));
-        }
         for op in txn.ops() {
             self.op(op)?;
         }

@@ -438,9 +438,9 @@ impl ObjectStore for BlockStore {
         let sh = &*self.shared;
         let mut st = sh.write_state();
         validate(&st.colls, &txn)?;
+        apply::check_space(&st, &txn)?;
         let batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
             Ok(b) => b,
-            Err(e @ Error::NoSpace { .. }) => return Err(e),
             Err(e) => {
                 // The in-memory state may hold part of the transaction: stop writing.
                 let reason = sh.poison(&e);

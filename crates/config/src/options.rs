@@ -186,6 +186,18 @@ options! {
     auth_service_secret_rotation_ms: u64 = 3_600_000u64;
     /// CRUSH failure domain of the default replicated rule made at bootstrap: host, or osd for a one-machine cluster.
     osd_crush_failure_domain: String = "host";
+    /// Distinct reporters (from different subtrees) needed to mark an OSD down.
+    mon_osd_min_down_reporters: u32 = 2u32;
+    /// CRUSH level that makes failure reporters distinct: host, or osd for a one-machine cluster.
+    mon_osd_reporter_subtree_level: String = "host";
+    /// An OSD that sends no beacon for this long is marked down, in milliseconds.
+    mon_osd_report_timeout_ms: u64 = 900_000u64;
+    /// A down OSD is marked out after this long unless noout is set, in milliseconds.
+    mon_osd_down_out_interval_ms: u64 = 600_000u64;
+    /// OSD boots, downs and outs arriving within this window share one map epoch, in milliseconds.
+    mon_osd_batch_window_ms: u64 = 100u64;
+    /// An OSD reports a peer that has not answered heartbeats for this long, in milliseconds; reports count for twice this.
+    osd_heartbeat_grace_ms: u64 = 20_000u64;
 }
 
 #[cfg(test)]

@@ -129,6 +129,57 @@ pub enum Command {
         /// Set or clear.
         on: bool,
     },
+    /// An OSD announces it is running at `addr` under `host`.
+    OsdBoot {
+        /// Its id (the caller must be `osd.ID`).
+        id: i32,
+        /// Where it listens.
+        addr: String,
+        /// Its host bucket in CRUSH.
+        host: String,
+        /// Its CRUSH weight if new to CRUSH, 16.16.
+        weight: u32,
+    },
+    /// An OSD says it is alive.
+    OsdBeacon {
+        /// Its id (the caller must be `osd.ID`).
+        id: i32,
+    },
+    /// An OSD reports a peer it cannot reach.
+    OsdFailure {
+        /// The peer.
+        target: i32,
+        /// The reporter (the caller must be `osd.REPORTER`).
+        reporter: i32,
+        /// The peer refused the connection: its process is gone.
+        immediate: bool,
+    },
+    /// Adds a CRUSH bucket.
+    OsdCrushAddBucket {
+        /// Name.
+        name: String,
+        /// Type.
+        type_name: String,
+    },
+    /// Moves a CRUSH bucket under another.
+    OsdCrushMove {
+        /// Bucket.
+        name: String,
+        /// New parent.
+        parent: String,
+    },
+    /// Removes a CRUSH item.
+    OsdCrushRm {
+        /// Item.
+        name: String,
+    },
+    /// Sets a CRUSH weight (16.16).
+    OsdCrushReweight {
+        /// Item.
+        name: String,
+        /// Weight, 16.16.
+        weight: u32,
+    },
     /// Creates a pool.
     PoolCreate {
         /// Name.
@@ -187,6 +238,15 @@ pub enum Command {
 }
 
 impl Command {
+    /// The OSD a daemon command speaks for, which the caller must be.
+    pub fn speaks_for_osd(&self) -> Option<i32> {
+        match self {
+            Command::OsdBoot { id, .. } | Command::OsdBeacon { id } => Some(*id),
+            Command::OsdFailure { reporter, .. } => Some(*reporter),
+            _ => None,
+        }
+    }
+
     /// Whether the command changes the replicated state (needs `w`).
     pub fn is_write(&self) -> bool {
         !matches!(

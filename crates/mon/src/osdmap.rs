@@ -120,6 +120,42 @@ pub enum OsdChange {
         /// OSD ids.
         ids: Vec<i32>,
     },
+    /// OSDs booting, marked down and marked out, batched by the leader
+    /// into one epoch.
+    Batch {
+        /// OSDs that booted.
+        boots: Vec<Boot>,
+        /// OSDs to mark down (failure reports, missed beacons).
+        down: Vec<i32>,
+        /// OSDs down too long, to mark out automatically.
+        out: Vec<i32>,
+    },
+    /// Adds a CRUSH bucket (`osd crush add-bucket NAME TYPE`).
+    CrushAddBucket {
+        /// Name.
+        name: String,
+        /// Type (host, rack, ...).
+        type_name: String,
+    },
+    /// Moves a CRUSH bucket under another (`osd crush move NAME PARENT`).
+    CrushMove {
+        /// Bucket.
+        name: String,
+        /// New parent bucket.
+        parent: String,
+    },
+    /// Removes a CRUSH item (`osd crush rm NAME`).
+    CrushRm {
+        /// Item.
+        name: String,
+    },
+    /// Sets an item's CRUSH weight (`osd crush reweight NAME WEIGHT`), 16.16.
+    CrushReweight {
+        /// Item.
+        name: String,
+        /// New weight, 16.16 fixed point.
+        weight: u32,
+    },
     /// Sets or clears a cluster flag.
     Flag {
         /// The flag (`noout`, ...).
@@ -127,6 +163,19 @@ pub enum OsdChange {
         /// Set (true) or clear.
         on: bool,
     },
+}
+
+/// An OSD announcing itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Boot {
+    /// Its id.
+    pub id: i32,
+    /// Where clients reach it.
+    pub addr: String,
+    /// The host bucket it belongs under.
+    pub host: String,
+    /// Its CRUSH weight if it is new to CRUSH (16.16, by capacity).
+    pub weight: u32,
 }
 
 /// The OSD map and its history, as the monitors keep them.
@@ -141,6 +190,10 @@ pub struct OsdMapState {
     pub flags: BTreeSet<String>,
     /// The largest pool id ever used: ids are never reused.
     pub pool_max: u64,
+    /// OSDs the monitors marked out on their own (marked in again when they
+    /// return).
+    #[serde(default)]
+    pub auto_out: BTreeSet<i32>,
 }
 
 mod b64_map {
@@ -213,6 +266,19 @@ impl OsdMapState {
             }
             OsdChange::PoolCreate { .. } => {
                 self.pool_max = out["id"].as_u64().unwrap_or(self.pool_max);
+            }
+            OsdChange::Batch { boots, .. } => {
+                for b in boots {
+                    self.auto_out.remove(&b.id);
+                }
+                let marked = out["out"].as_array().into_iter().flatten();
+                self.auto_out
+                    .extend(marked.filter_map(|v| v.as_i64()).map(|v| v as i32));
+            }
+            OsdChange::MarkIn { ids } | OsdChange::MarkOut { ids } => {
+                for id in ids {
+                    self.auto_out.remove(id);
+                }
             }
             _ => {}
         }
@@ -307,6 +373,39 @@ impl OsdMapState {
                 }
                 Ok(json!({ "removed": ids }))
             }
+            OsdChange::Batch { boots, down, out } => self.batch(map, inc, boots, down, out),
+            OsdChange::CrushAddBucket { name, type_name } => {
+                let mut crush = map.crush().clone();
+                crush
+                    .add_named_bucket(name, type_name, None)
+                    .map_err(|e| invalid(e.to_string()))?;
+                inc.new_crush = Some(crush);
+                Ok(json!({ "added": name }))
+            }
+            OsdChange::CrushMove { name, parent } => {
+                let mut crush = map.crush().clone();
+                crush
+                    .move_bucket(name, parent)
+                    .map_err(|e| invalid(e.to_string()))?;
+                inc.new_crush = Some(crush);
+                Ok(json!({ "moved": name, "to": parent }))
+            }
+            OsdChange::CrushRm { name } => {
+                let mut crush = map.crush().clone();
+                crush
+                    .remove_item(name)
+                    .map_err(|e| invalid(e.to_string()))?;
+                inc.new_crush = Some(crush);
+                Ok(json!({ "removed": name }))
+            }
+            OsdChange::CrushReweight { name, weight } => {
+                let mut crush = map.crush().clone();
+                crush
+                    .reweight_named(name, *weight)
+                    .map_err(|e| invalid(e.to_string()))?;
+                inc.new_crush = Some(crush);
+                Ok(json!({ "reweighted": name, "weight": f64::from(*weight) / 65536.0 }))
+            }
             OsdChange::Flag { flag, on } => {
                 if !FLAGS.contains(&flag.as_str()) {
                     return Err(invalid(format!("unknown flag {flag:?} (one of {FLAGS:?})")));
@@ -371,6 +470,75 @@ impl OsdMapState {
         Ok(json!({ "pool": name, "id": id }))
     }
 }
+
+impl OsdMapState {
+    fn batch(
+        &self,
+        map: &OsdMap,
+        inc: &mut Incremental,
+        boots: &[Boot],
+        down: &[i32],
+        out: &[i32],
+    ) -> Result<Value, MonError> {
+        if boots.is_empty() && down.is_empty() && out.is_empty() {
+            return Err(invalid("empty batch"));
+        }
+        let mut crush: Option<shoal_crush::CrushMap> = None;
+        let mut max = map.max_osd();
+        let mut booted = Vec::new();
+        for b in boots {
+            if b.id < 0 || b.id as u32 >= crate::osdmap::OSD_ID_MAX {
+                return Err(invalid(format!("bad OSD id {}", b.id)));
+            }
+            if self.flags.contains("noup") {
+                continue;
+            }
+            let new = !map.exists(b.id);
+            if new {
+                inc.new_osds.insert(b.id);
+                max = max.max(b.id as u32 + 1);
+            }
+            let c = crush.get_or_insert_with(|| map.crush().clone());
+            let location = [("host", b.host.as_str()), ("root", "default")];
+            c.create_or_move_device(b.id, b.weight, &location)
+                .map_err(|e| invalid(e.to_string()))?;
+            inc.new_up.insert(b.id, b.addr.clone());
+            let was_auto_out = self.auto_out.contains(&b.id);
+            if (new || was_auto_out) && !self.flags.contains("noin") {
+                inc.new_weight.insert(b.id, WEIGHT_IN);
+            }
+            booted.push(b.id);
+        }
+        if max > map.max_osd() {
+            inc.new_max_osd = Some(max);
+        }
+        if let Some(c) = crush {
+            if &c != map.crush() {
+                inc.new_crush = Some(c);
+            }
+        }
+        for id in down {
+            if map.is_up(*id) && !inc.new_up.contains_key(id) && !self.flags.contains("nodown") {
+                inc.new_down.insert(*id);
+            }
+        }
+        let mut marked_out = Vec::new();
+        for id in out {
+            let is_in = map.osd(*id).is_some_and(|o| o.exists && o.weight > 0);
+            if is_in && !map.is_up(*id) && !self.flags.contains("noout") {
+                inc.new_weight.insert(*id, WEIGHT_OUT);
+                marked_out.push(*id);
+            }
+        }
+        if booted.is_empty() && inc.new_down.is_empty() && marked_out.is_empty() {
+            return Err(invalid("nothing to change"));
+        }
+        Ok(json!({ "booted": booted, "down": inc.new_down, "out": marked_out }))
+    }
+}
+
+/// Largest OSD id accepted from a booting OSD.
+pub const OSD_ID_MAX: u32 = 1 << 16;
 
 fn check_pool_name(name: &str) -> Result<(), MonError> {
     let ok = !name.is_empty()

@@ -8,7 +8,7 @@
 //! committed. Without a quorum, a command fails with `NoQuorum` within the
 //! command timeout instead of hanging.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -31,7 +31,7 @@ use crate::command::{Command, parse_mon_caps};
 use crate::error::{ErrorCode, MonError};
 use crate::mkfs::MonMeta;
 use crate::network::{MonNetwork, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
-use crate::osdmap::OsdChange;
+use crate::osdmap::{Boot, OsdChange};
 use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
@@ -57,6 +57,50 @@ pub struct MonitorOptions {
     pub secret_rotation: Duration,
     /// CRUSH failure domain of the default rule at bootstrap (`host`, `osd`).
     pub failure_domain: String,
+    /// How the leader decides an OSD is down or out.
+    pub osd: OsdLiveness,
+}
+
+/// How the leader decides an OSD is down or out, and how it batches.
+#[derive(Debug, Clone)]
+pub struct OsdLiveness {
+    /// Distinct reporter subtrees needed to mark an OSD down.
+    pub min_down_reporters: u32,
+    /// CRUSH level that makes reporters distinct: `host`, or `osd` on one machine.
+    pub reporter_subtree_level: String,
+    /// An OSD with no beacon for this long is marked down.
+    pub beacon_grace: Duration,
+    /// A failure report counts for this long.
+    pub report_expiry: Duration,
+    /// A down OSD is marked out after this long (unless `noout`).
+    pub down_out_interval: Duration,
+    /// Boots, downs and outs arriving within this window share one epoch.
+    pub batch_window: Duration,
+}
+
+impl Default for OsdLiveness {
+    fn default() -> Self {
+        OsdLiveness {
+            min_down_reporters: 2,
+            reporter_subtree_level: "host".into(),
+            beacon_grace: Duration::from_secs(900),
+            report_expiry: Duration::from_secs(40),
+            down_out_interval: Duration::from_secs(600),
+            batch_window: Duration::from_millis(100),
+        }
+    }
+}
+
+/// The leader's view of OSD liveness. Soft state: a new leader starts over,
+/// giving every OSD a full grace period from its election.
+#[derive(Default)]
+struct Liveness {
+    since: Option<Instant>,
+    beacons: HashMap<i32, Instant>,
+    down_since: HashMap<i32, Instant>,
+    /// target -> reporter -> (when, immediate)
+    reports: HashMap<i32, HashMap<i32, (Instant, bool)>>,
+    boots: Vec<(Boot, tokio::sync::oneshot::Sender<Result<Value, MonError>>)>,
 }
 
 /// A running monitor.
@@ -74,6 +118,7 @@ struct Core {
     msgr: Messenger,
     opts: MonitorOptions,
     subs: std::sync::Mutex<Vec<Subscriber>>,
+    life: std::sync::Mutex<Liveness>,
 }
 
 /// A connection following part of the state.
@@ -279,7 +324,9 @@ impl Monitor {
             msgr,
             opts,
             subs: std::sync::Mutex::new(Vec::new()),
+            life: std::sync::Mutex::new(Liveness::default()),
         });
+        tokio::spawn(osd_tick(Arc::downgrade(&core)));
         let _ = slot.set(Arc::clone(&core));
         tokio::spawn(push_updates(Arc::downgrade(&core), applied));
         if fresh && core.meta.initial.keys().next() == Some(&core.meta.name) {
@@ -436,6 +483,16 @@ impl Core {
         let cmd: Command = serde_json::from_str(json)
             .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("bad command: {e}")))?;
         self.check_caps(caller, &cmd)?;
+        if let Some(id) = cmd.speaks_for_osd() {
+            let ok = caller.ty() == EntityType::Mon
+                || (caller.ty() == EntityType::Osd && caller.id() == id.to_string());
+            if !ok {
+                return Err(MonError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("{caller} may not speak for osd.{id}"),
+                ));
+            }
+        }
         // Tickets are issued by whichever monitor the caller reached, from
         // its applied state: they name the caller, who is known only here.
         match &cmd {
@@ -520,6 +577,40 @@ impl Core {
             match cmd {
                 Command::MonAdd { name, addr } => self.mon_add(name, addr).await,
                 Command::MonRm { name } => self.mon_rm(name).await,
+                Command::OsdBoot {
+                    id,
+                    addr,
+                    host,
+                    weight,
+                } => {
+                    let boot = Boot {
+                        id: *id,
+                        addr: addr.clone(),
+                        host: host.clone(),
+                        weight: *weight,
+                    };
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    self.life_lock().boots.push((boot, tx));
+                    match rx.await {
+                        Ok(r) => Ok(r),
+                        Err(_) => Err(Retry("lost leadership before the boot committed".into())),
+                    }
+                }
+                Command::OsdBeacon { id } => {
+                    let mut life = self.life_lock();
+                    life.beacons.insert(*id, Instant::now());
+                    Ok(Ok(json!({ "osd": id })))
+                }
+                Command::OsdFailure {
+                    target,
+                    reporter,
+                    immediate,
+                } => {
+                    let mut life = self.life_lock();
+                    let reps = life.reports.entry(*target).or_default();
+                    reps.insert(*reporter, (Instant::now(), *immediate));
+                    Ok(Ok(json!({ "target": target, "reporters": reps.len() })))
+                }
                 _ => match self.to_request(cmd) {
                     Ok(req) => self.propose(req).await,
                     Err(e) => Ok(Err(e)),
@@ -583,6 +674,16 @@ impl Core {
                 MonRequest::Osd(OsdChange::PoolRm { name })
             }
             Command::PoolRename { from, to } => MonRequest::Osd(OsdChange::PoolRename { from, to }),
+            Command::OsdCrushAddBucket { name, type_name } => {
+                MonRequest::Osd(OsdChange::CrushAddBucket { name, type_name })
+            }
+            Command::OsdCrushMove { name, parent } => {
+                MonRequest::Osd(OsdChange::CrushMove { name, parent })
+            }
+            Command::OsdCrushRm { name } => MonRequest::Osd(OsdChange::CrushRm { name }),
+            Command::OsdCrushReweight { name, weight } => {
+                MonRequest::Osd(OsdChange::CrushReweight { name, weight })
+            }
             Command::PoolSet { name, key, value } => {
                 MonRequest::Osd(OsdChange::PoolSet { name, key, value })
             }
@@ -876,6 +977,126 @@ async fn push_updates(core: std::sync::Weak<Core>, mut applied: tokio::sync::wat
             if let Err(e) = conn.send(update, Bytes::from(value.to_string())).await {
                 tracing::debug!("dropping subscriber: {e}");
             }
+        }
+    }
+}
+
+impl Core {
+    fn life_lock(&self) -> std::sync::MutexGuard<'_, Liveness> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Which OSDs to mark down and out now, from beacons, failure reports
+    /// and how long OSDs have been down.
+    fn judge(&self, now: Instant) -> (Vec<i32>, Vec<i32>) {
+        let state = read_state(&self.state);
+        let Ok(map) = state.osdmap.current() else {
+            return (Vec::new(), Vec::new());
+        };
+        let cfg = &self.opts.osd;
+        let mut life = self.life_lock();
+        let since = *life.since.get_or_insert(now);
+        let mut down = Vec::new();
+        let mut out = Vec::new();
+        for (id, o) in map.osds().filter(|(_, o)| o.exists) {
+            if !map.is_up(id) {
+                life.reports.remove(&id);
+                let down_at = *life.down_since.entry(id).or_insert(now);
+                if o.weight > 0 && now.duration_since(down_at) >= cfg.down_out_interval {
+                    out.push(id);
+                }
+                continue;
+            }
+            life.down_since.remove(&id);
+            let last = life.beacons.get(&id).copied().unwrap_or(since).max(since);
+            let mut is_down = now.duration_since(last) > cfg.beacon_grace;
+            if let Some(reps) = life.reports.get_mut(&id) {
+                reps.retain(|_, (t, _)| now.duration_since(*t) < cfg.report_expiry);
+                let immediate = reps.values().any(|(_, imm)| *imm);
+                let subtrees: BTreeSet<i32> = reps
+                    .keys()
+                    .map(|r| subtree_of(map.crush(), *r, &cfg.reporter_subtree_level))
+                    .collect();
+                is_down |= immediate || subtrees.len() as u32 >= cfg.min_down_reporters.max(1);
+            }
+            if is_down {
+                down.push(id);
+            }
+        }
+        (down, out)
+    }
+}
+
+/// The CRUSH bucket of type `level` above `osd` (the OSD itself for
+/// `osd`, or when it is not in CRUSH).
+fn subtree_of(crush: &shoal_crush::CrushMap, osd: i32, level: &str) -> i32 {
+    if level == "osd" {
+        return osd;
+    }
+    let Some(ty) = crush.type_id(level) else {
+        return osd;
+    };
+    let mut cur = crush.parent_of(osd);
+    while let Some(b) = cur {
+        if crush.bucket(b).is_some_and(|x| x.type_id == ty) {
+            return b;
+        }
+        cur = crush.parent_of(b);
+    }
+    osd
+}
+
+/// On the leader, every batch window: boots that arrived, OSDs to mark
+/// down, OSDs to mark out, all in one epoch.
+async fn osd_tick(core: std::sync::Weak<Core>) {
+    loop {
+        let window = match core.upgrade() {
+            Some(c) => c.opts.osd.batch_window,
+            None => return,
+        };
+        tokio::time::sleep(window).await;
+        let Some(core) = core.upgrade() else { return };
+        if core.raft.current_leader().await != Some(core.id) {
+            let mut life = core.life_lock();
+            let boots = std::mem::take(&mut life.boots);
+            *life = Liveness::default();
+            drop(life);
+            for (_, tx) in boots {
+                let e = MonError::new(ErrorCode::NoQuorum, "this monitor is no longer the leader");
+                let _ = tx.send(Err(e));
+            }
+            continue;
+        }
+        let now = Instant::now();
+        let (down, out) = core.judge(now);
+        let boots = std::mem::take(&mut core.life_lock().boots);
+        if boots.is_empty() && down.is_empty() && out.is_empty() {
+            continue;
+        }
+        let req = MonRequest::Osd(OsdChange::Batch {
+            boots: boots.iter().map(|(b, _)| b.clone()).collect(),
+            down: down.clone(),
+            out,
+        });
+        let result = match core.raft.client_write(req).await {
+            Ok(r) => match r.data {
+                MonResponse::Ok(v) => Ok(v),
+                MonResponse::Err { code, message } => Err(MonError::new(code, message)),
+            },
+            Err(e) => Err(MonError::new(ErrorCode::NoQuorum, e.to_string())),
+        };
+        {
+            let mut life = core.life_lock();
+            for id in &down {
+                life.reports.remove(id);
+            }
+            for (b, _) in &boots {
+                life.reports.remove(&b.id);
+                life.beacons.insert(b.id, now);
+            }
+        }
+        for (_, tx) in boots {
+            let _ = tx.send(result.clone());
         }
     }
 }

@@ -37,6 +37,14 @@ fn opts(data: PathBuf) -> MonitorOptions {
         ticket_ttl: Duration::from_secs(60),
         secret_rotation: Duration::from_secs(3600),
         failure_domain: "osd".into(),
+        osd: shoal_mon::OsdLiveness {
+            min_down_reporters: 2,
+            reporter_subtree_level: "host".into(),
+            beacon_grace: Duration::from_millis(2000),
+            report_expiry: Duration::from_secs(10),
+            down_out_interval: Duration::from_millis(1000),
+            batch_window: Duration::from_millis(100),
+        },
     }
 }
 
@@ -727,5 +735,176 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
     assert!(m.pool_by_name("images").is_some());
     for n in c.initial.keys().cloned().collect::<Vec<_>>() {
         c.stop(&n).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn osd_boot_failure_reports_beacons_auto_out_and_return() {
+    let c = Cluster::new("life", &["a", "b", "c"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    let start = admin.command(&Command::OsdStat).await.unwrap()["epoch"]
+        .as_u64()
+        .unwrap();
+    let mut osds = Vec::new();
+    for id in 0..4 {
+        let name = format!("osd.{id}");
+        let v = admin
+            .command(&Command::AuthGetOrCreate {
+                entity: name.clone(),
+                caps: caps("allow profile osd"),
+            })
+            .await
+            .unwrap();
+        let key = Secret::from_base64(v[&name]["key"].as_str().unwrap()).unwrap();
+        let mut ring = Keyring::default();
+        ring.insert(
+            name.parse().unwrap(),
+            shoal_net::KeyringEntry {
+                key,
+                caps: BTreeMap::new(),
+            },
+        );
+        osds.push(c.client_as(&name, ring));
+    }
+    let boot = |id: i32| Command::OsdBoot {
+        id,
+        addr: format!("127.0.0.1:{}", 6800 + id),
+        host: format!("h{}", id / 2),
+        weight: 0x10000,
+    };
+    // Four OSDs boot at once: they share (at most two) epochs.
+    let mut joins = Vec::new();
+    for (id, client) in osds.iter().enumerate() {
+        let client = client.clone();
+        let cmd = boot(id as i32);
+        joins.push(tokio::spawn(async move { client.command(&cmd).await }));
+    }
+    for j in joins {
+        j.await.unwrap().unwrap();
+    }
+    let stat = admin.command(&Command::OsdStat).await.unwrap();
+    assert_eq!(
+        (
+            stat["num_osds"].as_u64(),
+            stat["num_up_osds"].as_u64(),
+            stat["num_in_osds"].as_u64()
+        ),
+        (Some(4), Some(4), Some(4))
+    );
+    let epochs = stat["epoch"].as_u64().unwrap() - start;
+    assert!(epochs <= 2, "4 boots took {epochs} epochs");
+    let tree = admin.command(&Command::OsdTree).await.unwrap();
+    let names: Vec<&str> = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    // default, then each host followed by its two OSDs (hosts in boot order).
+    assert_eq!(names[0], "default");
+    for host in ["h0", "h1"] {
+        let at = names.iter().position(|n| *n == host).unwrap();
+        let mut under: Vec<&str> = names[at + 1..at + 3].to_vec();
+        under.sort_unstable();
+        let want = if host == "h0" {
+            ["osd.0", "osd.1"]
+        } else {
+            ["osd.2", "osd.3"]
+        };
+        assert_eq!(under, want, "{names:?}");
+    }
+    // An OSD may only speak for itself.
+    let e = osds[1].command(&boot(0)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+
+    // Beacons from osd.0-2; osd.3 stays silent.
+    let beaconers: Vec<(i32, MonClient)> = (0..3).map(|i| (i, osds[i as usize].clone())).collect();
+    let beating = tokio::spawn(async move {
+        loop {
+            for (id, c) in &beaconers {
+                let _ = c.command(&Command::OsdBeacon { id: *id }).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let state_of = |v: &serde_json::Value, id: i64| {
+        let o = v["osds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["osd"] == id)
+            .cloned()
+            .unwrap();
+        (o["up"] == true, o["in"] == true)
+    };
+    async fn until(
+        admin: &MonClient,
+        what: &str,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(8);
+        loop {
+            let v = admin.command(&Command::OsdDump).await.unwrap();
+            if ok(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "never saw: {what}: {v}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let report = |target: i32, reporter: i32, immediate: bool| Command::OsdFailure {
+        target,
+        reporter,
+        immediate,
+    };
+    // One reporter subtree is not enough ...
+    osds[1].command(&report(0, 1, false)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let v = admin.command(&Command::OsdDump).await.unwrap();
+    assert_eq!(
+        state_of(&v, 0),
+        (true, true),
+        "one host's report marked osd.0 down"
+    );
+    // ... a second host's is.
+    osds[2].command(&report(0, 2, false)).await.unwrap();
+    until(&admin, "osd.0 down", |v| !state_of(v, 0).0).await;
+    // A refused connection counts at once.
+    osds[2].command(&report(1, 2, true)).await.unwrap();
+    until(&admin, "osd.1 down", |v| !state_of(v, 1).0).await;
+    // No beacons: osd.3 goes down by itself; then everything down is marked out.
+    let v = until(&admin, "osd.3 down and out, osd.0 and 1 out", |v| {
+        !state_of(v, 3).0 && !state_of(v, 3).1 && !state_of(v, 0).1 && !state_of(v, 1).1
+    })
+    .await;
+    assert!(
+        state_of(&v, 2).0 && state_of(&v, 2).1,
+        "osd.2 was disturbed: {v}"
+    );
+    // With noout, a down OSD stays in.
+    admin
+        .command(&Command::OsdFlag {
+            flag: "noout".into(),
+            on: true,
+        })
+        .await
+        .unwrap();
+    osds[1].command(&report(2, 1, true)).await.unwrap();
+    until(&admin, "osd.2 down", |v| !state_of(v, 2).0).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let v = admin.command(&Command::OsdDump).await.unwrap();
+    assert_eq!(
+        state_of(&v, 2),
+        (false, true),
+        "noout did not keep osd.2 in"
+    );
+    // A returning OSD that was marked out automatically comes back in.
+    osds[0].command(&boot(0)).await.unwrap();
+    let v = admin.command(&Command::OsdDump).await.unwrap();
+    assert_eq!(state_of(&v, 0), (true, true));
+    beating.abort();
+    for n in c.initial.keys().cloned().collect::<Vec<_>>() {
+        c.mons[&n].shutdown().await;
     }
 }

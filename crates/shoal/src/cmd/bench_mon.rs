@@ -65,6 +65,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         ticket_ttl: Duration::from_secs(3600),
         secret_rotation: Duration::from_secs(3600),
         failure_domain: "osd".into(),
+        osd: shoal_mon::OsdLiveness::default(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use shoal_mon::{Command, Monitor, MonitorOptions, mkfs, parse_mon_host};
+use shoal_mon::{Command, Monitor, MonitorOptions, OsdLiveness, mkfs, parse_mon_host};
 use shoal_net::{NetConfig, TcpTransport};
 use shoal_types::{EntityName, EntityType};
 
@@ -166,6 +166,14 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         ticket_ttl: Duration::from_millis(o.auth_ticket_ttl_ms),
         secret_rotation: Duration::from_millis(o.auth_service_secret_rotation_ms),
         failure_domain: o.osd_crush_failure_domain.clone(),
+        osd: OsdLiveness {
+            min_down_reporters: o.mon_osd_min_down_reporters,
+            reporter_subtree_level: o.mon_osd_reporter_subtree_level.clone(),
+            beacon_grace: Duration::from_millis(o.mon_osd_report_timeout_ms),
+            report_expiry: Duration::from_millis(2 * o.osd_heartbeat_grace_ms),
+            down_out_interval: Duration::from_millis(o.mon_osd_down_out_interval_ms),
+            batch_window: Duration::from_millis(o.mon_osd_batch_window_ms),
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -56,6 +56,9 @@ pub enum OsdCmd {
     /// Pools.
     #[command(subcommand)]
     Pool(PoolCmd),
+    /// Edit the CRUSH hierarchy.
+    #[command(subcommand)]
+    Crush(CrushEditCmd),
     /// Where an object lives: its PG and the OSDs holding it.
     Map {
         /// Pool name.
@@ -68,6 +71,37 @@ pub enum OsdCmd {
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
+    },
+}
+
+/// CRUSH edits, as `ceph osd crush ...`.
+#[derive(Debug, Subcommand)]
+pub enum CrushEditCmd {
+    /// Set an item's CRUSH weight (e.g. `osd.3 1.5`).
+    Reweight {
+        /// Item name.
+        name: String,
+        /// Weight (1.0 = one unit, usually 1 TiB).
+        weight: String,
+    },
+    /// Add a bucket (e.g. `rack1 rack`); it starts as a root.
+    AddBucket {
+        /// Name.
+        name: String,
+        /// Type: host, rack, row, room, datacenter, ...
+        type_name: String,
+    },
+    /// Move a bucket under another: `move host1 rack1` or `move host1 rack=rack1`.
+    Move {
+        /// Bucket.
+        name: String,
+        /// New parent (`NAME` or `TYPE=NAME`).
+        parent: String,
+    },
+    /// Remove an item (a device, or an empty bucket).
+    Rm {
+        /// Item name.
+        name: String,
     },
 }
 
@@ -288,6 +322,7 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &format!("{flag} is unset"),
         ),
         OsdCmd::Pool(p) => run_pool(p, ctx)?,
+        OsdCmd::Crush(c) => run_crush(c, ctx)?,
         OsdCmd::Map {
             pool,
             object,
@@ -305,6 +340,34 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             print(format, &v, map_plain);
         }
     }
+    Ok(())
+}
+
+fn run_crush(cmd: CrushEditCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    let (cmd, what) = match cmd {
+        CrushEditCmd::Reweight { name, weight } => {
+            let w = shoal_crush::text::parse_weight(&weight)
+                .ok_or_else(|| anyhow::anyhow!("bad weight {weight:?}: a number such as 1.5"))?;
+            let what = format!("reweighted item {name} to {weight} in crush map");
+            (Command::OsdCrushReweight { name, weight: w }, what)
+        }
+        CrushEditCmd::AddBucket { name, type_name } => {
+            let what = format!("added bucket {name} type {type_name} to crush map");
+            (Command::OsdCrushAddBucket { name, type_name }, what)
+        }
+        CrushEditCmd::Move { name, parent } => {
+            let parent = parent
+                .split_once('=')
+                .map_or(parent.clone(), |(_, p)| p.to_string());
+            let what = format!("moved item {name} to {parent} in crush map");
+            (Command::OsdCrushMove { name, parent }, what)
+        }
+        CrushEditCmd::Rm { name } => {
+            let what = format!("removed item {name} from crush map");
+            (Command::OsdCrushRm { name }, what)
+        }
+    };
+    done(&mon_command(ctx, &cmd)?, &what);
     Ok(())
 }
 

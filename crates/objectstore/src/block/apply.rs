@@ -9,7 +9,7 @@ use redb::TableHandle;
 
 use super::alloc::{FreeList, Run};
 use super::codec::{self, ObjectRecord};
-use super::device::Device;
+use super::device::{AlignedBuf, Device};
 use super::meta::{COLLS, OBJECTS, OMAP, Onode, Table};
 use super::{BLOCK, Counters};
 use crate::error::{Error, Result};
@@ -107,7 +107,8 @@ pub(crate) fn read_blocks(
     Ok(())
 }
 
-/// Bytes `[off, off+len)` of an object, zeros past its end and in holes.
+/// Bytes `[off, off+len)` of an object, zeros past its end and in holes. Without
+/// padding (the usual read) the result is a view of the I/O buffer: no copy.
 pub(crate) fn read_range(
     st: &State,
     dev: &dyn Device,
@@ -115,11 +116,11 @@ pub(crate) fn read_range(
     on: &Onode,
     off: u64,
     len: u64,
-) -> Result<Vec<u8>> {
+) -> Result<Bytes> {
     let end = off.saturating_add(len);
     let lb0 = off / B;
     let lb1 = end.min(on.size).div_ceil(B).max(lb0);
-    let mut buf = vec![0u8; ((lb1 - lb0) * B) as usize];
+    let mut buf = AlignedBuf::new(((lb1 - lb0) * B) as usize);
     for (lb, mapped, n) in on.extents.segments(lb0, lb1) {
         if let Some((pb, crcs)) = mapped {
             let at = ((lb - lb0) * B) as usize;
@@ -129,17 +130,20 @@ pub(crate) fn read_range(
                 counters,
                 pb,
                 crcs,
-                &mut buf[at..at + (n * B) as usize],
+                &mut buf.as_mut_slice()[at..at + (n * B) as usize],
             )?;
         }
     }
     let start = (off - lb0 * B) as usize;
-    let mut out = vec![0u8; len as usize];
-    let avail = buf.len().saturating_sub(start).min(out.len());
-    if avail > 0 {
-        out[..avail].copy_from_slice(&buf[start..start + avail]);
+    let avail = buf.as_slice().len().saturating_sub(start).min(len as usize);
+    if avail == len as usize {
+        return Ok(buf.into_bytes(start, avail));
     }
-    Ok(out)
+    let mut out = vec![0u8; len as usize];
+    if avail > 0 {
+        out[..avail].copy_from_slice(&buf.as_slice()[start..start + avail]);
+    }
+    Ok(Bytes::from(out))
 }
 
 /// Applies one transaction; collects its batch.
@@ -367,7 +371,7 @@ impl<'a> Applier<'a> {
         o: &ObjectKey,
         off: u64,
         len: u64,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Bytes> {
         let st = &*self.st;
         let on = st
             .colls
@@ -407,7 +411,8 @@ impl<'a> Applier<'a> {
             return self.write_deferred(on, off, data);
         }
         let n = lb1 - lb0;
-        let mut buf = vec![0u8; (n * B) as usize];
+        let mut abuf = AlignedBuf::new((n * B) as usize);
+        let buf = abuf.as_mut_slice();
         if off % B != 0 {
             self.old_block(on, lb0, &mut buf[..BLOCK])?;
         }
@@ -537,15 +542,9 @@ impl<'a> Applier<'a> {
         };
         for (lb, ext) in &s.extents.extents {
             let n = ext.len();
-            let mut buf = vec![0u8; (n * B) as usize];
-            read_blocks(
-                self.st,
-                self.dev,
-                self.counters,
-                ext.pblock,
-                &ext.crcs,
-                &mut buf,
-            )?;
+            let mut abuf = AlignedBuf::new((n * B) as usize);
+            let buf = abuf.as_mut_slice();
+            read_blocks(self.st, self.dev, self.counters, ext.pblock, &ext.crcs, buf)?;
             let free = self.st.alloc.free_blocks();
             let runs = self.st.alloc.allocate(n).ok_or_else(|| no_space(n, free))?;
             self.batch.allocs.extend(&runs);

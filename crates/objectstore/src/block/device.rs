@@ -36,24 +36,29 @@ pub struct FileDevice {
 const ALIGN: usize = BLOCK;
 
 /// A zeroed buffer of `len` bytes whose start is `ALIGN`-aligned (safe code: over-allocate
-/// and slice at the aligned offset).
-struct AlignedBuf {
+/// and slice at the aligned offset). Block buffers are built in these so direct I/O needs
+/// no bounce copy.
+pub(crate) struct AlignedBuf {
     raw: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> Self {
+    pub(crate) fn new(len: usize) -> Self {
         let raw = vec![0u8; len + ALIGN];
         let start = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
         Self { raw, start, len }
     }
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
+    }
+    /// Bytes `[from, from + n)` of the buffer, without copying.
+    pub(crate) fn into_bytes(self, from: usize, n: usize) -> bytes::Bytes {
+        bytes::Bytes::from(self.raw).slice(self.start + from..self.start + from + n)
     }
 }
 

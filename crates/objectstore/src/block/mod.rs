@@ -525,7 +525,6 @@ impl ObjectStore for BlockStore {
                 offset,
                 len,
             )
-            .map(Bytes::from)
         })
     }
 

@@ -16,6 +16,7 @@ impl CrushMap {
     /// in `keep` (original id -> class id -> shadow id) where given, and
     /// otherwise the first free negative ids, as Ceph allocates them.
     pub fn populate_classes(&mut self, keep: &BTreeMap<i32, BTreeMap<i32, i32>>) -> Result<()> {
+        self.check_acyclic()?;
         for slot in &mut self.buckets {
             if slot.as_ref().is_some_and(Bucket::is_shadow) {
                 *slot = None;
@@ -40,7 +41,7 @@ impl CrushMap {
         used: &BTreeSet<i32>,
         depth: usize,
     ) -> Result<i32> {
-        if depth > self.buckets.len() {
+        if depth > crate::map::MAX_DEPTH {
             return Err(CrushError::Invalid("bucket hierarchy has a cycle".into()));
         }
         let class_name = self

@@ -221,8 +221,13 @@ pub struct CrushMap {
     pub(crate) max_devices: i32,
 }
 
-/// Limits that keep hostile input from allocating without bound.
+/// Limits that keep hostile input from allocating without bound: items per
+/// bucket, and bucket slots (`-1 - id`).
 pub const MAX_ITEMS: usize = 1 << 20;
+/// Most bucket slots a map may have.
+pub const MAX_BUCKETS: usize = 1 << 18;
+/// Deepest bucket hierarchy accepted (Ceph's default has 12 levels of types).
+pub const MAX_DEPTH: usize = 64;
 
 impl CrushMap {
     /// An empty map with the given tunables.
@@ -270,7 +275,7 @@ impl CrushMap {
             )));
         }
         let idx = (-1 - i64::from(bucket.id)) as usize;
-        if idx >= MAX_ITEMS {
+        if idx >= MAX_BUCKETS {
             return Err(CrushError::Invalid(format!(
                 "bucket id {} too small",
                 bucket.id
@@ -446,24 +451,58 @@ impl CrushMap {
         self.check_acyclic()
     }
 
-    fn check_acyclic(&self) -> Result<()> {
-        // Kahn-style: repeatedly drop buckets whose bucket children are all done.
-        let mut done: BTreeSet<i32> = BTreeSet::new();
-        let all: Vec<&Bucket> = self.buckets().collect();
-        loop {
-            let before = done.len();
-            for b in &all {
-                if !done.contains(&b.id) && b.items.iter().all(|i| *i >= 0 || done.contains(i)) {
-                    done.insert(b.id);
+    /// Fails on a cycle or on a hierarchy deeper than [`MAX_DEPTH`], so that
+    /// the recursive walks (shadow trees, printing) stay shallow. Iterative:
+    /// hostile maps cannot overflow the stack here.
+    pub(crate) fn check_acyclic(&self) -> Result<()> {
+        // depth[i]: 0 = unvisited, u32::MAX = on the stack, else height + 1.
+        let mut depth = vec![0u32; self.buckets.len()];
+        let idx = |id: i32| (-1 - i64::from(id)) as usize;
+        for b in self.buckets() {
+            if depth[idx(b.id)] != 0 {
+                continue;
+            }
+            let mut stack: Vec<(i32, usize)> = vec![(b.id, 0)];
+            depth[idx(b.id)] = u32::MAX;
+            while let Some(&mut (id, ref mut next)) = stack.last_mut() {
+                let items = self.bucket(id).map_or(&[][..], |b| b.items.as_slice());
+                if let Some(&child) = items.get(*next) {
+                    *next += 1;
+                    if child >= 0 || self.bucket(child).is_none() {
+                        continue;
+                    }
+                    match depth[idx(child)] {
+                        u32::MAX => {
+                            return Err(CrushError::Invalid("bucket hierarchy has a cycle".into()));
+                        }
+                        0 => {
+                            if stack.len() >= MAX_DEPTH {
+                                return Err(CrushError::Invalid(
+                                    "bucket hierarchy too deep".into(),
+                                ));
+                            }
+                            depth[idx(child)] = u32::MAX;
+                            stack.push((child, 0));
+                        }
+                        _ => {}
+                    }
+                } else {
+                    let h = items
+                        .iter()
+                        .filter(|c| **c < 0)
+                        .filter_map(|c| depth.get(idx(*c)).copied())
+                        .filter(|d| *d != u32::MAX)
+                        .max()
+                        .unwrap_or(0);
+                    if h as usize >= MAX_DEPTH {
+                        return Err(CrushError::Invalid("bucket hierarchy too deep".into()));
+                    }
+                    depth[idx(id)] = h + 1;
+                    stack.pop();
                 }
             }
-            if done.len() == all.len() {
-                return Ok(());
-            }
-            if done.len() == before {
-                return Err(CrushError::Invalid("bucket hierarchy has a cycle".into()));
-            }
         }
+        Ok(())
     }
 
     /// Buckets that no other bucket holds, excluding shadow buckets, ascending.

@@ -102,3 +102,34 @@ impl CommitTicket {
             .unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn callbacks_and_waiters_see_the_outcome_once() {
+        let t = CommitTicket::default();
+        let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
+        t.on_commit(move |r| tx.send(r.is_ok()).unwrap());
+        let waiter = {
+            let t = t.clone();
+            std::thread::spawn(move || t.wait().is_ok())
+        };
+        assert!(!t.is_done());
+        t.complete(Ok(()));
+        t.complete(Err("late failure is ignored".into()));
+        assert!(waiter.join().unwrap());
+        assert!(rx.recv().unwrap());
+        t.on_commit(move |r| tx2.send(r.is_ok()).unwrap());
+        assert!(
+            rx.recv().unwrap(),
+            "a callback added after completion runs at once"
+        );
+        let failed = CommitTicket::default();
+        failed.complete(Err("disk gone".into()));
+        assert!(matches!(failed.wait(), Err(Error::Poisoned(m)) if m == "disk gone"));
+    }
+}

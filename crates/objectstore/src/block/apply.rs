@@ -2,13 +2,14 @@
 //! (copy-on-write) or to the deferred queue (small overwrites), and the metadata
 //! changes are collected into one batch for the committer.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use redb::TableHandle;
 
 use super::alloc::{FreeList, Run};
 use super::codec::{self, ObjectRecord};
+use super::deferred::Overlay;
 use super::device::{AlignedBuf, Device};
 use super::meta::{COLLS, OBJECTS, OMAP, Onode, Table};
 use super::{BLOCK, Counters};
@@ -33,8 +34,7 @@ pub(crate) struct State {
     /// that are not durable yet (they may still be referenced by the durable state).
     pub alloc: FreeList,
     /// Deferred block contents not yet written in place: device block -> (seq, data).
-    pub overlay: HashMap<u64, (u64, Bytes)>,
-    pub next_seq: u64,
+    pub overlay: Overlay,
     pub total_blocks: u64,
 }
 
@@ -92,7 +92,7 @@ pub(crate) fn read_blocks(
         .map_err(|e| Error::io("reading data", e))?;
     for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
         let pb = pblock + i as u64;
-        if let Some((_, data)) = st.overlay.get(&pb) {
+        if let Some(data) = st.overlay.get(pb) {
             blk.copy_from_slice(data);
         }
         if crc32c::crc32c(blk) != *want {
@@ -460,10 +460,8 @@ impl<'a> Applier<'a> {
                 return Err(Error::Corrupt("deferred write to an unmapped block".into()));
             };
             on.extents.set_crc(lb, crc);
-            let seq = self.st.next_seq;
-            self.st.next_seq += 1;
             let blk = Bytes::from(blk);
-            self.st.overlay.insert(m.pblock, (seq, blk.clone()));
+            let seq = self.st.overlay.stage(m.pblock, blk.clone());
             self.batch.deferred.push((seq, m.pblock, blk));
         }
         self.counters

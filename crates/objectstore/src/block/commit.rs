@@ -149,9 +149,7 @@ impl Committer {
                         .poison(&Error::io("applying a deferred write", e));
                     continue;
                 }
-                if st.overlay.get(pb).is_some_and(|(s, _)| s == seq) {
-                    st.overlay.remove(pb);
-                }
+                st.overlay.applied(*pb, *seq);
                 self.applied.push(*seq);
             }
         }

@@ -19,6 +19,7 @@ mod alloc;
 mod apply;
 mod codec;
 mod commit;
+mod deferred;
 pub mod device;
 mod extent;
 pub mod fault;
@@ -303,8 +304,7 @@ impl BlockStore {
         let state = State {
             colls: loaded.colls,
             alloc: free.clone(),
-            overlay: Default::default(),
-            next_seq,
+            overlay: deferred::Overlay::starting_at(next_seq),
             total_blocks: loaded.total_blocks,
         };
         let shared = Arc::new(Shared {

@@ -138,7 +138,7 @@ fn torn_write_crashes(range: std::ops::Range<u64>) {
         BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
         (data.live_image(), meta.live_image())
     };
-    let (mut fired, mut total_writes) = (0, 0);
+    let (mut fired, mut total_writes, mut replays) = (0, 0, 0);
     for i in range {
         let seed = 0xC0FFEE ^ (i * 7919);
         let mut rng = Rng::new(seed);
@@ -159,6 +159,7 @@ fn torn_write_crashes(range: std::ops::Range<u64>) {
         let report = block::fsck_on(data2.clone(), meta2.clone(), true)
             .unwrap_or_else(|e| panic!("{ctx}: fsck: {e}"));
         assert!(report.is_clean(), "{ctx}: fsck before reopen:\n{report}");
+        replays += u64::from(report.deferred_records > 0);
         let store = BlockStore::open_on(data2.clone(), meta2.clone())
             .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
         check_prefix(&store, seed, acked, accepted, &ctx);
@@ -168,7 +169,7 @@ fn torn_write_crashes(range: std::ops::Range<u64>) {
         assert!(report.is_clean(), "{ctx}: fsck after reopen:\n{report}");
     }
     println!(
-        "{count} torn-write crash iterations ({fired} tore a write, {total_writes} writes) in {:?}",
+        "{count} torn-write crash iterations ({fired} tore a write, {replays} replayed deferred writes, {total_writes} writes) in {:?}",
         started.elapsed()
     );
 }

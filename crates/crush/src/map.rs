@@ -523,9 +523,11 @@ impl CrushMap {
     /// Sets the CRUSH weight of `item` in every bucket that holds it and
     /// propagates the change up through the ancestors (`--reweight-item`).
     pub fn reweight_item(&mut self, item: i32, weight: u32) -> Result<()> {
+        // Shadow buckets hold the same devices; Ceph adjusts them too, and
+        // their parents are shadow buckets, so the walk up stays in the tree.
         let parents: Vec<i32> = self
             .buckets()
-            .filter(|b| !b.is_shadow() && b.items.contains(&item))
+            .filter(|b| b.items.contains(&item))
             .map(|b| b.id)
             .collect();
         if parents.is_empty() {

@@ -101,3 +101,77 @@ fn every_object_matches_osdmaptool() {
     }
     assert_eq!(n, 400);
 }
+
+/// The balancer's pg_upmap_items over the racks map (osdmaptool --upmap), and
+/// every PG with them applied, also with the upmap target osd.9 marked out.
+fn upmap_map() -> OsdMap {
+    let text = fs::read_to_string(dir().join("maps/racks.decompiled.txt")).expect("map");
+    let crush = shoal_crush::text::parse(&text).expect("parse");
+    let mut map = OsdMap::new([0; 16], 18, crush).expect("map");
+    let mut inc = Incremental::next(&map);
+    for o in 0..18 {
+        inc.new_osds.insert(o);
+        inc.new_up.insert(o, format!("127.0.0.1:{}", 6800 + o));
+        inc.new_weight.insert(o, shoal_maps::WEIGHT_IN);
+    }
+    inc.new_pools
+        .insert(1, Pool::replicated(1, "rbd", 3, 2, 288, 0));
+    let items = fs::read_to_string(dir().join("osdmap/upmap_items.txt")).expect("items");
+    for line in items.lines() {
+        // "pg_upmap_items 1.3 [1,9]" (pairs flattened)
+        let mut f = line.split_whitespace().skip(1);
+        let pg: PgId = f.next().expect("pg").parse().expect("pgid");
+        let nums: Vec<i32> = f
+            .next()
+            .expect("list")
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|n| n.parse().expect("osd"))
+            .collect();
+        let pairs = nums.chunks(2).map(|c| (c[0], c[1])).collect();
+        inc.new_pg_upmap_items.insert(pg, pairs);
+    }
+    assert!(!inc.new_pg_upmap_items.is_empty());
+    map.apply(&inc).expect("apply");
+    let pool = fs::read_to_string(dir().join("osdmap/upmap_pool.txt")).expect("pool");
+    assert!(pool.contains("pg_num 288 pgp_num 288") && pool.contains("size 3"));
+    map
+}
+
+fn check_pgs_n(map: &OsdMap, file: &str, n: usize) {
+    let text = fs::read_to_string(dir().join(file)).expect("pgs");
+    assert_eq!(text.lines().count(), n);
+    for line in text.lines() {
+        let pgid: PgId = line
+            .split_whitespace()
+            .next()
+            .expect("pg")
+            .parse()
+            .expect("pgid");
+        let m = map.pg_to_up_acting(pgid).expect("map");
+        let got = format!(
+            "{pgid} raw ({}, p{}) up ({}, p{}) acting ({}, p{})",
+            fmt(&m.raw),
+            m.raw.first().copied().unwrap_or(-1),
+            fmt(&m.up),
+            m.up_primary,
+            fmt(&m.acting),
+            m.acting_primary
+        );
+        assert_eq!(got, line);
+    }
+}
+
+#[test]
+fn upmap_items_match_osdmaptool() {
+    check_pgs_n(&upmap_map(), "osdmap/pgs_upmap.txt", 288);
+}
+
+#[test]
+fn upmap_items_to_an_out_osd_are_ignored_as_in_ceph() {
+    let mut map = upmap_map();
+    let mut inc = Incremental::next(&map);
+    inc.new_weight.insert(9, WEIGHT_OUT);
+    map.apply(&inc).expect("apply");
+    check_pgs_n(&map, "osdmap/pgs_upmap_out9.txt", 288);
+}

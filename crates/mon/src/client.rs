@@ -335,7 +335,7 @@ impl MonClient {
 }
 
 /// Applies one `osdmap` update to `local` and publishes the result; false
-/// when it does not apply (a gap), leaving `local` as it was.
+/// when it does not fully apply (a gap).
 fn apply_update(
     local: &mut Option<OsdMap>,
     data: &[u8],
@@ -345,15 +345,13 @@ fn apply_update(
         return false;
     };
     let before = local.as_ref().map(|m| m.epoch.0);
-    let mut next = local.clone();
-    if crate::views::apply_osdmap_update(&mut next, &v).is_err() {
-        return false;
-    }
-    *local = next;
+    // Each incremental applies atomically, so on a gap `local` is still a
+    // whole map, just at an earlier epoch.
+    let ok = crate::views::apply_osdmap_update(local, &v).is_ok();
     if local.as_ref().map(|m| m.epoch.0) != before {
         tx.send_replace(local.clone().map(Arc::new));
     }
-    true
+    ok
 }
 
 fn reply_to_result(r: MonCommandReply) -> Result<Value, MonError> {

@@ -94,7 +94,7 @@ impl Bench {
         for e in extra {
             keyring.add_generated(e.clone());
             let key = keyring.get(e).map(|k| k.key.clone()).context("key")?;
-            let caps = BTreeMap::from([("mon".to_string(), "allow r".to_string())]);
+            let caps = BTreeMap::from([("mon".to_string(), "allow profile osd".to_string())]);
             keyring.insert(e.clone(), KeyringEntry { key, caps });
         }
         keyring.save(&ring_path)?;
@@ -225,6 +225,23 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
             i += 1;
         }
         lat.sort_unstable();
+        eprintln!("(d) latency of osd pool create ...");
+        let mut pool_lat = Vec::new();
+        for i in 0..50 {
+            let t = Instant::now();
+            client
+                .command(&Command::PoolCreate {
+                    name: format!("bench{i}"),
+                    pg_num: 32,
+                    spec: shoal_mon::PoolSpec::Replicated {
+                        size: 3,
+                        min_size: 2,
+                    },
+                })
+                .await?;
+            pool_lat.push(t.elapsed());
+        }
+        pool_lat.sort_unstable();
         b.stop().await;
 
         // (c): fan-out to simulated subscribers over the in-memory network.
@@ -236,10 +253,12 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
         Bench::wait_ready(&admin).await?;
         let mut watchers = Vec::new();
         let mut keep = Vec::new();
+        let mut osd_sinks = Vec::new();
         for e in &subs {
             let sink = UpdateSink::new();
             let (c, m) = b.client(&e.to_string(), Arc::clone(&mem), Some(Arc::clone(&sink)))?;
-            watchers.push(c.subscribe("config", sink));
+            watchers.push(c.subscribe("config", Arc::clone(&sink)));
+            osd_sinks.push(sink);
             keep.push((c, m));
         }
         for w in &mut watchers {
@@ -269,6 +288,61 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
             }
         }
         let fanout = t.elapsed();
+        eprintln!(
+            "(e) {} OSDs boot, then one OSD-map epoch reaches all of them ...",
+            a.subscribers
+        );
+        let mut boots = Vec::new();
+        for (i, (c, _)) in keep.iter().enumerate() {
+            let c = c.clone();
+            let cmd = Command::OsdBoot {
+                id: i as i32,
+                addr: format!("127.0.0.1:{}", 20_000 + i),
+                host: format!("host{}", i / 20),
+                weight: 0x10000,
+            };
+            boots.push(tokio::spawn(async move { c.command(&cmd).await }));
+        }
+        for j in boots {
+            j.await??;
+        }
+        let mut maps = Vec::new();
+        for (i, (c, _)) in keep.iter().enumerate() {
+            maps.push(c.subscribe_osdmap(Arc::clone(&osd_sinks[i])));
+        }
+        let booted = admin.command(&Command::OsdStat).await?;
+        let target = booted["epoch"].as_u64().unwrap_or(0);
+        for m in &mut maps {
+            while m
+                .borrow()
+                .as_ref()
+                .is_none_or(|x| u64::from(x.epoch.0) < target)
+            {
+                m.changed().await?;
+            }
+        }
+        let t = Instant::now();
+        admin
+            .command(&Command::PoolCreate {
+                name: "fanout".into(),
+                pg_num: 64,
+                spec: shoal_mon::PoolSpec::Replicated {
+                    size: 3,
+                    min_size: 2,
+                },
+            })
+            .await?;
+        let map_commit = t.elapsed();
+        for m in &mut maps {
+            while m
+                .borrow()
+                .as_ref()
+                .is_none_or(|x| u64::from(x.epoch.0) <= target)
+            {
+                m.changed().await?;
+            }
+        }
+        let map_fanout = t.elapsed();
         for (_, m) in keep {
             m.shutdown().await;
         }
@@ -282,6 +356,11 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
             "subscribers": a.subscribers,
             "fanout_commit_ms": committed.as_secs_f64() * 1e3,
             "fanout_all_received_ms": fanout.as_secs_f64() * 1e3,
+            "pool_create_p50_ms": percentile(&pool_lat, 0.5),
+            "pool_create_p99_ms": percentile(&pool_lat, 0.99),
+            "osdmap_osds": a.subscribers,
+            "osdmap_epoch_commit_ms": map_commit.as_secs_f64() * 1e3,
+            "osdmap_epoch_all_received_ms": map_fanout.as_secs_f64() * 1e3,
         }))
     })?;
     let _ = std::fs::remove_dir_all(&base);
@@ -310,6 +389,18 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
                 out["subscribers"],
                 out["fanout_all_received_ms"].as_f64().unwrap_or(0.0),
                 out["fanout_commit_ms"].as_f64().unwrap_or(0.0)
+            );
+            let f = |k: &str| out[k].as_f64().unwrap_or(0.0);
+            println!(
+                "(d) osd pool create, latency p50 / p99:  {:>10.2} / {:.2} ms",
+                f("pool_create_p50_ms"),
+                f("pool_create_p99_ms")
+            );
+            println!(
+                "(e) one OSD-map epoch of a {n}-OSD cluster reaches all {n} OSDs: {:.1} ms (commit {:.1} ms)",
+                f("osdmap_epoch_all_received_ms"),
+                f("osdmap_epoch_commit_ms"),
+                n = out["osdmap_osds"]
             );
         }
     }

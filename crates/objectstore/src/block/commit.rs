@@ -13,6 +13,10 @@ use super::{BLOCK, Shared};
 use crate::error::{Error, Result};
 use crate::ticket::CommitTicket;
 
+/// Deferred records applied in place are deleted from the log by the first commit that
+/// syncs the data device anyway, or once this many are waiting.
+const APPLIED_RETIRE_AT: usize = 256;
+
 /// A batch waiting for the committer, with the ticket to resolve.
 #[derive(Debug)]
 pub(crate) struct Queued {
@@ -25,8 +29,8 @@ pub(crate) struct Committer {
     pub shared: Arc<Shared>,
     /// Mirror of the persisted free list (the live allocator runs ahead of it).
     pub durable_free: FreeList,
-    /// Deferred records written in place; deleted by the next commit, after the data
-    /// sync that makes the in-place writes durable.
+    /// Deferred records written in place; deleted by a later commit that first syncs the
+    /// data device (so the in-place writes are durable before their records go).
     pub applied: Vec<u64>,
 }
 
@@ -68,10 +72,17 @@ impl Committer {
 
     fn commit(&mut self, group: &[Queued]) -> Result<()> {
         let sh = &self.shared;
-        // Data first: once the metadata commits it may point at these blocks.
-        sh.dev
-            .sync()
-            .map_err(|e| Error::io("syncing the data device", e))?;
+        // Data first: once the metadata commits it may point at these blocks. A group of
+        // only deferred writes and metadata wrote no data yet, so it skips the device
+        // sync; the records applied in place since wait for the next synced commit.
+        let wrote_data = group.iter().any(|q| !q.batch.allocs.is_empty());
+        let retire = group.is_empty() || self.applied.len() >= APPLIED_RETIRE_AT;
+        let sync_data = wrote_data || retire;
+        if sync_data {
+            sh.dev
+                .sync()
+                .map_err(|e| Error::io("syncing the data device", e))?;
+        }
         let mut wtx = sh.db.begin_write().map_err(me("begin write"))?;
         wtx.set_durability(Durability::Immediate);
         {
@@ -114,7 +125,8 @@ impl Committer {
                 }
             }
             let mut deferred = wtx.open_table(DEFERRED).map_err(me("open deferred"))?;
-            for seq in &self.applied {
+            let retired: &[u64] = if sync_data { &self.applied } else { &[] };
+            for seq in retired {
                 deferred
                     .remove(&seq.to_be_bytes()[..])
                     .map_err(me("delete deferred"))?;
@@ -130,7 +142,9 @@ impl Committer {
             }
         }
         wtx.commit().map_err(me("commit"))?;
-        self.applied.clear();
+        if sync_data {
+            self.applied.clear();
+        }
         sh.counters
             .group_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -1,0 +1,122 @@
+//! Figures for BlockStore next to MemStore from the same run (a benchmark, not a test):
+//!
+//! `cargo run --release -p shoal-objectstore --example bench -- [DIR]`
+//!
+//! DIR (default: the system temp dir) should be on the disk an OSD would use.
+
+#![allow(clippy::unwrap_used)] // A benchmark: failing loudly is fine.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+use shoal_objectstore::block::{MkfsOptions, OpenOptions};
+use shoal_objectstore::{BlockStore, CollectionId, MemStore, ObjectKey, ObjectStore, Transaction};
+
+const C: CollectionId = CollectionId { pool: 1, seed: 0 };
+const OBJECTS: u32 = 64;
+const OBJECT_BYTES: usize = 1 << 20;
+
+fn key(i: u32) -> ObjectKey {
+    ObjectKey::new(i.wrapping_mul(2_654_435_761), format!("bench-{i}"))
+}
+
+fn fill(s: &dyn ObjectStore) -> f64 {
+    let mut t = Transaction::new();
+    t.create_collection(C);
+    s.apply_transaction(t).unwrap();
+    let start = Instant::now();
+    let tickets: Vec<_> = (0..OBJECTS)
+        .map(|i| {
+            let mut t = Transaction::new();
+            t.write(C, key(i), 0, Bytes::from(vec![i as u8; OBJECT_BYTES]));
+            s.queue_transaction(t).unwrap()
+        })
+        .collect();
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    (OBJECTS as usize * OBJECT_BYTES) as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// `threads` writers, each doing `per_thread` durable 4 KiB overwrites; returns ops/s.
+fn overwrites(s: Arc<dyn ObjectStore>, threads: u32, per_thread: u32) -> f64 {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|th| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut x = th as u64 + 1;
+                for _ in 0..per_thread {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let obj = (x >> 33) as u32 % OBJECTS;
+                    let off = ((x >> 13) % (OBJECT_BYTES as u64 / 4096)) * 4096;
+                    let mut t = Transaction::new();
+                    t.write(C, key(obj), off, Bytes::from(vec![th as u8; 4096]));
+                    s.apply_transaction(t).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    (threads * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn reads(s: &dyn ObjectStore, n: u32, len: u64) -> f64 {
+    let start = Instant::now();
+    let mut x = 7u64;
+    for _ in 0..n {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let obj = (x >> 33) as u32 % OBJECTS;
+        let off = ((x >> 13) % (OBJECT_BYTES as u64 / len.max(1))) * len;
+        assert_eq!(s.read(&C, &key(obj), off, len).unwrap().len() as u64, len);
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn run(name: &str, s: Arc<dyn ObjectStore>) {
+    let fill_mb = fill(&*s);
+    let one = overwrites(s.clone(), 1, 300);
+    let eight = overwrites(s.clone(), 8, 150);
+    let r4k = reads(&*s, 20_000, 4096);
+    let r1m = reads(&*s, 200, 1 << 20) * 1.048_576;
+    println!(
+        "{name:<10} fill 64x1MiB: {fill_mb:>7.0} MB/s | 4KiB overwrite, 1 thread: {one:>7.0}/s, 8 threads: {eight:>7.0}/s | read 4KiB: {r4k:>8.0}/s, 1MiB: {r1m:>6.0} MB/s"
+    );
+}
+
+fn main() {
+    let base = std::env::args()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("shoal-objectstore-bench-{}", std::process::id()));
+    BlockStore::mkfs(
+        &dir,
+        &MkfsOptions {
+            data_bytes: 1 << 30,
+        },
+    )
+    .unwrap();
+    let bs = Arc::new(BlockStore::open(&dir, &OpenOptions::default()).unwrap());
+    println!(
+        "BlockStore in {} (direct I/O: {})",
+        dir.display(),
+        bs.direct_io()
+    );
+    run("MemStore", Arc::new(MemStore::new(1 << 30)));
+    run("BlockStore", bs.clone());
+    let c = bs.counters();
+    println!(
+        "BlockStore: {} transactions in {} commits; {} deferred writes, {} copy-on-write writes",
+        c.transactions.load(Ordering::Relaxed),
+        c.group_commits.load(Ordering::Relaxed),
+        c.deferred_writes.load(Ordering::Relaxed),
+        c.cow_writes.load(Ordering::Relaxed)
+    );
+    drop(bs);
+    let _ = std::fs::remove_dir_all(&dir);
+}

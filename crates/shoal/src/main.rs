@@ -71,6 +71,9 @@ enum Command {
     /// Measure the cluster and its parts.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
+    /// Make, check and inspect an OSD's object store.
+    #[command(subcommand)]
+    Store(cmd::store::StoreCmd),
     /// CRUSH map tools (build, test, compare, import, export).
     #[command(subcommand)]
     Crush(cmd::crush::CrushCmd),
@@ -108,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),
         Command::Bench(c) => cmd::bench::run(c, &ctx.config),
+        Command::Store(c) => cmd::store::run(c),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

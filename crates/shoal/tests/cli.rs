@@ -146,3 +146,27 @@ fn keyring_create_add_list() {
     let (_, err) = text(&shoal(&["keyring", "list", "/nonexistent/keyring"]));
     assert!(err.contains("/nonexistent/keyring"), "{err}");
 }
+
+#[test]
+fn store_mkfs_stat_fsck() {
+    let dir = scratch("store");
+    let store = dir.join("osd0");
+    let path = store.to_str().unwrap();
+    let o = shoal(&["store", "mkfs", path, "--size", "16M"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let (out, _) = text(&shoal(&["store", "stat", path]));
+    assert!(out.contains("objects:          0"), "{out}");
+    let o = shoal(&["store", "fsck", "--deep", path]);
+    assert!(
+        o.status.success() && text(&o).0.contains("clean"),
+        "{:?}",
+        text(&o)
+    );
+    // Never formats over an existing store; a missing one is named.
+    let (_, err) = text(&shoal(&["store", "mkfs", path]));
+    assert!(err.contains("refusing to format"), "{err}");
+    let (_, err) = text(&shoal(&["store", "stat", "/nonexistent/store"]));
+    assert!(err.contains("/nonexistent/store"), "{err}");
+    let (_, err) = text(&shoal(&["store", "mkfs", path, "--size", "lots"]));
+    assert!(err.contains("bad size"), "{err}");
+}

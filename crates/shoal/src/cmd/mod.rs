@@ -11,3 +11,4 @@ pub mod keyring;
 pub mod mon;
 pub mod osd;
 pub mod status;
+pub mod store;

@@ -21,7 +21,9 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 ///    transaction); `CreateCollection` needs the collection absent; `Remove` and the
 ///    source of `Clone`, `CloneRange` and `Rename` need the object present; offsets and
 ///    lengths stay within [`crate::types::OBJECT_SIZE_MAX`]; names within
-///    [`crate::types::OBJECT_NAME_BYTES_MAX`]. Every other op on an object creates it
+///    [`crate::types::OBJECT_NAME_BYTES_MAX`]; the transaction within
+///    [`crate::types::TRANSACTION_OPS_MAX`] and [`crate::types::TRANSACTION_DATA_BYTES_MAX`].
+///    Every other op on an object creates it
 ///    when absent (an empty object: size 0, no xattrs, empty omap and header).
 /// 2. **Ordered.** Transactions take effect in the order `queue_transaction` returned;
 ///    ops inside a transaction in list order, each seeing the effect of the previous.

@@ -116,6 +116,15 @@ pub fn atomicity(s: &dyn ObjectStore) {
         Err(Error::InvalidArgument(_))
     ));
     assert!(!ok(s.exists(&C, &obj("a")), "exists"));
+    let mut t = Transaction::new();
+    for _ in 0..=crate::types::TRANSACTION_OPS_MAX {
+        t.touch(C, obj("a"));
+    }
+    assert!(matches!(
+        s.queue_transaction(t),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(!ok(s.exists(&C, &obj("a")), "exists"));
 }
 
 /// Law 7: stable hash order and a cursor that visits everything once.

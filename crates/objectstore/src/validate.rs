@@ -5,7 +5,10 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::transaction::{Op, Transaction};
-use crate::types::{CollectionId, OBJECT_NAME_BYTES_MAX, OBJECT_SIZE_MAX, ObjectKey};
+use crate::types::{
+    CollectionId, OBJECT_NAME_BYTES_MAX, OBJECT_SIZE_MAX, ObjectKey, TRANSACTION_DATA_BYTES_MAX,
+    TRANSACTION_OPS_MAX,
+};
 
 /// Read-only view of the committed state that validation needs.
 pub(crate) trait View {
@@ -80,6 +83,13 @@ pub(crate) fn check_extent(offset: u64, len: u64) -> Result<()> {
 
 /// Check every precondition of `txn` against `view`.
 pub(crate) fn validate(view: &impl View, txn: &Transaction) -> Result<()> {
+    if txn.ops().len() > TRANSACTION_OPS_MAX || txn.data_bytes() > TRANSACTION_DATA_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "transaction of {} ops and {} data bytes exceeds the limits ({TRANSACTION_OPS_MAX} ops, {TRANSACTION_DATA_BYTES_MAX} bytes)",
+            txn.ops().len(),
+            txn.data_bytes()
+        )));
+    }
     let mut ov = Overlay {
         view,
         colls: HashMap::new(),

@@ -299,32 +299,8 @@ impl Choose<'_> {
             if out[outpos..endpos].contains(&item) {
                 return false;
             }
-            if leaf {
-                let Some(o2) = out2.as_deref_mut() else {
-                    return false;
-                };
-                if item < 0 {
-                    let Some(child) = self.map.bucket(item) else {
-                        return false;
-                    };
-                    self.indep(
-                        child,
-                        1,
-                        numrep,
-                        0,
-                        o2,
-                        rep,
-                        (recurse_tries, 0),
-                        false,
-                        None,
-                        r,
-                    );
-                    if o2[rep] == ITEM_NONE {
-                        return false;
-                    }
-                } else {
-                    o2[rep] = item;
-                }
+            if leaf && !self.indep_leaf(item, rep, numrep, r, recurse_tries, out2) {
+                return false;
             }
             if itemtype == Some(0) && is_out(self.weights, item, self.x) {
                 return false;
@@ -332,5 +308,31 @@ impl Choose<'_> {
             out[rep] = item;
             return true;
         }
+    }
+
+    /// Chooseleaf recursion for indep: one device under `item` (or `item`
+    /// itself) for position `rep` of `out2`, with the parent's `r`.
+    fn indep_leaf(
+        &self,
+        item: i32,
+        rep: usize,
+        numrep: usize,
+        r: i32,
+        recurse_tries: u32,
+        out2: &mut Option<&mut [i32]>,
+    ) -> bool {
+        let Some(o2) = out2.as_deref_mut() else {
+            return false;
+        };
+        if item >= 0 {
+            o2[rep] = item;
+            return true;
+        }
+        let Some(child) = self.map.bucket(item) else {
+            return false;
+        };
+        let tries = (recurse_tries, 0);
+        self.indep(child, 1, numrep, 0, o2, rep, tries, false, None, r);
+        o2[rep] != ITEM_NONE
     }
 }

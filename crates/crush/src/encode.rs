@@ -84,36 +84,8 @@ impl CrushMap {
             w.i32(*id);
             w.str(name);
         }
-        let buckets: Vec<&Bucket> = self.buckets().collect();
-        w.len(buckets.len());
-        for b in buckets {
-            w.i32(b.id);
-            w.str(&b.name);
-            w.i32(b.type_id);
-            w.u8(b.alg.id());
-            w.u8(b.hash);
-            w.i32(b.class.unwrap_or(-1));
-            w.len(b.items.len());
-            for (i, wt) in b.items.iter().zip(&b.weights) {
-                w.i32(*i);
-                w.u32(*wt);
-            }
-        }
-        w.len(self.rules.len());
-        for r in self.rules.values() {
-            w.u32(r.id);
-            w.str(&r.name);
-            w.u8(r.rule_type);
-            w.i32(r.min_size);
-            w.i32(r.max_size);
-            w.len(r.steps.len());
-            for s in &r.steps {
-                let (op, a, b) = step_code(s);
-                w.u8(op);
-                w.i32(a);
-                w.i32(b);
-            }
-        }
+        self.put_buckets(&mut w);
+        self.put_rules(&mut w);
         w.len(self.classes.len());
         for (id, name) in &self.classes {
             w.i32(*id);
@@ -131,6 +103,42 @@ impl CrushMap {
             w.i32(s);
         }
         w.finish()
+    }
+
+    fn put_buckets(&self, w: &mut Writer) {
+        let buckets: Vec<&Bucket> = self.buckets().collect();
+        w.len(buckets.len());
+        for b in buckets {
+            w.i32(b.id);
+            w.str(&b.name);
+            w.i32(b.type_id);
+            w.u8(b.alg.id());
+            w.u8(b.hash);
+            w.i32(b.class.unwrap_or(-1));
+            w.len(b.items.len());
+            for (i, wt) in b.items.iter().zip(&b.weights) {
+                w.i32(*i);
+                w.u32(*wt);
+            }
+        }
+    }
+
+    fn put_rules(&self, w: &mut Writer) {
+        w.len(self.rules.len());
+        for r in self.rules.values() {
+            w.u32(r.id);
+            w.str(&r.name);
+            w.u8(r.rule_type);
+            w.i32(r.min_size);
+            w.i32(r.max_size);
+            w.len(r.steps.len());
+            for s in &r.steps {
+                let (op, a, b) = step_code(s);
+                w.u8(op);
+                w.i32(a);
+                w.i32(b);
+            }
+        }
     }
 
     /// Decodes [`CrushMap::encode`] output; any malformed input is an error.

@@ -25,6 +25,7 @@ mod map;
 mod mapper;
 pub mod tester;
 pub mod text;
+mod tree;
 
 pub use build::{BuildSpec, build_map};
 pub use error::{CrushError, Result};

@@ -57,13 +57,8 @@ impl CrushMap {
                 v.resize(result_max, 0);
             }
         }
-        let t = &self.tunables;
-        let mut choose_tries = t.choose_total_tries.saturating_add(1);
-        let mut choose_leaf_tries = 0u32;
-        let mut local_retries = t.choose_local_tries;
-        let mut local_fallback = t.choose_local_fallback_tries;
-        let mut vary_r = t.chooseleaf_vary_r;
-        let mut stable = t.chooseleaf_stable;
+        let mut knobs = RuleKnobs::new(self);
+        // w: working set, o: next working set, c: leaves found by chooseleaf.
         let (w, o, c) = (&mut ws.a, &mut ws.b, &mut ws.c);
         let mut wsize = 0usize;
         for step in &rule.steps {
@@ -75,109 +70,139 @@ impl CrushMap {
                         wsize = 1;
                     }
                 }
-                Step::SetChooseTries(v) if v > 0 => choose_tries = v as u32,
-                Step::SetChooseLeafTries(v) if v > 0 => choose_leaf_tries = v as u32,
-                Step::SetChooseLocalTries(v) if v >= 0 => local_retries = v as u32,
-                Step::SetChooseLocalFallbackTries(v) if v >= 0 => local_fallback = v as u32,
-                Step::SetChooseLeafVaryR(v) if v >= 0 => vary_r = v as u32,
-                Step::SetChooseLeafStable(v) if v >= 0 => stable = v as u32,
-                Step::ChooseFirstN { n, type_id }
-                | Step::ChooseIndep { n, type_id }
-                | Step::ChooseLeafFirstN { n, type_id }
-                | Step::ChooseLeafIndep { n, type_id } => {
+                Step::ChooseFirstN { .. }
+                | Step::ChooseIndep { .. }
+                | Step::ChooseLeafFirstN { .. }
+                | Step::ChooseLeafIndep { .. } => {
                     if wsize == 0 {
                         continue;
                     }
-                    let firstn = matches!(
-                        step,
-                        Step::ChooseFirstN { .. } | Step::ChooseLeafFirstN { .. }
-                    );
-                    let leaf = matches!(
-                        step,
-                        Step::ChooseLeafFirstN { .. } | Step::ChooseLeafIndep { .. }
-                    );
-                    let recurse_tries = if choose_leaf_tries > 0 {
-                        choose_leaf_tries
-                    } else if !firstn || t.chooseleaf_descend_once != 0 {
-                        // indep always recurses once; firstn once with descend_once.
-                        1
-                    } else {
-                        choose_tries
-                    };
-                    let ch = Choose {
-                        map: self,
-                        weights,
-                        x,
-                        local_retries,
-                        local_fallback_retries: local_fallback,
-                        vary_r,
-                        stable: stable != 0,
-                    };
-                    let mut osize = 0usize;
-                    for &wi in w.iter().take(wsize) {
-                        let mut numrep = i64::from(n);
-                        if numrep <= 0 {
-                            numrep += result_max as i64;
-                            if numrep <= 0 {
-                                continue;
-                            }
-                        }
-                        let numrep = numrep as usize;
-                        let Some(bucket) = self.bucket(wi) else {
-                            continue;
-                        };
-                        let room = result_max - osize;
-                        if firstn {
-                            let tries = (choose_tries, recurse_tries);
-                            let got = ch.firstn(
-                                bucket,
-                                numrep,
-                                type_id,
-                                &mut o[osize..],
-                                0,
-                                room,
-                                tries,
-                                leaf,
-                                Some(&mut c[osize..]),
-                                0,
-                            );
-                            osize += got;
-                        } else {
-                            let out_size = numrep.min(room);
-                            let tries = (choose_tries, recurse_tries);
-                            ch.indep(
-                                bucket,
-                                out_size,
-                                numrep,
-                                type_id,
-                                &mut o[osize..],
-                                0,
-                                tries,
-                                leaf,
-                                Some(&mut c[osize..]),
-                                0,
-                            );
-                            osize += out_size;
-                        }
-                    }
-                    if leaf {
-                        o[..osize].copy_from_slice(&c[..osize]);
-                    }
+                    let ch = knobs.choose(self, weights, x);
+                    let osize = ch.step(step, &knobs, &w[..wsize], o, c, result_max);
                     std::mem::swap(w, o);
                     wsize = osize;
                 }
                 Step::Emit => {
-                    for &item in w.iter().take(wsize) {
-                        if out.len() >= result_max {
-                            break;
-                        }
-                        out.push(item);
-                    }
+                    let room = result_max.saturating_sub(out.len());
+                    out.extend(w.iter().take(wsize.min(room)));
                     wsize = 0;
                 }
-                _ => {}
+                _ => knobs.set(step),
             }
         }
+    }
+}
+
+/// The retry knobs in force while a rule runs: the map's tunables, as
+/// overridden by the rule's `set_*` steps so far.
+struct RuleKnobs {
+    choose_tries: u32,
+    choose_leaf_tries: u32,
+    local_retries: u32,
+    local_fallback: u32,
+    vary_r: u32,
+    stable: u32,
+    descend_once: bool,
+}
+
+impl RuleKnobs {
+    fn new(map: &CrushMap) -> Self {
+        let t = &map.tunables;
+        RuleKnobs {
+            // Ceph's tunable counts retries; one more is the number of tries.
+            choose_tries: t.choose_total_tries.saturating_add(1),
+            choose_leaf_tries: 0,
+            local_retries: t.choose_local_tries,
+            local_fallback: t.choose_local_fallback_tries,
+            vary_r: t.chooseleaf_vary_r,
+            stable: t.chooseleaf_stable,
+            descend_once: t.chooseleaf_descend_once != 0,
+        }
+    }
+
+    /// Applies a `set_*` step; out-of-range values are ignored, as in Ceph.
+    fn set(&mut self, step: &Step) {
+        match *step {
+            Step::SetChooseTries(v) if v > 0 => self.choose_tries = v as u32,
+            Step::SetChooseLeafTries(v) if v > 0 => self.choose_leaf_tries = v as u32,
+            Step::SetChooseLocalTries(v) if v >= 0 => self.local_retries = v as u32,
+            Step::SetChooseLocalFallbackTries(v) if v >= 0 => self.local_fallback = v as u32,
+            Step::SetChooseLeafVaryR(v) if v >= 0 => self.vary_r = v as u32,
+            Step::SetChooseLeafStable(v) if v >= 0 => self.stable = v as u32,
+            _ => {}
+        }
+    }
+
+    /// (tries, recurse_tries) for a choose step.
+    fn tries(&self, firstn: bool) -> (u32, u32) {
+        let recurse = if self.choose_leaf_tries > 0 {
+            self.choose_leaf_tries
+        } else if !firstn || self.descend_once {
+            // indep always recurses once; firstn once with descend_once.
+            1
+        } else {
+            self.choose_tries
+        };
+        (self.choose_tries, recurse)
+    }
+
+    fn choose<'a>(&self, map: &'a CrushMap, weights: &'a [u32], x: u32) -> Choose<'a> {
+        Choose {
+            map,
+            weights,
+            x,
+            local_retries: self.local_retries,
+            local_fallback_retries: self.local_fallback,
+            vary_r: self.vary_r,
+            stable: self.stable != 0,
+        }
+    }
+}
+
+impl Choose<'_> {
+    /// Runs one choose/chooseleaf step from every bucket of the working set
+    /// `w` into `o` (leaves into `c`, then copied to `o`). Returns the new size.
+    fn step(
+        &self,
+        step: &Step,
+        knobs: &RuleKnobs,
+        w: &[i32],
+        o: &mut [i32],
+        c: &mut [i32],
+        result_max: usize,
+    ) -> usize {
+        let (n, type_id, firstn, leaf) = match *step {
+            Step::ChooseFirstN { n, type_id } => (n, type_id, true, false),
+            Step::ChooseIndep { n, type_id } => (n, type_id, false, false),
+            Step::ChooseLeafFirstN { n, type_id } => (n, type_id, true, true),
+            Step::ChooseLeafIndep { n, type_id } => (n, type_id, false, true),
+            _ => return 0,
+        };
+        let tries = knobs.tries(firstn);
+        let mut osize = 0usize;
+        for &wi in w {
+            // n <= 0 means "result_max + n", as Ceph's CRUSH_N_MINUS.
+            let numrep = i64::from(n) + if n <= 0 { result_max as i64 } else { 0 };
+            let Some(bucket) = self.map.bucket(wi).filter(|_| numrep > 0) else {
+                continue;
+            };
+            let numrep = numrep as usize;
+            let room = result_max - osize;
+            let (out, out2) = (&mut o[osize..], Some(&mut c[osize..]));
+            if firstn {
+                osize += self.firstn(bucket, numrep, type_id, out, 0, room, tries, leaf, out2, 0);
+            } else {
+                let out_size = numrep.min(room);
+                self.indep(
+                    bucket, out_size, numrep, type_id, out, 0, tries, leaf, out2, 0,
+                );
+                osize += out_size;
+            }
+        }
+        if leaf {
+            o[..osize].copy_from_slice(&c[..osize]);
+        }
+        osize
     }
 }
 

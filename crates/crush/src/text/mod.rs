@@ -3,6 +3,7 @@
 //! automatic bucket ids, shadow trees built when the first rule is seen), so
 //! that a map compiled here maps like the one crushtool compiles.
 
+mod compile;
 mod parse;
 mod print;
 mod weight;

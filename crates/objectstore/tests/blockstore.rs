@@ -372,3 +372,33 @@ fn works_on_tmpfs_with_or_without_direct_io() {
         Bytes::from_static(b"\0\0\0abc")
     );
 }
+
+#[test]
+fn queueing_far_ahead_of_commits_waits_instead_of_growing() {
+    let d = TempDir::new("backpressure");
+    let s = new_store(&d, 16);
+    let c = CollectionId::new(1, 1);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.apply_transaction(t).unwrap();
+    // More than the in-flight bound (1024), queued from one thread without waiting.
+    let tickets: Vec<_> = (0..3000u32)
+        .map(|i| {
+            let mut t = Transaction::new();
+            t.set_xattr(
+                c,
+                ObjectKey::new(i % 7, "x"),
+                "n",
+                Bytes::from(i.to_be_bytes().to_vec()),
+            );
+            s.queue_transaction(t).unwrap()
+        })
+        .collect();
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    assert_eq!(
+        s.getxattr(&c, &ObjectKey::new(2999 % 7, "x"), "n").unwrap(),
+        Some(Bytes::from(2999u32.to_be_bytes().to_vec()))
+    );
+}

@@ -22,6 +22,8 @@ const APPLIED_RETIRE_AT: usize = 256;
 pub(crate) struct Queued {
     pub batch: Batch,
     pub ticket: CommitTicket,
+    /// Holds an in-flight place (see `Shared::reserve`); flush markers do not.
+    pub reserved: bool,
 }
 
 /// Committer-owned state.
@@ -47,24 +49,30 @@ impl Committer {
                 }
                 return;
             }
-            if let Some(reason) = self.shared.poison_reason() {
+            let reserved = group.iter().filter(|q| q.reserved).count() as u64;
+            self.commit_group(group);
+            self.shared.release(reserved);
+        }
+    }
+
+    fn commit_group(&mut self, group: Vec<Queued>) {
+        if let Some(reason) = self.shared.poison_reason() {
+            for q in group {
+                q.ticket.complete(Err(reason.clone()));
+            }
+            return;
+        }
+        match self.commit(&group) {
+            Ok(()) => {
+                self.after_commit(&group);
+                for q in group {
+                    q.ticket.complete(Ok(()));
+                }
+            }
+            Err(e) => {
+                let reason = self.shared.poison(&e);
                 for q in group {
                     q.ticket.complete(Err(reason.clone()));
-                }
-                continue;
-            }
-            match self.commit(&group) {
-                Ok(()) => {
-                    self.after_commit(&group);
-                    for q in group {
-                        q.ticket.complete(Ok(()));
-                    }
-                }
-                Err(e) => {
-                    let reason = self.shared.poison(&e);
-                    for q in group {
-                        q.ticket.complete(Err(reason.clone()));
-                    }
                 }
             }
         }

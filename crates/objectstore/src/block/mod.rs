@@ -58,6 +58,9 @@ pub const META_FILE: &str = "meta.redb";
 
 const LABEL_MAGIC: &[u8; 16] = b"SHOAL BLOCKSTORE";
 
+/// Most transactions queued but not yet durable; `queue_transaction` waits beyond it.
+const INFLIGHT_MAX: u64 = 1024;
+
 /// Event counters of a running store.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -106,6 +109,9 @@ pub(crate) struct Shared {
     queue: Mutex<(Vec<Queued>, bool)>,
     queued: Condvar,
     poisoned: Mutex<Option<String>>,
+    /// Transactions queued or being committed (bounded by `INFLIGHT_MAX`).
+    inflight: Mutex<u64>,
+    room: Condvar,
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) db: redb::Database,
     pub(crate) counters: Counters,
@@ -135,6 +141,28 @@ impl Shared {
             *p = Some(e.to_string());
         }
         p.clone().unwrap_or_default()
+    }
+
+    /// Backpressure: wait until fewer than `INFLIGHT_MAX` transactions await their
+    /// commit, then reserve a place (released by the committer or by `release`).
+    fn reserve(&self) {
+        let mut n = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        while *n >= INFLIGHT_MAX && self.poison_reason().is_none() {
+            n = self
+                .room
+                .wait_timeout(n, std::time::Duration::from_millis(100))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *n += 1;
+    }
+
+    pub(crate) fn release(&self, count: u64) {
+        if count > 0 {
+            let mut n = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+            *n = n.saturating_sub(count);
+            self.room.notify_all();
+        }
     }
 
     fn enqueue(&self, q: Queued) {
@@ -216,7 +244,11 @@ impl BlockStore {
         let dev =
             FileDevice::open(&data, false).map_err(|e| Error::io("opening the data file", e))?;
         let db = redb::Database::create(&meta).map_err(me("create metadata"))?;
-        Self::mkfs_with(&dev, &db)
+        Self::mkfs_with(&dev, &db)?;
+        // The new directory entries must be durable too.
+        std::fs::File::open(path)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("syncing the store directory", e))
     }
 
     /// Format on given devices (tests and tools).
@@ -312,6 +344,8 @@ impl BlockStore {
             queue: Mutex::new((Vec::new(), false)),
             queued: Condvar::new(),
             poisoned: Mutex::new(None),
+            inflight: Mutex::new(0),
+            room: Condvar::new(),
             dev,
             db,
             counters: Counters::default(),
@@ -436,14 +470,19 @@ impl ObjectStore for BlockStore {
             return Err(Error::Poisoned(reason));
         }
         let sh = &*self.shared;
+        sh.reserve();
         let mut st = sh.write_state();
-        validate(&st.colls, &txn)?;
-        apply::check_space(&st, &txn)?;
+        let checked = validate(&st.colls, &txn).and_then(|()| apply::check_space(&st, &txn));
+        if let Err(e) = checked {
+            sh.release(1);
+            return Err(e);
+        }
         let batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
             Ok(b) => b,
             Err(e) => {
                 // The in-memory state may hold part of the transaction: stop writing.
                 let reason = sh.poison(&e);
+                sh.release(1);
                 return Err(Error::Poisoned(reason));
             }
         };
@@ -453,6 +492,7 @@ impl ObjectStore for BlockStore {
         sh.enqueue(Queued {
             batch,
             ticket: ticket.clone(),
+            reserved: true,
         });
         Ok(ticket)
     }
@@ -462,6 +502,7 @@ impl ObjectStore for BlockStore {
         self.shared.enqueue(Queued {
             batch: Default::default(),
             ticket: ticket.clone(),
+            reserved: false,
         });
         ticket.wait()
     }

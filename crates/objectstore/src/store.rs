@@ -48,6 +48,8 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 ///    state with their source afterwards (writing one never changes the other).
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Check and apply `txn` (visible to reads at once) and queue it for durability.
+    /// May block briefly: when too many transactions await durability it waits for room
+    /// (a bounded queue), and it performs copy-on-write data writes itself.
     fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket>;
 
     /// Queue `txn` and wait until it is durable.

@@ -67,7 +67,9 @@ impl CommitTicket {
     }
 
     /// Run `f` with the outcome once it is known: at once if it is, otherwise on the
-    /// store's commit thread (so `f` must be quick, e.g. send on a channel).
+    /// store's commit thread. So `f` must be quick (e.g. wake a task or send on a channel)
+    /// and must not queue or wait for transactions: the commit thread would wait on
+    /// itself.
     pub fn on_commit(&self, f: impl FnOnce(Result<()>) + Send + 'static) {
         let mut st = self.lock();
         match &st.outcome {

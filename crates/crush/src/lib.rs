@@ -12,6 +12,7 @@
 
 mod bucket;
 mod build;
+pub mod ceph_binary;
 mod choose;
 mod classes;
 pub mod codec;

@@ -172,3 +172,41 @@ fn reweight_item_matches_crushtool() {
         }
     }
 }
+
+/// Ceph's binary map (what `crushtool -c` wrote) reads back as the same map:
+/// it prints as `crushtool -d` printed it and maps like the text form.
+#[test]
+fn ceph_binary_maps_read_back() {
+    for name in [
+        "flat",
+        "hosts",
+        "hosts_rw",
+        "racks",
+        "racks_legacy",
+        "ec",
+        "classes",
+        "classes_rw",
+        "big1000",
+    ] {
+        let bin = fs::read(dir().join(format!("maps/{name}.bin"))).expect("bin");
+        let map = shoal_crush::ceph_binary::decode(&bin).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want =
+            fs::read_to_string(dir().join(format!("maps/{name}.decompiled.txt"))).expect("txt");
+        assert_eq!(print(&map), want, "{name}");
+        let text = load(name);
+        let (wa, wb) = (default_weights(&map), default_weights(&text));
+        for rule in text.rules().map(|r| r.id) {
+            for x in 0..500 {
+                assert_eq!(
+                    map.do_rule(rule, x, 4, &wa),
+                    text.do_rule(rule, x, 4, &wb),
+                    "{name} {rule} {x}"
+                );
+            }
+        }
+        // Truncations are errors, not panics.
+        for cut in (0..bin.len()).step_by(7) {
+            let _ = shoal_crush::ceph_binary::decode(&bin[..cut]);
+        }
+    }
+}

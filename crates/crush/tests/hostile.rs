@@ -115,5 +115,9 @@ proptest! {
         framed.extend_from_slice(&bytes);
         let _ = CrushMap::decode(&framed);
         let _ = parse(&String::from_utf8_lossy(&bytes));
+        let _ = shoal_crush::ceph_binary::decode(&bytes);
+        let mut ceph = shoal_crush::ceph_binary::CEPH_CRUSH_MAGIC.to_vec();
+        ceph.extend_from_slice(&bytes);
+        let _ = shoal_crush::ceph_binary::decode(&ceph);
     }
 }

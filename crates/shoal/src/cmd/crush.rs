@@ -1,7 +1,8 @@
 //! `shoal crush`: build, test, compare, import and export CRUSH maps.
 //!
 //! The useful part of Ceph's crushtool. A MAP argument may be Shoal's binary
-//! encoding or Ceph's text form (`crushtool -d` output); `--show-mappings`
+//! encoding, Ceph's binary map (`crushtool -c` output) or Ceph's text form
+//! (`crushtool -d` output); `--show-mappings`
 //! prints exactly what `crushtool --test --show-mappings` prints, so the two
 //! can be diffed.
 
@@ -26,9 +27,10 @@ pub enum CrushCmd {
     Test(TestArgs),
     /// Count how many inputs move between two maps.
     Compare(CompareArgs),
-    /// Read Ceph's text form and write Shoal's encoding.
+    /// Read a Ceph map (text, or binary as `crushtool -c` / `ceph osd
+    /// getcrushmap` write it) and write Shoal's encoding.
     Import {
-        /// Ceph text map (`crushtool -d` output).
+        /// Ceph map: text (`crushtool -d` output) or binary.
         input: PathBuf,
         /// Output file (Shoal encoding).
         #[arg(short = 'o', long)]
@@ -166,13 +168,7 @@ pub fn run(cmd: CrushCmd) -> anyhow::Result<()> {
         CrushCmd::Build(a) => build(&a),
         CrushCmd::Test(a) => test(&a),
         CrushCmd::Compare(a) => compare(&a),
-        CrushCmd::Import { input, output } => {
-            let text = std::fs::read_to_string(&input)
-                .with_context(|| format!("reading {}", input.display()))?;
-            let map = shoal_crush::text::parse(&text)
-                .with_context(|| format!("parsing {}", input.display()))?;
-            write_file(&output, &map.encode())
-        }
+        CrushCmd::Import { input, output } => write_file(&output, &load(&input)?.encode()),
         CrushCmd::Export { input, output } => {
             let text = print(&load(&input)?);
             match output {
@@ -187,11 +183,15 @@ pub fn run(cmd: CrushCmd) -> anyhow::Result<()> {
     }
 }
 
-/// Loads a map in Shoal's encoding or Ceph's text form.
+/// Loads a map in Shoal's encoding, Ceph's binary form or Ceph's text form.
 fn load(path: &Path) -> anyhow::Result<CrushMap> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if bytes.starts_with(b"SCRM") {
         return CrushMap::decode(&bytes).with_context(|| format!("decoding {}", path.display()));
+    }
+    if bytes.starts_with(&shoal_crush::ceph_binary::CEPH_CRUSH_MAGIC) {
+        return shoal_crush::ceph_binary::decode(&bytes)
+            .with_context(|| format!("decoding Ceph binary map {}", path.display()));
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{}: neither Shoal's encoding nor text", path.display()))?;

@@ -95,6 +95,19 @@ fn us(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 
+/// The end offset an op may grow an object to.
+fn op_end(op: &Op) -> u64 {
+    match op {
+        Op::Write { offset, data, .. } => offset + data.len() as u64,
+        Op::Zero { offset, len, .. } => offset + len,
+        Op::Truncate { size, .. } => *size,
+        Op::CloneRange {
+            dst_offset, len, ..
+        } => dst_offset + len,
+        _ => 0,
+    }
+}
+
 fn apply_op(colls: &mut Collections, op: &Op) {
     let c = op.collection();
     match op {
@@ -190,6 +203,14 @@ impl ObjectStore for MemStore {
     fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
         let mut colls = self.write_lock();
         validate(&*colls, &txn)?;
+        // Objects are dense in memory: refuse any op that would grow one past capacity.
+        let largest_end = txn.ops().iter().map(op_end).max().unwrap_or(0);
+        if largest_end > self.capacity_bytes {
+            return Err(Error::NoSpace {
+                needed_bytes: largest_end,
+                free_bytes: self.capacity_bytes,
+            });
+        }
         for op in txn.ops() {
             apply_op(&mut colls, op);
         }
@@ -244,13 +265,12 @@ impl ObjectStore for MemStore {
 
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
         self.with_object(c, o, |obj| {
-            let size = obj.data.len() as u64;
-            if offset >= size {
-                return Bytes::new();
-            }
-            let end = size.min(offset.saturating_add(len));
-            Bytes::copy_from_slice(&obj.data[us(offset)..us(end)])
-        })
+            let n = crate::validate::check_read(obj.data.len() as u64, offset, len)?;
+            let start = us(offset);
+            Ok(Bytes::copy_from_slice(
+                &obj.data[start.min(obj.data.len())..][..us(n)],
+            ))
+        })?
     }
 
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {

@@ -35,7 +35,8 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 ///    every transaction whose ticket resolved `Ok`.
 /// 5. **Data.** An object is a byte string of `size` bytes; bytes never written read as
 ///    zeros (holes, `Zero`, growth by `Truncate` or by a write past the end). `read`
-///    returns `min(len, size - offset)` bytes, empty at or past the end.
+///    returns `min(len, size - offset)` bytes, empty at or past the end; a read of more than
+///    [`crate::types::READ_BYTES_MAX`] bytes is refused with `InvalidArgument`.
 /// 6. **Checked.** A read never returns bytes that differ from those written: a
 ///    corrupted block is reported as [`crate::Error::Checksum`].
 /// 7. **Listing.** `list_objects` returns objects ordered by ([`ObjectKey::hash`],

@@ -8,6 +8,8 @@ pub const OBJECT_NAME_BYTES_MAX: usize = 4096;
 pub const TRANSACTION_OPS_MAX: usize = 1 << 16;
 /// Most data payload in one transaction, in bytes (256 MiB).
 pub const TRANSACTION_DATA_BYTES_MAX: u64 = 256 << 20;
+/// Longest read, in bytes (256 MiB): a longer one is refused rather than allocated.
+pub const READ_BYTES_MAX: u64 = 256 << 20;
 /// Largest object size accepted, in bytes (1 TiB).
 pub const OBJECT_SIZE_MAX: u64 = 1 << 40;
 

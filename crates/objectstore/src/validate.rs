@@ -71,6 +71,18 @@ fn check_name(o: &ObjectKey) -> Result<()> {
     Ok(())
 }
 
+/// A read of `len` bytes clamped to the object must fit `READ_BYTES_MAX`.
+pub(crate) fn check_read(size: u64, offset: u64, len: u64) -> Result<u64> {
+    let n = len.min(size.saturating_sub(offset));
+    if n > crate::types::READ_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "read of {n} bytes exceeds the limit {}",
+            crate::types::READ_BYTES_MAX
+        )));
+    }
+    Ok(n)
+}
+
 /// `offset + len` must stay within `OBJECT_SIZE_MAX`.
 pub(crate) fn check_extent(offset: u64, len: u64) -> Result<()> {
     match offset.checked_add(len) {
@@ -83,11 +95,20 @@ pub(crate) fn check_extent(offset: u64, len: u64) -> Result<()> {
 
 /// Check every precondition of `txn` against `view`.
 pub(crate) fn validate(view: &impl View, txn: &Transaction) -> Result<()> {
-    if txn.ops().len() > TRANSACTION_OPS_MAX || txn.data_bytes() > TRANSACTION_DATA_BYTES_MAX {
+    // Clone ranges are copied through memory: they count as payload.
+    let ranged: u64 = txn
+        .ops()
+        .iter()
+        .map(|op| match op {
+            Op::CloneRange { len, .. } => *len,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    let payload = txn.data_bytes().saturating_add(ranged);
+    if txn.ops().len() > TRANSACTION_OPS_MAX || payload > TRANSACTION_DATA_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
-            "transaction of {} ops and {} data bytes exceeds the limits ({TRANSACTION_OPS_MAX} ops, {TRANSACTION_DATA_BYTES_MAX} bytes)",
-            txn.ops().len(),
-            txn.data_bytes()
+            "transaction of {} ops and {payload} data bytes exceeds the limits ({TRANSACTION_OPS_MAX} ops, {TRANSACTION_DATA_BYTES_MAX} bytes)",
+            txn.ops().len()
         )));
     }
     let mut ov = Overlay {

@@ -149,6 +149,40 @@ impl ObjectRecord {
     }
 }
 
+impl ObjectRecord {
+    /// Bounds a decoded record must respect before any arithmetic on it: size within the
+    /// object limit, extents inside the object's size and inside the device's usable
+    /// blocks `[1, total_blocks)`.
+    pub fn check(&self, total_blocks: u64) -> Result<()> {
+        if self.size > crate::types::OBJECT_SIZE_MAX {
+            return Err(Error::Corrupt(format!(
+                "object size {} over the limit",
+                self.size
+            )));
+        }
+        let size_blocks = self.size.div_ceil(super::BLOCK as u64);
+        let mut prev_end = 0;
+        for (lb, (pb, n)) in self.extents.runs() {
+            if lb < prev_end {
+                return Err(Error::Corrupt(format!("extents overlap at block {lb}")));
+            }
+            prev_end = lb.saturating_add(n);
+            if lb.checked_add(n).is_none_or(|e| e > size_blocks) {
+                return Err(Error::Corrupt(format!(
+                    "extent at block {lb} lies past the size {}",
+                    self.size
+                )));
+            }
+            if pb < 1 || pb.checked_add(n).is_none_or(|e| e > total_blocks) {
+                return Err(Error::Corrupt(format!(
+                    "extent {pb}+{n} outside the device"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Key of an object record: collection, then the object key (hash, name).
 pub(crate) fn object_key(c: &CollectionId, o: &ObjectKey) -> Vec<u8> {
     let mut k = c.to_bytes().to_vec();

@@ -126,21 +126,21 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
         if !colls.contains(&c) {
             r.errors.push(format!("{c}/{o}: collection does not exist"));
         }
-        let size_blocks = rec.size.div_ceil(BLOCK as u64);
-        for (lb, (pb, n)) in rec.extents.runs() {
-            if lb + n > size_blocks {
-                r.errors.push(format!(
-                    "{c}/{o}: extent at block {lb} lies past the size {}",
-                    rec.size
-                ));
-            }
+        if let Err(e) = rec.check(total) {
+            // Out-of-range extents are reported once here and kept out of the checks below.
+            r.errors.push(format!("{c}/{o}: {e}"));
+            continue;
+        }
+        for (_, (pb, n)) in rec.extents.runs() {
             runs.push(Owned {
                 start: pb,
                 len: n,
                 owner: format!("{c}/{o}"),
             });
         }
-        r.allocated_blocks += rec.extents.allocated_blocks();
+        r.allocated_blocks = r
+            .allocated_blocks
+            .saturating_add(rec.extents.allocated_blocks());
         objects.insert((c, o), rec);
     }
     r.objects = objects.len() as u64;
@@ -172,7 +172,7 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
             codec::u64_value(v.value(), "free run"),
         ) {
             (Ok(s), Ok(n)) if n > 0 => {
-                r.free_blocks += n;
+                r.free_blocks = r.free_blocks.saturating_add(n);
                 runs.push(Owned {
                     start: s,
                     len: n,
@@ -183,7 +183,7 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
         }
     }
     check_runs(&mut runs, total, &mut r.errors);
-    let covered: u64 = runs.iter().map(|o| o.len).sum();
+    let covered = runs.iter().fold(0u64, |a, o| a.saturating_add(o.len));
     if covered != r.usable_blocks {
         r.errors.push(format!(
             "space accounting: {} allocated + {} free = {covered} blocks, device has {} usable (leak or double use)",
@@ -227,7 +227,7 @@ fn check_runs(runs: &mut [Owned], total: u64, errors: &mut Vec<String>) {
         }
     }
     for w in runs.windows(2) {
-        if w[0].start + w[0].len > w[1].start {
+        if w[0].start.saturating_add(w[0].len) > w[1].start {
             errors.push(format!(
                 "blocks {}+{} of {} overlap blocks {}+{} of {}",
                 w[0].start, w[0].len, w[0].owner, w[1].start, w[1].len, w[1].owner

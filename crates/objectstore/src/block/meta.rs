@@ -69,7 +69,12 @@ pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
             "format version {format}, expected {FORMAT_VERSION}"
         )));
     }
-    get("total_blocks")
+    let total = get("total_blocks")?;
+    // Every device offset is `block * BLOCK`: keep that product in range.
+    if !(2..=u64::MAX / super::BLOCK as u64).contains(&total) {
+        return Err(Error::Corrupt(format!("total_blocks {total} out of range")));
+    }
+    Ok(total)
 }
 
 pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
@@ -98,6 +103,8 @@ pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
         let (k, v) = row.map_err(me("scan objects"))?;
         let (c, o) = codec::parse_object_key(k.value())?;
         let rec = ObjectRecord::decode(v.value())?;
+        rec.check(out.total_blocks)
+            .map_err(|e| Error::Corrupt(format!("{c}/{o}: {e}")))?;
         let objs = out
             .colls
             .get_mut(&c)
@@ -141,10 +148,16 @@ pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
         .map_err(me("scan free"))?
     {
         let (k, v) = row.map_err(me("scan free"))?;
-        out.free.push((
+        let (start, n) = (
             codec::u64_value(k.value(), "free key")?,
             codec::u64_value(v.value(), "free run")?,
-        ));
+        );
+        if start < 1 || start.checked_add(n).is_none_or(|e| e > out.total_blocks) {
+            return Err(Error::Corrupt(format!(
+                "free run {start}+{n} outside the device"
+            )));
+        }
+        out.free.push((start, n));
     }
     for row in txn
         .open_table(DEFERRED)
@@ -155,6 +168,11 @@ pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
         let (k, v) = row.map_err(me("scan deferred"))?;
         let seq = codec::u64_value(k.value(), "deferred key")?;
         let (pblock, data) = codec::decode_deferred(v.value())?;
+        if pblock < 1 || pblock >= out.total_blocks {
+            return Err(Error::Corrupt(format!(
+                "deferred write to block {pblock} outside the device"
+            )));
+        }
         out.deferred.push((seq, pblock, data.to_vec()));
     }
     Ok(out)

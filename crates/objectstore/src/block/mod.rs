@@ -408,7 +408,7 @@ pub(crate) fn stored_bytes(db: &redb::Database) -> Result<u64> {
         .map_err(me("scan objects"))?
     {
         let (_, v) = row.map_err(me("scan objects"))?;
-        sum += codec::ObjectRecord::decode(v.value())?.size;
+        sum = sum.saturating_add(codec::ObjectRecord::decode(v.value())?.size);
     }
     Ok(sum)
 }
@@ -554,10 +554,10 @@ impl ObjectStore for BlockStore {
 
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
         self.with_onode(c, o, |st, on| {
-            if offset >= on.size {
+            let len = crate::validate::check_read(on.size, offset, len)?;
+            if len == 0 {
                 return Ok(Bytes::new());
             }
-            let len = len.min(on.size - offset);
             read_range(
                 st,
                 &*self.shared.dev,

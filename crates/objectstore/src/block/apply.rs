@@ -7,45 +7,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use redb::TableHandle;
 
-use super::alloc::{FreeList, Run};
+use super::alloc::Run;
 use super::codec::{self, ObjectRecord};
-use super::deferred::Overlay;
 use super::device::{AlignedBuf, Device};
 use super::meta::{COLLS, OBJECTS, OMAP, Onode, Table};
+pub(crate) use super::state::{Colls, State, read_blocks, read_range};
 use super::{BLOCK, Counters};
 use crate::error::{Error, Result};
 use crate::transaction::{Op, Transaction};
 use crate::types::{CollectionId, ObjectKey};
-use crate::validate::View;
 
 /// Writes up to this size into already allocated blocks are deferred (applied in place
 /// after their record commits) instead of copied to new extents.
 pub(crate) const DEFERRED_BYTES_MAX: u64 = 32 * 1024;
 
 const B: u64 = BLOCK as u64;
-
-pub(crate) type Colls = BTreeMap<CollectionId, BTreeMap<ObjectKey, Onode>>;
-
-/// The in-memory state: the whole metadata index (hot cache) plus what is in flight.
-#[derive(Debug, Default)]
-pub(crate) struct State {
-    pub colls: Colls,
-    /// Free space available for allocation now: excludes blocks freed by transactions
-    /// that are not durable yet (they may still be referenced by the durable state).
-    pub alloc: FreeList,
-    /// Deferred block contents not yet written in place: device block -> (seq, data).
-    pub overlay: Overlay,
-    pub total_blocks: u64,
-}
-
-impl View for Colls {
-    fn has_collection(&self, c: &CollectionId) -> bool {
-        self.contains_key(c)
-    }
-    fn has_object(&self, c: &CollectionId, o: &ObjectKey) -> bool {
-        self.get(c).is_some_and(|m| m.contains_key(o))
-    }
-}
 
 /// A metadata change.
 pub(crate) enum KvOp {
@@ -76,74 +52,6 @@ pub(crate) struct Batch {
     pub frees: Vec<Run>,
     /// (seq, device block, new contents)
     pub deferred: Vec<(u64, u64, Bytes)>,
-}
-
-/// Read device blocks `[pblock, pblock + crcs.len())` into `out`, patching in deferred
-/// contents and verifying every crc.
-pub(crate) fn read_blocks(
-    st: &State,
-    dev: &dyn Device,
-    counters: &Counters,
-    pblock: u64,
-    crcs: &[u32],
-    out: &mut [u8],
-) -> Result<()> {
-    dev.read_at(pblock * B, out)
-        .map_err(|e| Error::io("reading data", e))?;
-    for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
-        let pb = pblock + i as u64;
-        if let Some(data) = st.overlay.get(pb) {
-            blk.copy_from_slice(data);
-        }
-        if crc32c::crc32c(blk) != *want {
-            counters
-                .checksum_errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Err(Error::Checksum {
-                device_offset: pb * B,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Bytes `[off, off+len)` of an object, zeros past its end and in holes. Without
-/// padding (the usual read) the result is a view of the I/O buffer: no copy.
-pub(crate) fn read_range(
-    st: &State,
-    dev: &dyn Device,
-    counters: &Counters,
-    on: &Onode,
-    off: u64,
-    len: u64,
-) -> Result<Bytes> {
-    let end = off.saturating_add(len);
-    let lb0 = off / B;
-    let lb1 = end.min(on.size).div_ceil(B).max(lb0);
-    let mut buf = AlignedBuf::new(((lb1 - lb0) * B) as usize);
-    for (lb, mapped, n) in on.extents.segments(lb0, lb1) {
-        if let Some((pb, crcs)) = mapped {
-            let at = ((lb - lb0) * B) as usize;
-            read_blocks(
-                st,
-                dev,
-                counters,
-                pb,
-                crcs,
-                &mut buf.as_mut_slice()[at..at + (n * B) as usize],
-            )?;
-        }
-    }
-    let start = (off - lb0 * B) as usize;
-    let avail = buf.as_slice().len().saturating_sub(start).min(len as usize);
-    if avail == len as usize {
-        return Ok(buf.into_bytes(start, avail));
-    }
-    let mut out = vec![0u8; len as usize];
-    if avail > 0 {
-        out[..avail].copy_from_slice(&buf.as_slice()[start..start + avail]);
-    }
-    Ok(Bytes::from(out))
 }
 
 /// Applies one transaction; collects its batch.

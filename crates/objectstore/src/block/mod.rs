@@ -25,28 +25,22 @@ mod extent;
 pub mod fault;
 pub mod fsck;
 mod meta;
+mod state;
+mod store;
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
-use bytes::Bytes;
-
 use self::alloc::FreeList;
-use self::apply::{Applier, State, read_range};
+use self::apply::State;
 use self::commit::{Committer, Queued};
 use self::device::{Device, FileDevice, MetaOnDevice};
 pub(crate) use self::meta::FORMAT_VERSION;
 use self::meta::{ALL_TABLES, DEFERRED, FREE, OBJECTS, Onode, SUPER, me};
 use crate::error::{Error, Result};
-use crate::store::ObjectStore;
-use crate::ticket::CommitTicket;
-use crate::transaction::Transaction;
-use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
-use crate::validate::validate;
+use crate::types::{CollectionId, ObjectKey};
 
 /// Size of a data block: the unit of allocation and of checksumming.
 pub const BLOCK: usize = 4096;
@@ -461,164 +455,6 @@ impl Drop for BlockStore {
         if let Some(h) = self.committer.take() {
             let _ = h.join();
         }
-    }
-}
-
-impl ObjectStore for BlockStore {
-    fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
-        if let Some(reason) = self.shared.poison_reason() {
-            return Err(Error::Poisoned(reason));
-        }
-        let sh = &*self.shared;
-        sh.reserve();
-        let mut st = sh.write_state();
-        let checked = validate(&st.colls, &txn).and_then(|()| apply::check_space(&st, &txn));
-        if let Err(e) = checked {
-            sh.release(1);
-            return Err(e);
-        }
-        let batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
-            Ok(b) => b,
-            Err(e) => {
-                // The in-memory state may hold part of the transaction: stop writing.
-                let reason = sh.poison(&e);
-                sh.release(1);
-                return Err(Error::Poisoned(reason));
-            }
-        };
-        sh.counters.transactions.fetch_add(1, Ordering::Relaxed);
-        let ticket = CommitTicket::default();
-        // Enqueue under the state lock so commit order equals apply order.
-        sh.enqueue(Queued {
-            batch,
-            ticket: ticket.clone(),
-            reserved: true,
-        });
-        Ok(ticket)
-    }
-
-    fn flush(&self) -> Result<()> {
-        let ticket = CommitTicket::default();
-        self.shared.enqueue(Queued {
-            batch: Default::default(),
-            ticket: ticket.clone(),
-            reserved: false,
-        });
-        ticket.wait()
-    }
-
-    fn list_collections(&self) -> Result<Vec<CollectionId>> {
-        Ok(self.shared.read_state().colls.keys().copied().collect())
-    }
-
-    fn collection_exists(&self, c: &CollectionId) -> Result<bool> {
-        Ok(self.shared.read_state().colls.contains_key(c))
-    }
-
-    fn list_objects(
-        &self,
-        c: &CollectionId,
-        start: Option<&ObjectKey>,
-        max: usize,
-    ) -> Result<Listing> {
-        let st = self.shared.read_state();
-        let objs = st.colls.get(c).ok_or(Error::CollectionNotFound(*c))?;
-        let lower = start.map_or(Bound::Unbounded, Bound::Included);
-        let mut it = objs
-            .range::<ObjectKey, _>((lower, Bound::Unbounded))
-            .map(|(k, _)| k);
-        let objects: Vec<ObjectKey> = it.by_ref().take(max).cloned().collect();
-        Ok(Listing {
-            objects,
-            next: it.next().cloned(),
-        })
-    }
-
-    fn exists(&self, c: &CollectionId, o: &ObjectKey) -> Result<bool> {
-        let st = self.shared.read_state();
-        Ok(st
-            .colls
-            .get(c)
-            .ok_or(Error::CollectionNotFound(*c))?
-            .contains_key(o))
-    }
-
-    fn stat(&self, c: &CollectionId, o: &ObjectKey) -> Result<ObjectStat> {
-        self.with_onode(c, o, |_, on| {
-            Ok(ObjectStat {
-                size: on.size,
-                allocated_bytes: on.extents.allocated_blocks() * BLOCK as u64,
-            })
-        })
-    }
-
-    fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
-        self.with_onode(c, o, |st, on| {
-            let len = crate::validate::check_read(on.size, offset, len)?;
-            if len == 0 {
-                return Ok(Bytes::new());
-            }
-            read_range(
-                st,
-                &*self.shared.dev,
-                &self.shared.counters,
-                on,
-                offset,
-                len,
-            )
-        })
-    }
-
-    fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
-        self.with_onode(c, o, |_, on| Ok(on.meta.xattrs.get(name).cloned()))
-    }
-
-    fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
-        self.with_onode(c, o, |_, on| Ok(on.meta.xattrs.clone()))
-    }
-
-    fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes> {
-        self.with_onode(c, o, |_, on| Ok(on.meta.omap_header.clone()))
-    }
-
-    fn omap_get_values(
-        &self,
-        c: &CollectionId,
-        o: &ObjectKey,
-        keys: &[Bytes],
-    ) -> Result<BTreeMap<Bytes, Bytes>> {
-        self.with_onode(c, o, |_, on| {
-            Ok(keys
-                .iter()
-                .filter_map(|k| on.meta.omap.get(k).map(|v| (k.clone(), v.clone())))
-                .collect())
-        })
-    }
-
-    fn omap_range(
-        &self,
-        c: &CollectionId,
-        o: &ObjectKey,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        max: usize,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        self.with_onode(c, o, |_, on| Ok(on.meta.range(start, end, max)))
-    }
-
-    fn statfs(&self) -> Result<StatFs> {
-        let st = self.shared.read_state();
-        let mut fs = StatFs {
-            total_bytes: (st.total_blocks - 1) * BLOCK as u64,
-            free_bytes: st.alloc.free_blocks() * BLOCK as u64,
-            collections: st.colls.len() as u64,
-            ..StatFs::default()
-        };
-        for on in st.colls.values().flat_map(|m| m.values()) {
-            fs.objects += 1;
-            fs.stored_bytes += on.size;
-        }
-        Ok(fs)
     }
 }
 

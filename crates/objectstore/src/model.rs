@@ -204,12 +204,9 @@ pub struct TxnGen {
     pub write_bytes_max: u64,
     /// Objects are placed below this offset (plus the write length).
     pub offset_max: u64,
+    /// Transactions touch collections `pool.0` and `pool.7` (default pool 1).
+    pub pool: u64,
 }
-
-const COLLS: [CollectionId; 2] = [
-    CollectionId { pool: 1, seed: 0 },
-    CollectionId { pool: 1, seed: 7 },
-];
 
 impl TxnGen {
     /// A generator from `seed` with default sizes.
@@ -218,11 +215,12 @@ impl TxnGen {
             rng: Rng::new(seed),
             write_bytes_max: 160 * 1024,
             offset_max: 96 * 1024,
+            pool: 1,
         }
     }
 
     fn coll(&mut self) -> CollectionId {
-        COLLS[self.rng.below(2) as usize]
+        CollectionId::new(self.pool, [0, 7][self.rng.below(2) as usize])
     }
 
     fn obj(&mut self) -> ObjectKey {

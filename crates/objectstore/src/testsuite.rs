@@ -334,7 +334,18 @@ pub fn assert_matches_model(s: &dyn ObjectStore, model: &Model, ctx: &str) {
 
 /// Like [`assert_matches_model`] but returns the first difference.
 pub fn compare_with_model(s: &dyn ObjectStore, model: &Model) -> std::result::Result<(), String> {
-    let colls = s.list_collections().map_err(|e| e.to_string())?;
+    compare_pools_with_model(s, model, |_| true)
+}
+
+/// Like [`compare_with_model`], limited to the collections whose pool passes `pools`
+/// (for stores shared by several independent writers, one model per pool).
+pub fn compare_pools_with_model(
+    s: &dyn ObjectStore,
+    model: &Model,
+    pools: impl Fn(u64) -> bool,
+) -> std::result::Result<(), String> {
+    let mut colls = s.list_collections().map_err(|e| e.to_string())?;
+    colls.retain(|c| pools(c.pool));
     let want: Vec<CollectionId> = model.colls.keys().copied().collect();
     if colls != want {
         return Err(format!("collections {colls:?} != {want:?}"));

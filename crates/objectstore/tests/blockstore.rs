@@ -479,3 +479,56 @@ fn hostile_metadata_is_reported_never_a_panic() {
     }
     assert!(tool::fsck(&d.0, true).unwrap().is_clean());
 }
+
+#[test]
+fn concurrent_writers_and_readers_match_their_models_after_reopen() {
+    let d = TempDir::new("concurrent");
+    let s = Arc::new(new_store(&d, 128));
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut g = shoal_objectstore::model::TxnGen::new(1000 + w);
+                g.pool = 10 + w;
+                let mut model = Model::default();
+                let mut tickets = Vec::new();
+                for i in 0..150 {
+                    let t = g.txn();
+                    let ok = model.apply(&t);
+                    match s.queue_transaction(t) {
+                        Ok(ticket) => {
+                            assert!(ok, "writer {w} txn {i}");
+                            tickets.push(ticket);
+                        }
+                        Err(e) => assert!(!ok, "writer {w} txn {i}: {e}"),
+                    }
+                    if i % 10 == 0 {
+                        let r = testsuite::compare_pools_with_model(&*s, &model, |p| p == 10 + w);
+                        assert!(r.is_ok(), "writer {w} txn {i}: {r:?}");
+                    }
+                }
+                for t in tickets {
+                    t.wait().unwrap();
+                }
+                model
+            })
+        })
+        .collect();
+    let models: Vec<Model> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+    let objects: usize = models
+        .iter()
+        .flat_map(|m| m.colls.values())
+        .map(|o| o.len())
+        .sum();
+    assert!(
+        objects >= 8,
+        "the writers built something ({objects} objects)"
+    );
+    drop(Arc::try_unwrap(s).unwrap());
+    assert!(tool::fsck(&d.0, true).unwrap().is_clean());
+    let s = BlockStore::open(&d.0, &OpenOptions::default()).unwrap();
+    for (w, m) in models.iter().enumerate() {
+        let r = testsuite::compare_pools_with_model(&s, m, |p| p == 10 + w as u64);
+        assert!(r.is_ok(), "writer {w} after reopen: {r:?}");
+    }
+}

@@ -186,6 +186,10 @@ options! {
     auth_service_secret_rotation_ms: u64 = 3_600_000u64;
     /// CRUSH failure domain of the default replicated rule made at bootstrap: host, or osd for a one-machine cluster.
     osd_crush_failure_domain: String = "host";
+    /// OSD-map epochs of history the monitors keep (incrementals, and full maps at intervals), fixed at bootstrap.
+    mon_osdmap_history: u32 = 500u32;
+    /// Epochs between the full OSD maps the monitors keep, fixed at bootstrap.
+    mon_osdmap_full_interval: u32 = 100u32;
     /// Distinct reporters (from different subtrees) needed to mark an OSD down.
     mon_osd_min_down_reporters: u32 = 2u32;
     /// CRUSH level that makes failure reporters distinct: host, or osd for a one-machine cluster.

@@ -17,8 +17,10 @@ use shoal_net::Secret;
 
 use crate::error::{ErrorCode, MonError};
 
-/// Incrementals kept for subscribers that are behind.
+/// Default number of epochs of history kept (`mon_osdmap_history`).
 pub const HISTORY_MAX: usize = 500;
+/// Default interval, in epochs, between kept full maps (`mon_osdmap_full_interval`).
+pub const FULL_INTERVAL: u32 = 100;
 /// Largest `pg_num` a pool may have (Ceph's `mon_max_pool_pg_num`).
 pub const POOL_PG_NUM_MAX: u32 = 65_536;
 /// Largest replicated pool size.
@@ -179,7 +181,7 @@ pub struct Boot {
 }
 
 /// The OSD map and its history, as the monitors keep them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdMapState {
     /// The current map (absent before bootstrap), encoded.
     #[serde(with = "b64_map")]
@@ -194,6 +196,23 @@ pub struct OsdMapState {
     /// return).
     #[serde(default)]
     pub auto_out: BTreeSet<i32>,
+    /// Full maps every `full_interval` epochs, encoded, within the history.
+    #[serde(default)]
+    pub full_maps: BTreeMap<u32, String>,
+    /// Epochs of history kept (incrementals and full maps older are trimmed).
+    #[serde(default = "default_history")]
+    pub history: u32,
+    /// Epochs between kept full maps.
+    #[serde(default = "default_full_interval")]
+    pub full_interval: u32,
+}
+
+fn default_history() -> u32 {
+    HISTORY_MAX as u32
+}
+
+fn default_full_interval() -> u32 {
+    FULL_INTERVAL
 }
 
 mod b64_map {
@@ -226,16 +245,76 @@ fn map_err(e: shoal_maps::MapError) -> MonError {
     MonError::new(ErrorCode::InvalidArgument, e.to_string())
 }
 
+impl Default for OsdMapState {
+    fn default() -> Self {
+        OsdMapState {
+            map: None,
+            incrementals: BTreeMap::new(),
+            flags: BTreeSet::new(),
+            pool_max: 0,
+            auto_out: BTreeSet::new(),
+            full_maps: BTreeMap::new(),
+            history: default_history(),
+            full_interval: default_full_interval(),
+        }
+    }
+}
+
 impl OsdMapState {
-    /// The map of a new cluster.
-    pub fn bootstrap(&mut self, fsid: [u8; 16], crush: CrushMap) -> Result<(), MonError> {
+    /// The map of a new cluster, keeping `history` epochs with a full map
+    /// every `full_interval`.
+    pub fn bootstrap(
+        &mut self,
+        fsid: [u8; 16],
+        crush: CrushMap,
+        history: u32,
+        full_interval: u32,
+    ) -> Result<(), MonError> {
         let mut map = OsdMap::new(fsid, 0, crush).map_err(map_err)?;
         let inc = Incremental::next(&map);
         map.apply(&inc).map_err(map_err)?;
-        self.incrementals
-            .insert(inc.epoch.0, Secret::encode_base64(&inc.encode()));
+        self.history = history.max(1);
+        self.full_interval = full_interval.max(1);
+        self.record(&inc, &map);
         self.map = Some(map);
         Ok(())
+    }
+
+    /// Keeps `inc` (which produced `map`), a full map at each interval, and
+    /// trims both to the history length.
+    fn record(&mut self, inc: &Incremental, map: &OsdMap) {
+        let epoch = inc.epoch.0;
+        self.incrementals
+            .insert(epoch, Secret::encode_base64(&inc.encode()));
+        if epoch % self.full_interval == 1 || self.full_interval == 1 {
+            self.full_maps
+                .insert(epoch, Secret::encode_base64(&map.encode()));
+        }
+        let oldest = epoch.saturating_sub(self.history.saturating_sub(1));
+        self.incrementals = self.incrementals.split_off(&oldest);
+        // Keep the newest full map at or before the oldest incremental, so
+        // every epoch in the history can be rebuilt.
+        let base = self.full_maps.range(..=oldest).next_back().map(|(e, _)| *e);
+        if let Some(base) = base {
+            self.full_maps = self.full_maps.split_off(&base);
+        }
+    }
+
+    /// The map as it was at `epoch`, rebuilt from the nearest kept full map
+    /// and the incrementals after it; `None` when `epoch` is outside the
+    /// kept history.
+    pub fn map_at(&self, epoch: u32) -> Option<OsdMap> {
+        if epoch == self.epoch() {
+            return self.map.clone();
+        }
+        let (base_epoch, full) = self.full_maps.range(..=epoch).next_back()?;
+        let mut map = OsdMap::decode(&Secret::decode_base64(full).ok()?).ok()?;
+        for e in base_epoch + 1..=epoch {
+            let inc = self.incrementals.get(&e)?;
+            let inc = Incremental::decode(&Secret::decode_base64(inc).ok()?).ok()?;
+            map.apply(&inc).ok()?;
+        }
+        Some(map)
     }
 
     /// The current map.
@@ -282,11 +361,7 @@ impl OsdMapState {
             }
             _ => {}
         }
-        self.incrementals
-            .insert(inc.epoch.0, Secret::encode_base64(&inc.encode()));
-        while self.incrementals.len() > HISTORY_MAX {
-            self.incrementals.pop_first();
-        }
+        self.record(&inc, &next);
         let epoch = next.epoch.0;
         self.map = Some(next);
         let mut out = out;
@@ -714,7 +789,7 @@ mod tests {
 
     fn state() -> OsdMapState {
         let mut s = OsdMapState::default();
-        s.bootstrap([7; 16], initial_crush("host").unwrap())
+        s.bootstrap([7; 16], initial_crush("host").unwrap(), 500, 100)
             .unwrap();
         s
     }
@@ -858,17 +933,30 @@ mod tests {
     }
 
     #[test]
-    fn history_is_trimmed() {
-        let mut s = state();
-        for i in 0..(HISTORY_MAX + 20) {
+    fn history_is_trimmed_and_old_maps_rebuild() {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("host").unwrap(), 50, 10)
+            .unwrap();
+        let mut maps = vec![None, s.map.clone()];
+        for i in 0..120 {
             let on = i % 2 == 0;
             s.apply(&OsdChange::Flag {
                 flag: "noout".into(),
                 on,
             })
             .unwrap();
+            maps.push(s.map.clone());
         }
-        assert_eq!(s.incrementals.len(), HISTORY_MAX);
-        assert_eq!(s.incrementals.keys().next_back().copied(), Some(s.epoch()));
+        assert_eq!(s.epoch(), 121);
+        assert_eq!(s.incrementals.len(), 50);
+        assert_eq!(s.incrementals.keys().next().copied(), Some(72));
+        // Full maps every 10 epochs, the oldest one at or before epoch 72.
+        let fulls: Vec<u32> = s.full_maps.keys().copied().collect();
+        assert_eq!(fulls, vec![71, 81, 91, 101, 111, 121]);
+        for e in 72..=121u32 {
+            assert_eq!(s.map_at(e), maps[e as usize], "epoch {e}");
+        }
+        assert!(s.map_at(60).is_none());
+        assert!(s.map_at(500).is_none());
     }
 }

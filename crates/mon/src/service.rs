@@ -57,6 +57,10 @@ pub struct MonitorOptions {
     pub secret_rotation: Duration,
     /// CRUSH failure domain of the default rule at bootstrap (`host`, `osd`).
     pub failure_domain: String,
+    /// OSD-map epochs of history kept (set at bootstrap).
+    pub osdmap_history: u32,
+    /// Epochs between kept full OSD maps (set at bootstrap).
+    pub osdmap_full_interval: u32,
     /// How the leader decides an OSD is down or out.
     pub osd: OsdLiveness,
 }
@@ -404,6 +408,8 @@ impl Core {
         let req = MonRequest::Bootstrap {
             fsid: self.meta.fsid.clone(),
             failure_domain: self.opts.failure_domain.clone(),
+            history: self.opts.osdmap_history,
+            full_interval: self.opts.osdmap_full_interval,
             mons,
             auth,
         };

@@ -42,6 +42,12 @@ pub enum MonRequest {
         /// or `osd` on one machine).
         #[serde(default = "default_failure_domain")]
         failure_domain: String,
+        /// OSD-map epochs of history to keep.
+        #[serde(default = "default_history")]
+        history: u32,
+        /// Epochs between kept full OSD maps.
+        #[serde(default = "default_full_interval")]
+        full_interval: u32,
         /// Initial monitors by name.
         mons: BTreeMap<String, MonInfo>,
         /// Initial entities (the bootstrap keyring).
@@ -137,6 +143,14 @@ pub enum MonResponse {
 
 fn default_failure_domain() -> String {
     "host".to_string()
+}
+
+fn default_history() -> u32 {
+    crate::osdmap::HISTORY_MAX as u32
+}
+
+fn default_full_interval() -> u32 {
+    crate::osdmap::FULL_INTERVAL
 }
 
 /// The 16 bytes of a textual UUID (hyphens ignored).
@@ -253,6 +267,8 @@ impl MonState {
             MonRequest::Bootstrap {
                 fsid,
                 failure_domain,
+                history,
+                full_interval,
                 mons,
                 auth,
             } => {
@@ -261,7 +277,7 @@ impl MonState {
                 }
                 let crush = crate::osdmap::initial_crush(failure_domain)?;
                 let mut osdmap = OsdMapState::default();
-                osdmap.bootstrap(fsid_bytes(fsid)?, crush)?;
+                osdmap.bootstrap(fsid_bytes(fsid)?, crush, *history, *full_interval)?;
                 self.osdmap = osdmap;
                 self.fsid = fsid.clone();
                 self.mons = mons.clone();
@@ -405,6 +421,8 @@ mod tests {
         let r = s.apply(&MonRequest::Bootstrap {
             fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
             failure_domain: "host".into(),
+            history: 500,
+            full_interval: 100,
             mons,
             auth: BTreeMap::new(),
         });
@@ -430,6 +448,8 @@ mod tests {
         let again = MonRequest::Bootstrap {
             fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
             failure_domain: "host".into(),
+            history: 500,
+            full_interval: 100,
             mons: BTreeMap::new(),
             auth: BTreeMap::new(),
         };

@@ -559,6 +559,8 @@ mod tests {
             payload: EntryPayload::Normal(MonRequest::Bootstrap {
                 fsid: "00000000-0000-0000-0000-000000000abc".into(),
                 failure_domain: "osd".into(),
+                history: 500,
+                full_interval: 100,
                 mons: Default::default(),
                 auth: Default::default(),
             }),

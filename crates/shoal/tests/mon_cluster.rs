@@ -270,6 +270,59 @@ fn leader_kill_during_a_stream_of_creations_then_restart_then_no_quorum() {
         dump
     );
 
+    // A client following the OSD map keeps following when its monitor (the
+    // first in mon_host, mon.a) is killed.
+    let mut watcher = Command::new(SHOAL)
+        .args([
+            "--conf",
+            mons.conf.to_str().unwrap(),
+            "osd",
+            "watch",
+            "--timeout",
+            "30",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_line = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.starts_with(want) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("watcher never printed {want}"),
+            }
+        }
+    };
+    let epoch_now = dump["epoch"].as_u64().unwrap();
+    wait_line(&format!("e{epoch_now}:"));
+    mons.signal("a", "-KILL");
+    for i in 0..3 {
+        let o = mons.shoal(&["osd", "pool", "create", &format!("w{i}"), "4"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let line = wait_line(&format!("e{}:", epoch_now + 3));
+    assert!(
+        line.contains(&format!("{} pools", names.len() + 3)),
+        "{line}"
+    );
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    mons.start("a");
+    mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
+
     // A lone monitor refuses changes with "no quorum", in bounded time.
     let keep = mons.names[0].clone();
     for n in mons.names.clone().iter().filter(|n| **n != keep) {

@@ -65,6 +65,8 @@ fn opts(data: PathBuf) -> MonitorOptions {
         ticket_ttl: Duration::from_secs(3600),
         secret_rotation: Duration::from_secs(3600),
         failure_domain: "osd".into(),
+        osdmap_history: 500,
+        osdmap_full_interval: 100,
         osd: shoal_mon::OsdLiveness::default(),
     }
 }

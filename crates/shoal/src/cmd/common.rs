@@ -66,6 +66,15 @@ pub fn mon_addrs(config: &Config) -> anyhow::Result<Vec<SocketAddr>> {
 
 /// A monitor client acting as `ctx.name`, with its key from `keyring`.
 pub fn mon_client(ctx: &Ctx) -> anyhow::Result<MonClient> {
+    mon_client_with(ctx, Arc::new(|_: Incoming| {}))
+}
+
+/// A monitor client whose messenger hands incoming messages (subscription
+/// updates) to `dispatcher`.
+pub fn mon_client_with(
+    ctx: &Ctx,
+    dispatcher: Arc<dyn shoal_net::Dispatcher>,
+) -> anyhow::Result<MonClient> {
     let o = &ctx.config.options;
     if o.keyring.is_empty() {
         bail!("no keyring: set keyring = PATH in the config file or with --set keyring=PATH");
@@ -79,7 +88,7 @@ pub fn mon_client(ctx: &Ctx) -> anyhow::Result<MonClient> {
         net,
         Arc::new(TcpTransport),
         auth,
-        Arc::new(|_: Incoming| {}),
+        dispatcher,
     );
     // Outlast the monitors' own command timeout, so their "no quorum"
     // answer reaches the user rather than a local timeout.

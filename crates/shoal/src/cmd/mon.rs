@@ -166,6 +166,8 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         ticket_ttl: Duration::from_millis(o.auth_ticket_ttl_ms),
         secret_rotation: Duration::from_millis(o.auth_service_secret_rotation_ms),
         failure_domain: o.osd_crush_failure_domain.clone(),
+        osdmap_history: o.mon_osdmap_history,
+        osdmap_full_interval: o.mon_osdmap_full_interval,
         osd: OsdLiveness {
             min_down_reporters: o.mon_osd_min_down_reporters,
             reporter_subtree_level: o.mon_osd_reporter_subtree_level.clone(),

@@ -59,6 +59,16 @@ pub enum OsdCmd {
     /// Edit the CRUSH hierarchy.
     #[command(subcommand)]
     Crush(CrushEditCmd),
+    /// Follow the OSD map: print each new epoch as it arrives (across
+    /// monitor failures) until COUNT epochs after the current one or TIMEOUT.
+    Watch {
+        /// Stop after this many new epochs (0: never).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Stop after this many seconds (0: never).
+        #[arg(long, default_value_t = 0)]
+        timeout: u64,
+    },
     /// Where an object lives: its PG and the OSDs holding it.
     Map {
         /// Pool name.
@@ -322,6 +332,7 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &format!("{flag} is unset"),
         ),
         OsdCmd::Pool(p) => run_pool(p, ctx)?,
+        OsdCmd::Watch { count, timeout } => watch(ctx, count, timeout)?,
         OsdCmd::Crush(c) => run_crush(c, ctx)?,
         OsdCmd::Map {
             pool,
@@ -341,6 +352,50 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let rt = super::common::runtime()?;
+    rt.block_on(async {
+        let sink = shoal_mon::UpdateSink::new();
+        let client = super::common::mon_client_with(ctx, sink.clone())?;
+        let mut maps = client.subscribe_osdmap(sink);
+        let deadline = (timeout > 0)
+            .then(|| tokio::time::Instant::now() + std::time::Duration::from_secs(timeout));
+        let mut first: Option<u64> = None;
+        let mut last = 0u64;
+        loop {
+            let changed = maps.changed();
+            let ok = match deadline {
+                Some(d) => tokio::time::timeout_at(d, changed).await.map(|r| r.is_ok()),
+                None => Ok(changed.await.is_ok()),
+            };
+            if !matches!(ok, Ok(true)) {
+                break;
+            }
+            let Some(map) = maps.borrow_and_update().clone() else {
+                continue;
+            };
+            let epoch = u64::from(map.epoch.0);
+            if epoch <= last {
+                continue;
+            }
+            let start = *first.get_or_insert(epoch);
+            println!(
+                "e{epoch}: {} pools, {} osds ({} up)",
+                map.pools().len(),
+                map.osds().filter(|(_, o)| o.exists).count(),
+                map.osds().filter(|(id, _)| map.is_up(*id)).count()
+            );
+            let _ = std::io::stdout().flush();
+            last = epoch;
+            if count > 0 && epoch - start >= count {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    })
 }
 
 fn run_crush(cmd: CrushEditCmd, ctx: &Ctx) -> anyhow::Result<()> {

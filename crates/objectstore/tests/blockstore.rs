@@ -532,3 +532,146 @@ fn concurrent_writers_and_readers_match_their_models_after_reopen() {
         assert!(r.is_ok(), "writer {w} after reopen: {r:?}");
     }
 }
+
+#[test]
+fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let d = TempDir::new("race");
+    let s = Arc::new(new_store(&d, 32));
+    let c = CollectionId::new(3, 3);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.apply_transaction(t).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let obj = |i: u64| ObjectKey::new(i as u32, format!("r{i}"));
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = shoal_objectstore::model::Rng::new(w);
+                while !stop.load(Ordering::Relaxed) {
+                    let o = obj(w * 4 + rng.below(4));
+                    let v = rng.next_u64() as u8;
+                    let mut t = Transaction::new();
+                    match rng.below(3) {
+                        // Whole object, copy-on-write: frees the old blocks.
+                        0 => t.write(c, o, 0, Bytes::from(vec![v; 16 * 4096])),
+                        // One block: deferred when allocated.
+                        1 => t.write(c, o, rng.below(16) * 4096, Bytes::from(vec![v; 4096])),
+                        _ => t.truncate(c, o.clone(), 0).remove(c, o),
+                    };
+                    s.apply_transaction(t).unwrap();
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = shoal_objectstore::model::Rng::new(100 + r);
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match s.read(&c, &obj(rng.below(8)), 0, u64::MAX) {
+                        Ok(data) => {
+                            for blk in data.chunks(4096) {
+                                assert!(
+                                    blk.iter().all(|b| *b == blk[0]),
+                                    "a block mixes two writes"
+                                );
+                            }
+                            reads += 1;
+                        }
+                        Err(Error::ObjectNotFound(..)) => {}
+                        Err(e) => panic!("read failed: {e}"),
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(reads > 0);
+    assert_eq!(s.counters().checksum_errors.load(Ordering::Relaxed), 0);
+    println!(
+        "{reads} reads, {} redone under the lock after a block changed",
+        s.counters().read_retries.load(Ordering::Relaxed)
+    );
+}
+
+/// A device whose reads stall while `stall` is set (to hold a read open across commits).
+#[derive(Debug)]
+struct StallingReads {
+    inner: Arc<MemDevice>,
+    stall: std::sync::atomic::AtomicBool,
+}
+
+impl block::device::Device for StallingReads {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if self.stall.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+#[test]
+fn read_racing_block_reuse_is_redone_not_reported_as_corruption() {
+    use std::sync::atomic::Ordering;
+    let ctl = FaultController::new(0, 0);
+    let data = Arc::new(StallingReads {
+        inner: MemDevice::new(vec![0u8; 4 << 20], ctl.clone()),
+        stall: false.into(),
+    });
+    let meta = MemDevice::new(Vec::new(), ctl);
+    BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+    let s = Arc::new(BlockStore::open_on(data.clone(), meta).unwrap());
+    let (c, a, b) = (
+        CollectionId::new(1, 1),
+        ObjectKey::new(1, "a"),
+        ObjectKey::new(2, "b"),
+    );
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, a.clone(), 0, Bytes::from(vec![1u8; 8192]));
+    s.apply_transaction(t).unwrap();
+    data.stall.store(true, Ordering::SeqCst);
+    let reader = {
+        let (s, c, a) = (s.clone(), c, a.clone());
+        std::thread::spawn(move || s.read(&c, &a, 0, 8192))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // While the read stalls: free a's blocks, make that durable, reuse them for b.
+    let mut t = Transaction::new();
+    t.remove(c, a.clone());
+    s.apply_transaction(t).unwrap();
+    let mut t = Transaction::new();
+    t.write(c, b.clone(), 0, Bytes::from(vec![2u8; 8192]));
+    s.apply_transaction(t).unwrap();
+    let got = reader.join().unwrap();
+    data.stall.store(false, Ordering::SeqCst);
+    assert!(matches!(got, Err(Error::ObjectNotFound(..))), "{got:?}");
+    assert_eq!(s.counters().checksum_errors.load(Ordering::Relaxed), 0);
+    assert_eq!(s.counters().read_retries.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        s.read(&c, &b, 0, 8192).unwrap(),
+        Bytes::from(vec![2u8; 8192])
+    );
+}

@@ -163,6 +163,7 @@ impl Committer {
     /// space freed by the group be handed out again.
     fn after_commit(&mut self, group: &[Queued]) {
         let mut st = self.shared.write_state();
+        st.reuse_gen += 1;
         for q in group {
             for (seq, pb, data) in &q.batch.deferred {
                 if let Err(e) = self.shared.dev.write_at(pb * BLOCK as u64, data) {

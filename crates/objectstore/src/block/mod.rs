@@ -68,6 +68,8 @@ pub struct Counters {
     pub group_commits: AtomicU64,
     /// Transactions queued.
     pub transactions: AtomicU64,
+    /// Unlocked reads redone under the lock because blocks changed during their I/O.
+    pub read_retries: AtomicU64,
 }
 
 /// Options of [`BlockStore::mkfs`].
@@ -331,6 +333,7 @@ impl BlockStore {
             colls: loaded.colls,
             alloc: free.clone(),
             overlay: deferred::Overlay::starting_at(next_seq),
+            reuse_gen: 0,
             total_blocks: loaded.total_blocks,
         };
         let shared = Arc::new(Shared {

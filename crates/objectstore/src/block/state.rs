@@ -28,6 +28,81 @@ pub(crate) struct State {
     /// Deferred block contents not yet written in place: device block -> (seq, data).
     pub overlay: Overlay,
     pub total_blocks: u64,
+    /// Bumped (under the write lock) whenever a block can change under a reader that
+    /// does not hold the lock: deferred writes applied in place, freed blocks released
+    /// for reuse. An unlocked read that fails its checksum retries under the lock if
+    /// this moved, and reports corruption only if it did not.
+    pub reuse_gen: u64,
+}
+
+/// Why an unlocked read failed.
+#[derive(Debug)]
+pub(crate) enum ReadFailure {
+    /// A block failed its crc at this device offset (maybe reused meanwhile).
+    Checksum(u64),
+    /// Anything else.
+    Other(Error),
+}
+
+/// Everything a read needs, taken under the lock so the I/O can run without it.
+#[derive(Debug)]
+pub(crate) struct ReadPlan {
+    /// (offset in the buffer, first device block, crcs)
+    pieces: Vec<(usize, u64, Vec<u32>)>,
+    /// Deferred contents of the blocks read.
+    overlay: Vec<(u64, Bytes)>,
+    buf_len: usize,
+    start: usize,
+    len: usize,
+    pub reuse_gen: u64,
+}
+
+impl ReadPlan {
+    /// Plan reading `[off, off+len)` of `on`; `len` is already clamped to the size.
+    pub fn new(st: &State, on: &Onode, off: u64, len: u64) -> Self {
+        let lb0 = off / B;
+        let lb1 = (off + len).min(on.size).div_ceil(B).max(lb0);
+        let mut plan = ReadPlan {
+            pieces: Vec::new(),
+            overlay: Vec::new(),
+            buf_len: ((lb1 - lb0) * B) as usize,
+            start: (off - lb0 * B) as usize,
+            len: len as usize,
+            reuse_gen: st.reuse_gen,
+        };
+        for (lb, mapped, _) in on.extents.segments(lb0, lb1) {
+            if let Some((pb, crcs)) = mapped {
+                for i in 0..crcs.len() as u64 {
+                    if let Some(d) = st.overlay.get(pb + i) {
+                        plan.overlay.push((pb + i, d.clone()));
+                    }
+                }
+                plan.pieces
+                    .push((((lb - lb0) * B) as usize, pb, crcs.to_vec()));
+            }
+        }
+        plan
+    }
+
+    /// Do the I/O and verify every block.
+    pub fn execute(&self, dev: &dyn Device) -> std::result::Result<Bytes, ReadFailure> {
+        let mut buf = AlignedBuf::new(self.buf_len);
+        for (at, pb, crcs) in &self.pieces {
+            let out = &mut buf.as_mut_slice()[*at..*at + crcs.len() * BLOCK];
+            dev.read_at(pb * B, out)
+                .map_err(|e| ReadFailure::Other(Error::io("reading data", e)))?;
+            for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
+                let b = pb + i as u64;
+                if let Some((_, d)) = self.overlay.iter().find(|(x, _)| *x == b) {
+                    blk.copy_from_slice(d);
+                }
+                if crc32c::crc32c(blk) != *want {
+                    return Err(ReadFailure::Checksum(b * B));
+                }
+            }
+        }
+        Ok(buf.into_bytes(self.start, self.len))
+    }
 }
 
 impl View for Colls {

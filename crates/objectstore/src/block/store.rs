@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::apply::{self, Applier, read_range};
 use super::commit::Queued;
+use super::state::{ReadFailure, ReadPlan};
 use super::{BLOCK, BlockStore};
 use crate::error::{Error, Result};
 use crate::store::ObjectStore;
@@ -105,6 +106,32 @@ impl ObjectStore for BlockStore {
     }
 
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
+        // Plan under the lock, read the device without it (writers and the committer
+        // are not held up by read I/O).
+        let plan = self.with_onode(c, o, |st, on| {
+            let len = crate::validate::check_read(on.size, offset, len)?;
+            Ok((len > 0).then(|| ReadPlan::new(st, on, offset, len)))
+        })?;
+        let Some(plan) = plan else {
+            return Ok(Bytes::new());
+        };
+        let device_offset = match plan.execute(&*self.shared.dev) {
+            Ok(b) => return Ok(b),
+            Err(ReadFailure::Other(e)) => return Err(e),
+            Err(ReadFailure::Checksum(at)) => at,
+        };
+        if self.shared.read_state().reuse_gen == plan.reuse_gen {
+            self.shared
+                .counters
+                .checksum_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Checksum { device_offset });
+        }
+        // A block changed under the unlocked read: read again holding the lock.
+        self.shared
+            .counters
+            .read_retries
+            .fetch_add(1, Ordering::Relaxed);
         self.with_onode(c, o, |st, on| {
             let len = crate::validate::check_read(on.size, offset, len)?;
             if len == 0 {

@@ -24,13 +24,14 @@ pub(crate) fn bucket_choose(b: &Bucket, x: u32, r: i32) -> i32 {
 fn straw2_choose(b: &Bucket, x: u32, r: i32) -> i32 {
     let mut high = 0usize;
     let mut high_draw = 0i64;
+    let mut div = Divider::default();
     for (i, (&item, &w)) in b.items.iter().zip(&b.weights).enumerate() {
         let draw = if w != 0 {
             let u = hash32_3(x, item as u32, r as u32) & 0xffff;
-            // ln(u) - 2^48 is in (-2^48, 0]; C divides it by w rounding
+            // ln(u) - 2^48 is in [-2^48, 0]; C divides it by w rounding
             // toward zero, which is the negated unsigned quotient.
             let neg_ln = 0x1_0000_0000_0000u64 - crush_ln(u);
-            -((neg_ln / u64::from(w)) as i64)
+            -(div.divide(neg_ln, w) as i64)
         } else {
             i64::MIN
         };
@@ -40,6 +41,37 @@ fn straw2_choose(b: &Bucket, x: u32, r: i32) -> i32 {
         }
     }
     b.items.get(high).copied().unwrap_or(0)
+}
+
+/// Exact `n / w` for `n <= 2^48`, replacing the division by a multiply once
+/// the same weight comes up twice in a row (buckets of equal items).
+///
+/// With `l = ceil(log2 w)` and `m = floor(2^(49 + l) / w) + 1`, Granlund and
+/// Montgomery's bound gives `floor(n / w) = floor(n·m / 2^(49 + l))` for every
+/// `n < 2^49`, so the result is bit-identical to the division.
+#[derive(Default)]
+struct Divider {
+    last: u32,
+    magic: Option<(u128, u32)>,
+}
+
+impl Divider {
+    #[inline]
+    fn divide(&mut self, n: u64, w: u32) -> u64 {
+        if w != self.last {
+            self.last = w;
+            self.magic = None;
+            return n / u64::from(w);
+        }
+        let (m, s) = *self.magic.get_or_insert_with(|| magic(w));
+        ((u128::from(n) * m) >> s) as u64
+    }
+}
+
+fn magic(w: u32) -> (u128, u32) {
+    let l = 32 - (w - 1).leading_zeros();
+    let s = 49 + l;
+    ((1u128 << s) / u128::from(w) + 1, s)
 }
 
 fn list_choose(b: &Bucket, x: u32, r: i32) -> i32 {
@@ -110,6 +142,52 @@ mod tests {
             .filter(|x| bucket_choose(&b, *x, 0) == 1)
             .count();
         assert!((29_000..31_000).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    fn reciprocal_division_is_exact() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut ws: Vec<u32> = vec![
+            1,
+            2,
+            3,
+            7,
+            0x8000,
+            0xffff,
+            0x10000,
+            0x10001,
+            0x2_8000,
+            u32::MAX,
+        ];
+        ws.extend((0..200).map(|_| (next() as u32).max(1)));
+        ws.extend((0..200).map(|_| ((next() as u32) >> 12).max(1)));
+        for w in ws {
+            let (m, s) = magic(w);
+            let mut ns = vec![
+                0u64,
+                1,
+                1 << 48,
+                (1 << 48) - 1,
+                u64::from(w),
+                u64::from(w) - 1,
+            ];
+            ns.extend((0..2000).map(|_| next() % ((1 << 48) + 1)));
+            let k = (1u64 << 48) / u64::from(w);
+            ns.extend([k * u64::from(w), (k * u64::from(w)).saturating_sub(1)]);
+            for n in ns {
+                assert_eq!(
+                    ((u128::from(n) * m) >> s) as u64,
+                    n / u64::from(w),
+                    "n {n} w {w}"
+                );
+            }
+        }
     }
 
     #[test]

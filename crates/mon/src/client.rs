@@ -196,20 +196,7 @@ impl MonClient {
         while !tx.is_closed() {
             let addr = self.mons[next % self.mons.len().max(1)];
             next += 1;
-            let sub = MonSubscribe {
-                what: what.clone(),
-                have,
-            };
-            let attempt = async {
-                let conn = self.msgr.connect(addr).await.ok()?;
-                let r = conn
-                    .request_with_timeout(sub, Bytes::new(), self.timeout)
-                    .await
-                    .ok()?;
-                Some((conn, r))
-            };
-            let Some((conn, reply)) = attempt.await else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            let Some((conn, reply)) = self.subscribe_at(addr, &what, have).await else {
                 continue;
             };
             let Message::MonUpdate(u) = reply.msg else {
@@ -232,6 +219,33 @@ impl MonClient {
         }
     }
 
+    /// Subscribes to `what` at the monitor at `addr`; on failure waits a
+    /// moment (so a caller cycling through monitors does not spin).
+    async fn subscribe_at(
+        &self,
+        addr: SocketAddr,
+        what: &str,
+        have: u64,
+    ) -> Option<(shoal_net::Connection, shoal_net::Reply)> {
+        let sub = MonSubscribe {
+            what: what.to_string(),
+            have,
+        };
+        let attempt = async {
+            let conn = self.msgr.connect(addr).await.ok()?;
+            let r = conn
+                .request_with_timeout(sub, Bytes::new(), self.timeout)
+                .await
+                .ok()?;
+            Some((conn, r))
+        };
+        let got = attempt.await;
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        got
+    }
+
     /// Follows the OSD map for as long as the returned receiver lives: the
     /// full map first, then every incremental, across monitor failures.
     /// A gap (updates lost while the follower lagged, or a new monitor)
@@ -251,20 +265,7 @@ impl MonClient {
             let addr = self.mons[next % self.mons.len().max(1)];
             next += 1;
             let have = local.as_ref().map_or(0, |m| u64::from(m.epoch.0));
-            let sub = MonSubscribe {
-                what: "osdmap".into(),
-                have,
-            };
-            let attempt = async {
-                let conn = self.msgr.connect(addr).await.ok()?;
-                let r = conn
-                    .request_with_timeout(sub, Bytes::new(), self.timeout)
-                    .await
-                    .ok()?;
-                Some((conn, r))
-            };
-            let Some((conn, reply)) = attempt.await else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            let Some((conn, reply)) = self.subscribe_at(addr, "osdmap", have).await else {
                 continue;
             };
             // Updates queued before this subscription are superseded by its reply.

@@ -148,6 +148,28 @@ async fn wait_bootstrapped(c: &MonClient) -> serde_json::Value {
     }
 }
 
+/// Creates `name` with `mon_cap` through `admin`; returns its key and a
+/// keyring holding it.
+async fn new_entity(admin: &MonClient, name: &str, mon_cap: &str) -> (Secret, Keyring) {
+    let v = admin
+        .command(&Command::AuthGetOrCreate {
+            entity: name.into(),
+            caps: caps(mon_cap),
+        })
+        .await
+        .unwrap();
+    let key = Secret::from_base64(v[name]["key"].as_str().unwrap()).unwrap();
+    let mut ring = Keyring::default();
+    ring.insert(
+        name.parse().unwrap(),
+        shoal_net::KeyringEntry {
+            key: key.clone(),
+            caps: BTreeMap::new(),
+        },
+    );
+    (key, ring)
+}
+
 fn caps(mon: &str) -> BTreeMap<String, String> {
     BTreeMap::from([("mon".to_string(), mon.to_string())])
 }
@@ -460,22 +482,7 @@ async fn tickets_for_osds_are_issued_to_entities_with_osd_caps() {
 }
 
 async fn admin_without_osd_caps(c: &Cluster, admin: &MonClient) -> shoal_mon::MonError {
-    let v = admin
-        .command(&Command::AuthGetOrCreate {
-            entity: "client.noosd".into(),
-            caps: caps("allow r"),
-        })
-        .await
-        .unwrap();
-    let key = Secret::from_base64(v["client.noosd"]["key"].as_str().unwrap()).unwrap();
-    let mut k = Keyring::default();
-    k.insert(
-        "client.noosd".parse().unwrap(),
-        shoal_net::KeyringEntry {
-            key: key.clone(),
-            caps: BTreeMap::new(),
-        },
-    );
+    let (key, k) = new_entity(admin, "client.noosd", "allow r").await;
     let client = c.client_as("client.noosd", k);
     let e = client.ticket(&key, "osd").await.unwrap_err();
     assert!(
@@ -491,22 +498,7 @@ async fn central_config_reaches_its_daemon_and_survives_monitor_failover() {
     let mut c = Cluster::new("subs", &["a", "b", "c"]).await;
     let admin = c.admin();
     wait_bootstrapped(&admin).await;
-    let v = admin
-        .command(&Command::AuthGetOrCreate {
-            entity: "osd.3".into(),
-            caps: caps("allow profile osd"),
-        })
-        .await
-        .unwrap();
-    let key = Secret::from_base64(v["osd.3"]["key"].as_str().unwrap()).unwrap();
-    let mut ring = Keyring::default();
-    ring.insert(
-        "osd.3".parse().unwrap(),
-        shoal_net::KeyringEntry {
-            key,
-            caps: BTreeMap::new(),
-        },
-    );
+    let (_, ring) = new_entity(&admin, "osd.3", "allow profile osd").await;
     let me: EntityName = "osd.3".parse().unwrap();
     let sink = shoal_mon::UpdateSink::new();
     let cfg = NetConfig {
@@ -751,22 +743,7 @@ async fn osd_boot_failure_reports_beacons_auto_out_and_return() {
     let mut osds = Vec::new();
     for id in 0..4 {
         let name = format!("osd.{id}");
-        let v = admin
-            .command(&Command::AuthGetOrCreate {
-                entity: name.clone(),
-                caps: caps("allow profile osd"),
-            })
-            .await
-            .unwrap();
-        let key = Secret::from_base64(v[&name]["key"].as_str().unwrap()).unwrap();
-        let mut ring = Keyring::default();
-        ring.insert(
-            name.parse().unwrap(),
-            shoal_net::KeyringEntry {
-                key,
-                caps: BTreeMap::new(),
-            },
-        );
+        let (_, ring) = new_entity(&admin, &name, "allow profile osd").await;
         osds.push(c.client_as(&name, ring));
     }
     let boot = |id: i32| Command::OsdBoot {

@@ -18,6 +18,7 @@ mod osdmap;
 mod service;
 mod state;
 mod store;
+mod ticket_auth;
 mod types;
 mod views;
 
@@ -30,5 +31,6 @@ pub use osdmap::{Boot, OsdChange, OsdMapState, PoolSpec, failure_domains, initia
 pub use service::{Monitor, MonitorOptions, OsdLiveness};
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 pub use store::MonStore;
+pub use ticket_auth::TicketAuth;
 pub use types::{MonRaft, TypeConfig};
 pub use views::apply_osdmap_update;

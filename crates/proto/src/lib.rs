@@ -11,6 +11,7 @@
 
 mod frame;
 mod message;
+mod osd;
 
 pub use frame::{
     Frame, FrameDecoder, FrameError, FrameFlags, FrameHeader, FrameLimits, HEADER_LEN, MAGIC,
@@ -20,4 +21,8 @@ pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
     MessageType, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe, MonUpdate, Ping,
     Pong, RejectCode,
+};
+pub use osd::{
+    CmpOp, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, PgInfo, PgList,
+    PgListReply, PgPush, PgQuery, RepOp, RepOpReply, TxnOp,
 };

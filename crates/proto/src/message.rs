@@ -6,6 +6,10 @@
 
 use prost::Message as _;
 
+pub use crate::osd::{
+    OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgPush, PgQuery, RepOp, RepOpReply,
+};
+
 /// Handshake, first frame from the connecting side.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Hello {
@@ -316,6 +320,15 @@ messages! {
     103 => MonRaftReply,
     104 => MonSubscribe,
     105 => MonUpdate,
+    200 => OsdOp,
+    201 => OsdOpReply,
+    202 => RepOp,
+    203 => RepOpReply,
+    204 => PgQuery,
+    205 => PgInfo,
+    206 => PgPush,
+    207 => PgList,
+    208 => PgListReply,
 }
 
 #[cfg(test)]

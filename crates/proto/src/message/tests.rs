@@ -66,6 +66,99 @@ fn any_message() -> impl Strategy<Value = Message> {
             .prop_map(|(what, have)| Message::MonSubscribe(MonSubscribe { what, have })),
         (".{0,20}", any::<u64>())
             .prop_map(|(what, version)| Message::MonUpdate(MonUpdate { what, version })),
+        osd_messages(),
+    ]
+}
+
+fn osd_messages() -> impl Strategy<Value = Message> {
+    use crate::osd::*;
+    let sub =
+        (any::<u32>(), any::<u64>(), ".{0,10}", bytes32()).prop_map(|(code, offset, name, key)| {
+            OsdSubOp {
+                code,
+                offset,
+                name,
+                keys: vec![key.clone()],
+                values: vec![key],
+                ..OsdSubOp::default()
+            }
+        });
+    let ops = proptest::collection::vec(sub, 0..4);
+    prop_oneof![
+        (any::<u64>(), any::<u32>(), ".{0,20}", any::<u64>(), ops).prop_map(
+            |(pool, pg_seed, oid, tid, ops)| Message::OsdOp(OsdOp {
+                pool,
+                pg_seed,
+                oid,
+                tid,
+                ops,
+                ..OsdOp::default()
+            })
+        ),
+        (any::<u32>(), ".{0,20}", any::<u64>(), bytes32()).prop_map(
+            |(code, message, version, key)| Message::OsdOpReply(OsdOpReply {
+                code,
+                message,
+                version,
+                results: vec![OsdSubOpResult {
+                    keys: vec![key],
+                    ..OsdSubOpResult::default()
+                }],
+                ..OsdOpReply::default()
+            })
+        ),
+        (any::<u64>(), any::<u32>(), bytes32()).prop_map(|(pool, epoch, name)| {
+            Message::RepOp(RepOp {
+                pool,
+                epoch,
+                log_entry: name.clone(),
+                txn: vec![TxnOp {
+                    name,
+                    ..TxnOp::default()
+                }],
+                ..RepOp::default()
+            })
+        }),
+        (any::<u32>(), ".{0,20}").prop_map(|(code, message)| Message::RepOpReply(RepOpReply {
+            code,
+            message,
+            epoch: 1
+        })),
+        (any::<u64>(), any::<u32>()).prop_map(|(pool, pg_seed)| Message::PgQuery(PgQuery {
+            pool,
+            pg_seed,
+            ..PgQuery::default()
+        })),
+        (any::<u64>(), bytes32(), any::<bool>()).prop_map(|(pool, info, activate)| {
+            Message::PgInfo(PgInfo {
+                pool,
+                log: vec![info.clone()],
+                info,
+                activate,
+                ..PgInfo::default()
+            })
+        }),
+        (any::<u32>(), bytes32(), any::<bool>()).prop_map(|(hash, name, exists)| {
+            Message::PgPush(PgPush {
+                hash,
+                name,
+                exists,
+                ..PgPush::default()
+            })
+        }),
+        (any::<u32>(), bytes32(), any::<u32>()).prop_map(|(cursor_hash, cursor_name, max)| {
+            Message::PgList(PgList {
+                cursor_hash,
+                cursor_name,
+                max,
+                ..PgList::default()
+            })
+        }),
+        (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
+            names: vec![name],
+            more,
+            ..PgListReply::default()
+        })),
     ]
 }
 
@@ -75,7 +168,7 @@ fn the_strategy_covers_every_message_type() {
     use proptest::test_runner::TestRunner;
     let mut seen = std::collections::HashSet::new();
     let mut runner = TestRunner::deterministic();
-    for _ in 0..8000 {
+    for _ in 0..20000 {
         let m = any_message().new_tree(&mut runner).unwrap().current();
         seen.insert(m.msg_type());
     }

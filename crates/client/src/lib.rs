@@ -1,0 +1,1 @@
+//! The client library: placeholder, being written.

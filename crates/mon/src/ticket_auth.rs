@@ -1,0 +1,136 @@
+//! [`TicketAuth`]: the authentication provider of everything that talks to
+//! OSDs. It proves its own key to monitors, presents a monitor-issued ticket
+//! to OSDs (renewed before it expires), and, inside an OSD, checks the
+//! tickets that connecting clients and peers present, with the service
+//! secrets alone.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use shoal_net::{AuthProvider, Secret, ServiceSecrets, now_ms};
+use shoal_types::{EntityName, EntityType};
+
+use crate::client::MonClient;
+use crate::error::MonError;
+
+#[derive(Debug, Default)]
+struct Held {
+    ticket: Option<(Vec<u8>, Secret, u64)>,
+    secrets: ServiceSecrets,
+}
+
+/// An [`AuthProvider`] for clients and OSDs: its own key for monitors, a
+/// ticket for OSDs, and (in an OSD) the service secrets to check tickets.
+#[derive(Debug, Clone)]
+pub struct TicketAuth {
+    me: EntityName,
+    own: Secret,
+    held: Arc<RwLock<Held>>,
+}
+
+impl TicketAuth {
+    /// A provider for `me`, whose key is `own`, with no ticket yet.
+    pub fn new(me: EntityName, own: Secret) -> Self {
+        TicketAuth {
+            me,
+            own,
+            held: Arc::default(),
+        }
+    }
+
+    /// The expiry of the ticket held, ms since the Unix epoch.
+    pub fn ticket_expires_ms(&self) -> Option<u64> {
+        self.read().ticket.as_ref().map(|t| t.2)
+    }
+
+    /// Fetches a fresh ticket for the `osd` service from the monitors.
+    pub async fn refresh_ticket(&self, monc: &MonClient) -> Result<u64, MonError> {
+        let (sealed, session, expires) = monc.ticket(&self.own, "osd").await?;
+        self.write().ticket = Some((sealed, session, expires));
+        Ok(expires)
+    }
+
+    /// Fetches the `osd` service secrets (OSDs only).
+    pub async fn refresh_secrets(&self, monc: &MonClient) -> Result<(), MonError> {
+        let secrets = monc.service_secrets("osd").await?;
+        self.write().secrets = secrets;
+        Ok(())
+    }
+
+    /// Keeps the ticket (and, with `secrets`, the service secrets) fresh for
+    /// as long as the task runs: renews when a third of the ticket's life is
+    /// left, retrying every second on failure. Abort the handle to stop.
+    pub fn spawn_renewal(&self, monc: MonClient, secrets: bool) -> tokio::task::JoinHandle<()> {
+        let auth = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut ok = auth.refresh_ticket(&monc).await.is_ok();
+                if secrets {
+                    ok &= auth.refresh_secrets(&monc).await.is_ok();
+                }
+                let wait = match (ok, auth.ticket_expires_ms()) {
+                    (true, Some(exp)) => {
+                        let left = exp.saturating_sub(now_ms());
+                        let wait = Duration::from_millis(left * 2 / 3);
+                        if secrets {
+                            // Secrets rotate independently of our ticket.
+                            wait.min(Duration::from_secs(30))
+                        } else {
+                            wait
+                        }
+                    }
+                    _ => Duration::from_secs(1),
+                };
+                tokio::time::sleep(wait.max(Duration::from_millis(200))).await;
+            }
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Held> {
+        self.held.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Held> {
+        self.held.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AuthProvider for TicketAuth {
+    fn own_secret(&self) -> Option<Secret> {
+        Some(self.own.clone())
+    }
+
+    fn secret_for(&self, _peer: &EntityName) -> Option<Secret> {
+        // Only monitors know other entities' keys; everyone else takes tickets.
+        None
+    }
+
+    fn ticket(&self) -> Option<(Vec<u8>, Secret)> {
+        let held = self.read();
+        let (sealed, session, expires) = held.ticket.as_ref()?;
+        (*expires > now_ms()).then(|| (sealed.clone(), session.clone()))
+    }
+
+    fn open_ticket(
+        &self,
+        peer: &EntityName,
+        ticket: &[u8],
+    ) -> Option<Result<(Secret, String), String>> {
+        if self.me.ty() != EntityType::Osd {
+            return None;
+        }
+        let held = self.read();
+        Some(
+            held.secrets
+                .open(ticket, EntityType::Osd, now_ms())
+                .map_err(|e| e.to_string())
+                .and_then(|(t, session)| {
+                    if &t.entity == peer {
+                        Ok((session, t.caps))
+                    } else {
+                        Err(format!("the ticket belongs to {}, not {peer}", t.entity))
+                    }
+                }),
+        )
+    }
+}

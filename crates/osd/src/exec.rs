@@ -1,0 +1,1 @@
+//! Op execution: placeholder, being written.

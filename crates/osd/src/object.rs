@@ -1,0 +1,171 @@
+//! How client objects sit in the object store: the store key of an object,
+//! the PG's collection, the PG's own metadata object, and the xattr names
+//! that keep user xattrs apart from the OSD's own object metadata.
+//!
+//! - Store name: the object name, or `namespace \0 name` in a namespace.
+//!   Names and namespaces may not contain NUL, so the two forms never meet,
+//!   and names starting with NUL are the OSD's own (the PG meta object).
+//! - Store hash: the pool's object hash (`Pool::hash_key`), so a PG's
+//!   objects list in the same order on every replica.
+//! - Xattrs: user xattr `k` is stored as `u.k`; the object metadata (version
+//!   and mtime) is the xattr [`META_XATTR`].
+
+use bytes::Bytes;
+use shoal_maps::{PgId, Pool};
+use shoal_objectstore::{CollectionId, ObjectKey};
+
+/// Longest object name accepted, in bytes.
+pub const NAME_BYTES_MAX: usize = 2048;
+/// Longest namespace accepted, in bytes.
+pub const NSPACE_BYTES_MAX: usize = 256;
+/// Prefix of stored user xattr names.
+pub const USER_XATTR_PREFIX: &str = "u.";
+/// The stored xattr holding an object's [`ObjectMeta`].
+pub const META_XATTR: &str = "s.meta";
+/// Store name of each PG's metadata object (PG info and log in its omap).
+pub const PG_META_NAME: &[u8] = b"\0pgmeta";
+
+/// The collection holding PG `pg`.
+pub fn collection(pg: PgId) -> CollectionId {
+    CollectionId::new(pg.pool, pg.seed)
+}
+
+/// The PG's metadata object.
+pub fn pg_meta_key() -> ObjectKey {
+    ObjectKey::new(0, PG_META_NAME.to_vec())
+}
+
+/// Why an object name cannot be stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Empty name.
+    #[error("object names may not be empty")]
+    Empty,
+    /// Longer than [`NAME_BYTES_MAX`] or [`NSPACE_BYTES_MAX`].
+    #[error("object name or namespace too long ({0} bytes)")]
+    TooLong(usize),
+    /// Contains a NUL byte.
+    #[error("object names and namespaces may not contain NUL")]
+    Nul,
+}
+
+/// The store key of object `name` in namespace `nspace` of `pool`.
+pub fn object_key(pool: &Pool, nspace: &str, name: &str) -> Result<ObjectKey, NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > NAME_BYTES_MAX {
+        return Err(NameError::TooLong(name.len()));
+    }
+    if nspace.len() > NSPACE_BYTES_MAX {
+        return Err(NameError::TooLong(nspace.len()));
+    }
+    if name.contains('\0') || nspace.contains('\0') {
+        return Err(NameError::Nul);
+    }
+    let hash = pool.hash_key(name, nspace);
+    let stored = if nspace.is_empty() {
+        name.as_bytes().to_vec()
+    } else {
+        let mut v = Vec::with_capacity(nspace.len() + 1 + name.len());
+        v.extend_from_slice(nspace.as_bytes());
+        v.push(0);
+        v.extend_from_slice(name.as_bytes());
+        v
+    };
+    Ok(ObjectKey::new(hash, stored))
+}
+
+/// The (namespace, name) of a stored client object; `None` for the OSD's
+/// own objects and for names that are not UTF-8.
+pub fn split_key(key: &ObjectKey) -> Option<(String, String)> {
+    let b = key.name.as_slice();
+    if b.first() == Some(&0) || b.is_empty() {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    Some(match s.split_once('\0') {
+        Some((ns, name)) => (ns.to_string(), name.to_string()),
+        None => (String::new(), s.to_string()),
+    })
+}
+
+/// The OSD's metadata of one object, kept in the xattr [`META_XATTR`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObjectMeta {
+    /// The object's version: the PG log version `v` of its last change.
+    pub version: u64,
+    /// Last modification, ms since the Unix epoch.
+    pub mtime_ms: u64,
+}
+
+impl ObjectMeta {
+    const LEN: usize = 17;
+    const FORMAT: u8 = 1;
+
+    /// Fixed-width encoding: format byte, version, mtime (little endian).
+    pub fn encode(&self) -> Bytes {
+        let mut v = Vec::with_capacity(Self::LEN);
+        v.push(Self::FORMAT);
+        v.extend_from_slice(&self.version.to_le_bytes());
+        v.extend_from_slice(&self.mtime_ms.to_le_bytes());
+        Bytes::from(v)
+    }
+
+    /// Decodes [`ObjectMeta::encode`]'s output; `None` if malformed.
+    pub fn decode(b: &[u8]) -> Option<ObjectMeta> {
+        if b.len() != Self::LEN || b[0] != Self::FORMAT {
+            return None;
+        }
+        let version = u64::from_le_bytes(b[1..9].try_into().ok()?);
+        let mtime_ms = u64::from_le_bytes(b[9..17].try_into().ok()?);
+        Some(ObjectMeta { version, mtime_ms })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Pool {
+        Pool::replicated(1, "rbd", 3, 2, 8, 0)
+    }
+
+    #[test]
+    fn names_and_namespaces_round_trip_and_never_collide() {
+        let p = pool();
+        let a = object_key(&p, "", "a\u{1}b").unwrap();
+        let b = object_key(&p, "a", "b").unwrap();
+        assert_ne!(a.name, b.name);
+        assert_eq!(split_key(&a), Some((String::new(), "a\u{1}b".into())));
+        assert_eq!(split_key(&b), Some(("a".into(), "b".into())));
+        assert_eq!(split_key(&pg_meta_key()), None);
+        assert_eq!(a.hash, p.hash_key("a\u{1}b", ""));
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let p = pool();
+        assert_eq!(object_key(&p, "", ""), Err(NameError::Empty));
+        assert_eq!(object_key(&p, "", "a\0b"), Err(NameError::Nul));
+        assert_eq!(object_key(&p, "x\0", "b"), Err(NameError::Nul));
+        let long = "x".repeat(NAME_BYTES_MAX + 1);
+        assert!(matches!(
+            object_key(&p, "", &long),
+            Err(NameError::TooLong(_))
+        ));
+    }
+
+    #[test]
+    fn meta_round_trips_and_rejects_garbage() {
+        let m = ObjectMeta {
+            version: 7,
+            mtime_ms: 1234,
+        };
+        assert_eq!(ObjectMeta::decode(&m.encode()), Some(m));
+        assert_eq!(ObjectMeta::decode(&[1, 2, 3]), None);
+        let mut bad = m.encode().to_vec();
+        bad[0] = 9;
+        assert_eq!(ObjectMeta::decode(&bad), None);
+    }
+}

@@ -1,0 +1,595 @@
+//! OSD messages (types 200-299): client object operations, replication of
+//! store transactions between the OSDs of a PG's acting set, peering and
+//! recovery between them, and object listing.
+//!
+//! Payloads (data written, data read, objects pushed) travel in the frame's
+//! data part, never in the control part: each sub-operation says how many
+//! bytes of the data part are its own (`data_len`), in sub-operation order.
+
+/// A compound operation on one object, sent by a client to the primary OSD
+/// of the object's PG. The sub-operations apply atomically, in order: if one
+/// fails, nothing of the compound op is applied.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdOp {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// The PG (its seed) the client mapped the object to.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// Object name.
+    #[prost(string, tag = "3")]
+    pub oid: String,
+    /// Object namespace within the pool (empty: the default namespace).
+    #[prost(string, tag = "4")]
+    pub nspace: String,
+    /// The OSD map epoch the client placed the op with.
+    #[prost(uint32, tag = "5")]
+    pub epoch: u32,
+    /// The client instance; with the sender's entity name and `tid` it
+    /// forms the request id that makes a resent op apply at most once.
+    #[prost(uint64, tag = "6")]
+    pub client_inc: u64,
+    /// The client's id for this op, the same on every resend.
+    #[prost(uint64, tag = "7")]
+    pub tid: u64,
+    /// `OsdOp::FLAG_*` bits.
+    #[prost(uint32, tag = "8")]
+    pub flags: u32,
+    /// The sub-operations, applied in order.
+    #[prost(message, repeated, tag = "9")]
+    pub ops: Vec<OsdSubOp>,
+}
+
+impl OsdOp {
+    /// The op is a resend of one sent before (a hint; dedup is by request id).
+    pub const FLAG_RESEND: u32 = 1;
+}
+
+/// One sub-operation of an [`OsdOp`]. Which fields count depends on `code`
+/// (an [`OpCode`]); the others are left at their defaults.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdSubOp {
+    /// An [`OpCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Byte offset (read, write, zero) or new size (truncate).
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
+    /// Length in bytes (read, zero).
+    #[prost(uint64, tag = "3")]
+    pub length: u64,
+    /// Xattr name.
+    #[prost(string, tag = "4")]
+    pub name: String,
+    /// Bytes of the request's data part that belong to this sub-operation.
+    #[prost(uint64, tag = "5")]
+    pub data_len: u64,
+    /// Omap keys (get by keys, remove keys, set: paired with `values`).
+    #[prost(bytes = "vec", repeated, tag = "6")]
+    pub keys: Vec<Vec<u8>>,
+    /// Omap values for `OmapSetVals`, one per key.
+    #[prost(bytes = "vec", repeated, tag = "7")]
+    pub values: Vec<Vec<u8>>,
+    /// Omap listing: start after this key (empty: from the first).
+    #[prost(bytes = "vec", tag = "8")]
+    pub start_after: Vec<u8>,
+    /// Omap listing: only keys with this prefix.
+    #[prost(bytes = "vec", tag = "9")]
+    pub prefix: Vec<u8>,
+    /// Omap listing: at most this many entries (0: the OSD's limit).
+    #[prost(uint32, tag = "10")]
+    pub max: u32,
+    /// `CmpXattr`: a [`CmpOp`].
+    #[prost(uint32, tag = "11")]
+    pub cmp: u32,
+    /// `AssertVersion`: the object version expected.
+    #[prost(uint64, tag = "12")]
+    pub version: u64,
+    /// `Create`: [`OsdSubOp::CREATE_EXCLUSIVE`].
+    #[prost(uint32, tag = "13")]
+    pub flags: u32,
+}
+
+impl OsdSubOp {
+    /// `Create` fails with `Exists` when the object exists.
+    pub const CREATE_EXCLUSIVE: u32 = 1;
+
+    /// A sub-operation with `code` and every other field at its default.
+    pub fn new(code: OpCode) -> OsdSubOp {
+        OsdSubOp {
+            code: code as u32,
+            ..OsdSubOp::default()
+        }
+    }
+}
+
+/// What a sub-operation does. Stable on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+#[non_exhaustive]
+pub enum OpCode {
+    /// Create the object (`flags`: exclusive).
+    Create = 1,
+    /// Write the data part at `offset`.
+    Write = 2,
+    /// Replace the whole object's data with the data part.
+    WriteFull = 3,
+    /// Write the data part at the object's end.
+    Append = 4,
+    /// Read `length` bytes at `offset` (length 0: to the end).
+    Read = 5,
+    /// Size, mtime and version.
+    Stat = 6,
+    /// Set the size to `offset`.
+    Truncate = 7,
+    /// Zero `length` bytes at `offset`.
+    Zero = 8,
+    /// Remove the object.
+    Remove = 9,
+    /// One xattr (`name`), returned in the data part.
+    GetXattr = 10,
+    /// Every xattr: names in `names`, values in `values`.
+    GetXattrs = 11,
+    /// Set xattr `name` to the data part.
+    SetXattr = 12,
+    /// Remove xattr `name`.
+    RmXattr = 13,
+    /// Guard: compare xattr `name` with the data part by `cmp`.
+    CmpXattr = 14,
+    /// Omap entries after `start_after` with `prefix`, at most `max`.
+    OmapGetVals = 15,
+    /// Omap keys after `start_after` with `prefix`, at most `max`.
+    OmapGetKeys = 16,
+    /// The omap values of `keys` that exist.
+    OmapGetValsByKeys = 17,
+    /// Set omap `keys` to `values`.
+    OmapSetVals = 18,
+    /// Remove omap `keys`.
+    OmapRmKeys = 19,
+    /// Remove every omap entry and the header.
+    OmapClear = 20,
+    /// The omap header, in the data part.
+    OmapGetHeader = 21,
+    /// Set the omap header to the data part.
+    OmapSetHeader = 22,
+    /// Guard: the object exists.
+    AssertExists = 23,
+    /// Guard: the object's version is `version`.
+    AssertVersion = 24,
+}
+
+impl OpCode {
+    /// The code for a wire value.
+    pub fn from_u32(v: u32) -> Option<OpCode> {
+        use OpCode::*;
+        Some(match v {
+            1 => Create,
+            2 => Write,
+            3 => WriteFull,
+            4 => Append,
+            5 => Read,
+            6 => Stat,
+            7 => Truncate,
+            8 => Zero,
+            9 => Remove,
+            10 => GetXattr,
+            11 => GetXattrs,
+            12 => SetXattr,
+            13 => RmXattr,
+            14 => CmpXattr,
+            15 => OmapGetVals,
+            16 => OmapGetKeys,
+            17 => OmapGetValsByKeys,
+            18 => OmapSetVals,
+            19 => OmapRmKeys,
+            20 => OmapClear,
+            21 => OmapGetHeader,
+            22 => OmapSetHeader,
+            23 => AssertExists,
+            24 => AssertVersion,
+            _ => return None,
+        })
+    }
+
+    /// Whether the sub-operation changes the object.
+    pub fn is_write(self) -> bool {
+        use OpCode::*;
+        matches!(
+            self,
+            Create
+                | Write
+                | WriteFull
+                | Append
+                | Truncate
+                | Zero
+                | Remove
+                | SetXattr
+                | RmXattr
+                | OmapSetVals
+                | OmapRmKeys
+                | OmapClear
+                | OmapSetHeader
+        )
+    }
+}
+
+/// How `CmpXattr` compares the stored value (left) with the given one.
+/// Values compare as byte strings; an absent xattr compares as empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CmpOp {
+    /// Equal.
+    Eq = 1,
+    /// Not equal.
+    Ne = 2,
+    /// Greater than.
+    Gt = 3,
+    /// Greater than or equal.
+    Gte = 4,
+    /// Less than.
+    Lt = 5,
+    /// Less than or equal.
+    Lte = 6,
+}
+
+impl CmpOp {
+    /// The comparison for a wire value.
+    pub fn from_u32(v: u32) -> Option<CmpOp> {
+        Some(match v {
+            1 => CmpOp::Eq,
+            2 => CmpOp::Ne,
+            3 => CmpOp::Gt,
+            4 => CmpOp::Gte,
+            5 => CmpOp::Lt,
+            6 => CmpOp::Lte,
+            _ => return None,
+        })
+    }
+}
+
+/// The primary's answer to an [`OsdOp`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdOpReply {
+    /// 0 on success, else an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable error message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The OSD's map epoch; with `StaleEpoch` or `WrongPrimary` the client
+    /// waits for at least this epoch and resends.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The object's version after the op (its PG log version for writes).
+    #[prost(uint64, tag = "4")]
+    pub version: u64,
+    /// Per sub-operation results (up to and including a failed one).
+    #[prost(message, repeated, tag = "5")]
+    pub results: Vec<OsdSubOpResult>,
+    /// The index of the sub-operation that failed, when `code` is not 0.
+    #[prost(uint32, tag = "6")]
+    pub failed_op: u32,
+    /// The op was a resend already applied: this is the original result.
+    #[prost(bool, tag = "7")]
+    pub replayed: bool,
+}
+
+/// The result of one sub-operation. Data read travels in the reply's data
+/// part, `data_len` bytes per sub-operation in order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdSubOpResult {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Bytes of the reply's data part that belong to this result.
+    #[prost(uint64, tag = "2")]
+    pub data_len: u64,
+    /// `Stat`: the size.
+    #[prost(uint64, tag = "3")]
+    pub size: u64,
+    /// `Stat`: the last modification, ms since the Unix epoch.
+    #[prost(uint64, tag = "4")]
+    pub mtime_ms: u64,
+    /// Omap keys listed or read.
+    #[prost(bytes = "vec", repeated, tag = "5")]
+    pub keys: Vec<Vec<u8>>,
+    /// Omap values (paired with `keys`) or xattr values (with `names`).
+    #[prost(bytes = "vec", repeated, tag = "6")]
+    pub values: Vec<Vec<u8>>,
+    /// Omap listing: more entries follow.
+    #[prost(bool, tag = "7")]
+    pub more: bool,
+    /// `GetXattrs`: the names.
+    #[prost(string, repeated, tag = "8")]
+    pub names: Vec<String>,
+    /// `Stat`: the object's version.
+    #[prost(uint64, tag = "9")]
+    pub version: u64,
+}
+
+/// Why an OSD refused or failed an op. Stable on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+#[non_exhaustive]
+pub enum OsdErrorCode {
+    /// Success.
+    Ok = 0,
+    /// The object (or xattr, omap key) does not exist.
+    NotFound = 1,
+    /// Exclusive create of an existing object.
+    Exists = 2,
+    /// The OSD is out of space.
+    NoSpace = 3,
+    /// The caller's capabilities do not allow the op.
+    PermissionDenied = 4,
+    /// A field is out of range or the op is not well formed.
+    InvalidArgument = 5,
+    /// A `CmpXattr` guard did not hold.
+    CompareFailed = 6,
+    /// An `AssertVersion` guard did not hold.
+    VersionMismatch = 7,
+    /// The op was placed with an epoch older than the PG's current interval:
+    /// get the map at `epoch` and resend.
+    StaleEpoch = 8,
+    /// This OSD is not the primary of the PG in its map: get the map at
+    /// `epoch` and resend.
+    WrongPrimary = 9,
+    /// The PG cannot serve the op now (peering, below min_size); retry.
+    Again = 10,
+    /// The store failed to read or write (a checksum mismatch, a failed device).
+    Io = 11,
+    /// The op or its data is larger than the OSD accepts.
+    TooLarge = 12,
+    /// The pool does not exist in the OSD's map.
+    NoPool = 13,
+    /// The OSD is shutting down; resend (to the next primary).
+    ShuttingDown = 14,
+    /// An internal error.
+    Internal = 15,
+    /// No such xattr.
+    NoData = 16,
+}
+
+impl OsdErrorCode {
+    /// The code for a wire value; unknown values map to `Internal`.
+    pub fn from_u32(v: u32) -> OsdErrorCode {
+        use OsdErrorCode::*;
+        match v {
+            0 => Ok,
+            1 => NotFound,
+            2 => Exists,
+            3 => NoSpace,
+            4 => PermissionDenied,
+            5 => InvalidArgument,
+            6 => CompareFailed,
+            7 => VersionMismatch,
+            8 => StaleEpoch,
+            9 => WrongPrimary,
+            10 => Again,
+            11 => Io,
+            12 => TooLarge,
+            13 => NoPool,
+            14 => ShuttingDown,
+            16 => NoData,
+            _ => Internal,
+        }
+    }
+}
+
+/// The primary sends a PG's store transaction to a replica of its acting
+/// set; the replica applies it atomically (data and PG log entry together)
+/// and answers with [`RepOpReply`] once it is durable.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RepOp {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The primary's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The first epoch of the primary's current interval for the PG.
+    #[prost(uint32, tag = "4")]
+    pub interval_start: u32,
+    /// The PG log entry of the op (encoded by the OSD).
+    #[prost(bytes = "vec", tag = "5")]
+    pub log_entry: Vec<u8>,
+    /// The transaction; write payloads are in the data part.
+    #[prost(message, repeated, tag = "6")]
+    pub txn: Vec<TxnOp>,
+}
+
+/// One store operation of a replicated transaction. `kind` numbers follow
+/// the object store's operations; which fields count depends on it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TxnOp {
+    /// The store operation.
+    #[prost(uint32, tag = "1")]
+    pub kind: u32,
+    /// Object hash.
+    #[prost(uint32, tag = "2")]
+    pub hash: u32,
+    /// Object name (store key).
+    #[prost(bytes = "vec", tag = "3")]
+    pub name: Vec<u8>,
+    /// Offset, or new size.
+    #[prost(uint64, tag = "4")]
+    pub offset: u64,
+    /// Length.
+    #[prost(uint64, tag = "5")]
+    pub length: u64,
+    /// Bytes of the data part that belong to this op.
+    #[prost(uint64, tag = "6")]
+    pub data_len: u64,
+    /// Xattr names (paired with `values` to set, alone to remove).
+    #[prost(string, repeated, tag = "7")]
+    pub attrs: Vec<String>,
+    /// Omap keys.
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub keys: Vec<Vec<u8>>,
+    /// Values paired with `keys` or `attrs`.
+    #[prost(bytes = "vec", repeated, tag = "9")]
+    pub values: Vec<Vec<u8>>,
+    /// A second object (clone, rename destination): hash.
+    #[prost(uint32, tag = "10")]
+    pub dst_hash: u32,
+    /// A second object: name.
+    #[prost(bytes = "vec", tag = "11")]
+    pub dst_name: Vec<u8>,
+}
+
+/// A replica's answer to a [`RepOp`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RepOpReply {
+    /// 0 once durable, else an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable error message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The replica's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+}
+
+/// Peering: the primary asks a member for its PG info and its log entries
+/// after `since` (encoded version).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgQuery {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The primary's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The first epoch of the primary's interval.
+    #[prost(uint32, tag = "4")]
+    pub interval_start: u32,
+}
+
+/// A member's answer to [`PgQuery`] (or a primary's activation message to
+/// its replicas, with `activate` set): the PG info and log, encoded by the OSD.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgInfo {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The PG info (encoded by the OSD); empty when the sender has no copy.
+    #[prost(bytes = "vec", tag = "4")]
+    pub info: Vec<u8>,
+    /// PG log entries (each encoded by the OSD), oldest first.
+    #[prost(bytes = "vec", repeated, tag = "5")]
+    pub log: Vec<Vec<u8>>,
+    /// Sent by the primary: the PG is active in this interval.
+    #[prost(bool, tag = "6")]
+    pub activate: bool,
+    /// The first epoch of the interval.
+    #[prost(uint32, tag = "7")]
+    pub interval_start: u32,
+}
+
+/// Recovery: a whole object (or its absence) pushed to a member that lacks
+/// its newest version. The object's data is the data part.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgPush {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// Object hash.
+    #[prost(uint32, tag = "4")]
+    pub hash: u32,
+    /// Object name (store key).
+    #[prost(bytes = "vec", tag = "5")]
+    pub name: Vec<u8>,
+    /// Whether the object exists (false: remove it).
+    #[prost(bool, tag = "6")]
+    pub exists: bool,
+    /// Xattr names (store names).
+    #[prost(string, repeated, tag = "7")]
+    pub attrs: Vec<String>,
+    /// Xattr values.
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub attr_values: Vec<Vec<u8>>,
+    /// Omap header.
+    #[prost(bytes = "vec", tag = "9")]
+    pub omap_header: Vec<u8>,
+    /// Omap keys.
+    #[prost(bytes = "vec", repeated, tag = "10")]
+    pub omap_keys: Vec<Vec<u8>>,
+    /// Omap values.
+    #[prost(bytes = "vec", repeated, tag = "11")]
+    pub omap_values: Vec<Vec<u8>>,
+}
+
+/// Lists the objects of one PG, in the store's hash order, from a cursor.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgList {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The client's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// Resume at this object hash (with `cursor_name`); ignored unless `has_cursor`.
+    #[prost(uint32, tag = "4")]
+    pub cursor_hash: u32,
+    /// Resume at this object (store key), inclusive.
+    #[prost(bytes = "vec", tag = "5")]
+    pub cursor_name: Vec<u8>,
+    /// Whether the cursor is set.
+    #[prost(bool, tag = "6")]
+    pub has_cursor: bool,
+    /// At most this many names.
+    #[prost(uint32, tag = "7")]
+    pub max: u32,
+}
+
+/// The answer to a [`PgList`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgListReply {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable error message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The OSD's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// Objects: names.
+    #[prost(string, repeated, tag = "4")]
+    pub names: Vec<String>,
+    /// Objects: namespaces, paired with `names`.
+    #[prost(string, repeated, tag = "5")]
+    pub nspaces: Vec<String>,
+    /// Where the next page starts; unset when the PG is done.
+    #[prost(bool, tag = "6")]
+    pub more: bool,
+    /// Next cursor: hash.
+    #[prost(uint32, tag = "7")]
+    pub next_hash: u32,
+    /// Next cursor: store key.
+    #[prost(bytes = "vec", tag = "8")]
+    pub next_name: Vec<u8>,
+}

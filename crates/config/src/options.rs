@@ -202,6 +202,26 @@ options! {
     mon_osd_batch_window_ms: u64 = 100u64;
     /// An OSD reports a peer that has not answered heartbeats for this long, in milliseconds; reports count for twice this.
     osd_heartbeat_grace_ms: u64 = 20_000u64;
+    /// Where an OSD keeps its store and keyring; `$id` is replaced by the OSD id.
+    osd_data: String = "/var/lib/shoal/osd-$id";
+    /// The CRUSH host an OSD registers under at boot (empty: the machine's host name).
+    osd_host: String = "";
+    /// The interval between an OSD's heartbeats to the peers it shares PGs with, in milliseconds.
+    osd_heartbeat_interval_ms: u64 = 2_000u64;
+    /// The interval between an OSD's beacons to the monitors, in milliseconds.
+    osd_beacon_interval_ms: u64 = 30_000u64;
+    /// The interval between an OSD's PG statistics reports to the monitors, in milliseconds.
+    osd_pg_stats_interval_ms: u64 = 5_000u64;
+    /// PG log entries kept per PG.
+    osd_pg_log_entries_max: u32 = 3_000u32;
+    /// Request ids of trimmed PG log entries kept per PG for resend detection.
+    osd_pg_log_dups_max: u32 = 3_000u32;
+    /// How long a primary waits for a replica's acknowledgement or a peer's peering answer, in milliseconds.
+    osd_peer_timeout_ms: u64 = 30_000u64;
+    /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
+    osd_store_bytes: u64 = 10u64 << 30;
+    /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.
+    client_op_timeout_ms: u64 = 60_000u64;
 }
 
 #[cfg(test)]

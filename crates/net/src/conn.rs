@@ -218,6 +218,37 @@ impl Connection {
         }
     }
 
+    /// Queues a request and returns once it is queued, before its reply:
+    /// requests submitted one after another by one task leave in that
+    /// order, while their replies are awaited concurrently (replication
+    /// keeps a PG's changes in order this way). Await the returned
+    /// [`PendingReply`] for the reply.
+    pub async fn submit(
+        &self,
+        msg: impl Into<Message>,
+        data: Bytes,
+    ) -> Result<PendingReply, NetError> {
+        let msg = msg.into();
+        let tid = self.inner.next_tid.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.inner.lock_pending();
+            if let Some(reason) = &p.closed {
+                return Err(self.inner.closed_error(reason));
+            }
+            p.waiters.insert(tid, tx);
+        }
+        let pending = PendingReply {
+            inner: Arc::clone(&self.inner),
+            tid,
+            rx: Some(rx),
+        };
+        self.inner
+            .enqueue(&msg, FrameFlags::default(), tid, data)
+            .await?;
+        Ok(pending)
+    }
+
     /// Sends a one-way message (no reply), waiting for send budget.
     pub async fn send(&self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
         let msg = msg.into();
@@ -249,6 +280,44 @@ impl Connection {
     /// Requests sent on this connection and not yet answered.
     pub fn requests_pending(&self) -> usize {
         self.inner.lock_pending().waiters.len()
+    }
+}
+
+/// The reply to a request queued with [`Connection::submit`]. Dropping it
+/// forgets the request.
+pub struct PendingReply {
+    inner: Arc<ConnInner>,
+    tid: u64,
+    rx: Option<oneshot::Receiver<Result<Reply, NetError>>>,
+}
+
+impl PendingReply {
+    /// Waits up to `timeout` for the reply. An [`ErrorReply`] from the peer
+    /// becomes [`NetError::Remote`].
+    pub async fn wait(mut self, timeout: Duration) -> Result<Reply, NetError> {
+        let Some(rx) = self.rx.take() else {
+            return Err(self.inner.closed_error("reply already taken"));
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(self.inner.closed_error("connection dropped")),
+            Err(_) => Err(NetError::Timeout {
+                peer: self.inner.label.clone(),
+                ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for PendingReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingReply({} tid {})", self.inner.label, self.tid)
+    }
+}
+
+impl Drop for PendingReply {
+    fn drop(&mut self) {
+        self.inner.lock_pending().waiters.remove(&self.tid);
     }
 }
 

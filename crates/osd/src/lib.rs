@@ -12,5 +12,9 @@
 //! feeds them network and store events. This crate depends on the
 //! monitors' client side, never on the client library.
 
+pub mod codec;
+pub mod ctx;
 pub mod exec;
+pub mod log;
 pub mod object;
+pub mod recovery;

@@ -24,5 +24,5 @@ pub use message::{
 };
 pub use osd::{
     CmpOp, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, PgInfo, PgList,
-    PgListReply, PgPush, PgQuery, RepOp, RepOpReply, TxnOp,
+    PgListReply, PgPull, PgPush, PgQuery, RepOp, RepOpReply, TxnOp,
 };

@@ -7,7 +7,7 @@
 use prost::Message as _;
 
 pub use crate::osd::{
-    OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgPush, PgQuery, RepOp, RepOpReply,
+    OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -329,6 +329,7 @@ messages! {
     206 => PgPush,
     207 => PgList,
     208 => PgListReply,
+    209 => PgPull,
 }
 
 #[cfg(test)]

@@ -397,9 +397,16 @@ pub struct RepOp {
     /// The PG log entry of the op (encoded by the OSD).
     #[prost(bytes = "vec", tag = "5")]
     pub log_entry: Vec<u8>,
-    /// The transaction; write payloads are in the data part.
+    /// The transaction without the PG log's own updates (the replica
+    /// logs `log_entry` itself); write payloads are in the data part.
     #[prost(message, repeated, tag = "6")]
     pub txn: Vec<TxnOp>,
+    /// Change in the PG's object count.
+    #[prost(int64, tag = "7")]
+    pub objects_delta: i64,
+    /// Change in the PG's logical bytes.
+    #[prost(int64, tag = "8")]
+    pub bytes_delta: i64,
 }
 
 /// One store operation of a replicated transaction. `kind` numbers follow
@@ -537,6 +544,30 @@ pub struct PgPush {
     /// Omap values.
     #[prost(bytes = "vec", repeated, tag = "11")]
     pub omap_values: Vec<Vec<u8>>,
+    /// Backfill: the receiver empties its copy of the PG before this push.
+    #[prost(bool, tag = "12")]
+    pub reset: bool,
+}
+
+/// Recovery: the primary asks a member for its copy of one object; the
+/// answer is a [`PgPush`] (with `exists` false when the member has none).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgPull {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// Object hash.
+    #[prost(uint32, tag = "4")]
+    pub hash: u32,
+    /// Object name (store key).
+    #[prost(bytes = "vec", tag = "5")]
+    pub name: Vec<u8>,
 }
 
 /// Lists the objects of one PG, in the store's hash order, from a cursor.

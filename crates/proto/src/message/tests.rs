@@ -154,6 +154,11 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgList::default()
             })
         }),
+        (any::<u32>(), bytes32()).prop_map(|(hash, name)| Message::PgPull(PgPull {
+            hash,
+            name,
+            ..PgPull::default()
+        })),
         (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
             names: vec![name],
             more,

@@ -1,0 +1,93 @@
+//! What every PG of one OSD shares: its id, store, messenger, settings and
+//! counters, and how to reach a peer OSD.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use shoal_maps::OsdMap;
+use shoal_net::{Connection, Messenger};
+use shoal_objectstore::ObjectStore;
+
+use crate::log::LogLimits;
+
+/// PG settings taken from the configuration.
+#[derive(Debug, Clone)]
+pub struct PgConfig {
+    /// PG log length and dups kept.
+    pub log_limits: LogLimits,
+    /// How long to wait for a peer's answer (replication, peering, recovery).
+    pub peer_timeout: Duration,
+    /// Most object names one listing page returns.
+    pub list_max: u32,
+}
+
+impl Default for PgConfig {
+    fn default() -> Self {
+        PgConfig {
+            log_limits: LogLimits::default(),
+            peer_timeout: Duration::from_secs(30),
+            list_max: 1024,
+        }
+    }
+}
+
+/// Counters of one OSD (monotonic).
+#[derive(Debug, Default)]
+pub struct OsdCounters {
+    /// Client ops answered.
+    pub ops: AtomicU64,
+    /// Client ops that changed an object.
+    pub write_ops: AtomicU64,
+    /// Bytes written by clients.
+    pub write_bytes: AtomicU64,
+    /// Bytes read by clients.
+    pub read_bytes: AtomicU64,
+    /// Replicated transactions applied as a replica.
+    pub rep_ops: AtomicU64,
+    /// Objects pushed or pulled by recovery.
+    pub recovered: AtomicU64,
+    /// Requests refused (malformed, unauthorized, wrong PG).
+    pub refused: AtomicU64,
+}
+
+impl OsdCounters {
+    /// Adds `n` to `c`.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Shared by every PG of an OSD.
+#[derive(Debug)]
+pub struct OsdCtx {
+    /// This OSD's id.
+    pub whoami: i32,
+    /// The object store.
+    pub store: Arc<dyn ObjectStore>,
+    /// The messenger (to reach peers).
+    pub msgr: Messenger,
+    /// PG settings.
+    pub cfg: PgConfig,
+    /// Counters.
+    pub counters: OsdCounters,
+}
+
+impl OsdCtx {
+    /// A connection to OSD `osd` at its address in `map`.
+    pub async fn peer(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
+        let addr = map
+            .osd(osd)
+            .and_then(|i| i.addr.clone())
+            .ok_or_else(|| format!("osd.{osd} has no address in epoch {}", map.epoch.0))?;
+        let addr: SocketAddr = addr
+            .parse()
+            .map_err(|_| format!("osd.{osd} has a bad address {addr:?}"))?;
+        match tokio::time::timeout(self.cfg.peer_timeout, self.msgr.connect(addr)).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(format!("osd.{osd}: {e}")),
+            Err(_) => Err(format!("osd.{osd}: connect timed out")),
+        }
+    }
+}

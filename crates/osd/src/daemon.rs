@@ -1,0 +1,559 @@
+//! [`Osd`]: the daemon. It authenticates to the monitors, boots into the
+//! map, follows it, runs one actor per PG it holds, routes every message
+//! to its PG, heartbeats its peers, and reports beacons and statistics.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use shoal_maps::{OsdMap, PgId};
+use shoal_mon::{Command, MonClient, OsdCaps, TicketAuth, UpdateSink};
+use shoal_net::{Dispatcher, Incoming, Messenger, NetConfig, Secret, TcpTransport};
+use shoal_objectstore::ObjectStore;
+use shoal_proto::{ErrorReply, Message, OsdErrorCode};
+use shoal_types::{EntityName, EntityType};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::ctx::{OsdCounters, OsdCtx, PgConfig};
+use crate::pg::{ClientOp, Pg, PgEvent, PgStat};
+
+/// How an OSD runs.
+#[derive(Debug, Clone)]
+pub struct OsdOptions {
+    /// Its id.
+    pub id: i32,
+    /// Its key (the keyring entry of `osd.ID`).
+    pub key: Secret,
+    /// Where the monitors are.
+    pub mon_addrs: Vec<SocketAddr>,
+    /// Where to listen (port 0: any free port).
+    pub bind: SocketAddr,
+    /// Its CRUSH host.
+    pub host: String,
+    /// Its CRUSH weight if new, 16.16.
+    pub weight: u32,
+    /// Messenger settings.
+    pub net: NetConfig,
+    /// PG settings.
+    pub pg: PgConfig,
+    /// Between heartbeats to each peer.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a peer is reported failed.
+    pub heartbeat_grace: Duration,
+    /// Between beacons to the monitors.
+    pub beacon_interval: Duration,
+    /// Between PG statistics reports.
+    pub stats_interval: Duration,
+    /// Per monitor command.
+    pub mon_timeout: Duration,
+}
+
+/// A running OSD.
+#[derive(Debug)]
+pub struct Osd {
+    inner: Arc<Inner>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) ctx: Arc<OsdCtx>,
+    pub(crate) opts: OsdOptions,
+    pub(crate) monc: MonClient,
+    pub(crate) addr: SocketAddr,
+    sink: Arc<UpdateSink>,
+    map: watch::Receiver<Option<Arc<OsdMap>>>,
+    pgs: Mutex<HashMap<PgId, mpsc::UnboundedSender<PgEvent>>>,
+    /// OSDs sharing a PG with us in the current map.
+    pub(crate) peers: Mutex<BTreeSet<i32>>,
+    stopping: AtomicBool,
+}
+
+/// Why an OSD could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OsdError {
+    /// The listening socket.
+    #[error("cannot listen on {addr}: {why}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        why: String,
+    },
+    /// The store.
+    #[error("object store: {0}")]
+    Store(String),
+}
+
+#[derive(Default)]
+struct Route(OnceLock<Weak<Inner>>);
+
+impl Dispatcher for Route {
+    fn dispatch(&self, inc: Incoming) {
+        match self.0.get().and_then(Weak::upgrade) {
+            Some(inner) => inner.dispatch(inc),
+            None => {
+                if let Some(r) = inc.responder {
+                    tokio::spawn(r.error(ErrorReply::SHUTTING_DOWN, "the OSD is starting"));
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Osd {
+    /// Starts OSD `opts.id` on `store`: listens, authenticates, opens the
+    /// PGs found in the store, boots into the map and follows it.
+    pub async fn start(opts: OsdOptions, store: Arc<dyn ObjectStore>) -> Result<Osd, OsdError> {
+        let me = EntityName::osd(opts.id.max(0) as u32);
+        let auth = TicketAuth::new(me.clone(), opts.key.clone());
+        let route = Arc::new(Route::default());
+        let msgr = Messenger::new(
+            me,
+            opts.net.clone(),
+            Arc::new(TcpTransport),
+            Arc::new(auth.clone()),
+            route.clone(),
+        );
+        let addr = msgr.bind(opts.bind).await.map_err(|e| OsdError::Bind {
+            addr: opts.bind,
+            why: e.to_string(),
+        })?;
+        let monc = MonClient::new(msgr.clone(), opts.mon_addrs.clone(), opts.mon_timeout);
+        let sink = UpdateSink::new();
+        let map = monc.subscribe_osdmap(Arc::clone(&sink));
+        let ctx = Arc::new(OsdCtx {
+            whoami: opts.id,
+            store,
+            msgr,
+            cfg: opts.pg.clone(),
+            counters: OsdCounters::default(),
+        });
+        let inner = Arc::new(Inner {
+            ctx,
+            opts,
+            monc,
+            addr,
+            sink,
+            map,
+            pgs: Mutex::new(HashMap::new()),
+            peers: Mutex::new(BTreeSet::new()),
+            stopping: AtomicBool::new(false),
+        });
+        let _ = route.0.set(Arc::downgrade(&inner));
+        inner.open_stored_pgs()?;
+        // Tickets and service secrets before the map: peers and clients
+        // connect as soon as the map says we are up.
+        let renew = auth.spawn_renewal(inner.monc.clone(), true);
+        inner.wait_for_secrets(&auth).await;
+        let mut tasks = vec![renew];
+        tasks.push(tokio::spawn(Arc::clone(&inner).follow_map()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
+        Ok(Osd { inner, tasks })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &OsdCounters {
+        &self.inner.ctx.counters
+    }
+
+    /// The statistics of the PGs it is primary of.
+    pub async fn pg_stats(&self) -> Vec<PgStat> {
+        self.inner.pg_stats().await
+    }
+
+    /// Stops: refuses new ops, lets every PG answer what it has queued,
+    /// flushes the store and closes the connections.
+    pub async fn stop(self) {
+        let inner = self.inner;
+        inner.stopping.store(true, Ordering::SeqCst);
+        for t in &self.tasks {
+            t.abort();
+        }
+        let pgs: Vec<_> = lock(&inner.pgs).drain().collect();
+        for (_, tx) in pgs {
+            let (done, wait) = oneshot::channel();
+            if tx.send(PgEvent::Stop(done)).is_ok() {
+                let _ = wait.await;
+            }
+        }
+        let store = Arc::clone(&inner.ctx.store);
+        let _ = tokio::task::spawn_blocking(move || store.flush()).await;
+        inner.ctx.msgr.shutdown().await;
+    }
+}
+
+impl Inner {
+    pub(crate) fn current_map(&self) -> Option<Arc<OsdMap>> {
+        self.map.borrow().clone()
+    }
+
+    async fn wait_for_secrets(&self, auth: &TicketAuth) {
+        while auth.ticket_expires_ms().is_none() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn open_stored_pgs(&self) -> Result<(), OsdError> {
+        let colls = self
+            .ctx
+            .store
+            .list_collections()
+            .map_err(|e| OsdError::Store(e.to_string()))?;
+        for c in colls {
+            let pg = PgId {
+                pool: c.pool,
+                seed: c.seed,
+            };
+            self.pg(pg)?;
+        }
+        Ok(())
+    }
+
+    /// The PG's actor, started (and its collection created) if needed.
+    fn pg(&self, pg: PgId) -> Result<mpsc::UnboundedSender<PgEvent>, OsdError> {
+        let mut pgs = lock(&self.pgs);
+        if let Some(tx) = pgs.get(&pg)
+            && !tx.is_closed()
+        {
+            return Ok(tx.clone());
+        }
+        let tx =
+            Pg::spawn(pg, Arc::clone(&self.ctx)).map_err(|e| OsdError::Store(e.to_string()))?;
+        if let Some(map) = self.current_map() {
+            let _ = tx.send(PgEvent::Map(map));
+        }
+        pgs.insert(pg, tx.clone());
+        Ok(tx)
+    }
+
+    /// Boots, then applies every new map: starts the PGs it gives us and
+    /// boots again if the map says we are down while we run.
+    async fn follow_map(self: Arc<Self>) {
+        let mut rx = self.map.clone();
+        let mut booted_at = 0u32;
+        let me = self.opts.id;
+        loop {
+            let map = rx.borrow_and_update().clone();
+            if let Some(map) = map {
+                self.apply_map(&map);
+                let listed = map.osd(me).and_then(|i| i.addr.clone());
+                let up_here = map.is_up(me) && listed.as_deref() == Some(&self.addr.to_string());
+                if !up_here && map.epoch.0 > booted_at {
+                    booted_at = map.epoch.0;
+                    self.boot().await;
+                }
+            } else if booted_at == 0 {
+                booted_at = 1;
+                self.boot().await;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn boot(&self) {
+        let cmd = Command::OsdBoot {
+            id: self.opts.id,
+            addr: self.addr.to_string(),
+            host: self.opts.host.clone(),
+            weight: self.opts.weight,
+        };
+        loop {
+            match self.monc.command(&cmd).await {
+                Ok(_) => {
+                    tracing::info!(osd = self.opts.id, addr = %self.addr, "booted");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(osd = self.opts.id, "boot failed, retrying: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    fn apply_map(&self, map: &Arc<OsdMap>) {
+        let me = self.opts.id;
+        let weights = map.crush_weights();
+        let mut ws = shoal_crush::Workspace::default();
+        let mut mine = Vec::new();
+        let mut peers = BTreeSet::new();
+        for (pool_id, pool) in map.pools() {
+            for seed in 0..pool.pg_num {
+                let pg = PgId {
+                    pool: *pool_id,
+                    seed,
+                };
+                let Ok(m) = map.pg_to_up_acting_with(pg, &weights, &mut ws) else {
+                    continue;
+                };
+                if m.up.contains(&me) || m.acting.contains(&me) {
+                    mine.push(pg);
+                    peers.extend(m.up.iter().chain(&m.acting).copied());
+                }
+            }
+        }
+        peers.remove(&me);
+        peers.retain(|p| *p >= 0);
+        *lock(&self.peers) = peers;
+        for pg in mine {
+            if let Err(e) = self.pg(pg) {
+                tracing::error!("{e}");
+            }
+        }
+        let pgs: Vec<(PgId, mpsc::UnboundedSender<PgEvent>)> = lock(&self.pgs)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (pg, tx) in pgs {
+            let _ = tx.send(PgEvent::Map(Arc::clone(map)));
+            if map.pool(pg.pool).is_none() {
+                self.remove_pg(pg, tx);
+            }
+        }
+    }
+
+    /// The pool is gone: stop the PG and delete its objects.
+    fn remove_pg(&self, pg: PgId, tx: mpsc::UnboundedSender<PgEvent>) {
+        lock(&self.pgs).remove(&pg);
+        let store = Arc::clone(&self.ctx.store);
+        tokio::spawn(async move {
+            let (done, wait) = oneshot::channel();
+            if tx.send(PgEvent::Stop(done)).is_ok() {
+                let _ = wait.await;
+            }
+            let coll = crate::object::collection(pg);
+            let mut t = shoal_objectstore::Transaction::new();
+            t.remove_collection(coll);
+            let r = tokio::task::spawn_blocking(move || store.apply_transaction(t)).await;
+            if let Ok(Err(e)) = r {
+                tracing::warn!(%pg, "removing the PG of a deleted pool: {e}");
+            }
+        });
+    }
+
+    async fn beacons(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.opts.beacon_interval).await;
+            let cmd = Command::OsdBeacon { id: self.opts.id };
+            if let Err(e) = self.monc.command(&cmd).await {
+                tracing::warn!("beacon: {e}");
+            }
+        }
+    }
+
+    pub(crate) async fn pg_stats(&self) -> Vec<PgStat> {
+        let pgs: Vec<_> = lock(&self.pgs).values().cloned().collect();
+        let mut out = Vec::new();
+        for tx in pgs {
+            let (stx, srx) = oneshot::channel();
+            if tx.send(PgEvent::Stats(stx)).is_ok()
+                && let Ok(Some(s)) = srx.await
+            {
+                out.push(s);
+            }
+        }
+        out.sort_by_key(|s| s.pgid);
+        out
+    }
+
+    /// Routes one message to its PG (waiting for the sender's map epoch first).
+    fn dispatch(self: Arc<Self>, inc: Incoming) {
+        let Some(inc) = self.sink.offer(inc) else {
+            return;
+        };
+        let Some(responder) = inc.responder else {
+            return;
+        };
+        let peer = inc.conn.peer().clone();
+        let from_osd = peer.name.ty() == EntityType::Osd;
+        let (pool, seed, epoch) = match &inc.msg {
+            Message::OsdOp(m) => (m.pool, m.pg_seed, m.epoch),
+            Message::PgList(m) => (m.pool, m.pg_seed, m.epoch),
+            Message::RepOp(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgQuery(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgInfo(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgPush(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgPull(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::RepOp(_)
+            | Message::PgQuery(_)
+            | Message::PgInfo(_)
+            | Message::PgPush(_)
+            | Message::PgPull(_) => {
+                OsdCounters::add(&self.ctx.counters.refused, 1);
+                let why = format!("{} may not send OSD-internal messages", peer.name);
+                tokio::spawn(responder.error(OsdErrorCode::PermissionDenied as u32, why));
+                return;
+            }
+            other => {
+                OsdCounters::add(&self.ctx.counters.refused, 1);
+                let why = format!("an OSD does not handle {:?}", other.msg_type());
+                tokio::spawn(responder.error(ErrorReply::UNSUPPORTED, why));
+                return;
+            }
+        };
+        let routed = Routed {
+            msg: inc.msg,
+            data: inc.data,
+            peer,
+            responder,
+            from_osd,
+        };
+        let have = self.current_map().map_or(0, |m| m.epoch.0);
+        if epoch <= have {
+            self.route(pool, seed, routed);
+            return;
+        }
+        // The sender has a newer map: act on it once we have it too.
+        tokio::spawn(async move {
+            let mut rx = self.map.clone();
+            let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
+            let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
+            self.route(pool, seed, routed);
+        });
+    }
+}
+
+/// A message on its way to a PG.
+struct Routed {
+    msg: Message,
+    data: bytes::Bytes,
+    peer: shoal_net::PeerInfo,
+    responder: shoal_net::Responder,
+    from_osd: bool,
+}
+
+impl Inner {
+    fn route(&self, pool: u64, seed: u32, r: Routed) {
+        let epoch = self.current_map().map_or(0, |m| m.epoch.0);
+        let refuse = |r: Routed, code: OsdErrorCode, message: String| {
+            OsdCounters::add(&self.ctx.counters.refused, 1);
+            tokio::spawn(async move {
+                let reply: Message = match r.msg {
+                    Message::PgList(_) => shoal_proto::PgListReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
+                    Message::OsdOp(_) => shoal_proto::OsdOpReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
+                    _ => shoal_proto::RepOpReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                    }
+                    .into(),
+                };
+                let _ = r.responder.reply(reply, bytes::Bytes::new()).await;
+            });
+        };
+        if self.stopping.load(Ordering::SeqCst) {
+            return refuse(r, OsdErrorCode::ShuttingDown, "the OSD is stopping".into());
+        }
+        let Some(map) = self.current_map() else {
+            return refuse(r, OsdErrorCode::Again, "the OSD has no map yet".into());
+        };
+        let Some(p) = map.pool(pool) else {
+            let m = format!("pool {pool} does not exist in epoch {}", map.epoch.0);
+            return refuse(r, OsdErrorCode::NoPool, m);
+        };
+        // A client op's PG is the OSD's own placement of the object.
+        let pgid = match &r.msg {
+            Message::OsdOp(op) => p.object_pg(&op.oid, &op.nspace),
+            _ if seed < p.pg_num => PgId { pool, seed },
+            _ => {
+                let m = format!("pg {pool}.{seed:x} does not exist");
+                return refuse(r, OsdErrorCode::InvalidArgument, m);
+            }
+        };
+        if !r.from_osd {
+            let write = match &r.msg {
+                Message::OsdOp(op) => crate::exec::is_mutating(&op.ops),
+                _ => false,
+            };
+            let caps = r.peer.caps.clone().unwrap_or_default();
+            let allowed = OsdCaps::parse(&caps)
+                .and_then(|c| c.check(&r.peer.name.to_string(), &p.name, write));
+            if let Err(e) = allowed {
+                return refuse(r, OsdErrorCode::PermissionDenied, e.message);
+            }
+        }
+        let tx = if r.from_osd {
+            // A peer may make us a member of a PG we have not seen yet.
+            match self.pg(pgid) {
+                Ok(tx) => tx,
+                Err(e) => return refuse(r, OsdErrorCode::Io, e.to_string()),
+            }
+        } else {
+            match lock(&self.pgs).get(&pgid) {
+                Some(tx) => tx.clone(),
+                None => {
+                    let m = format!(
+                        "osd.{} holds no copy of pg {pgid} in epoch {}",
+                        self.opts.id, map.epoch.0
+                    );
+                    return refuse(r, OsdErrorCode::WrongPrimary, m);
+                }
+            }
+        };
+        let Routed {
+            msg,
+            data,
+            peer,
+            responder,
+            from_osd,
+        } = r;
+        let ev = match msg {
+            Message::OsdOp(msg) => PgEvent::Client(ClientOp {
+                msg,
+                data,
+                peer,
+                responder,
+            }),
+            Message::PgList(msg) => PgEvent::List {
+                from_osd,
+                msg,
+                responder,
+            },
+            Message::RepOp(msg) => PgEvent::Rep {
+                msg,
+                data,
+                responder,
+            },
+            Message::PgQuery(msg) => PgEvent::Query { msg, responder },
+            Message::PgInfo(msg) => PgEvent::Activate { msg, responder },
+            Message::PgPush(msg) => PgEvent::Push {
+                msg,
+                data,
+                responder,
+            },
+            Message::PgPull(msg) => PgEvent::Pull { msg, responder },
+            _ => return,
+        };
+        let _ = tx.send(ev);
+    }
+}

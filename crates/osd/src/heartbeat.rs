@@ -1,0 +1,153 @@
+//! Liveness: heartbeats to every OSD this one shares a PG with, failure
+//! reports to the monitors when a peer stays silent past the grace period
+//! (at once when its process is gone: the connection is refused), and the
+//! periodic PG statistics report.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_mon::{Command, OsdStatfs, PgStatReport};
+use shoal_net::NetError;
+use shoal_proto::Ping;
+
+use crate::daemon::Inner;
+
+/// What one heartbeat to a peer found.
+enum Beat {
+    Alive,
+    Silent,
+    /// The peer's address refused the connection: its process is gone.
+    Gone,
+}
+
+impl Inner {
+    pub(crate) async fn heartbeats(self: Arc<Self>) {
+        let mut last_ok: HashMap<i32, Instant> = HashMap::new();
+        let mut reported: HashMap<i32, Instant> = HashMap::new();
+        let grace = self.opts.heartbeat_grace;
+        loop {
+            tokio::time::sleep(self.opts.heartbeat_interval).await;
+            let Some(map) = self.current_map() else {
+                continue;
+            };
+            let peers: Vec<i32> = self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .copied()
+                .filter(|p| map.is_up(*p))
+                .collect();
+            last_ok.retain(|p, _| peers.contains(p));
+            let mut checks = Vec::new();
+            for p in peers {
+                let me = Arc::clone(&self);
+                let map = Arc::clone(&map);
+                checks.push(tokio::spawn(
+                    async move { (p, me.beat(&map, p, grace).await) },
+                ));
+            }
+            let now = Instant::now();
+            for c in checks {
+                let Ok((p, beat)) = c.await else { continue };
+                let first = *last_ok.entry(p).or_insert(now);
+                let immediate = match beat {
+                    Beat::Alive => {
+                        last_ok.insert(p, now);
+                        reported.remove(&p);
+                        continue;
+                    }
+                    Beat::Gone => true,
+                    Beat::Silent => false,
+                };
+                let overdue = now.duration_since(first) > grace;
+                let recent = reported
+                    .get(&p)
+                    .is_some_and(|t| now.duration_since(*t) < grace / 2);
+                if (immediate || overdue) && !recent {
+                    reported.insert(p, now);
+                    self.report_failure(p, immediate).await;
+                }
+            }
+        }
+    }
+
+    async fn beat(&self, map: &shoal_maps::OsdMap, osd: i32, grace: Duration) -> Beat {
+        let conn = match self.ctx.peer(map, osd).await {
+            Ok(c) => c,
+            Err(e) if e.contains("refused") => return Beat::Gone,
+            Err(_) => return Beat::Silent,
+        };
+        let ping = Ping {
+            seq: 0,
+            echo: false,
+        };
+        match conn.request_with_timeout(ping, Bytes::new(), grace).await {
+            Ok(_) => Beat::Alive,
+            Err(NetError::Connect { reason, .. }) if reason.contains("refused") => Beat::Gone,
+            Err(_) => Beat::Silent,
+        }
+    }
+
+    async fn report_failure(&self, target: i32, immediate: bool) {
+        tracing::info!(
+            osd = self.opts.id,
+            target,
+            immediate,
+            "reporting a failed peer"
+        );
+        let cmd = Command::OsdFailure {
+            target,
+            reporter: self.opts.id,
+            immediate,
+        };
+        if let Err(e) = self.monc.command(&cmd).await {
+            tracing::warn!("failure report for osd.{target}: {e}");
+        }
+    }
+
+    /// Reports the statistics of the PGs we are primary of, and the store's space.
+    pub(crate) async fn report_stats(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.opts.stats_interval).await;
+            let Some(map) = self.current_map() else {
+                continue;
+            };
+            let store = Arc::clone(&self.ctx.store);
+            let statfs = match tokio::task::spawn_blocking(move || store.statfs()).await {
+                Ok(Ok(s)) => OsdStatfs {
+                    total_bytes: s.total_bytes,
+                    used_bytes: s.total_bytes.saturating_sub(s.free_bytes),
+                    available_bytes: s.free_bytes,
+                },
+                _ => OsdStatfs::default(),
+            };
+            let pgs: Vec<PgStatReport> = self
+                .pg_stats()
+                .await
+                .into_iter()
+                .map(|s| PgStatReport {
+                    pgid: s.pgid.to_string(),
+                    state: s.state,
+                    objects: s.objects,
+                    bytes: s.bytes,
+                    version: s.version.to_string(),
+                    up: s.up,
+                    acting: s.acting,
+                    log_size: s.log_size,
+                })
+                .collect();
+            let cmd = Command::OsdPgStats {
+                id: self.opts.id,
+                epoch: map.epoch.0,
+                statfs,
+                pgs,
+            };
+            if let Err(e) = self.monc.command(&cmd).await {
+                tracing::debug!("pg stats report: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,631 @@
+//! The PG log: every change to a PG's objects, in version order, written in
+//! the same store transaction as the change itself. It is what peering
+//! compares between replicas, what recovery replays, and (with the request
+//! ids of trimmed entries kept as "dups") what makes a resent op apply at
+//! most once.
+//!
+//! Persistent layout, in the omap of the PG's meta object:
+//! `info` → [`PgInfoData`], `log.<epoch BE><v BE>` → [`LogEntry`],
+//! `dup.<epoch BE><v BE>` → [`Dup`]. Every encoding starts with a format byte.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use bytes::Bytes;
+use shoal_objectstore::{CollectionId, ObjectKey, Transaction};
+
+use crate::object::pg_meta_key;
+
+/// A PG version: the map epoch the change was made in, and a counter that
+/// grows by one per change within the PG. Ordered by (epoch, v).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Version {
+    /// Epoch of the primary's map when it ordered the change.
+    pub epoch: u32,
+    /// Per-PG sequence number.
+    pub v: u64,
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}'{}", self.epoch, self.v)
+    }
+}
+
+impl Version {
+    fn key_suffix(&self) -> [u8; 12] {
+        let mut k = [0u8; 12];
+        k[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        k[4..].copy_from_slice(&self.v.to_be_bytes());
+        k
+    }
+}
+
+/// Who sent an op, and its id: an op resent with the same request id is
+/// applied at most once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReqId {
+    /// The sender's entity name (`client.admin`).
+    pub entity: String,
+    /// The sender instance.
+    pub inc: u64,
+    /// The sender's op id.
+    pub tid: u64,
+}
+
+/// What a logged change did to its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOp {
+    /// The object was created or changed.
+    Modify,
+    /// The object was removed.
+    Delete,
+}
+
+/// One change to one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The change's version.
+    pub version: Version,
+    /// What it did.
+    pub op: LogOp,
+    /// The object.
+    pub key: ObjectKey,
+    /// The request that made it, when a client did.
+    pub reqid: Option<ReqId>,
+    /// The result code returned to the client.
+    pub code: u32,
+}
+
+/// A request id kept after its log entry was trimmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dup {
+    /// The version of the change.
+    pub version: Version,
+    /// The request.
+    pub reqid: ReqId,
+    /// The result code returned.
+    pub code: u32,
+}
+
+/// What a PG member knows about its copy, persisted with every change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PgInfoData {
+    /// Newest change applied.
+    pub last_update: Version,
+    /// Oldest change still in the log minus one: the log covers `(log_tail, last_update]`.
+    pub log_tail: Version,
+    /// Epoch in which the PG last went active with this member.
+    pub last_epoch_started: u32,
+    /// Objects in the PG.
+    pub objects: u64,
+    /// Logical bytes of those objects.
+    pub bytes: u64,
+}
+
+const FORMAT: u8 = 1;
+
+/// Why a persisted or received log record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed PG log record: {0}")]
+pub struct LogDecodeError(pub &'static str);
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], LogDecodeError> {
+        if self.0.len() < n {
+            return Err(LogDecodeError("truncated"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, LogDecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, LogDecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, LogDecodeError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], LogDecodeError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn version(&mut self) -> Result<Version, LogDecodeError> {
+        Ok(Version {
+            epoch: self.u32()?,
+            v: self.u64()?,
+        })
+    }
+    fn done(&self) -> Result<(), LogDecodeError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(LogDecodeError("trailing bytes"))
+        }
+    }
+}
+
+fn put_version(out: &mut Vec<u8>, v: Version) {
+    out.extend_from_slice(&v.epoch.to_le_bytes());
+    out.extend_from_slice(&v.v.to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_reqid(out: &mut Vec<u8>, r: &ReqId) {
+    put_bytes(out, r.entity.as_bytes());
+    out.extend_from_slice(&r.inc.to_le_bytes());
+    out.extend_from_slice(&r.tid.to_le_bytes());
+}
+
+fn get_reqid(r: &mut Reader<'_>) -> Result<ReqId, LogDecodeError> {
+    let entity = std::str::from_utf8(r.bytes()?)
+        .map_err(|_| LogDecodeError("entity name is not UTF-8"))?
+        .to_string();
+    Ok(ReqId {
+        entity,
+        inc: r.u64()?,
+        tid: r.u64()?,
+    })
+}
+
+impl LogEntry {
+    /// Versioned binary encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48 + self.key.name.len());
+        out.push(FORMAT);
+        put_version(&mut out, self.version);
+        out.push(match self.op {
+            LogOp::Modify => 1,
+            LogOp::Delete => 2,
+        });
+        out.extend_from_slice(&self.key.hash.to_le_bytes());
+        put_bytes(&mut out, &self.key.name);
+        out.extend_from_slice(&self.code.to_le_bytes());
+        match &self.reqid {
+            None => out.push(0),
+            Some(r) => {
+                out.push(1);
+                put_reqid(&mut out, r);
+            }
+        }
+        out
+    }
+
+    /// Decodes [`LogEntry::encode`]'s output.
+    pub fn decode(b: &[u8]) -> Result<LogEntry, LogDecodeError> {
+        let mut r = Reader(b);
+        if r.u8()? != FORMAT {
+            return Err(LogDecodeError("unknown format"));
+        }
+        let version = r.version()?;
+        let op = match r.u8()? {
+            1 => LogOp::Modify,
+            2 => LogOp::Delete,
+            _ => return Err(LogDecodeError("unknown op")),
+        };
+        let hash = r.u32()?;
+        let name = r.bytes()?.to_vec();
+        let code = r.u32()?;
+        let reqid = match r.u8()? {
+            0 => None,
+            1 => Some(get_reqid(&mut r)?),
+            _ => return Err(LogDecodeError("bad request id tag")),
+        };
+        r.done()?;
+        Ok(LogEntry {
+            version,
+            op,
+            key: ObjectKey::new(hash, name),
+            reqid,
+            code,
+        })
+    }
+}
+
+impl Dup {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        put_version(&mut out, self.version);
+        put_reqid(&mut out, &self.reqid);
+        out.extend_from_slice(&self.code.to_le_bytes());
+        out
+    }
+
+    fn decode(b: &[u8]) -> Result<Dup, LogDecodeError> {
+        let mut r = Reader(b);
+        if r.u8()? != FORMAT {
+            return Err(LogDecodeError("unknown format"));
+        }
+        let version = r.version()?;
+        let reqid = get_reqid(&mut r)?;
+        let code = r.u32()?;
+        r.done()?;
+        Ok(Dup {
+            version,
+            reqid,
+            code,
+        })
+    }
+}
+
+impl PgInfoData {
+    /// Versioned binary encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        put_version(&mut out, self.last_update);
+        put_version(&mut out, self.log_tail);
+        out.extend_from_slice(&self.last_epoch_started.to_le_bytes());
+        out.extend_from_slice(&self.objects.to_le_bytes());
+        out.extend_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    /// Decodes [`PgInfoData::encode`]'s output.
+    pub fn decode(b: &[u8]) -> Result<PgInfoData, LogDecodeError> {
+        let mut r = Reader(b);
+        if r.u8()? != FORMAT {
+            return Err(LogDecodeError("unknown format"));
+        }
+        let info = PgInfoData {
+            last_update: r.version()?,
+            log_tail: r.version()?,
+            last_epoch_started: r.u32()?,
+            objects: r.u64()?,
+            bytes: r.u64()?,
+        };
+        r.done()?;
+        Ok(info)
+    }
+}
+
+/// Omap key of the PG info.
+pub const INFO_KEY: &[u8] = b"info";
+const LOG_PREFIX: &[u8] = b"log.";
+const DUP_PREFIX: &[u8] = b"dup.";
+
+fn key(prefix: &[u8], v: Version) -> Bytes {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&v.key_suffix());
+    Bytes::from(k)
+}
+
+/// A PG's log in memory, with the index of request ids (log and dups).
+#[derive(Debug, Clone, Default)]
+pub struct PgLog {
+    /// Persisted PG info (last_update, log_tail, stats).
+    pub info: PgInfoData,
+    entries: VecDeque<LogEntry>,
+    dups: VecDeque<Dup>,
+    reqids: HashMap<ReqId, (Version, u32)>,
+}
+
+/// How many entries and dups a log keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimits {
+    /// Log entries kept.
+    pub entries_max: usize,
+    /// Request ids of trimmed entries kept.
+    pub dups_max: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            entries_max: 3000,
+            dups_max: 3000,
+        }
+    }
+}
+
+impl PgLog {
+    /// Rebuilds the log from the PG meta object's omap entries.
+    pub fn load(omap: &BTreeMap<Bytes, Bytes>) -> Result<PgLog, LogDecodeError> {
+        let mut log = PgLog::default();
+        if let Some(info) = omap.get(INFO_KEY) {
+            log.info = PgInfoData::decode(info)?;
+        }
+        for (k, v) in omap {
+            if k.starts_with(LOG_PREFIX) {
+                log.push_entry(LogEntry::decode(v)?);
+            } else if k.starts_with(DUP_PREFIX) {
+                let d = Dup::decode(v)?;
+                log.reqids.insert(d.reqid.clone(), (d.version, d.code));
+                log.dups.push_back(d);
+            }
+        }
+        Ok(log)
+    }
+
+    fn push_entry(&mut self, e: LogEntry) {
+        if let Some(r) = &e.reqid {
+            self.reqids.insert(r.clone(), (e.version, e.code));
+        }
+        self.entries.push_back(e);
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &LogEntry> + ExactSizeIterator {
+        self.entries.iter()
+    }
+
+    /// The entries newer than `v`, oldest first.
+    pub fn entries_after(&self, v: Version) -> impl Iterator<Item = &LogEntry> {
+        self.entries.iter().filter(move |e| e.version > v)
+    }
+
+    /// The version and result of the change made by `reqid`, if still known.
+    pub fn lookup(&self, reqid: &ReqId) -> Option<(Version, u32)> {
+        self.reqids.get(reqid).copied()
+    }
+
+    /// The next version for a change ordered in `epoch`.
+    pub fn next_version(&self, epoch: u32) -> Version {
+        Version {
+            epoch: epoch.max(self.info.last_update.epoch),
+            v: self.info.last_update.v + 1,
+        }
+    }
+
+    /// Appends `e` (newer than every entry), trims to `limits`, and adds the
+    /// omap updates that persist it all to `txn`, in the PG's collection `coll`.
+    pub fn append(
+        &mut self,
+        e: LogEntry,
+        limits: LogLimits,
+        coll: CollectionId,
+        txn: &mut Transaction,
+    ) {
+        let mut set = BTreeMap::new();
+        let mut rm = Vec::new();
+        set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
+        self.info.last_update = e.version;
+        self.push_entry(e);
+        while self.entries.len() > limits.entries_max.max(1) {
+            let Some(old) = self.entries.pop_front() else {
+                break;
+            };
+            rm.push(key(LOG_PREFIX, old.version));
+            self.info.log_tail = old.version;
+            if let Some(reqid) = old.reqid {
+                let d = Dup {
+                    version: old.version,
+                    reqid,
+                    code: old.code,
+                };
+                set.insert(key(DUP_PREFIX, d.version), Bytes::from(d.encode()));
+                self.dups.push_back(d);
+            }
+        }
+        while self.dups.len() > limits.dups_max {
+            let Some(d) = self.dups.pop_front() else {
+                break;
+            };
+            rm.push(key(DUP_PREFIX, d.version));
+            if self
+                .reqids
+                .get(&d.reqid)
+                .is_some_and(|(v, _)| *v == d.version)
+            {
+                self.reqids.remove(&d.reqid);
+            }
+        }
+        set.insert(
+            Bytes::from_static(INFO_KEY),
+            Bytes::from(self.info.encode()),
+        );
+        let meta = pg_meta_key();
+        if !rm.is_empty() {
+            txn.omap_remove_keys(coll, meta.clone(), rm);
+        }
+        txn.omap_set_keys(coll, meta, set);
+    }
+
+    /// Replaces this log with `entries` from an authoritative member (after
+    /// recovery made the objects match), and persists it. Keeps dups.
+    pub fn replace(
+        &mut self,
+        info: PgInfoData,
+        entries: Vec<LogEntry>,
+        coll: CollectionId,
+        txn: &mut Transaction,
+    ) {
+        let meta = pg_meta_key();
+        let old: Vec<Bytes> = self
+            .entries
+            .iter()
+            .map(|e| key(LOG_PREFIX, e.version))
+            .collect();
+        if !old.is_empty() {
+            txn.omap_remove_keys(coll, meta.clone(), old);
+        }
+        self.entries.clear();
+        self.reqids.clear();
+        for d in &self.dups {
+            self.reqids.insert(d.reqid.clone(), (d.version, d.code));
+        }
+        let mut set = BTreeMap::new();
+        for e in entries {
+            set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
+            self.push_entry(e);
+        }
+        self.info = info;
+        set.insert(
+            Bytes::from_static(INFO_KEY),
+            Bytes::from(self.info.encode()),
+        );
+        txn.omap_set_keys(coll, meta, set);
+    }
+
+    /// Adds the omap update persisting the info alone.
+    pub fn persist_info(&self, coll: CollectionId, txn: &mut Transaction) {
+        let mut set = BTreeMap::new();
+        set.insert(
+            Bytes::from_static(INFO_KEY),
+            Bytes::from(self.info.encode()),
+        );
+        txn.omap_set_keys(coll, pg_meta_key(), set);
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_objectstore::{MemStore, ObjectStore};
+    use std::ops::Bound;
+
+    fn entry(v: u64, tid: u64) -> LogEntry {
+        LogEntry {
+            version: Version { epoch: 3, v },
+            op: if v & 1 == 0 {
+                LogOp::Modify
+            } else {
+                LogOp::Delete
+            },
+            key: ObjectKey::new(v as u32, format!("obj{v}")),
+            reqid: Some(ReqId {
+                entity: "client.admin".into(),
+                inc: 9,
+                tid,
+            }),
+            code: 0,
+        }
+    }
+
+    fn omap(store: &MemStore, c: CollectionId) -> BTreeMap<Bytes, Bytes> {
+        store
+            .omap_range(
+                &c,
+                &pg_meta_key(),
+                Bound::Unbounded,
+                Bound::Unbounded,
+                1 << 20,
+            )
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn encodings_round_trip_and_garbage_is_an_error() {
+        let e = entry(4, 7);
+        assert_eq!(LogEntry::decode(&e.encode()).unwrap(), e);
+        let info = PgInfoData {
+            last_update: Version { epoch: 5, v: 9 },
+            log_tail: Version { epoch: 1, v: 2 },
+            last_epoch_started: 4,
+            objects: 3,
+            bytes: 1000,
+        };
+        assert_eq!(PgInfoData::decode(&info.encode()).unwrap(), info);
+        let enc = e.encode();
+        for n in 0..enc.len() {
+            assert!(LogEntry::decode(&enc[..n]).is_err());
+        }
+        let mut extra = enc.clone();
+        extra.push(0);
+        assert!(LogEntry::decode(&extra).is_err());
+    }
+
+    #[test]
+    fn appended_entries_persist_trim_into_dups_and_reload_identically() {
+        let store = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        store.apply_transaction(t).unwrap();
+        let limits = LogLimits {
+            entries_max: 4,
+            dups_max: 3,
+        };
+        let mut log = PgLog::default();
+        for v in 1..=10 {
+            let mut t = Transaction::new();
+            log.append(entry(v, 100 + v), limits, c, &mut t);
+            store.apply_transaction(t).unwrap();
+        }
+        assert_eq!(log.len(), 4);
+        assert_eq!(log.info.last_update, Version { epoch: 3, v: 10 });
+        assert_eq!(log.info.log_tail, Version { epoch: 3, v: 6 });
+        // In the log, in the dups, and forgotten.
+        let id = |tid| ReqId {
+            entity: "client.admin".into(),
+            inc: 9,
+            tid,
+        };
+        assert_eq!(log.lookup(&id(110)).unwrap().0.v, 10);
+        assert_eq!(log.lookup(&id(104)).unwrap().0.v, 4);
+        assert_eq!(log.lookup(&id(103)), None);
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(reloaded.info, log.info);
+        assert_eq!(
+            reloaded.entries().collect::<Vec<_>>(),
+            log.entries().collect::<Vec<_>>()
+        );
+        assert_eq!(reloaded.lookup(&id(104)), log.lookup(&id(104)));
+        assert_eq!(reloaded.lookup(&id(103)), None);
+        assert_eq!(log.entries_after(Version { epoch: 3, v: 8 }).count(), 2);
+        assert_eq!(log.next_version(2), Version { epoch: 3, v: 11 });
+        assert_eq!(log.next_version(7), Version { epoch: 7, v: 11 });
+    }
+
+    #[test]
+    fn replace_swaps_the_log_but_keeps_dups() {
+        let store = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        store.apply_transaction(t).unwrap();
+        let limits = LogLimits {
+            entries_max: 2,
+            dups_max: 10,
+        };
+        let mut log = PgLog::default();
+        let mut t = Transaction::new();
+        for v in 1..=3 {
+            log.append(entry(v, v), limits, c, &mut t);
+        }
+        store.apply_transaction(t).unwrap();
+        let auth = vec![entry(2, 50), entry(3, 51), entry(4, 52)];
+        let info = PgInfoData {
+            last_update: Version { epoch: 3, v: 4 },
+            log_tail: Version { epoch: 3, v: 1 },
+            ..PgInfoData::default()
+        };
+        let mut t = Transaction::new();
+        log.replace(info, auth.clone(), c, &mut t);
+        store.apply_transaction(t).unwrap();
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(reloaded.entries().cloned().collect::<Vec<_>>(), auth);
+        assert_eq!(reloaded.info, info);
+        // The dup of the trimmed entry 1 survives; entry 2's old request id does not.
+        let id = |tid| ReqId {
+            entity: "client.admin".into(),
+            inc: 9,
+            tid,
+        };
+        assert!(reloaded.lookup(&id(1)).is_some());
+        assert!(reloaded.lookup(&id(2)).is_none());
+        assert!(reloaded.lookup(&id(52)).is_some());
+    }
+}

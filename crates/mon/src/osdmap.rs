@@ -32,8 +32,14 @@ pub const FLAGS: &[&str] = &["noout", "noin", "nodown", "noup"];
 /// choosing leaves under distinct buckets of `failure_domain` (`host`, or
 /// `osd` on a one-machine cluster, as Ceph's vstart does).
 pub fn initial_crush(failure_domain: &str) -> Result<CrushMap, MonError> {
+    // The tunables are Ceph's optimal (jewel) profile: the legacy defaults
+    // give up early on collisions and map small clusters to too few OSDs.
     let text = format!(
-        "# types\ntype 0 osd\ntype 1 host\ntype 2 chassis\ntype 3 rack\ntype 4 row\n\
+        "tunable choose_local_tries 0\ntunable choose_local_fallback_tries 0\n\
+         tunable choose_total_tries 50\ntunable chooseleaf_descend_once 1\n\
+         tunable chooseleaf_vary_r 1\ntunable chooseleaf_stable 1\n\
+         tunable straw_calc_version 1\ntunable allowed_bucket_algs 54\n\
+         # types\ntype 0 osd\ntype 1 host\ntype 2 chassis\ntype 3 rack\ntype 4 row\n\
          type 5 pdu\ntype 6 pod\ntype 7 room\ntype 8 datacenter\ntype 9 zone\n\
          type 10 region\ntype 11 root\n\n\
          root default {{\n\tid -1\n\talg straw2\n\thash 0\n}}\n\n\

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shoal_maps::{OsdMap, PgId};
 use shoal_mon::{Command, MonClient, OsdCaps, TicketAuth, UpdateSink};
-use shoal_net::{Dispatcher, Incoming, Messenger, NetConfig, Secret, TcpTransport};
+use shoal_net::{Dispatcher, Incoming, Messenger, NetConfig, Secret, Transport};
 use shoal_objectstore::ObjectStore;
 use shoal_proto::{ErrorReply, Message, OsdErrorCode};
 use shoal_types::{EntityName, EntityType};
@@ -110,16 +110,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Osd {
-    /// Starts OSD `opts.id` on `store`: listens, authenticates, opens the
-    /// PGs found in the store, boots into the map and follows it.
-    pub async fn start(opts: OsdOptions, store: Arc<dyn ObjectStore>) -> Result<Osd, OsdError> {
+    /// Starts OSD `opts.id` on `store`, over `transport` (TCP, or an
+    /// in-memory network in tests): listens, authenticates, opens the PGs
+    /// found in the store, boots into the map and follows it.
+    pub async fn start(
+        opts: OsdOptions,
+        store: Arc<dyn ObjectStore>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Osd, OsdError> {
         let me = EntityName::osd(opts.id.max(0) as u32);
         let auth = TicketAuth::new(me.clone(), opts.key.clone());
         let route = Arc::new(Route::default());
         let msgr = Messenger::new(
             me,
             opts.net.clone(),
-            Arc::new(TcpTransport),
+            transport,
             Arc::new(auth.clone()),
             route.clone(),
         );

@@ -1,11 +1,13 @@
 //! `shoal store`: make, check and inspect an OSD's BlockStore.
 
+use std::io::Write;
+use std::ops::Bound;
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Subcommand;
-use shoal_objectstore::block::MkfsOptions;
-use shoal_objectstore::tool;
+use shoal_objectstore::block::{MkfsOptions, OpenOptions};
+use shoal_objectstore::{BlockStore, CollectionId, ObjectKey, ObjectStore, tool};
 
 /// Object store commands.
 #[derive(Debug, Subcommand)]
@@ -29,6 +31,13 @@ pub enum StoreCmd {
     },
     /// Capacity, usage and counts.
     Stat {
+        /// The store's directory.
+        path: PathBuf,
+    },
+    /// Every object, one line each: collection, name, size and crc32c of its
+    /// data and of its xattrs and omap, to compare replicas of a PG.
+    /// (Objects whose name starts with NUL, the OSD's own, are skipped.)
+    Ls {
         /// The store's directory.
         path: PathBuf,
     },
@@ -73,8 +82,87 @@ pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
             }
         }
         StoreCmd::Stat { path } => println!("{}", tool::stat(&path)?),
+        StoreCmd::Ls { path } => {
+            let store = BlockStore::open(&path, &OpenOptions::default())?;
+            let mut out = std::io::stdout().lock();
+            list_checksums(&store, &mut out)?;
+        }
     }
     Ok(())
+}
+
+/// Writes one line per object of `store`: `pool.seed name size data_crc meta_crc`.
+pub fn list_checksums(store: &dyn ObjectStore, out: &mut dyn Write) -> anyhow::Result<()> {
+    for c in store.list_collections()? {
+        let mut cursor = None;
+        loop {
+            let page = store.list_objects(&c, cursor.as_ref(), 1024)?;
+            for k in &page.objects {
+                if k.name.first() == Some(&0) {
+                    continue;
+                }
+                let (size, data_crc, meta_crc) = object_checksums(store, &c, k)?;
+                writeln!(
+                    out,
+                    "{}.{:x} {} {size} {data_crc:08x} {meta_crc:08x}",
+                    c.pool,
+                    c.seed,
+                    String::from_utf8_lossy(&k.name).escape_debug()
+                )?;
+            }
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn object_checksums(
+    store: &dyn ObjectStore,
+    c: &CollectionId,
+    k: &ObjectKey,
+) -> anyhow::Result<(u64, u32, u32)> {
+    let size = store.stat(c, k)?.size;
+    let mut data_crc = 0u32;
+    let mut off = 0;
+    while off < size {
+        let chunk = store.read(c, k, off, (4u64 << 20).min(size - off))?;
+        if chunk.is_empty() {
+            break;
+        }
+        data_crc = crc32c::crc32c_append(data_crc, &chunk);
+        off += chunk.len() as u64;
+    }
+    let mut meta_crc = 0u32;
+    let mut add = |b: &[u8]| {
+        meta_crc = crc32c::crc32c_append(meta_crc, &(b.len() as u64).to_le_bytes());
+        meta_crc = crc32c::crc32c_append(meta_crc, b);
+    };
+    for (n, v) in store.getxattrs(c, k)? {
+        add(n.as_bytes());
+        add(&v);
+    }
+    add(&store.omap_get_header(c, k)?);
+    let mut after: Option<bytes::Bytes> = None;
+    loop {
+        let start = match &after {
+            Some(a) => Bound::Excluded(a.as_ref()),
+            None => Bound::Unbounded,
+        };
+        let page = store.omap_range(c, k, start, Bound::Unbounded, 4096)?;
+        let full = page.len() == 4096;
+        for (key, v) in page {
+            add(&key);
+            add(&v);
+            after = Some(key);
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok((size, data_crc, meta_crc))
 }
 
 #[cfg(test)]

@@ -163,7 +163,6 @@ impl Osd {
         tasks.push(tokio::spawn(Arc::clone(&inner).follow_map()));
         tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
-        tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
         Ok(Osd { inner, tasks })
     }
 

@@ -14,7 +14,11 @@
 
 pub mod codec;
 pub mod ctx;
+pub mod daemon;
 pub mod exec;
 pub mod log;
 pub mod object;
+pub mod pg;
 pub mod recovery;
+
+mod heartbeat;

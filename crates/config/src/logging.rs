@@ -60,8 +60,11 @@ fn target_of(subsystem: &str) -> String {
 /// second time does nothing.
 pub fn init(spec: &str) -> Result<(), LogSpecError> {
     let filter = parse_filter(spec)?;
+    use std::io::IsTerminal;
+    // Colours only for people: daemons' logs usually go to files.
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(true);
     let _ = tracing_subscriber::registry()
         .with(fmt.with_filter(filter))

@@ -56,9 +56,8 @@ enum Command {
     Health(cmd::status::HealthArgs),
     /// Run a monitor, or manage the monitor quorum.
     Mon(cmd::mon::MonCmd),
-    /// The OSD map: OSDs, flags, pools, object placement.
-    #[command(subcommand)]
-    Osd(cmd::osd::OsdCmd),
+    /// Run an OSD, or read and change the OSD map: OSDs, flags, pools, placement.
+    Osd(cmd::osd_daemon::OsdArgs),
     /// Entities, keys and capabilities kept by the monitors.
     #[command(subcommand)]
     Auth(cmd::auth::AuthCmd),
@@ -99,14 +98,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         config,
     };
     // Daemons set up logging with their own entity's configuration.
-    if !matches!(cli.command, Command::Mon(_)) {
+    if !matches!(cli.command, Command::Mon(_) | Command::Osd(_)) {
         shoal_config::logging::init(&ctx.config.options.log_level)?;
     }
     match cli.command {
         Command::Status(a) => cmd::status::run(a, &ctx),
         Command::Health(a) => cmd::status::run_health(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
-        Command::Osd(c) => cmd::osd::run(c, &ctx),
+        Command::Osd(c) => cmd::osd_daemon::run(c, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),

@@ -10,5 +10,6 @@ pub mod crush;
 pub mod keyring;
 pub mod mon;
 pub mod osd;
+pub mod osd_daemon;
 pub mod status;
 pub mod store;

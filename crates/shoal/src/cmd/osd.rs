@@ -11,6 +11,8 @@ use super::common::{Ctx, Format, mon_command, pretty, print};
 /// OSD map commands.
 #[derive(Debug, Subcommand)]
 pub enum OsdCmd {
+    /// Prepare an OSD's data directory: its store, key and metadata.
+    Mkfs(super::osd_daemon::MkfsArgs),
     /// The CRUSH hierarchy with each OSD's state.
     Tree(FormatArg),
     /// The whole OSD map.
@@ -291,6 +293,7 @@ fn done(v: &Value, what: &str) {
 /// Runs one `shoal osd` subcommand.
 pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
+        OsdCmd::Mkfs(_) => bail_mkfs()?,
         OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
         OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
         OsdCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::OsdStat)?, stat_plain),
@@ -526,4 +529,8 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn bail_mkfs() -> anyhow::Result<()> {
+    anyhow::bail!("`shoal osd mkfs` is handled by the OSD daemon module")
 }

@@ -1,0 +1,233 @@
+//! `shoal osd --id N` runs an OSD; `shoal osd mkfs --id N` prepares its
+//! data directory (store, key, metadata). The other `shoal osd`
+//! subcommands (in `osd.rs`) read and change the OSD map.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use shoal_mon::Command;
+use shoal_net::{Keyring, KeyringEntry, NetConfig, Secret};
+use shoal_objectstore::block::{MkfsOptions, OpenOptions};
+use shoal_objectstore::{BlockStore, MemStore, ObjectStore};
+use shoal_osd::ctx::PgConfig;
+use shoal_osd::daemon::{Osd, OsdOptions};
+use shoal_osd::log::LogLimits;
+use shoal_types::EntityName;
+
+use super::common::{Ctx, mon_addrs, mon_command};
+use super::mon::wait_for_signal;
+use super::osd::OsdCmd;
+
+/// Run an OSD (`shoal osd --id N`), or read and change the OSD map.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct OsdArgs {
+    #[command(subcommand)]
+    sub: Option<OsdCmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The OSD's id: 3 for osd.3.
+    #[arg(long)]
+    id: Option<u32>,
+    /// Data directory (default: the osd_data option).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+/// Which object store an OSD uses.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum StoreKind {
+    /// BlockStore: data file plus metadata database, crash-safe.
+    Block,
+    /// MemStore: in memory, lost when the OSD stops (tests, benchmarks).
+    Mem,
+}
+
+/// `shoal osd mkfs`.
+#[derive(Debug, Args)]
+pub struct MkfsArgs {
+    /// The OSD's id: 3 for osd.3.
+    #[arg(long)]
+    id: u32,
+    /// Data directory (default: the osd_data option).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The object store.
+    #[arg(long, value_enum, default_value = "block")]
+    store: StoreKind,
+}
+
+const META_FILE: &str = "osd.json";
+const STORE_DIR: &str = "store";
+
+fn data_dir(flag: Option<PathBuf>, option: &str, id: u32) -> anyhow::Result<PathBuf> {
+    match flag {
+        Some(p) => Ok(p),
+        None if !option.is_empty() => Ok(PathBuf::from(option.replace("$id", &id.to_string()))),
+        None => bail!("no data directory: pass --data DIR or set osd_data"),
+    }
+}
+
+/// Runs `shoal osd ...`.
+pub fn run(args: OsdArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    match args.sub {
+        Some(OsdCmd::Mkfs(m)) => {
+            shoal_config::logging::init(&ctx.config.options.log_level)?;
+            mkfs(m, ctx)
+        }
+        Some(sub) => {
+            shoal_config::logging::init(&ctx.config.options.log_level)?;
+            super::osd::run(sub, ctx)
+        }
+        None => {
+            let Some(id) = args.run.id else {
+                bail!("`shoal osd` needs --id N to run an OSD (or a subcommand; see --help)")
+            };
+            run_daemon(ctx, id, args.run.data)
+        }
+    }
+}
+
+/// Creates the OSD's data directory: its store, its key (from the
+/// monitors, as the caller), and its metadata.
+fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let entity = EntityName::osd(args.id);
+    let config = ctx.config_for(&entity)?;
+    let dir = data_dir(args.data, &config.options.osd_data, args.id)?;
+    if dir.join(META_FILE).exists() {
+        bail!("{} already holds an OSD (remove it first)", dir.display());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let caps = BTreeMap::from([
+        ("mon".to_string(), "allow profile osd".to_string()),
+        ("osd".to_string(), "allow *".to_string()),
+    ]);
+    let out = mon_command(
+        ctx,
+        &Command::AuthGetOrCreate {
+            entity: entity.to_string(),
+            caps,
+        },
+    )?;
+    let key = out[entity.to_string()]["key"]
+        .as_str()
+        .context("the monitors' answer has no key")?;
+    let mut ring = Keyring::default();
+    ring.insert(
+        entity.clone(),
+        KeyringEntry {
+            key: Secret::from_base64(key).map_err(anyhow::Error::msg)?,
+            caps: BTreeMap::new(),
+        },
+    );
+    ring.save(&dir.join("keyring"))?;
+    if args.store == StoreKind::Block {
+        let opts = MkfsOptions {
+            data_bytes: config.options.osd_store_bytes,
+        };
+        shoal_objectstore::tool::mkfs(&dir.join(STORE_DIR), &opts)?;
+    }
+    let store = match args.store {
+        StoreKind::Block => "block",
+        StoreKind::Mem => "mem",
+    };
+    let meta = json!({ "id": args.id, "store": store, "format": 1 });
+    std::fs::write(dir.join(META_FILE), format!("{meta:#}\n"))?;
+    println!("created {entity} in {} ({store} store)", dir.display());
+    Ok(())
+}
+
+fn open_store(dir: &Path, config: &shoal_config::Config) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let meta_path = dir.join(META_FILE);
+    let text = std::fs::read_to_string(&meta_path).with_context(|| {
+        format!(
+            "reading {} (make the OSD with `shoal osd mkfs` first)",
+            meta_path.display()
+        )
+    })?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", meta_path.display()))?;
+    Ok(match meta["store"].as_str() {
+        Some("block") => Arc::new(BlockStore::open(
+            &dir.join(STORE_DIR),
+            &OpenOptions::default(),
+        )?),
+        Some("mem") => Arc::new(MemStore::new(config.options.osd_store_bytes)),
+        other => bail!("{}: unknown store {other:?}", meta_path.display()),
+    })
+}
+
+fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
+    let entity = EntityName::osd(id);
+    let config = ctx.config_for(&entity)?;
+    shoal_config::logging::init(&config.options.log_level)?;
+    let o = &config.options;
+    let dir = data_dir(data, &o.osd_data, id)?;
+    let ring = Keyring::load(&dir.join("keyring"))?;
+    let key = ring
+        .get(&entity)
+        .with_context(|| format!("{} has no key for {entity}", dir.join("keyring").display()))?
+        .key
+        .clone();
+    let store = open_store(&dir, &config)?;
+    let bind: SocketAddr = if o.public_addr.is_empty() {
+        "127.0.0.1:0".parse()?
+    } else {
+        o.public_addr
+            .parse()
+            .with_context(|| format!("public_addr {:?} is not ip:port", o.public_addr))?
+    };
+    let host = if o.osd_host.is_empty() {
+        std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into())
+    } else {
+        o.osd_host.clone()
+    };
+    let opts = OsdOptions {
+        id: i32::try_from(id)?,
+        key,
+        mon_addrs: mon_addrs(&config)?,
+        bind,
+        host,
+        weight: 0x10000,
+        net: NetConfig::from_options(o),
+        pg: PgConfig {
+            log_limits: LogLimits {
+                entries_max: o.osd_pg_log_entries_max as usize,
+                dups_max: o.osd_pg_log_dups_max as usize,
+            },
+            peer_timeout: Duration::from_millis(o.osd_peer_timeout_ms),
+            list_max: 1024,
+        },
+        heartbeat_interval: Duration::from_millis(o.osd_heartbeat_interval_ms),
+        heartbeat_grace: Duration::from_millis(o.osd_heartbeat_grace_ms),
+        beacon_interval: Duration::from_millis(o.osd_beacon_interval_ms),
+        stats_interval: Duration::from_millis(o.osd_pg_stats_interval_ms),
+        mon_timeout: Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let osd = Osd::start(opts, store, Arc::new(shoal_net::TcpTransport)).await?;
+        eprintln!("{entity} running at {}", osd.addr());
+        wait_for_signal().await?;
+        tracing::info!("{entity} stopping");
+        osd.stop().await;
+        anyhow::Ok(())
+    })
+}

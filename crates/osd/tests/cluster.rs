@@ -6,187 +6,20 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_maps::OsdMap;
-use shoal_mon::{Command, MonClient, Monitor, MonitorOptions, PoolSpec, TicketAuth, UpdateSink};
-use shoal_net::{Keyring, MemNetwork, Messenger, NetConfig, Secret};
+use shoal_mon::{Command, MonClient, TicketAuth, UpdateSink};
+use shoal_net::{Messenger, Secret};
 use shoal_objectstore::{MemStore, ObjectKey, ObjectStore};
-use shoal_osd::ctx::PgConfig;
-use shoal_osd::daemon::{Osd, OsdOptions};
 use shoal_proto::{Message, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp};
 use shoal_types::EntityName;
 use tokio::sync::watch;
 
-const MON: &str = "10.0.0.1:6789";
-
-fn net_cfg() -> NetConfig {
-    NetConfig {
-        request_timeout: Duration::from_secs(5),
-        reconnect_attempts: 2,
-        connect_timeout: Duration::from_millis(300),
-        ..NetConfig::default()
-    }
-}
-
-fn mon_opts(data: PathBuf) -> MonitorOptions {
-    MonitorOptions {
-        data,
-        net: net_cfg(),
-        heartbeat: Duration::from_millis(100),
-        election_timeout: Duration::from_millis(400),
-        snapshot_every: 100,
-        command_timeout: Duration::from_secs(5),
-        ticket_ttl: Duration::from_secs(600),
-        secret_rotation: Duration::from_secs(3600),
-        failure_domain: "osd".into(),
-        osdmap_history: 500,
-        osdmap_full_interval: 100,
-        osd: shoal_mon::OsdLiveness {
-            min_down_reporters: 1,
-            reporter_subtree_level: "osd".into(),
-            beacon_grace: Duration::from_secs(60),
-            report_expiry: Duration::from_secs(10),
-            down_out_interval: Duration::from_secs(600),
-            batch_window: Duration::from_millis(50),
-        },
-    }
-}
-
-struct Cluster {
-    dir: PathBuf,
-    net: MemNetwork,
-    _mon: Monitor,
-    admin_key: Secret,
-    osds: BTreeMap<i32, (Osd, Arc<MemStore>)>,
-    keys: BTreeMap<i32, Secret>,
-}
-
-fn mon_client(net: &MemNetwork, name: &str, key: Secret, sink: Arc<UpdateSink>) -> MonClient {
-    let me: EntityName = name.parse().unwrap();
-    let auth = TicketAuth::new(me.clone(), key);
-    let msgr = Messenger::new(me, net_cfg(), Arc::new(net.clone()), Arc::new(auth), sink);
-    MonClient::new(msgr, vec![MON.parse().unwrap()], Duration::from_secs(8))
-}
-
-impl Cluster {
-    async fn new(tag: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("shoal-osd-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let initial = BTreeMap::from([("a".to_string(), MON.to_string())]);
-        let ring = shoal_mon::mkfs(&dir.join("a"), "a", &initial, None, None).unwrap();
-        let net = MemNetwork::new();
-        let mon = Monitor::start(mon_opts(dir.join("a")), Arc::new(net.clone()), None)
-            .await
-            .unwrap();
-        let keyring = Keyring::load(&ring).unwrap();
-        let admin_key = keyring
-            .get(&"client.admin".parse().unwrap())
-            .unwrap()
-            .key
-            .clone();
-        Cluster {
-            dir,
-            net,
-            _mon: mon,
-            admin_key,
-            osds: BTreeMap::new(),
-            keys: BTreeMap::new(),
-        }
-    }
-
-    fn admin(&self) -> MonClient {
-        mon_client(
-            &self.net,
-            "client.admin",
-            self.admin_key.clone(),
-            UpdateSink::new(),
-        )
-    }
-
-    async fn command(&self, cmd: Command) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            match self.admin().command(&cmd).await {
-                Ok(v) => return v,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("{cmd:?}: {e}"),
-            }
-        }
-    }
-
-    async fn entity_key(&self, name: &str, caps: &[(&str, &str)]) -> Secret {
-        let caps = caps
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let v = self
-            .command(Command::AuthGetOrCreate {
-                entity: name.into(),
-                caps,
-            })
-            .await;
-        Secret::from_base64(v[name]["key"].as_str().unwrap()).unwrap()
-    }
-
-    async fn start_osd(&mut self, id: i32, store: Arc<MemStore>) {
-        let key = match self.keys.get(&id) {
-            Some(k) => k.clone(),
-            None => {
-                let k = self
-                    .entity_key(
-                        &format!("osd.{id}"),
-                        &[("mon", "allow profile osd"), ("osd", "allow *")],
-                    )
-                    .await;
-                self.keys.insert(id, k.clone());
-                k
-            }
-        };
-        let opts = OsdOptions {
-            id,
-            key,
-            mon_addrs: vec![MON.parse().unwrap()],
-            bind: format!("10.0.1.{}:6800", id + 1).parse().unwrap(),
-            host: format!("host{id}"),
-            weight: 0x10000,
-            net: net_cfg(),
-            pg: PgConfig {
-                peer_timeout: Duration::from_secs(5),
-                ..PgConfig::default()
-            },
-            heartbeat_interval: Duration::from_millis(300),
-            heartbeat_grace: Duration::from_secs(2),
-            beacon_interval: Duration::from_secs(5),
-            stats_interval: Duration::from_secs(1),
-            mon_timeout: Duration::from_secs(8),
-        };
-        let osd = Osd::start(opts, store.clone(), Arc::new(self.net.clone()))
-            .await
-            .unwrap();
-        self.osds.insert(id, (osd, store));
-    }
-
-    async fn stop_osd(&mut self, id: i32) -> Arc<MemStore> {
-        let (osd, store) = self.osds.remove(&id).unwrap();
-        osd.stop().await;
-        store
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use shoal_testkit::{Cluster, MON, net_cfg};
 
 /// A client that speaks the OSD protocol directly.
 struct RawClient {
@@ -340,19 +173,7 @@ fn read_all() -> OsdSubOp {
 }
 
 async fn setup(tag: &str) -> (Cluster, RawClient) {
-    let mut c = Cluster::new(tag).await;
-    c.command(Command::PoolCreate {
-        name: "rbd".into(),
-        pg_num: 8,
-        spec: PoolSpec::Replicated {
-            size: 3,
-            min_size: 2,
-        },
-    })
-    .await;
-    for id in 0..3 {
-        c.start_osd(id, Arc::new(MemStore::new(1 << 30))).await;
-    }
+    let c = Cluster::with_pool(tag, 3, 3, 8).await;
     let admin_key = c.admin_key.clone();
     let mut client = RawClient::new(&c, "client.admin", admin_key).await;
     client

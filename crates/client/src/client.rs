@@ -1,0 +1,469 @@
+//! [`Client`]: a connection to a cluster. It authenticates to the monitors,
+//! keeps a ticket for the OSDs fresh, follows the OSD map, and sends each
+//! operation to the primary of its object's PG, resending when the map
+//! changes, the primary moves, or the connection is lost, until the
+//! operation's timeout.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use shoal_config::Config;
+use shoal_maps::{OsdMap, PgId};
+use shoal_mon::{MonClient, TicketAuth, UpdateSink, parse_mon_host};
+use shoal_net::{Keyring, Messenger, NetConfig, Secret, TcpTransport, Transport};
+use shoal_proto::{Message, OsdErrorCode, OsdOp};
+use shoal_types::EntityName;
+use tokio::sync::{Semaphore, watch};
+
+use crate::error::{Error, OpError, Result};
+use crate::op::{Op, OpResult};
+use crate::pool::Pool;
+
+/// How a client connects and behaves.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// Monitor addresses.
+    pub mon_addrs: Vec<SocketAddr>,
+    /// Who the client is (`client.admin`).
+    pub name: EntityName,
+    /// Its key.
+    pub key: Secret,
+    /// How long an operation may take, resends included.
+    pub op_timeout: Duration,
+    /// This client instance's id in request ids. Give the id of a client
+    /// that stopped to resend its operations without applying them twice;
+    /// `None`: a random one.
+    pub client_inc: Option<u64>,
+    /// Operations in flight at most (more wait).
+    pub max_inflight_ops: usize,
+    /// Payload bytes in flight at most (more wait).
+    pub max_inflight_bytes: usize,
+    /// Messenger settings.
+    pub net: NetConfig,
+    /// The network (TCP; in-memory in tests).
+    pub transport: Arc<dyn Transport>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("mon_addrs", &self.mon_addrs)
+            .field("name", &self.name)
+            .field("op_timeout", &self.op_timeout)
+            .field("client_inc", &self.client_inc)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientOptions {
+    /// Options for `name` with `key`, reaching the monitors at `mon_addrs`,
+    /// with default limits.
+    pub fn new(mon_addrs: Vec<SocketAddr>, name: EntityName, key: Secret) -> ClientOptions {
+        ClientOptions {
+            mon_addrs,
+            name,
+            key,
+            op_timeout: Duration::from_secs(60),
+            client_inc: None,
+            max_inflight_ops: 1024,
+            max_inflight_bytes: 256 << 20,
+            net: NetConfig::default(),
+            transport: Arc::new(TcpTransport),
+        }
+    }
+
+    /// Options from a configuration file (`None`: `$SHOAL_CONF`, or the
+    /// defaults) for entity `name`: `mon_host`, the key from `keyring`,
+    /// `client_op_timeout_ms` and the messenger settings.
+    pub fn from_config(conf: Option<&Path>, name: &EntityName, set: &[String]) -> Result<Self> {
+        let config = Config::load(conf, name, set).map_err(|e| Error::Config(e.to_string()))?;
+        Self::from_loaded(&config, name)
+    }
+
+    /// Options from a loaded configuration.
+    pub fn from_loaded(config: &Config, name: &EntityName) -> Result<Self> {
+        let o = &config.options;
+        let mon_addrs: Vec<SocketAddr> = parse_mon_host(&o.mon_host)
+            .map_err(|e| Error::Config(e.to_string()))?
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        if mon_addrs.is_empty() {
+            return Err(Error::Config("no monitors: set mon_host".into()));
+        }
+        if o.keyring.is_empty() {
+            return Err(Error::Config("no keyring: set keyring = PATH".into()));
+        }
+        let ring =
+            Keyring::load(Path::new(&o.keyring)).map_err(|e| Error::Config(e.to_string()))?;
+        let key = ring
+            .get(name)
+            .ok_or_else(|| Error::Config(format!("{} has no key for {name}", o.keyring)))?
+            .key
+            .clone();
+        let mut opts = ClientOptions::new(mon_addrs, name.clone(), key);
+        opts.op_timeout = Duration::from_millis(o.client_op_timeout_ms);
+        opts.net = NetConfig::from_options(o);
+        Ok(opts)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) opts: ClientOptions,
+    msgr: Messenger,
+    monc: MonClient,
+    map: watch::Receiver<Option<Arc<OsdMap>>>,
+    inc: u64,
+    next_tid: AtomicU64,
+    ops: Semaphore,
+    bytes: Semaphore,
+    renew: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.renew.abort();
+    }
+}
+
+/// A connection to a cluster; clones share it.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Client({} inc {:x})",
+            self.inner.opts.name, self.inner.inc
+        )
+    }
+}
+
+/// Per-operation choices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpOptions {
+    /// This op's id (default: the client's next). An op resent by a new
+    /// instance with the same `client_inc` and `tid` applies at most once.
+    pub tid: Option<u64>,
+    /// Overrides the client's operation timeout.
+    pub timeout: Option<Duration>,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        // Fall back to the clock: uniqueness per process start is what matters.
+        return shoal_net::now_ms() ^ u64::from(std::process::id()) << 32;
+    }
+    u64::from_le_bytes(b)
+}
+
+impl Client {
+    /// Connects: gets a ticket for the OSDs and the current OSD map, both
+    /// within the operation timeout.
+    pub async fn connect(opts: ClientOptions) -> Result<Client> {
+        let auth = TicketAuth::new(opts.name.clone(), opts.key.clone());
+        let sink = UpdateSink::new();
+        let msgr = Messenger::new(
+            opts.name.clone(),
+            opts.net.clone(),
+            Arc::clone(&opts.transport),
+            Arc::new(auth.clone()),
+            sink.clone(),
+        );
+        let mon_timeout = opts.op_timeout.min(Duration::from_secs(30));
+        let monc = MonClient::new(msgr.clone(), opts.mon_addrs.clone(), mon_timeout);
+        let deadline = Instant::now() + opts.op_timeout;
+        loop {
+            match auth.refresh_ticket(&monc).await {
+                Ok(_) => break,
+                Err(e) if e.code == shoal_mon::ErrorCode::Again && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(Error::Mon(e.to_string())),
+            }
+        }
+        let renew = auth.spawn_renewal(monc.clone(), false);
+        let mut map = monc.subscribe_osdmap(sink);
+        let wait = map.wait_for(|m| m.is_some());
+        if tokio::time::timeout_at(deadline.into(), wait)
+            .await
+            .is_err()
+        {
+            renew.abort();
+            return Err(Error::Timeout(
+                opts.op_timeout,
+                "no OSD map from the monitors".into(),
+            ));
+        }
+        let inc = opts.client_inc.unwrap_or_else(random_u64);
+        let inner = Inner {
+            ops: Semaphore::new(opts.max_inflight_ops.max(1)),
+            bytes: Semaphore::new(opts.max_inflight_bytes.clamp(1, u32::MAX as usize)),
+            opts,
+            msgr,
+            monc,
+            map,
+            inc,
+            next_tid: AtomicU64::new(1),
+            renew,
+        };
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Connects as configured in `conf` (or `$SHOAL_CONF`) for `name`.
+    pub async fn connect_config(conf: Option<&Path>, name: &str) -> Result<Client> {
+        let name: EntityName = name
+            .parse()
+            .map_err(|e| Error::Config(format!("bad entity name {name:?}: {e}")))?;
+        Client::connect(ClientOptions::from_config(conf, &name, &[])?).await
+    }
+
+    /// The current OSD map.
+    pub fn map(&self) -> Result<Arc<OsdMap>> {
+        self.inner
+            .map
+            .borrow()
+            .clone()
+            .ok_or_else(|| Error::Mon("no OSD map yet".into()))
+    }
+
+    pub(crate) fn inner_msgr(&self) -> &Messenger {
+        &self.inner.msgr
+    }
+
+    /// The monitors, for commands.
+    pub fn mon_client(&self) -> &MonClient {
+        &self.inner.monc
+    }
+
+    /// This instance's id in request ids.
+    pub fn client_inc(&self) -> u64 {
+        self.inner.inc
+    }
+
+    /// Opens pool `name`.
+    pub fn pool(&self, name: &str) -> Result<Pool> {
+        let map = self.map()?;
+        let pool = map
+            .pool_by_name(name)
+            .ok_or_else(|| Error::NoPool(name.to_string()))?;
+        Ok(Pool::new(self.clone(), pool.id, name))
+    }
+
+    /// Waits until the map is at `epoch` or newer, or `deadline` passes.
+    async fn wait_epoch(&self, epoch: u32, deadline: Instant) {
+        let mut rx = self.inner.map.clone();
+        let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
+        let _ = tokio::time::timeout_at(deadline.into(), wait).await;
+    }
+
+    /// Runs `op` on object `oid` (namespace `nspace`) of pool `pool`.
+    pub(crate) async fn operate(
+        &self,
+        pool: u64,
+        nspace: &str,
+        oid: &str,
+        op: Op,
+        o: OpOptions,
+    ) -> Result<OpResult, OpError> {
+        let whole = |error| OpError { index: 0, error };
+        if op.is_empty() {
+            return Err(whole(Error::InvalidArgument(
+                "an op needs a sub-operation".into(),
+            )));
+        }
+        let timeout = o.timeout.unwrap_or(self.inner.opts.op_timeout);
+        let deadline = Instant::now() + timeout;
+        let bytes = u32::try_from(op.data_len()).unwrap_or(u32::MAX).min(
+            self.inner
+                .opts
+                .max_inflight_bytes
+                .clamp(1, u32::MAX as usize) as u32,
+        );
+        let _op_permit = self.inner.ops.acquire().await;
+        let _byte_permit = self.inner.bytes.acquire_many(bytes.max(1)).await;
+        let tid = o
+            .tid
+            .unwrap_or_else(|| self.inner.next_tid.fetch_add(1, Ordering::Relaxed));
+        let data = concat(&op.data);
+        let mut msg = OsdOp {
+            pool,
+            pg_seed: 0,
+            oid: oid.to_string(),
+            nspace: nspace.to_string(),
+            epoch: 0,
+            client_inc: self.inner.inc,
+            tid,
+            flags: 0,
+            ops: op.subs,
+        };
+        let mut last = String::from("not sent");
+        let mut attempt = 0u32;
+        while Instant::now() < deadline {
+            if attempt > 0 {
+                msg.flags |= OsdOp::FLAG_RESEND;
+            }
+            attempt += 1;
+            let map = self.map().map_err(whole)?;
+            let Some(p) = map.pool(pool) else {
+                return Err(whole(Error::NoPool(format!(
+                    "pool {pool} no longer exists"
+                ))));
+            };
+            let pg = p.object_pg(oid, nspace);
+            msg.pg_seed = pg.seed;
+            msg.epoch = map.epoch.0;
+            match self.send_once(&map, pg, &msg, &data, deadline).await {
+                Attempt::Done(reply, d) => {
+                    return OpResult::from_reply(reply, d).map_err(whole);
+                }
+                Attempt::Failed(index, e) => return Err(OpError { index, error: e }),
+                Attempt::NewEpoch(e, why) => {
+                    last = why;
+                    self.wait_epoch(e, deadline).await;
+                }
+                Attempt::Retry(why) => {
+                    last = why;
+                    let next = map.epoch.0 + 1;
+                    let pause =
+                        Instant::now() + Duration::from_millis(100 * u64::from(attempt.min(5)));
+                    self.wait_epoch(next, pause.min(deadline)).await;
+                }
+            }
+        }
+        Err(whole(Error::Timeout(timeout, last)))
+    }
+
+    /// One attempt at the PG's primary in `map`.
+    async fn send_once(
+        &self,
+        map: &OsdMap,
+        pg: PgId,
+        msg: &OsdOp,
+        data: &Bytes,
+        deadline: Instant,
+    ) -> Attempt {
+        let primary = match map.pg_to_up_acting(pg) {
+            Ok(m) if m.acting_primary >= 0 => m.acting_primary,
+            _ => return Attempt::NewEpoch(map.epoch.0 + 1, format!("pg {pg} has no primary")),
+        };
+        let addr = map
+            .osd(primary)
+            .and_then(|i| i.addr.clone())
+            .and_then(|a| a.parse::<SocketAddr>().ok());
+        let Some(addr) = addr else {
+            return Attempt::NewEpoch(map.epoch.0 + 1, format!("osd.{primary} has no address"));
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let conn = match tokio::time::timeout(remaining, self.inner.msgr.connect(addr)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Attempt::Retry(format!("osd.{primary}: {e}")),
+            Err(_) => return Attempt::Retry(format!("osd.{primary}: connect timed out")),
+        };
+        // The request ends with its answer, or when the map moves the PG
+        // (the old primary drops what it had in flight), or at the deadline.
+        let request = conn.request_with_timeout(msg.clone(), data.clone(), remaining);
+        let moved = self.pg_moves(pg, map.epoch.0, primary);
+        let reply = tokio::select! {
+            r = request => r,
+            why = moved => return Attempt::Retry(why),
+        };
+        match reply {
+            Ok(r) => match r.msg {
+                Message::OsdOpReply(rep) => classify(rep, r.data),
+                other => Attempt::Failed(
+                    0,
+                    Error::Protocol(format!("osd.{primary} answered {:?}", other.msg_type())),
+                ),
+            },
+            Err(shoal_net::NetError::Remote { code, message, .. }) => Attempt::Failed(
+                0,
+                Error::Protocol(format!("osd.{primary} refused ({code}): {message}")),
+            ),
+            Err(e) => Attempt::Retry(format!("osd.{primary}: {e}")),
+        }
+    }
+
+    /// Resolves when a map newer than `epoch` changes the PG's primary or acting set.
+    async fn pg_moves(&self, pg: PgId, epoch: u32, primary: i32) -> String {
+        let mut rx = self.inner.map.clone();
+        let before = self
+            .map()
+            .ok()
+            .and_then(|m| m.pg_to_up_acting(pg).ok())
+            .map(|m| m.acting);
+        loop {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            let Some(map) = rx.borrow_and_update().clone() else {
+                continue;
+            };
+            if map.epoch.0 <= epoch {
+                continue;
+            }
+            let now = map.pg_to_up_acting(pg).ok();
+            let moved = now.as_ref().map(|m| m.acting_primary) != Some(primary)
+                || now.map(|m| m.acting) != before;
+            if moved {
+                return format!("pg {pg} changed in epoch {}", map.epoch.0);
+            }
+        }
+    }
+
+    /// Stops the client's connections.
+    pub async fn shutdown(&self) {
+        self.inner.renew.abort();
+        self.inner.msgr.shutdown().await;
+    }
+}
+
+enum Attempt {
+    Done(shoal_proto::OsdOpReply, Bytes),
+    Failed(usize, Error),
+    NewEpoch(u32, String),
+    Retry(String),
+}
+
+fn classify(rep: shoal_proto::OsdOpReply, data: Bytes) -> Attempt {
+    let code = OsdErrorCode::from_u32(rep.code);
+    match code {
+        OsdErrorCode::Ok => Attempt::Done(rep, data),
+        OsdErrorCode::StaleEpoch | OsdErrorCode::WrongPrimary => {
+            Attempt::NewEpoch(rep.epoch, format!("{code:?}: {}", rep.message))
+        }
+        OsdErrorCode::Again | OsdErrorCode::ShuttingDown | OsdErrorCode::NoPool => {
+            // NoPool: the OSD may not have the map that created the pool yet.
+            Attempt::Retry(format!("{code:?}: {}", rep.message))
+        }
+        _ => Attempt::Failed(rep.failed_op as usize, Error::from_osd(code, rep.message)),
+    }
+}
+
+fn concat(parts: &[Bytes]) -> Bytes {
+    match parts.iter().filter(|p| !p.is_empty()).count() {
+        0 => Bytes::new(),
+        1 => parts
+            .iter()
+            .find(|p| !p.is_empty())
+            .cloned()
+            .unwrap_or_default(),
+        _ => {
+            let mut b = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+            for p in parts {
+                b.extend_from_slice(p);
+            }
+            b.freeze()
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! [`Pool`]: the objects of one pool (in one namespace): single operations,
+//! compound operations, and listing across the pool's PGs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_maps::PgId;
+use shoal_proto::{CmpOp, Message, OsdErrorCode, PgList};
+
+use crate::client::{Client, OpOptions};
+use crate::error::{Error, OpError, Result};
+use crate::op::{ObjectStat, OmapPage, Op, OpResult};
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectEntry {
+    /// Its namespace ("" for the default).
+    pub nspace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Where a listing continues: a PG and a position inside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListCursor {
+    seed: u32,
+    within: Option<(u32, Vec<u8>)>,
+    done: bool,
+}
+
+impl ListCursor {
+    /// The start of the pool.
+    pub fn start() -> ListCursor {
+        ListCursor::default()
+    }
+
+    /// Whether the listing has reached the end.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// A pool, as an application uses it.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    client: Client,
+    id: u64,
+    name: String,
+    nspace: String,
+}
+
+fn single(r: Result<OpResult, OpError>) -> Result<OpResult> {
+    r.map_err(|e| e.error)
+}
+
+impl Pool {
+    pub(crate) fn new(client: Client, id: u64, name: &str) -> Pool {
+        Pool {
+            client,
+            id,
+            name: name.to_string(),
+            nspace: String::new(),
+        }
+    }
+
+    /// The same pool, in namespace `nspace`.
+    pub fn with_namespace(&self, nspace: &str) -> Pool {
+        Pool {
+            nspace: nspace.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The pool's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Runs a compound operation on `oid`: every sub-operation or none.
+    pub async fn operate(&self, oid: &str, op: Op) -> Result<OpResult, OpError> {
+        self.operate_with(oid, op, OpOptions::default()).await
+    }
+
+    /// [`Pool::operate`] with a given request id or timeout.
+    pub async fn operate_with(&self, oid: &str, op: Op, o: OpOptions) -> Result<OpResult, OpError> {
+        self.client.operate(self.id, &self.nspace, oid, op, o).await
+    }
+
+    /// Writes `data` at `offset`.
+    pub async fn write(&self, oid: &str, offset: u64, data: impl Into<Bytes>) -> Result<()> {
+        single(self.operate(oid, Op::new().write(offset, data)).await).map(|_| ())
+    }
+
+    /// Replaces the object's data.
+    pub async fn write_full(&self, oid: &str, data: impl Into<Bytes>) -> Result<()> {
+        single(self.operate(oid, Op::new().write_full(data)).await).map(|_| ())
+    }
+
+    /// Appends.
+    pub async fn append(&self, oid: &str, data: impl Into<Bytes>) -> Result<()> {
+        single(self.operate(oid, Op::new().append(data)).await).map(|_| ())
+    }
+
+    /// Reads `len` bytes at `offset` (`len` 0: to the end).
+    pub async fn read(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes> {
+        single(self.operate(oid, Op::new().read(offset, len)).await)?.data(0)
+    }
+
+    /// Size, mtime and version.
+    pub async fn stat(&self, oid: &str) -> Result<ObjectStat> {
+        single(self.operate(oid, Op::new().stat()).await)?.stat(0)
+    }
+
+    /// Sets the size.
+    pub async fn truncate(&self, oid: &str, size: u64) -> Result<()> {
+        single(self.operate(oid, Op::new().truncate(size)).await).map(|_| ())
+    }
+
+    /// Zeroes a range.
+    pub async fn zero(&self, oid: &str, offset: u64, len: u64) -> Result<()> {
+        single(self.operate(oid, Op::new().zero(offset, len)).await).map(|_| ())
+    }
+
+    /// Removes the object.
+    pub async fn remove(&self, oid: &str) -> Result<()> {
+        single(self.operate(oid, Op::new().remove()).await).map(|_| ())
+    }
+
+    /// Creates the object (exclusive: fail with `Exists` if present).
+    pub async fn create(&self, oid: &str, exclusive: bool) -> Result<()> {
+        single(self.operate(oid, Op::new().create(exclusive)).await).map(|_| ())
+    }
+
+    /// One xattr.
+    pub async fn getxattr(&self, oid: &str, name: &str) -> Result<Bytes> {
+        single(self.operate(oid, Op::new().getxattr(name)).await)?.data(0)
+    }
+
+    /// Every xattr.
+    pub async fn getxattrs(&self, oid: &str) -> Result<BTreeMap<String, Bytes>> {
+        single(self.operate(oid, Op::new().getxattrs()).await)?.xattrs(0)
+    }
+
+    /// Sets an xattr.
+    pub async fn setxattr(&self, oid: &str, name: &str, value: impl Into<Bytes>) -> Result<()> {
+        single(self.operate(oid, Op::new().setxattr(name, value)).await).map(|_| ())
+    }
+
+    /// Removes an xattr.
+    pub async fn rmxattr(&self, oid: &str, name: &str) -> Result<()> {
+        single(self.operate(oid, Op::new().rmxattr(name)).await).map(|_| ())
+    }
+
+    /// Checks an xattr (`CompareFailed` when the comparison does not hold).
+    pub async fn cmpxattr(
+        &self,
+        oid: &str,
+        name: &str,
+        cmp: CmpOp,
+        v: impl Into<Bytes>,
+    ) -> Result<()> {
+        single(self.operate(oid, Op::new().cmpxattr(name, cmp, v)).await).map(|_| ())
+    }
+
+    /// Omap entries after `start_after` with `prefix`, at most `max`.
+    pub async fn omap_get_vals(
+        &self,
+        oid: &str,
+        start_after: &[u8],
+        prefix: &[u8],
+        max: u32,
+    ) -> Result<OmapPage> {
+        single(
+            self.operate(oid, Op::new().omap_get_vals(start_after, prefix, max))
+                .await,
+        )?
+        .omap(0)
+    }
+
+    /// Omap keys after `start_after` with `prefix`, at most `max`.
+    pub async fn omap_get_keys(
+        &self,
+        oid: &str,
+        start_after: &[u8],
+        prefix: &[u8],
+        max: u32,
+    ) -> Result<OmapPage> {
+        single(
+            self.operate(oid, Op::new().omap_get_keys(start_after, prefix, max))
+                .await,
+        )?
+        .omap(0)
+    }
+
+    /// The values of those `keys` that exist.
+    pub async fn omap_get_vals_by_keys<K: AsRef<[u8]>>(
+        &self,
+        oid: &str,
+        keys: &[K],
+    ) -> Result<BTreeMap<Bytes, Bytes>> {
+        let page = single(
+            self.operate(oid, Op::new().omap_get_vals_by_keys(keys))
+                .await,
+        )?
+        .omap(0)?;
+        Ok(page.entries.into_iter().collect())
+    }
+
+    /// Sets omap entries.
+    pub async fn omap_set<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        oid: &str,
+        entries: &[(K, V)],
+    ) -> Result<()> {
+        single(self.operate(oid, Op::new().omap_set(entries)).await).map(|_| ())
+    }
+
+    /// Removes omap keys.
+    pub async fn omap_rm_keys<K: AsRef<[u8]>>(&self, oid: &str, keys: &[K]) -> Result<()> {
+        single(self.operate(oid, Op::new().omap_rm_keys(keys)).await).map(|_| ())
+    }
+
+    /// Removes every omap entry and the header.
+    pub async fn omap_clear(&self, oid: &str) -> Result<()> {
+        single(self.operate(oid, Op::new().omap_clear()).await).map(|_| ())
+    }
+
+    /// The omap header.
+    pub async fn omap_get_header(&self, oid: &str) -> Result<Bytes> {
+        single(self.operate(oid, Op::new().omap_get_header()).await)?.data(0)
+    }
+
+    /// Sets the omap header.
+    pub async fn omap_set_header(&self, oid: &str, header: impl Into<Bytes>) -> Result<()> {
+        single(self.operate(oid, Op::new().omap_set_header(header)).await).map(|_| ())
+    }
+
+    /// Up to `max` objects (of every namespace) from `cursor`, and where to
+    /// continue. Pages follow the pool's PGs in order, each PG's objects in
+    /// hash order; an object present throughout is listed exactly once.
+    pub async fn list(
+        &self,
+        cursor: &ListCursor,
+        max: usize,
+    ) -> Result<(Vec<ObjectEntry>, ListCursor)> {
+        let mut out = Vec::new();
+        let mut cur = cursor.clone();
+        let timeout = self.client.inner.opts.op_timeout;
+        let deadline = Instant::now() + timeout;
+        while !cur.done && out.len() < max {
+            let map = self.client.map()?;
+            let pool = map
+                .pool(self.id)
+                .ok_or_else(|| Error::NoPool(self.name.clone()))?;
+            if cur.seed >= pool.pg_num {
+                cur.done = true;
+                break;
+            }
+            let pg = PgId {
+                pool: self.id,
+                seed: cur.seed,
+            };
+            let want = u32::try_from(max - out.len()).unwrap_or(u32::MAX);
+            let req = PgList {
+                pool: self.id,
+                pg_seed: cur.seed,
+                epoch: map.epoch.0,
+                has_cursor: cur.within.is_some(),
+                cursor_hash: cur.within.as_ref().map_or(0, |w| w.0),
+                cursor_name: cur.within.as_ref().map(|w| w.1.clone()).unwrap_or_default(),
+                max: want,
+            };
+            match self.list_once(&map, pg, req).await {
+                Ok(page) => {
+                    for (ns, name) in page.nspaces.into_iter().zip(page.names) {
+                        out.push(ObjectEntry { nspace: ns, name });
+                    }
+                    if page.more {
+                        cur.within = Some((page.next_hash, page.next_name));
+                    } else {
+                        cur.seed += 1;
+                        cur.within = None;
+                    }
+                }
+                Err(Some(e)) => return Err(e),
+                Err(None) => {
+                    if Instant::now() > deadline {
+                        return Err(Error::Timeout(timeout, format!("listing pg {pg}")));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        Ok((out, cur))
+    }
+
+    /// One page of one PG; `Err(None)`: retry (map change, lost connection).
+    async fn list_once(
+        &self,
+        map: &shoal_maps::OsdMap,
+        pg: PgId,
+        req: PgList,
+    ) -> Result<shoal_proto::PgListReply, Option<Error>> {
+        let primary = map.pg_to_up_acting(pg).map_err(|_| None)?.acting_primary;
+        let addr = map
+            .osd(primary)
+            .and_then(|i| i.addr.clone())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .ok_or(None)?;
+        let conn = self
+            .client
+            .inner_msgr()
+            .connect(addr)
+            .await
+            .map_err(|_| None)?;
+        let reply = conn.request(req, Bytes::new()).await.map_err(|_| None)?;
+        let Message::PgListReply(page) = reply.msg else {
+            return Err(Some(Error::Protocol("bad listing reply".into())));
+        };
+        match OsdErrorCode::from_u32(page.code) {
+            OsdErrorCode::Ok => Ok(page),
+            OsdErrorCode::Again
+            | OsdErrorCode::WrongPrimary
+            | OsdErrorCode::StaleEpoch
+            | OsdErrorCode::ShuttingDown
+            | OsdErrorCode::NoPool => Err(None),
+            code => Err(Some(Error::from_osd(code, page.message))),
+        }
+    }
+
+    /// Every object of the pool.
+    pub async fn list_all(&self) -> Result<Vec<ObjectEntry>> {
+        let mut all = Vec::new();
+        let mut cur = ListCursor::start();
+        while !cur.is_done() {
+            let (page, next) = self.list(&cur, 1024).await?;
+            all.extend(page);
+            cur = next;
+        }
+        Ok(all)
+    }
+}

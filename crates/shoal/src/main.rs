@@ -70,6 +70,8 @@ enum Command {
     /// Measure the cluster and its parts.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
+    /// Objects of a pool: put, get, xattrs, omap, listing.
+    Rados(cmd::rados::RadosArgs),
     /// Make, check and inspect an OSD's object store.
     #[command(subcommand)]
     Store(cmd::store::StoreCmd),
@@ -111,6 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keyring(c) => cmd::keyring::run(c),
         Command::Bench(c) => cmd::bench::run(c, &ctx.config),
         Command::Store(c) => cmd::store::run(c),
+        Command::Rados(a) => cmd::rados::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

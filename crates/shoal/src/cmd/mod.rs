@@ -11,5 +11,6 @@ pub mod keyring;
 pub mod mon;
 pub mod osd;
 pub mod osd_daemon;
+pub mod rados;
 pub mod status;
 pub mod store;

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, MonError};
+use crate::pgstats::{OsdStatfs, PgStatReport};
 
 /// A monitor command. Travels as JSON inside a `MonCommand` message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,13 +236,32 @@ pub enum Command {
         /// The service: `osd`.
         service: String,
     },
+    /// An OSD reports the PGs it is primary of, and its store's space.
+    OsdPgStats {
+        /// Its id (the caller must be `osd.ID`).
+        id: i32,
+        /// Its OSD-map epoch: an older report never replaces a newer one.
+        epoch: u32,
+        /// Its store's space.
+        statfs: OsdStatfs,
+        /// The PGs it is primary of.
+        pgs: Vec<PgStatReport>,
+    },
+    /// Every PG of every pool with its reported statistics (`pg dump`).
+    PgDump,
+    /// PG counts by state, objects and bytes (`pg stat`).
+    PgStat,
+    /// Space used and available, per pool and in total (`df`).
+    Df,
 }
 
 impl Command {
     /// The OSD a daemon command speaks for, which the caller must be.
     pub fn speaks_for_osd(&self) -> Option<i32> {
         match self {
-            Command::OsdBoot { id, .. } | Command::OsdBeacon { id } => Some(*id),
+            Command::OsdBoot { id, .. }
+            | Command::OsdBeacon { id }
+            | Command::OsdPgStats { id, .. } => Some(*id),
             Command::OsdFailure { reporter, .. } => Some(*reporter),
             _ => None,
         }
@@ -266,6 +286,9 @@ impl Command {
                 | Command::PoolLs
                 | Command::PoolGet { .. }
                 | Command::OsdMap { .. }
+                | Command::PgDump
+                | Command::PgStat
+                | Command::Df
         )
     }
 }
@@ -431,6 +454,30 @@ mod tests {
         assert!(c.is_write());
         assert!(!Command::Status.is_write());
         assert!(serde_json::from_str::<Command>("{\"prefix\":\"rm-rf\"}").is_err());
+    }
+
+    #[test]
+    fn pg_stats_speak_for_their_osd_and_are_writes() {
+        let c = Command::OsdPgStats {
+            id: 4,
+            epoch: 9,
+            statfs: OsdStatfs::default(),
+            pgs: vec![PgStatReport {
+                pgid: "1.6".into(),
+                ..PgStatReport::default()
+            }],
+        };
+        let j = serde_json::to_string(&c).unwrap();
+        assert!(j.contains("\"prefix\":\"osd-pg-stats\""), "{j}");
+        assert_eq!(serde_json::from_str::<Command>(&j).unwrap(), c);
+        assert_eq!(c.speaks_for_osd(), Some(4));
+        assert!(c.is_write());
+        for read in [Command::PgDump, Command::PgStat, Command::Df] {
+            assert!(!read.is_write());
+            assert_eq!(read.speaks_for_osd(), None);
+        }
+        let df = serde_json::to_string(&Command::Df).unwrap();
+        assert_eq!(df, "{\"prefix\":\"df\"}");
     }
 
     #[test]

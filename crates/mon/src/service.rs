@@ -693,6 +693,17 @@ impl Core {
             Command::PoolSet { name, key, value } => {
                 MonRequest::Osd(OsdChange::PoolSet { name, key, value })
             }
+            Command::OsdPgStats {
+                id,
+                epoch,
+                statfs,
+                pgs,
+            } => MonRequest::PgStats(crate::pgstats::PgStats {
+                id,
+                epoch,
+                statfs,
+                pgs,
+            }),
             other => {
                 return Err(MonError::new(
                     ErrorCode::Internal,
@@ -806,6 +817,9 @@ impl Core {
                 object,
                 namespace,
             } => crate::views::osd_map(&state, pool, object, namespace),
+            Command::PgDump => crate::views_pg::pg_dump(&state),
+            Command::PgStat => crate::views_pg::pg_stat(&state),
+            Command::Df => crate::views_pg::df(&state),
             other => Err(MonError::new(
                 ErrorCode::Internal,
                 format!("{other:?} is not a read"),

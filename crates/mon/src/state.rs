@@ -12,6 +12,7 @@ use shoal_types::EntityName;
 
 use crate::error::{ErrorCode, MonError};
 use crate::osdmap::{OsdChange, OsdMapState};
+use crate::pgstats::{OsdStatfs, PgStatEntry, PgStats};
 
 /// One monitor in the monitor map.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +117,8 @@ pub enum MonRequest {
         /// How many secrets to keep, newest first.
         keep: u32,
     },
+    /// An OSD's PG statistics and store space (no new OSD-map epoch).
+    PgStats(PgStats),
 }
 
 /// A service secret: seals the tickets OSDs accept.
@@ -201,6 +204,12 @@ pub struct MonState {
     /// Service secrets by id (ids increase; the newest seals new tickets).
     #[serde(default)]
     pub service_secrets: BTreeMap<u64, ServiceSecret>,
+    /// The newest report of each PG, by PG id (`1.6`).
+    #[serde(default)]
+    pub pg_stats: BTreeMap<String, PgStatEntry>,
+    /// Each OSD's store space, as it last reported it.
+    #[serde(default)]
+    pub osd_statfs: BTreeMap<i32, OsdStatfs>,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -372,7 +381,18 @@ impl MonState {
                 self.monmap_epoch += 1;
                 Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
             }
-            MonRequest::Osd(change) => Ok(Applied::Changed(self.osdmap.apply(change)?)),
+            MonRequest::Osd(change) => {
+                let out = self.osdmap.apply(change)?;
+                let map = self.osdmap.current()?;
+                crate::pgstats::prune(&mut self.pg_stats, &mut self.osd_statfs, map);
+                Ok(Applied::Changed(out))
+            }
+            MonRequest::PgStats(report) => {
+                let map = self.osdmap.current()?;
+                let out =
+                    crate::pgstats::record(&mut self.pg_stats, &mut self.osd_statfs, map, report)?;
+                Ok(Applied::Changed(out))
+            }
             MonRequest::RotateServiceSecret {
                 key,
                 created_ms,
@@ -570,6 +590,55 @@ mod tests {
         let ids: Vec<u64> = s.service_secrets.keys().copied().collect();
         assert_eq!(ids, vec![3, 4, 5]);
         assert_eq!(s.service_secrets[&5].key, "k4");
+    }
+
+    #[test]
+    fn pg_stats_make_no_epoch_and_old_snapshots_load() {
+        let mut s = booted();
+        let create = MonRequest::Osd(OsdChange::PoolCreate {
+            name: "rbd".into(),
+            pg_num: 4,
+            spec: crate::osdmap::PoolSpec::Replicated {
+                size: 1,
+                min_size: 1,
+            },
+        });
+        assert_eq!(code(s.apply(&create)), None);
+        assert_eq!(code(s.apply(&MonRequest::Osd(OsdChange::OsdCreate))), None);
+        let (epoch, version) = (s.osdmap.epoch(), s.version);
+        let report = MonRequest::PgStats(PgStats {
+            id: 0,
+            epoch,
+            statfs: OsdStatfs {
+                total_bytes: 10,
+                used_bytes: 1,
+                available_bytes: 9,
+            },
+            pgs: vec![crate::pgstats::PgStatReport {
+                pgid: "1.3".into(),
+                state: "active+clean".into(),
+                ..Default::default()
+            }],
+        });
+        assert_eq!(code(s.apply(&report)), None);
+        assert_eq!(s.osdmap.epoch(), epoch, "a report made an epoch");
+        assert_eq!(s.version, version + 1);
+        assert_eq!(s.pg_stats["1.3"].reporter, 0);
+        assert_eq!(s.osd_statfs[&0].available_bytes, 9);
+        // The state round-trips, and a snapshot from before PG stats loads.
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(serde_json::from_value::<MonState>(json.clone()).unwrap(), s);
+        let mut old = json;
+        let o = old.as_object_mut().unwrap();
+        o.remove("pg_stats");
+        o.remove("osd_statfs");
+        let old: MonState = serde_json::from_value(old).unwrap();
+        assert!(old.pg_stats.is_empty() && old.osd_statfs.is_empty());
+        // Deleting the pool drops its PGs' stats.
+        let rm = MonRequest::Osd(OsdChange::PoolRm { name: "rbd".into() });
+        assert_eq!(code(s.apply(&rm)), None);
+        assert!(s.pg_stats.is_empty());
+        assert_eq!(s.osd_statfs.len(), 1);
     }
 
     #[test]

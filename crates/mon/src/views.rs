@@ -276,6 +276,7 @@ pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Valu
             "detail": [],
         }));
     }
+    checks.extend(crate::views_pg::pg_health(state));
     let status = if checks.is_empty() {
         "HEALTH_OK"
     } else {

@@ -887,3 +887,132 @@ async fn osd_boot_failure_reports_beacons_auto_out_and_return() {
         c.mons[&n].shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
+    let c = Cluster::new("pgstats", &["a", "b", "c"]).await;
+    let admin = c.admin();
+    wait_bootstrapped(&admin).await;
+    let mut osds = Vec::new();
+    for id in 0..2 {
+        let name = format!("osd.{id}");
+        let (_, ring) = new_entity(&admin, &name, "allow profile osd").await;
+        let client = c.client_as(&name, ring);
+        client
+            .command(&Command::OsdBoot {
+                id,
+                addr: format!("127.0.0.1:{}", 6800 + id),
+                host: format!("h{id}"),
+                weight: 0x10000,
+            })
+            .await
+            .unwrap();
+        osds.push(client);
+    }
+    let beaconers = osds.clone();
+    let beating = tokio::spawn(async move {
+        loop {
+            for (id, c) in beaconers.iter().enumerate() {
+                let _ = c.command(&Command::OsdBeacon { id: id as i32 }).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    admin
+        .command(&Command::PoolCreate {
+            name: "rbd".into(),
+            pg_num: 4,
+            spec: shoal_mon::PoolSpec::Replicated {
+                size: 2,
+                min_size: 1,
+            },
+        })
+        .await
+        .unwrap();
+    let dump = admin.command(&Command::PgDump).await.unwrap();
+    let epoch = dump["epoch"].as_u64().unwrap() as u32;
+    let pgs = dump["pg_stats"].as_array().unwrap().clone();
+    assert_eq!(pgs.len(), 4);
+    assert!(pgs.iter().all(|p| p["state"] == "unknown"), "{dump}");
+
+    // Each OSD reports the PGs it is primary of.
+    let statfs = shoal_mon::OsdStatfs {
+        total_bytes: 1 << 30,
+        used_bytes: 1 << 20,
+        available_bytes: (1 << 30) - (1 << 20),
+    };
+    for (id, client) in osds.iter().enumerate() {
+        let mine: Vec<shoal_mon::PgStatReport> = pgs
+            .iter()
+            .filter(|p| p["acting_primary"] == id)
+            .map(|p| shoal_mon::PgStatReport {
+                pgid: p["pgid"].as_str().unwrap().into(),
+                state: "active+clean".into(),
+                objects: 3,
+                bytes: 3 << 10,
+                version: format!("{epoch}'3"),
+                up: vec![0, 1],
+                acting: vec![0, 1],
+                log_size: 3,
+            })
+            .collect();
+        let cmd = Command::OsdPgStats {
+            id: id as i32,
+            epoch,
+            statfs: statfs.clone(),
+            pgs: mine,
+        };
+        client.command(&cmd).await.unwrap();
+    }
+    let dump = admin.command(&Command::PgDump).await.unwrap();
+    assert_eq!(
+        dump["epoch"].as_u64(),
+        Some(u64::from(epoch)),
+        "a report made an epoch"
+    );
+    for p in dump["pg_stats"].as_array().unwrap() {
+        assert_eq!(p["state"], "active+clean", "{dump}");
+        assert_eq!(p["objects"], 3);
+    }
+    let stat = admin.command(&Command::PgStat).await.unwrap();
+    assert_eq!(stat["num_pg_by_state"][0]["num"], 4, "{stat}");
+    assert_eq!(stat["num_objects"], 12);
+    let df = admin.command(&Command::Df).await.unwrap();
+    assert_eq!(df["stats"]["total_bytes"], 2u64 << 30, "{df}");
+    assert_eq!(df["pools"][0]["stats"]["stored"], 12 << 10);
+    assert_eq!(df["pools"][0]["stats"]["bytes_used"], 24 << 10);
+    let health = admin.command(&Command::Health).await.unwrap();
+    assert_eq!(health["status"], "HEALTH_OK", "{health}");
+
+    // Only osd.ID may report for osd.ID.
+    let as_osd0 = Command::OsdPgStats {
+        id: 0,
+        epoch,
+        statfs,
+        pgs: vec![],
+    };
+    for who in [&osds[1], &admin] {
+        let e = who.command(&as_osd0).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PermissionDenied, "{e:?}");
+    }
+    // A degraded PG warns.
+    let first = &dump["pg_stats"][0];
+    let primary = first["acting_primary"].as_i64().unwrap() as usize;
+    let degraded = Command::OsdPgStats {
+        id: primary as i32,
+        epoch,
+        statfs: shoal_mon::OsdStatfs::default(),
+        pgs: vec![shoal_mon::PgStatReport {
+            pgid: first["pgid"].as_str().unwrap().into(),
+            state: "active+undersized+degraded".into(),
+            ..Default::default()
+        }],
+    };
+    osds[primary].command(&degraded).await.unwrap();
+    let health = admin.command(&Command::Health).await.unwrap();
+    assert_eq!(health["checks"][0]["code"], "PG_DEGRADED", "{health}");
+    beating.abort();
+    for n in c.initial.keys().cloned().collect::<Vec<_>>() {
+        c.mons[&n].shutdown().await;
+    }
+}

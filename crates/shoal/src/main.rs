@@ -58,6 +58,11 @@ enum Command {
     Mon(cmd::mon::MonCmd),
     /// Run an OSD, or read and change the OSD map: OSDs, flags, pools, placement.
     Osd(cmd::osd_daemon::OsdArgs),
+    /// PG statistics reported by the OSDs (`pg dump`, `pg stat`).
+    #[command(subcommand)]
+    Pg(cmd::pg::PgCmd),
+    /// Space used and available, in total and per pool.
+    Df(cmd::pg::DfArgs),
     /// Entities, keys and capabilities kept by the monitors.
     #[command(subcommand)]
     Auth(cmd::auth::AuthCmd),
@@ -108,6 +113,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Health(a) => cmd::status::run_health(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
         Command::Osd(c) => cmd::osd_daemon::run(c, &ctx),
+        Command::Pg(c) => cmd::pg::run(c, &ctx),
+        Command::Df(a) => cmd::pg::run_df(a, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),

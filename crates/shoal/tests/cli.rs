@@ -170,3 +170,25 @@ fn store_mkfs_stat_fsck() {
     let (_, err) = text(&shoal(&["store", "mkfs", path, "--size", "lots"]));
     assert!(err.contains("bad size"), "{err}");
 }
+
+#[test]
+fn pg_and_df_commands_parse() {
+    let (out, _) = text(&shoal(&["pg", "--help"]));
+    assert!(out.contains("dump") && out.contains("stat"), "{out}");
+    let (out, _) = text(&shoal(&["--help"]));
+    assert!(out.contains("df") && out.contains("pg"), "{out}");
+    let o = shoal(&["df", "--format", "xml"]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("xml"), "{}", text(&o).1);
+    // Parsed: without monitors configured, it fails reaching them.
+    for args in [
+        &["df", "--format", "json"][..],
+        &["pg", "dump"],
+        &["pg", "stat", "--format", "plain"],
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        let (_, err) = text(&o);
+        assert!(!o.status.success());
+        assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
+    }
+}

@@ -11,6 +11,7 @@ pub mod keyring;
 pub mod mon;
 pub mod osd;
 pub mod osd_daemon;
+pub mod pg;
 pub mod rados;
 pub mod status;
 pub mod store;

@@ -1,0 +1,561 @@
+//! Read-only views of the PG statistics OSDs report (`shoal pg dump`,
+//! `pg stat`, `df`) and the PG health checks, as Ceph shows them. Each
+//! returns JSON; the CLI renders it as text.
+//!
+//! A PG never reported is `unknown`; a PG whose reporter is down or no
+//! longer its acting primary is `stale+<state>`: the numbers are the last
+//! known until the new primary reports.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use shoal_crush::{CrushMap, Workspace};
+use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
+
+use crate::error::MonError;
+use crate::pgstats::PgStatEntry;
+use crate::state::MonState;
+
+/// Most items a health check lists in its detail.
+const HEALTH_DETAIL_MAX: usize = 50;
+
+/// One PG as the views show it.
+#[derive(Debug, Clone, PartialEq)]
+struct PgRow {
+    pgid: PgId,
+    state: String,
+    entry: Option<PgStatEntry>,
+    up: Vec<i32>,
+    acting: Vec<i32>,
+    up_primary: i32,
+    acting_primary: i32,
+}
+
+impl PgRow {
+    fn json(&self) -> Value {
+        let r = self.entry.as_ref().map(|e| &e.report);
+        json!({
+            "pgid": self.pgid.to_string(),
+            "state": self.state,
+            "objects": r.map_or(0, |r| r.objects),
+            "bytes": r.map_or(0, |r| r.bytes),
+            "version": r.map_or("0'0", |r| r.version.as_str()),
+            "log_size": r.map_or(0, |r| r.log_size),
+            "up": r.map_or(&self.up, |r| &r.up),
+            "acting": r.map_or(&self.acting, |r| &r.acting),
+            "up_primary": self.up_primary,
+            "acting_primary": self.acting_primary,
+            "reporter": self.entry.as_ref().map(|e| e.reporter),
+            "reported_epoch": self.entry.as_ref().map(|e| e.epoch),
+        })
+    }
+}
+
+/// Where `pgid` maps now and what its last report says about it.
+fn row(map: &OsdMap, weights: &[u32], ws: &mut Workspace, pgid: PgId, state: &MonState) -> PgRow {
+    // Only PGs of existing pools get here; a failure maps nowhere.
+    let m = map
+        .pg_to_up_acting_with(pgid, weights, ws)
+        .unwrap_or(PgMapping {
+            up_primary: -1,
+            acting_primary: -1,
+            ..PgMapping::default()
+        });
+    let entry = state.pg_stats.get(&pgid.to_string()).cloned();
+    let state = match &entry {
+        None => "unknown".to_string(),
+        Some(e) if e.reporter != m.acting_primary || !map.is_up(e.reporter) => {
+            format!("stale+{}", e.report.state)
+        }
+        Some(e) => e.report.state.clone(),
+    };
+    PgRow {
+        pgid,
+        state,
+        entry,
+        up: m.up,
+        acting: m.acting,
+        up_primary: m.up_primary,
+        acting_primary: m.acting_primary,
+    }
+}
+
+/// Every PG of every pool in the current map, in pool then seed order.
+fn all_rows(state: &MonState) -> Result<(&OsdMap, Vec<PgRow>), MonError> {
+    let map = state.osdmap.current()?;
+    let weights = map.crush_weights();
+    let mut ws = Workspace::default();
+    let mut rows = Vec::new();
+    for pool in map.pools().values() {
+        for seed in 0..pool.pg_num {
+            let pgid = PgId {
+                pool: pool.id,
+                seed,
+            };
+            rows.push(row(map, &weights, &mut ws, pgid, state));
+        }
+    }
+    Ok((map, rows))
+}
+
+/// Cluster space from the OSDs' reports: (total, used, available).
+fn raw_space(state: &MonState) -> (u64, u64, u64) {
+    state
+        .osd_statfs
+        .values()
+        .fold((0u64, 0u64, 0u64), |(t, u, a), s| {
+            (
+                t.saturating_add(s.total_bytes),
+                u.saturating_add(s.used_bytes),
+                a.saturating_add(s.available_bytes),
+            )
+        })
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// `pg dump`: every PG with its stats, and each OSD's space.
+pub fn pg_dump(state: &MonState) -> Result<Value, MonError> {
+    let (map, rows) = all_rows(state)?;
+    let osds: Vec<Value> = state
+        .osd_statfs
+        .iter()
+        .map(|(id, s)| {
+            json!({
+                "osd": id,
+                "up": map.is_up(*id),
+                "total_bytes": s.total_bytes,
+                "used_bytes": s.used_bytes,
+                "available_bytes": s.available_bytes,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "pg_stats": rows.iter().map(PgRow::json).collect::<Vec<_>>(),
+        "osd_stats": osds,
+    }))
+}
+
+/// `pg stat`: how many PGs are in each state, objects and bytes.
+pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
+    let (map, rows) = all_rows(state)?;
+    let mut by_state: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in &rows {
+        *by_state.entry(r.state.as_str()).or_default() += 1;
+    }
+    let mut by_state: Vec<(&str, u64)> = by_state.into_iter().collect();
+    // Most common first, as Ceph lists them.
+    by_state.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let reports = rows.iter().filter_map(|r| r.entry.as_ref());
+    let (objects, bytes) = reports.fold((0u64, 0u64), |(o, b), e| {
+        (
+            o.saturating_add(e.report.objects),
+            b.saturating_add(e.report.bytes),
+        )
+    });
+    let (total, used, avail) = raw_space(state);
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "num_pgs": rows.len(),
+        "num_pg_by_state": by_state
+            .iter()
+            .map(|(s, n)| json!({ "name": s, "num": n }))
+            .collect::<Vec<_>>(),
+        "num_objects": objects,
+        "num_bytes": bytes,
+        "raw_bytes": total,
+        "raw_bytes_used": used,
+        "raw_bytes_avail": avail,
+    }))
+}
+
+/// Raw bytes a pool uses per byte stored: its size for replicated pools,
+/// (k+m)/k for erasure-coded ones.
+fn raw_per_stored(pool: &Pool) -> f64 {
+    match pool.kind {
+        PoolKind::Replicated => f64::from(pool.size.max(1)),
+        PoolKind::Erasure { k, m } => f64::from(k + m) / f64::from(k.max(1)),
+    }
+}
+
+/// An OSD's CRUSH weight (16.16): its weight in its bucket, 0 when it is
+/// not in the hierarchy.
+fn crush_weight(crush: &CrushMap, osd: i32) -> u32 {
+    crush
+        .buckets()
+        .filter(|b| !b.is_shadow())
+        .find_map(|b| {
+            let at = b.items.iter().position(|i| *i == osd)?;
+            b.weights.get(at).copied()
+        })
+        .unwrap_or(0)
+}
+
+/// Raw bytes that can still be written before the first OSD fills, as
+/// Ceph projects MAX AVAIL: data spreads by weight (CRUSH weight times
+/// reweight), so the OSD with the least space for its share bounds the
+/// whole. OSDs that are out or have not reported take no data.
+fn projected_raw_avail(state: &MonState, map: &OsdMap) -> u64 {
+    let osds: Vec<(u64, f64)> = state
+        .osd_statfs
+        .iter()
+        .filter_map(|(id, s)| {
+            let o = map.osd(*id).filter(|o| o.exists && o.weight > 0)?;
+            let w = f64::from(crush_weight(map.crush(), *id)) * f64::from(o.weight);
+            Some((s.available_bytes, w))
+        })
+        .collect();
+    let total_weight: f64 = osds.iter().map(|(_, w)| w).sum();
+    if total_weight <= 0.0 {
+        return osds.iter().map(|(a, _)| *a).sum();
+    }
+    osds.iter()
+        .filter(|(_, w)| *w > 0.0)
+        .map(|(a, w)| *a as f64 / (w / total_weight))
+        .fold(f64::INFINITY, f64::min) as u64
+}
+
+/// `df`: raw space in total (from the OSDs' reports), and per pool what
+/// is stored, the raw space it takes, and what can still be stored.
+pub fn df(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let (total, used, avail) = raw_space(state);
+    let raw_avail = projected_raw_avail(state, map);
+    let mut stored: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for (pgid, e) in &state.pg_stats {
+        let Ok(id) = pgid.parse::<PgId>() else {
+            continue;
+        };
+        let s = stored.entry(id.pool).or_default();
+        s.0 = s.0.saturating_add(e.report.bytes);
+        s.1 = s.1.saturating_add(e.report.objects);
+    }
+    let pools: Vec<Value> = map
+        .pools()
+        .values()
+        .map(|p| {
+            let (bytes, objects) = stored.get(&p.id).copied().unwrap_or_default();
+            let raw = raw_per_stored(p);
+            let bytes_used = (bytes as f64 * raw) as u64;
+            let max_avail = (raw_avail as f64 / raw) as u64;
+            let denominator = bytes_used as f64 + max_avail as f64 * raw;
+            let percent_used = if denominator > 0.0 {
+                bytes_used as f64 / denominator
+            } else {
+                0.0
+            };
+            json!({
+                "name": p.name,
+                "id": p.id,
+                "pg_num": p.pg_num,
+                "stats": {
+                    "stored": bytes,
+                    "objects": objects,
+                    "bytes_used": bytes_used,
+                    "percent_used": percent_used,
+                    "max_avail": max_avail,
+                },
+            })
+        })
+        .collect();
+    Ok(json!({
+        "epoch": map.epoch.0,
+        "stats": {
+            "total_bytes": total,
+            "total_avail_bytes": avail,
+            "total_used_raw_bytes": used,
+            "total_used_raw_ratio": ratio(used, total),
+            "num_osds": state.osd_statfs.len(),
+        },
+        "pools": pools,
+    }))
+}
+
+/// Health checks from the PG reports, as Ceph names them: PGs not active
+/// or stale (`PG_AVAILABILITY`), PGs degraded or undersized
+/// (`PG_DEGRADED`). PGs never reported are not counted: a pool with no
+/// OSD reporting yet is not an error of the monitors' making.
+pub fn pg_health(state: &MonState) -> Vec<Value> {
+    let Ok(map) = state.osdmap.current() else {
+        return Vec::new();
+    };
+    let weights = map.crush_weights();
+    let mut ws = Workspace::default();
+    let rows: Vec<PgRow> = state
+        .pg_stats
+        .keys()
+        .filter_map(|k| k.parse::<PgId>().ok())
+        .map(|pgid| row(map, &weights, &mut ws, pgid, state))
+        .collect();
+    let has = |r: &PgRow, s: &str| r.state.split('+').any(|p| p == s);
+    let mut checks = Vec::new();
+    let inactive: Vec<&PgRow> = rows.iter().filter(|r| !has(r, "active")).collect();
+    let stale: Vec<&PgRow> = rows.iter().filter(|r| has(r, "stale")).collect();
+    if !inactive.is_empty() || !stale.is_empty() {
+        let mut parts = Vec::new();
+        if !inactive.is_empty() {
+            parts.push(count(inactive.len(), "inactive"));
+        }
+        if !stale.is_empty() {
+            parts.push(count(stale.len(), "stale"));
+        }
+        let mut affected = inactive.clone();
+        affected.extend(stale.iter().filter(|r| has(r, "active")));
+        checks.push(check(
+            "PG_AVAILABILITY",
+            &format!("Reduced data availability: {}", parts.join(", ")),
+            &affected,
+        ));
+    }
+    let degraded: Vec<&PgRow> = rows.iter().filter(|r| has(r, "degraded")).collect();
+    let undersized: Vec<&PgRow> = rows.iter().filter(|r| has(r, "undersized")).collect();
+    if !degraded.is_empty() || !undersized.is_empty() {
+        let mut parts = Vec::new();
+        if !degraded.is_empty() {
+            parts.push(count(degraded.len(), "degraded"));
+        }
+        if !undersized.is_empty() {
+            parts.push(count(undersized.len(), "undersized"));
+        }
+        let affected: Vec<&PgRow> = rows
+            .iter()
+            .filter(|r| has(r, "degraded") || has(r, "undersized"))
+            .collect();
+        checks.push(check(
+            "PG_DEGRADED",
+            &format!("Degraded data redundancy: {}", parts.join(", ")),
+            &affected,
+        ));
+    }
+    checks
+}
+
+fn count(n: usize, what: &str) -> String {
+    let pgs = if n == 1 { "pg" } else { "pgs" };
+    format!("{n} {pgs} {what}")
+}
+
+fn check(code: &str, summary: &str, rows: &[&PgRow]) -> Value {
+    let mut detail: Vec<String> = rows
+        .iter()
+        .take(HEALTH_DETAIL_MAX)
+        .map(|r| {
+            let acting = r.entry.as_ref().map_or(&r.acting, |e| &e.report.acting);
+            format!("pg {} is {}, acting {acting:?}", r.pgid, r.state)
+        })
+        .collect();
+    if rows.len() > HEALTH_DETAIL_MAX {
+        detail.push(format!("... and {} more", rows.len() - HEALTH_DETAIL_MAX));
+    }
+    json!({
+        "code": code,
+        "severity": "HEALTH_WARN",
+        "summary": summary,
+        "detail": detail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::osdmap::OsdChange;
+    use crate::pgstats::{OsdStatfs, PgStatReport, PgStats, record};
+
+    fn state() -> MonState {
+        MonState {
+            fsid: "f".into(),
+            osdmap: crate::pgstats::tests::cluster(),
+            ..MonState::default()
+        }
+    }
+
+    fn primary(s: &MonState, pgid: &str) -> i32 {
+        let map = s.osdmap.current().unwrap();
+        map.pg_to_up_acting(pgid.parse().unwrap())
+            .unwrap()
+            .acting_primary
+    }
+
+    fn report(s: &mut MonState, id: i32, avail: u64, pgs: &[(&str, &str, u64)]) {
+        let pgs = pgs
+            .iter()
+            .map(|(pgid, state, objects)| PgStatReport {
+                pgid: (*pgid).into(),
+                state: (*state).into(),
+                objects: *objects,
+                bytes: objects * 1000,
+                version: "5'3".into(),
+                up: vec![id],
+                acting: vec![id],
+                log_size: 3,
+            })
+            .collect();
+        let r = PgStats {
+            id,
+            epoch: s.osdmap.epoch(),
+            statfs: OsdStatfs {
+                total_bytes: 10_000,
+                used_bytes: 10_000 - avail,
+                available_bytes: avail,
+            },
+            pgs,
+        };
+        let map = s.osdmap.current().unwrap().clone();
+        record(&mut s.pg_stats, &mut s.osd_statfs, &map, &r).unwrap();
+    }
+
+    fn states(dump: &Value) -> BTreeMap<String, String> {
+        dump["pg_stats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let id = p["pgid"].as_str().unwrap().to_string();
+                (id, p["state"].as_str().unwrap().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dump_shows_unknown_reported_and_stale() {
+        let mut s = state();
+        let p0 = primary(&s, "1.0");
+        let p1 = primary(&s, "1.1");
+        let other = (0..3).find(|o| *o != p1).unwrap();
+        report(&mut s, p0, 9000, &[("1.0", "active+clean", 2)]);
+        // A report from an OSD that is not the PG's primary is stale.
+        report(&mut s, other, 9000, &[("1.1", "active+clean", 1)]);
+        let d = pg_dump(&s).unwrap();
+        let st = states(&d);
+        assert_eq!(st.len(), 16);
+        assert_eq!(st["1.0"], "active+clean");
+        assert_eq!(st["1.1"], "stale+active+clean");
+        assert_eq!(st["2.7"], "unknown");
+        let first = &d["pg_stats"][0];
+        assert_eq!(
+            (first["objects"].as_u64(), first["bytes"].as_u64()),
+            (Some(2), Some(2000))
+        );
+        assert_eq!(first["reporter"], p0);
+        // Its primary goes down: stale too.
+        s.apply(&crate::state::MonRequest::Osd(OsdChange::MarkDown {
+            ids: vec![p0],
+        }));
+        assert!(s.osdmap.current().unwrap().osd(p0).is_some_and(|o| !o.up));
+        let st = states(&pg_dump(&s).unwrap());
+        assert_eq!(st["1.0"], "stale+active+clean");
+    }
+
+    #[test]
+    fn pg_stat_counts_states_objects_and_bytes() {
+        let mut s = state();
+        let p = primary(&s, "2.3");
+        report(&mut s, p, 9000, &[("2.3", "active+clean", 4)]);
+        let p = primary(&s, "2.4");
+        report(&mut s, p, 9000, &[("2.4", "peering", 1)]);
+        let v = pg_stat(&s).unwrap();
+        assert_eq!(v["num_pgs"], 16);
+        assert_eq!(
+            v["num_pg_by_state"][0],
+            json!({ "name": "unknown", "num": 14 })
+        );
+        assert_eq!(
+            v["num_pg_by_state"][1],
+            json!({ "name": "active+clean", "num": 1 })
+        );
+        assert_eq!(
+            v["num_pg_by_state"][2],
+            json!({ "name": "peering", "num": 1 })
+        );
+        assert_eq!(
+            (v["num_objects"].as_u64(), v["num_bytes"].as_u64()),
+            (Some(5), Some(5000))
+        );
+    }
+
+    #[test]
+    fn df_totals_raw_use_and_max_avail() {
+        let mut s = state();
+        // Three OSDs of equal weight with 9000, 8000 and 7000 bytes free:
+        // data spreads evenly, so the fullest bounds the whole at 3 x 7000.
+        let pgs_of = |s: &MonState, osd: i32| -> Vec<String> {
+            (0..8)
+                .map(|seed| format!("1.{seed:x}"))
+                .filter(|pg| primary(s, pg) == osd)
+                .collect()
+        };
+        for (osd, avail) in [(0, 9000), (1, 8000), (2, 7000)] {
+            let pgs = pgs_of(&s, osd);
+            let pgs: Vec<(&str, &str, u64)> = pgs
+                .iter()
+                .map(|p| (p.as_str(), "active+clean", 1))
+                .collect();
+            report(&mut s, osd, avail, &pgs);
+        }
+        let v = df(&s).unwrap();
+        let st = &v["stats"];
+        assert_eq!(st["total_bytes"], 30_000);
+        assert_eq!(st["total_avail_bytes"], 24_000);
+        assert_eq!(st["total_used_raw_bytes"], 6_000);
+        assert!((st["total_used_raw_ratio"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+        let rbd = &v["pools"][0]["stats"];
+        // 8 PGs of one object of 1000 bytes each, three copies.
+        assert_eq!(rbd["stored"], 8000);
+        assert_eq!(rbd["objects"], 8);
+        assert_eq!(rbd["bytes_used"], 24_000);
+        assert_eq!(rbd["max_avail"], 7000);
+        let pct = rbd["percent_used"].as_f64().unwrap();
+        assert!(
+            (pct - 24_000.0 / (24_000.0 + 21_000.0)).abs() < 1e-9,
+            "{pct}"
+        );
+        assert_eq!(v["pools"][1]["stats"]["stored"], 0);
+        // An OSD marked out takes no new data.
+        s.apply(&crate::state::MonRequest::Osd(OsdChange::MarkOut {
+            ids: vec![2],
+        }));
+        assert_eq!(
+            df(&s).unwrap()["pools"][0]["stats"]["max_avail"],
+            8000 * 2 / 3
+        );
+        // Erasure coding k=2 m=1 takes 1.5 raw bytes per byte stored.
+        let ec = Pool::erasure(9, "ec", 2, 1, 8, 1);
+        assert!((raw_per_stored(&ec) - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn health_warns_of_inactive_stale_and_degraded_pgs() {
+        let mut s = state();
+        assert!(pg_health(&s).is_empty());
+        let (a, b, c) = (primary(&s, "1.0"), primary(&s, "1.1"), primary(&s, "1.2"));
+        report(&mut s, a, 9000, &[("1.0", "peering", 0)]);
+        report(&mut s, b, 9000, &[("1.1", "active+undersized+degraded", 0)]);
+        report(&mut s, c, 9000, &[("1.2", "active+clean", 0)]);
+        let checks = pg_health(&s);
+        let codes: Vec<&str> = checks.iter().map(|c| c["code"].as_str().unwrap()).collect();
+        assert_eq!(codes, ["PG_AVAILABILITY", "PG_DEGRADED"]);
+        assert_eq!(
+            checks[0]["summary"],
+            "Reduced data availability: 1 pg inactive"
+        );
+        assert_eq!(
+            checks[1]["summary"],
+            "Degraded data redundancy: 1 pg degraded, 1 pg undersized"
+        );
+        assert!(
+            checks[0]["detail"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("pg 1.0 is peering")
+        );
+        let h = crate::views::health(&s, &[], &[]);
+        assert_eq!(h["status"], "HEALTH_WARN");
+    }
+}

@@ -1,0 +1,265 @@
+//! `shoal pg dump|stat` and `shoal df`: the PG statistics OSDs report to
+//! the monitors and the space they use, as `ceph pg` and `ceph df` show them.
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use shoal_mon::Command;
+
+use super::common::{Ctx, Format, mon_command, print};
+
+/// PG commands.
+#[derive(Debug, Subcommand)]
+pub enum PgCmd {
+    /// Every PG with its state, objects, bytes, log and OSDs.
+    Dump(FormatArg),
+    /// PG counts by state, data stored, raw space.
+    Stat(FormatArg),
+}
+
+/// `--format`.
+#[derive(Debug, Args)]
+pub struct FormatArg {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// Options of `shoal df`.
+pub type DfArgs = FormatArg;
+
+/// Bytes as Ceph prints them: `0 B`, `1.2 KiB`, `30 MiB`, `300 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || v >= 10.0 || v.fract() == 0.0 {
+        format!("{} {}", v.round() as u64, UNITS[unit])
+    } else {
+        let s = format!("{v:.1}");
+        format!("{} {}", s.trim_end_matches(".0"), UNITS[unit])
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn ids(v: &Value) -> String {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| x.to_string())
+        .collect();
+    format!("[{}]", list.join(","))
+}
+
+/// `pg dump` as a table of PGs, then one of OSDs.
+fn dump_plain(v: &Value) -> String {
+    let mut out = format!(
+        "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
+        "PG_STAT",
+        "OBJECTS",
+        "BYTES",
+        "LOG",
+        "STATE",
+        "VERSION",
+        "UP",
+        "UP_PRIMARY",
+        "ACTING",
+        "ACTING_PRIMARY"
+    );
+    for p in v["pg_stats"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
+            p["pgid"].as_str().unwrap_or(""),
+            u(&p["objects"]),
+            u(&p["bytes"]),
+            u(&p["log_size"]),
+            p["state"].as_str().unwrap_or(""),
+            p["version"].as_str().unwrap_or(""),
+            ids(&p["up"]),
+            p["up_primary"].as_i64().unwrap_or(-1),
+            ids(&p["acting"]),
+            p["acting_primary"].as_i64().unwrap_or(-1),
+        ));
+    }
+    out.push_str(&format!(
+        "\n{:<6} {:>10} {:>10} {:>10}\n",
+        "OSD", "USED", "AVAIL", "TOTAL"
+    ));
+    for o in v["osd_stats"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<6} {:>10} {:>10} {:>10}\n",
+            u(&o["osd"]),
+            human_bytes(u(&o["used_bytes"])),
+            human_bytes(u(&o["available_bytes"])),
+            human_bytes(u(&o["total_bytes"])),
+        ));
+    }
+    out
+}
+
+/// `pg stat` on one line: `64 pgs: 64 active+clean; 1.2 MiB data, 30
+/// objects, 3 GiB used, 297 GiB / 300 GiB avail`.
+fn stat_plain(v: &Value) -> String {
+    let states: Vec<String> = v["num_pg_by_state"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| format!("{} {}", u(&s["num"]), s["name"].as_str().unwrap_or("")))
+        .collect();
+    format!(
+        "{} pgs: {}; {} data, {} objects, {} used, {} / {} avail\n",
+        u(&v["num_pgs"]),
+        states.join(", "),
+        human_bytes(u(&v["num_bytes"])),
+        u(&v["num_objects"]),
+        human_bytes(u(&v["raw_bytes_used"])),
+        human_bytes(u(&v["raw_bytes_avail"])),
+        human_bytes(u(&v["raw_bytes"])),
+    )
+}
+
+fn percent(ratio: f64) -> String {
+    if ratio == 0.0 {
+        "0".into()
+    } else {
+        format!("{:.2}", ratio * 100.0)
+    }
+}
+
+/// `df` as Ceph's two tables: raw storage, then pools.
+fn df_plain(v: &Value) -> String {
+    let s = &v["stats"];
+    let (size, avail, used) = (
+        human_bytes(u(&s["total_bytes"])),
+        human_bytes(u(&s["total_avail_bytes"])),
+        human_bytes(u(&s["total_used_raw_bytes"])),
+    );
+    let mut out = format!(
+        "--- RAW STORAGE ---\n{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "CLASS", "SIZE", "AVAIL", "USED", "RAW USED", "%RAW USED"
+    );
+    out.push_str(&format!(
+        "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "TOTAL",
+        size,
+        avail,
+        used,
+        used,
+        percent(s["total_used_raw_ratio"].as_f64().unwrap_or(0.0))
+    ));
+    let pools: Vec<&Value> = v["pools"].as_array().into_iter().flatten().collect();
+    let width = pools
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    out.push_str(&format!(
+        "\n--- POOLS ---\n{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
+        "POOL", "ID", "PGS", "STORED", "OBJECTS", "USED", "%USED", "MAX AVAIL"
+    ));
+    for p in pools {
+        let st = &p["stats"];
+        out.push_str(&format!(
+            "{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
+            p["name"].as_str().unwrap_or(""),
+            u(&p["id"]),
+            u(&p["pg_num"]),
+            human_bytes(u(&st["stored"])),
+            u(&st["objects"]),
+            human_bytes(u(&st["bytes_used"])),
+            percent(st["percent_used"].as_f64().unwrap_or(0.0)),
+            human_bytes(u(&st["max_avail"])),
+        ));
+    }
+    out
+}
+
+/// Runs one `shoal pg` subcommand.
+pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd {
+        PgCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::PgDump)?, dump_plain),
+        PgCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::PgStat)?, stat_plain),
+    }
+    Ok(())
+}
+
+/// Runs `shoal df`.
+pub fn run_df(a: DfArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    print(a.format, &mon_command(ctx, &Command::Df)?, df_plain);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bytes_read_as_ceph_prints_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1 KiB");
+        assert_eq!(human_bytes(1229), "1.2 KiB");
+        assert_eq!(human_bytes(30 << 20), "30 MiB");
+        assert_eq!(human_bytes(300 << 30), "300 GiB");
+    }
+
+    #[test]
+    fn plain_tables() {
+        let stat = json!({
+            "num_pgs": 64,
+            "num_pg_by_state": [{ "name": "active+clean", "num": 60 }, { "name": "peering", "num": 4 }],
+            "num_bytes": 1_258_291u64, "num_objects": 30,
+            "raw_bytes": 300u64 << 30, "raw_bytes_used": 30u64 << 20, "raw_bytes_avail": 299u64 << 30,
+        });
+        assert_eq!(
+            stat_plain(&stat),
+            "64 pgs: 60 active+clean, 4 peering; 1.2 MiB data, 30 objects, \
+             30 MiB used, 299 GiB / 300 GiB avail\n"
+        );
+        let df = json!({
+            "stats": { "total_bytes": 3u64 << 30, "total_avail_bytes": 2u64 << 30,
+                       "total_used_raw_bytes": 1u64 << 30, "total_used_raw_ratio": 1.0 / 3.0 },
+            "pools": [{ "name": "rbd", "id": 1, "pg_num": 32,
+                        "stats": { "stored": 1024, "objects": 1, "bytes_used": 3072,
+                                   "percent_used": 0.0, "max_avail": 700u64 << 20 } }],
+        });
+        let text = df_plain(&df);
+        assert!(
+            text.contains("TOTAL       3 GiB      2 GiB      1 GiB      1 GiB      33.33"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rbd     1    32      1 KiB        1      3 KiB      0    700 MiB"),
+            "{text}"
+        );
+        let dump = json!({
+            "pg_stats": [{ "pgid": "1.a", "objects": 2, "bytes": 10, "log_size": 2,
+                           "state": "stale+active+clean", "version": "5'2", "up": [0, 1],
+                           "up_primary": 0, "acting": [0, 1], "acting_primary": 0 }],
+            "osd_stats": [{ "osd": 0, "used_bytes": 1024, "available_bytes": 2048, "total_bytes": 3072 }],
+        });
+        let text = dump_plain(&dump);
+        assert!(
+            text.contains("1.a             2         10      2  stale+active+clean"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[0,1]                 0  [0,1]                     0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("0           1 KiB      2 KiB      3 KiB\n"),
+            "{text}"
+        );
+    }
+}

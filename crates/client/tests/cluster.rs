@@ -287,3 +287,39 @@ async fn capabilities_limit_what_a_client_may_do() {
     assert!(matches!(e, Error::PermissionDenied(_)), "{e:?}");
     assert!(matches!(rbd.read("r", 0, 0).await, Err(Error::NotFound(_))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cluster_refuses_writes_and_keeps_serving_reads() {
+    let c = Cluster::with_pool_and_stores("client-full", 3, 3, 8, 64 << 20).await;
+    let client = admin(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    pool.write_full("keep", &b"still here"[..]).await.unwrap();
+    let chunk = Bytes::from(vec![7u8; 1 << 20]);
+    let mut refused = None;
+    for i in 0..200 {
+        match pool.write_full(&format!("fill{i}"), chunk.clone()).await {
+            Ok(()) => {}
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("64 MiB stores fill up before 200 MiB");
+    assert!(matches!(e, Error::NoSpace(_)), "{e:?}");
+    assert_eq!(&pool.read("keep", 0, 0).await.unwrap()[..], b"still here");
+    // Removing data makes room again (once the OSDs see it).
+    for i in 0..40 {
+        let _ = pool.remove(&format!("fill{i}")).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match pool.write_full("after", &b"ok"[..]).await {
+            Ok(()) => break,
+            Err(Error::NoSpace(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}

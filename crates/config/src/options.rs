@@ -218,6 +218,8 @@ options! {
     osd_pg_log_dups_max: u32 = 3_000u32;
     /// How long a primary waits for a replica's acknowledgement or a peer's peering answer, in milliseconds.
     osd_peer_timeout_ms: u64 = 30_000u64;
+    /// Above this percentage of its store used, an OSD refuses writes (as Ceph's full ratio).
+    osd_full_ratio_pct: u32 = 95u32;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;
     /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.

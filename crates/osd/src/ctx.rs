@@ -21,6 +21,8 @@ pub struct PgConfig {
     pub peer_timeout: Duration,
     /// Most object names one listing page returns.
     pub list_max: u32,
+    /// Above this fraction of its store used, the OSD refuses writes.
+    pub full_ratio: f64,
 }
 
 impl Default for PgConfig {
@@ -29,6 +31,7 @@ impl Default for PgConfig {
             log_limits: LogLimits::default(),
             peer_timeout: Duration::from_secs(30),
             list_max: 1024,
+            full_ratio: 0.95,
         }
     }
 }
@@ -72,6 +75,8 @@ pub struct OsdCtx {
     pub cfg: PgConfig,
     /// Counters.
     pub counters: OsdCounters,
+    /// The store is fuller than `cfg.full_ratio`: writes are refused.
+    pub full: std::sync::atomic::AtomicBool,
 }
 
 impl OsdCtx {

@@ -141,6 +141,7 @@ impl Osd {
             msgr,
             cfg: opts.pg.clone(),
             counters: OsdCounters::default(),
+            full: std::sync::atomic::AtomicBool::new(false),
         });
         let inner = Arc::new(Inner {
             ctx,
@@ -163,6 +164,7 @@ impl Osd {
         tasks.push(tokio::spawn(Arc::clone(&inner).follow_map()));
         tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
         Ok(Osd { inner, tasks })
     }
 

@@ -106,4 +106,25 @@ impl Inner {
             tracing::warn!("failure report for osd.{target}: {e}");
         }
     }
+
+    /// Keeps `ctx.full` current: above the full ratio the OSD refuses
+    /// writes before its store runs out (a replica out of space would
+    /// leave the PG's copies different).
+    pub(crate) async fn watch_space(self: Arc<Self>) {
+        loop {
+            let store = Arc::clone(&self.ctx.store);
+            if let Ok(Ok(s)) = tokio::task::spawn_blocking(move || store.statfs()).await {
+                let used = s.total_bytes.saturating_sub(s.free_bytes) as f64;
+                let full = used > s.total_bytes as f64 * self.ctx.cfg.full_ratio;
+                let was = self
+                    .ctx
+                    .full
+                    .swap(full, std::sync::atomic::Ordering::Relaxed);
+                if full != was {
+                    tracing::warn!(osd = self.opts.id, full, "store fullness changed");
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }

@@ -72,9 +72,8 @@ enum Command {
     /// Create and edit keyring files.
     #[command(subcommand)]
     Keyring(cmd::keyring::KeyringCmd),
-    /// Measure the cluster and its parts.
-    #[command(subcommand)]
-    Bench(cmd::bench::BenchCmd),
+    /// Measure the cluster (`shoal bench -p POOL SECONDS write|seq|rand`) and its parts.
+    Bench(cmd::bench::BenchArgs),
     /// Objects of a pool: put, get, xattrs, omap, listing.
     Rados(cmd::rados::RadosArgs),
     /// Make, check and inspect an OSD's object store.
@@ -118,7 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),
-        Command::Bench(c) => cmd::bench::run(c, &ctx.config),
+        Command::Bench(c) => cmd::bench::run(c, &ctx),
         Command::Store(c) => cmd::store::run(c),
         Command::Rados(a) => cmd::rados::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),

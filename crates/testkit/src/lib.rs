@@ -113,10 +113,21 @@ impl Cluster {
     /// A monitor, `osds` OSDs, and a replicated pool `rbd` of `pg_num` PGs
     /// with `size` copies (min_size: a majority), every OSD up.
     pub async fn with_pool(tag: &str, osds: i32, size: u32, pg_num: u32) -> Cluster {
+        Cluster::with_pool_and_stores(tag, osds, size, pg_num, 1 << 30).await
+    }
+
+    /// [`Cluster::with_pool`] with MemStores of `store_bytes` each.
+    pub async fn with_pool_and_stores(
+        tag: &str,
+        osds: i32,
+        size: u32,
+        pg_num: u32,
+        store_bytes: u64,
+    ) -> Cluster {
         let mut c = Cluster::new(tag).await;
         c.create_pool("rbd", pg_num, size).await;
         for id in 0..osds {
-            c.start_osd(id, Arc::new(MemStore::new(1 << 30))).await;
+            c.start_osd(id, Arc::new(MemStore::new(store_bytes))).await;
         }
         c.wait_up(osds).await;
         c

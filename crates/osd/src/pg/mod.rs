@@ -67,8 +67,9 @@ pub enum PgEvent {
         version: Version,
         /// The replica.
         from: i32,
-        /// The outcome.
-        result: Result<(), String>,
+        /// The outcome: the replica refused (with its code), or it could
+        /// not be reached (no code: a map change will follow).
+        result: Result<(), (Option<shoal_proto::OsdErrorCode>, String)>,
     },
     /// The local store made a change durable (or failed).
     LocalCommitted {

@@ -142,6 +142,14 @@ impl Pg {
                 return;
             }
         }
+        if mutating && self.ctx.full.load(std::sync::atomic::Ordering::Relaxed) {
+            let m = format!(
+                "osd.{} is full (over {:.0}% used)",
+                self.whoami(),
+                self.ctx.cfg.full_ratio * 100.0
+            );
+            return reply_error(responder, OsdErrorCode::NoSpace, epoch, m).await;
+        }
         let version = self.log.next_version(epoch);
         let input = ExecInput {
             store: self.ctx.store.as_ref(),
@@ -310,7 +318,7 @@ impl Pg {
                 let _ = events.send(PgEvent::RepAcked {
                     version,
                     from: osd,
-                    result: Err(e),
+                    result: Err((None, e)),
                 });
                 return;
             }
@@ -321,12 +329,17 @@ impl Pg {
                 Ok(p) => match p.wait(timeout).await {
                     Ok(reply) => match reply.msg {
                         shoal_proto::Message::RepOpReply(r) if r.code == 0 => Ok(()),
-                        shoal_proto::Message::RepOpReply(r) => Err(r.message),
-                        other => Err(format!("unexpected reply {:?}", other.msg_type())),
+                        shoal_proto::Message::RepOpReply(r) => {
+                            Err((Some(OsdErrorCode::from_u32(r.code)), r.message))
+                        }
+                        other => Err((
+                            Some(OsdErrorCode::Internal),
+                            format!("unexpected reply {:?}", other.msg_type()),
+                        )),
                     },
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err((None, e.to_string())),
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err((None, e.to_string())),
             };
             let _ = events.send(PgEvent::RepAcked {
                 version,
@@ -348,17 +361,51 @@ impl Pg {
         Ok(c)
     }
 
-    pub(super) async fn rep_acked(&mut self, version: Version, from: i32, r: Result<(), String>) {
-        if let Err(e) = &r {
-            // The change stays in flight: the replica is failing, and the
-            // map change that follows restarts peering; the client resends.
-            tracing::warn!(pg = %self.id, %version, osd = from, "replication failed: {e}");
-            return;
+    pub(super) async fn rep_acked(
+        &mut self,
+        version: Version,
+        from: i32,
+        r: Result<(), (Option<OsdErrorCode>, String)>,
+    ) {
+        match r {
+            Ok(()) => {}
+            Err((None, e)) => {
+                // Unreachable replica: the change stays in flight; the map
+                // change that follows restarts peering and the client resends.
+                tracing::warn!(pg = %self.id, %version, osd = from, "replication failed: {e}");
+                return;
+            }
+            Err((Some(code), e)) => {
+                return self.replica_refused(version, from, code, e).await;
+            }
         }
         if let Some(f) = self.inflight.get_mut(&version) {
             f.waiting.retain(|o| *o != from);
         }
         self.complete_ready().await;
+    }
+
+    /// A replica could not apply a change (out of space, a failing
+    /// device): the change fails, with every later one in flight, and the
+    /// PG peers again so the members' copies agree.
+    async fn replica_refused(
+        &mut self,
+        version: Version,
+        from: i32,
+        code: OsdErrorCode,
+        e: String,
+    ) {
+        tracing::warn!(pg = %self.id, %version, osd = from, ?code, "replica refused a change: {e}");
+        let epoch = self.epoch();
+        let failed: Vec<InFlight> = std::mem::take(&mut self.inflight).into_values().collect();
+        self.inflight_reqids.clear();
+        for f in failed {
+            for r in f.responders {
+                let msg = format!("osd.{from} could not apply the change: {e}");
+                reply_error(r, code, epoch, msg).await;
+            }
+        }
+        self.start_peering().await;
     }
 
     pub(super) async fn local_committed(&mut self, version: Version, r: Result<(), String>) {

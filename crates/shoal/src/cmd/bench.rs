@@ -23,9 +23,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+/// `shoal bench -p POOL SECONDS write|seq|rand`, or a named benchmark.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    sub: Option<BenchCmd>,
+    #[command(flatten)]
+    rados: super::bench_rados::RadosBenchArgs,
+}
+
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum BenchCmd {
+    /// Remove the objects a `write --no-cleanup` run left.
+    Cleanup {
+        /// The pool.
+        #[arg(short = 'p', long)]
+        pool: String,
+    },
     /// The messenger over loopback beside raw TCP: 4 KiB request/response at
     /// queue depth 1 (latency), 4 KiB requests at queue depth 64 (ops/s,
     /// CPU per op), 4 MiB messages with 16 in flight (bandwidth).
@@ -52,11 +68,13 @@ pub struct NetArgs {
     format: Format,
 }
 
-/// Runs one `shoal bench` subcommand.
-pub fn run(cmd: BenchCmd, config: &Config) -> anyhow::Result<()> {
-    match cmd {
-        BenchCmd::Net(a) => bench_net(a, config),
-        BenchCmd::Mon(a) => super::bench_mon::run(a),
+/// Runs `shoal bench`.
+pub fn run(args: BenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
+    match args.sub {
+        Some(BenchCmd::Net(a)) => bench_net(a, &ctx.config),
+        Some(BenchCmd::Mon(a)) => super::bench_mon::run(a),
+        Some(BenchCmd::Cleanup { pool }) => super::bench_rados::run_cleanup(&pool, ctx),
+        None => super::bench_rados::run(args.rados, ctx),
     }
 }
 

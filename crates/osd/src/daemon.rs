@@ -165,6 +165,7 @@ impl Osd {
         tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
         tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
         Ok(Osd { inner, tasks })
     }
 

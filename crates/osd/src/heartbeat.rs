@@ -1,13 +1,14 @@
 //! Liveness: heartbeats to every OSD this one shares a PG with, failure
 //! reports to the monitors when a peer stays silent past the grace period
-//! (at once when its process is gone: the connection is refused).
+//! (at once when its process is gone: the connection is refused), the
+//! periodic PG statistics report, and the full-store watch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shoal_mon::Command;
+use shoal_mon::{Command, OsdStatfs, PgStatReport};
 use shoal_net::NetError;
 use shoal_proto::Ping;
 
@@ -125,6 +126,49 @@ impl Inner {
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Reports the statistics of the PGs we are primary of, and the store's space.
+    pub(crate) async fn report_stats(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.opts.stats_interval).await;
+            let Some(map) = self.current_map() else {
+                continue;
+            };
+            let store = Arc::clone(&self.ctx.store);
+            let statfs = match tokio::task::spawn_blocking(move || store.statfs()).await {
+                Ok(Ok(s)) => OsdStatfs {
+                    total_bytes: s.total_bytes,
+                    used_bytes: s.total_bytes.saturating_sub(s.free_bytes),
+                    available_bytes: s.free_bytes,
+                },
+                _ => OsdStatfs::default(),
+            };
+            let pgs: Vec<PgStatReport> = self
+                .pg_stats()
+                .await
+                .into_iter()
+                .map(|s| PgStatReport {
+                    pgid: s.pgid.to_string(),
+                    state: s.state,
+                    objects: s.objects,
+                    bytes: s.bytes,
+                    version: s.version.to_string(),
+                    up: s.up,
+                    acting: s.acting,
+                    log_size: s.log_size,
+                })
+                .collect();
+            let cmd = Command::OsdPgStats {
+                id: self.opts.id,
+                epoch: map.epoch.0,
+                statfs,
+                pgs,
+            };
+            if let Err(e) = self.monc.command(&cmd).await {
+                tracing::debug!("pg stats report: {e}");
+            }
         }
     }
 }

@@ -50,6 +50,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// A local cluster in one command: `shoal dev up`, `status`, `logs`, `down`.
+    #[command(subcommand)]
+    Dev(cmd::dev::DevCmd),
     /// Cluster status: health and services.
     Status(cmd::status::StatusArgs),
     /// Health checks (`shoal health detail` lists every affected item).
@@ -108,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         shoal_config::logging::init(&ctx.config.options.log_level)?;
     }
     match cli.command {
+        Command::Dev(c) => cmd::dev::run(c),
         Command::Status(a) => cmd::status::run(a, &ctx),
         Command::Health(a) => cmd::status::run_health(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
@@ -121,5 +125,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Store(c) => cmd::store::run(c),
         Command::Rados(a) => cmd::rados::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Clap's own consistency checks over every subcommand (duplicate
+    /// flags, conflicting short options), which otherwise fire only when
+    /// that subcommand is parsed.
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -8,6 +8,7 @@ pub mod bench_rados;
 pub mod common;
 pub mod config;
 pub mod crush;
+pub mod dev;
 pub mod keyring;
 pub mod mon;
 pub mod osd;

@@ -1,0 +1,531 @@
+//! `shoal dev up|down|status|logs`: a real local cluster in one command, as
+//! Ceph's vstart: separate `shoal mon` and `shoal osd` processes on free
+//! loopback ports, with their keys, configuration, data and logs in one
+//! directory. `up` on an existing directory restarts the same cluster.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use shoal_config::Config;
+use shoal_mon::{Command, PoolSpec};
+use shoal_types::EntityName;
+
+use super::common::{Ctx, runtime};
+use super::osd_daemon::StoreKind;
+
+/// A local cluster for development and benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum DevCmd {
+    /// Create (or restart) a local cluster and wait until it is healthy.
+    Up(UpArgs),
+    /// Stop every daemon of the local cluster.
+    Down {
+        /// The cluster's directory.
+        #[arg(long, default_value = "shoal-dev")]
+        dir: PathBuf,
+        /// Also delete the directory (keys, data, logs).
+        #[arg(long)]
+        wipe: bool,
+    },
+    /// Which daemons run, and the cluster's status.
+    Status {
+        /// The cluster's directory.
+        #[arg(long, default_value = "shoal-dev")]
+        dir: PathBuf,
+    },
+    /// The last lines of the daemons' logs.
+    Logs {
+        /// The cluster's directory.
+        #[arg(long, default_value = "shoal-dev")]
+        dir: PathBuf,
+        /// Only this daemon (`mon.a`, `osd.0`).
+        daemon: Option<String>,
+        /// Lines per log.
+        #[arg(long, default_value = "40")]
+        lines: usize,
+    },
+}
+
+/// `shoal dev up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Monitors (1 or 3).
+    #[arg(long, default_value = "1")]
+    mons: u32,
+    /// OSDs.
+    #[arg(long, default_value = "3")]
+    osds: u32,
+    /// The OSDs' object store.
+    #[arg(long, value_enum, default_value = "block")]
+    store: StoreKind,
+    /// Where keys, configuration, data and logs go.
+    #[arg(long, default_value = "shoal-dev")]
+    dir: PathBuf,
+    /// Stay in the foreground; Ctrl-C stops every daemon.
+    #[arg(long)]
+    foreground: bool,
+    /// Size of each OSD's block store data file, bytes.
+    #[arg(long, default_value_t = 4u64 << 30)]
+    osd_bytes: u64,
+}
+
+const CONF: &str = "shoal.conf";
+const MON_NAMES: [&str; 3] = ["a", "b", "c"];
+
+/// Runs `shoal dev ...`.
+pub fn run(cmd: DevCmd) -> anyhow::Result<()> {
+    match cmd {
+        DevCmd::Up(a) => up(a),
+        DevCmd::Down { dir, wipe } => {
+            let stopped = stop_all(&dir)?;
+            println!("stopped {stopped} daemons");
+            if wipe {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("removing {}", dir.display()))?;
+                println!("removed {}", dir.display());
+            }
+            Ok(())
+        }
+        DevCmd::Status { dir } => status(&dir),
+        DevCmd::Logs { dir, daemon, lines } => {
+            for (name, _) in daemons(&dir)? {
+                if daemon.as_ref().is_none_or(|d| d == &name) {
+                    println!("==> {name} <==");
+                    print!("{}", tail(&log_path(&dir, &name), lines));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("out").join(format!("{name}.log"))
+}
+
+fn pid_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("run").join(format!("{name}.pid"))
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn shoal_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("finding the shoal executable")
+}
+
+/// Runs `shoal --conf CONF ARGS...` to completion; its output becomes the error.
+fn shoal(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new(shoal_exe()?)
+        .arg("--conf")
+        .arg(dir.join(CONF))
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "`shoal {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts a daemon in its own process group (Ctrl-C on `dev up` does not
+/// reach it unless `--foreground` forwards it), logging to `out/NAME.log`.
+fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path(dir, name))?;
+    let child = std::process::Command::new(shoal_exe()?)
+        .arg("--conf")
+        .arg(dir.join(CONF))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    std::fs::write(pid_path(dir, name), format!("{}\n", child.id()))?;
+    Ok(child)
+}
+
+fn write_config(dir: &Path, mons: &[(String, SocketAddr)]) -> anyhow::Result<()> {
+    let abs = std::fs::canonicalize(dir)?;
+    let hosts: Vec<String> = mons.iter().map(|(n, a)| format!("{n}={a}")).collect();
+    let conf = format!(
+        "# Written by `shoal dev up`: a one-machine cluster, so the failure\n\
+         # domain is the OSD, as with Ceph's vstart.\n\
+         [global]\n\
+         mon_host = \"{hosts}\"\n\
+         keyring = \"{keyring}\"\n\
+         osd_crush_failure_domain = \"osd\"\n\
+         mon_osd_reporter_subtree_level = \"osd\"\n\
+         mon_osd_min_down_reporters = 1\n\
+         osd_heartbeat_grace_ms = 10000\n\
+         mon_osd_down_out_interval_ms = 60000\n\
+         osd_data = \"{data}/osd.$id\"\n",
+        hosts = hosts.join(","),
+        keyring = abs.join("keyring").display(),
+        data = abs.display(),
+    );
+    std::fs::write(dir.join(CONF), conf)?;
+    Ok(())
+}
+
+/// The daemons of the cluster in `dir`, from its configuration and data.
+fn daemons(dir: &Path) -> anyhow::Result<Vec<(String, Option<u32>)>> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        bail!(
+            "{} holds no dev cluster (run `shoal dev up`)",
+            dir.display()
+        );
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("mon.") || n.starts_with("osd."))
+        .collect();
+    names.sort_by_key(|n| (n.starts_with("osd."), n.len(), n.clone()));
+    for n in names {
+        let pid = std::fs::read_to_string(pid_path(dir, &n))
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+        out.push((n, pid));
+    }
+    Ok(out)
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// SIGTERM every daemon, SIGKILL what is left after 15 s.
+fn stop_all(dir: &Path) -> anyhow::Result<usize> {
+    let pids: Vec<(String, u32)> = daemons(dir)?
+        .into_iter()
+        .filter_map(|(n, p)| p.filter(|p| alive(*p)).map(|p| (n, p)))
+        .collect();
+    // OSDs first, so the monitors see them go.
+    for (_, pid) in pids.iter().filter(|(n, _)| n.starts_with("osd.")) {
+        signal(*pid, "-TERM");
+    }
+    wait_gone(&pids, "osd.", Duration::from_secs(15));
+    for (_, pid) in pids.iter().filter(|(n, _)| n.starts_with("mon.")) {
+        signal(*pid, "-TERM");
+    }
+    wait_gone(&pids, "", Duration::from_secs(15));
+    for (n, pid) in &pids {
+        if alive(*pid) {
+            eprintln!("{n} (pid {pid}) did not stop; killing it");
+            signal(*pid, "-KILL");
+        }
+        let _ = std::fs::remove_file(pid_path(dir, n));
+    }
+    Ok(pids.len())
+}
+
+fn wait_gone(pids: &[(String, u32)], prefix: &str, max: Duration) {
+    let deadline = Instant::now() + max;
+    while Instant::now() < deadline && pids.iter().any(|(n, p)| n.starts_with(prefix) && alive(*p))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn admin_ctx(dir: &Path) -> anyhow::Result<Ctx> {
+    let conf = dir.join(CONF);
+    let name: EntityName = "client.admin".parse()?;
+    let config = Config::load(Some(&conf), &name, &[])?;
+    Ok(Ctx {
+        conf: Some(conf),
+        set: Vec::new(),
+        name,
+        config,
+    })
+}
+
+/// Polls `cmd` until `done` holds for its output, failing early when a
+/// started daemon has exited.
+fn wait_until(
+    ctx: &Ctx,
+    cmd: &Command,
+    what: &str,
+    max: Duration,
+    started: &mut BTreeMap<String, Child>,
+    dir: &Path,
+    done: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    let rt = runtime()?;
+    let client = super::common::mon_client(ctx)?;
+    let deadline = Instant::now() + max;
+    let mut last;
+    loop {
+        for (name, child) in started.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "{name} exited ({status}) while waiting for {what}; its log:\n{}",
+                    tail(&log_path(dir, name), 30)
+                );
+            }
+        }
+        let r = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), client.command(cmd)).await
+        });
+        match r {
+            Ok(Ok(v)) if done(&v) => return Ok(v),
+            Ok(Ok(v)) => last = v.to_string(),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "timed out".into(),
+        }
+        if Instant::now() > deadline {
+            bail!("no {what} within {max:?} (last: {last})");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    let dir = a.dir.clone();
+    let fresh = !dir.join(CONF).exists();
+    let mut started: BTreeMap<String, Child> = BTreeMap::new();
+    let result = up_inner(&a, fresh, &mut started);
+    if let Err(e) = result {
+        // Leave nothing running.
+        for (_, c) in started.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = stop_all(&dir);
+        return Err(e);
+    }
+    let conf = std::fs::canonicalize(dir.join(CONF))?;
+    println!(
+        "\nShoal dev cluster is up in {}.\n\n  export SHOAL_CONF={}\n  shoal status\n  \
+         echo hello > hello.txt && shoal rados -p rbd put hello hello.txt\n  \
+         shoal rados -p rbd get hello -\n  shoal bench -p rbd 10 write\n  \
+         shoal dev down --dir {}\n",
+        dir.display(),
+        conf.display(),
+        dir.display()
+    );
+    if a.foreground {
+        let rt = runtime()?;
+        rt.block_on(super::mon::wait_for_signal())?;
+        println!("stopping...");
+        stop_all(&dir)?;
+        for (_, c) in started.iter_mut() {
+            let _ = c.wait();
+        }
+    }
+    Ok(())
+}
+
+fn up_inner(a: &UpArgs, fresh: bool, started: &mut BTreeMap<String, Child>) -> anyhow::Result<()> {
+    let dir = &a.dir;
+    if !(a.mons == 1 || a.mons == 3) {
+        bail!("--mons must be 1 or 3");
+    }
+    if a.osds == 0 {
+        bail!("--osds must be at least 1");
+    }
+    let running: Vec<String> = daemons(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, p)| p.is_some_and(alive))
+        .map(|(n, _)| n)
+        .collect();
+    if !running.is_empty() {
+        bail!(
+            "{} already runs {} (use `shoal dev down --dir {}` first)",
+            dir.display(),
+            running.join(", "),
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir.join("out"))?;
+    std::fs::create_dir_all(dir.join("run"))?;
+    let (mons, osds) = if fresh {
+        let mons: Vec<(String, SocketAddr)> = MON_NAMES[..a.mons as usize]
+            .iter()
+            .map(|n| {
+                Ok((
+                    n.to_string(),
+                    SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        write_config(dir, &mons)?;
+        let first = &mons[0].0;
+        for (n, _) in &mons {
+            let data = dir.join(format!("mon.{n}"));
+            let data = data.to_string_lossy();
+            let mut args = vec!["mon", "mkfs", "--id", n, "--data", &data];
+            let ring = dir.join(format!("mon.{first}")).join("keyring");
+            let ring = ring.to_string_lossy().into_owned();
+            if n != first {
+                args.extend(["--keyring", &ring]);
+            }
+            shoal(dir, &args)?;
+        }
+        std::fs::copy(
+            dir.join(format!("mon.{first}")).join("keyring"),
+            dir.join("keyring"),
+        )?;
+        let mons: Vec<String> = mons.into_iter().map(|(n, _)| n).collect();
+        (mons, (0..a.osds).collect::<Vec<u32>>())
+    } else {
+        let names: Vec<(String, Option<u32>)> = daemons(dir)?;
+        let mons = names
+            .iter()
+            .filter_map(|(n, _)| n.strip_prefix("mon.").map(str::to_string))
+            .collect();
+        let osds = names
+            .iter()
+            .filter_map(|(n, _)| n.strip_prefix("osd.").and_then(|i| i.parse().ok()))
+            .collect();
+        (mons, osds)
+    };
+    for m in &mons {
+        let data = dir.join(format!("mon.{m}"));
+        let data = data.to_string_lossy();
+        let child = spawn(
+            dir,
+            &format!("mon.{m}"),
+            &["mon", "--id", m, "--data", &data],
+        )?;
+        started.insert(format!("mon.{m}"), child);
+    }
+    let ctx = admin_ctx(dir)?;
+    wait_until(
+        &ctx,
+        &Command::Status,
+        "a monitor quorum",
+        Duration::from_secs(30),
+        started,
+        dir,
+        |_| true,
+    )?;
+    let store = match a.store {
+        StoreKind::Block => "block",
+        StoreKind::Mem => "mem",
+    };
+    for id in &osds {
+        let name = format!("osd.{id}");
+        let ids = id.to_string();
+        if fresh {
+            let bytes = format!("osd_store_bytes={}", a.osd_bytes);
+            shoal(
+                dir,
+                &[
+                    "--set", &bytes, "osd", "mkfs", "--id", &ids, "--store", store,
+                ],
+            )?;
+        }
+        let child = spawn(dir, &name, &["osd", "--id", &ids])?;
+        started.insert(name, child);
+    }
+    let n = osds.len() as u64;
+    wait_until(
+        &ctx,
+        &Command::OsdStat,
+        "every OSD up",
+        Duration::from_secs(60),
+        started,
+        dir,
+        |v| v["num_up_osds"].as_u64() == Some(n),
+    )?;
+    if fresh {
+        let size = osds.len().min(3) as u32;
+        let cmd = Command::PoolCreate {
+            name: "rbd".into(),
+            pg_num: 32,
+            spec: PoolSpec::Replicated {
+                size,
+                min_size: size - size / 2,
+            },
+        };
+        wait_until(
+            &ctx,
+            &cmd,
+            "the pool rbd",
+            Duration::from_secs(30),
+            started,
+            dir,
+            |_| true,
+        )?;
+    }
+    wait_until(
+        &ctx,
+        &Command::PgStat,
+        "every PG active+clean",
+        Duration::from_secs(120),
+        started,
+        dir,
+        all_active_clean,
+    )?;
+    Ok(())
+}
+
+/// Whether `pg stat` reports every PG active+clean.
+pub fn all_active_clean(v: &Value) -> bool {
+    let total = v["num_pgs"].as_u64().unwrap_or(0);
+    let clean: u64 = v["num_pg_by_state"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["name"] == "active+clean")
+        .filter_map(|s| s["num"].as_u64())
+        .sum();
+    total > 0 && clean == total
+}
+
+fn status(dir: &Path) -> anyhow::Result<()> {
+    for (name, pid) in daemons(dir)? {
+        let state = match pid {
+            Some(p) if alive(p) => format!("running (pid {p})"),
+            Some(p) => format!("stopped (was pid {p})"),
+            None => "stopped".into(),
+        };
+        println!("{name:<8} {state}");
+    }
+    if dir.join(CONF).exists() {
+        println!(
+            "\nexport SHOAL_CONF={}",
+            std::fs::canonicalize(dir.join(CONF))?.display()
+        );
+    }
+    Ok(())
+}

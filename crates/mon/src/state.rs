@@ -320,7 +320,7 @@ impl MonState {
                 self.auth
                     .remove(name)
                     .ok_or_else(|| err(ErrorCode::NotFound, format!("no entity {name}")))?;
-                Ok(Applied::Changed(json!({})))
+                Ok(Applied::Changed(json!({ "removed": name })))
             }
             MonRequest::AuthCaps { entity: name, caps } => {
                 check_caps(caps)?;
@@ -348,7 +348,9 @@ impl MonState {
                     .entry(who.clone())
                     .or_default()
                     .insert(key.clone(), value.clone());
-                Ok(Applied::Changed(json!({})))
+                Ok(Applied::Changed(
+                    json!({ "who": who, "key": key, "value": value }),
+                ))
             }
             MonRequest::ConfigRm { who, key } => {
                 let section = self.config.get_mut(who);
@@ -360,7 +362,7 @@ impl MonState {
                     ));
                 }
                 self.config.retain(|_, s| !s.is_empty());
-                Ok(Applied::Changed(json!({})))
+                Ok(Applied::Changed(json!({ "who": who, "removed": key })))
             }
             MonRequest::MonAdd { name, addr } => {
                 if self.mons.contains_key(name) {

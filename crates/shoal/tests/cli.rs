@@ -192,3 +192,42 @@ fn pg_and_df_commands_parse() {
         assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn every_monitor_action_takes_format() {
+    let actions: [&[&str]; 24] = [
+        &["osd", "out", "0"],
+        &["osd", "in", "0"],
+        &["osd", "down", "0"],
+        &["osd", "rm", "0"],
+        &["osd", "set", "noout"],
+        &["osd", "unset", "noout"],
+        &["osd", "create"],
+        &["osd", "crush", "reweight", "osd.0", "1"],
+        &["osd", "crush", "add-bucket", "r", "rack"],
+        &["osd", "crush", "move", "r", "root=default"],
+        &["osd", "crush", "rm", "r"],
+        &["osd", "pool", "create", "p", "8"],
+        &["osd", "pool", "rm", "p", "--yes-i-really-mean-it"],
+        &["osd", "pool", "rename", "p", "q"],
+        &["osd", "pool", "set", "p", "size", "2"],
+        &["auth", "add", "client.x", "mon", "allow r"],
+        &["auth", "rm", "client.x"],
+        &["auth", "caps", "client.x", "mon", "allow r"],
+        &["auth", "get-or-create", "client.x"],
+        &["config", "set", "global", "log_level", "debug"],
+        &["config", "rm", "global", "log_level"],
+        &["mon", "add", "d", "127.0.0.1:6799"],
+        &["mon", "rm", "d"],
+        &["auth", "get", "client.x"],
+    ];
+    for action in actions {
+        for format in ["json", "plain"] {
+            let args = [&["--set", "mon_host="][..], action, &["--format", format]].concat();
+            let o = shoal(&args);
+            let (_, err) = text(&o);
+            // Parsed: the error is reaching the (unconfigured) monitors.
+            assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
+        }
+    }
+}

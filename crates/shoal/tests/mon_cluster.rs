@@ -343,3 +343,120 @@ fn leader_kill_during_a_stream_of_creations_then_restart_then_no_quorum() {
         t.elapsed()
     );
 }
+
+#[test]
+fn action_commands_print_json_and_pg_views_read_the_monitors() {
+    let mut mons = Mons::new("json");
+    for n in mons.names.clone() {
+        mons.start(&n);
+    }
+    mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
+    let json = |args: &[&str]| -> Value {
+        let o = mons.shoal(args);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(o.status.success(), "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"))
+    };
+    let plain = |args: &[&str]| -> String {
+        let o = mons.shoal(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    let created = json(&["osd", "pool", "create", "rbd", "8", "--format", "json"]);
+    assert_eq!(created["pool"], "rbd", "{created}");
+    let epoch = created["epoch"].as_u64().unwrap();
+    let line = plain(&["osd", "pool", "create", "images", "4"]);
+    assert_eq!(
+        line,
+        format!("pool 'images' created (osdmap e{})\n", epoch + 1)
+    );
+    let v = json(&["osd", "pool", "set", "rbd", "size", "2", "--format", "json"]);
+    assert_eq!(
+        (v["size"].as_str(), v["epoch"].as_u64()),
+        (Some("2"), Some(epoch + 2))
+    );
+    let v = json(&["osd", "pool", "rename", "images", "img", "--format", "json"]);
+    assert_eq!(v["to"], "img");
+    let v = json(&[
+        "osd",
+        "pool",
+        "rm",
+        "img",
+        "--yes-i-really-mean-it",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["removed"], "img");
+    let v = json(&["osd", "create", "--format", "json"]);
+    assert_eq!(v["osd"], 0);
+    assert_eq!(plain(&["osd", "create"]), "1\n");
+    for args in [
+        &["osd", "in", "0"][..],
+        &["osd", "out", "0"],
+        &["osd", "down", "0"],
+        &["osd", "set", "noout"],
+        &["osd", "unset", "noout"],
+        &["osd", "crush", "add-bucket", "rack1", "rack"],
+        &["osd", "crush", "move", "rack1", "root=default"],
+        &["osd", "crush", "reweight", "rack1", "0"],
+        &["osd", "crush", "rm", "rack1"],
+        &["osd", "rm", "1"],
+    ] {
+        let v = json(&[args, &["--format", "json"][..]].concat());
+        assert!(v["epoch"].as_u64().is_some(), "{args:?}: {v}");
+    }
+    let v = json(&[
+        "auth", "add", "client.x", "mon", "allow r", "--format", "json",
+    ]);
+    assert_eq!(v["client.x"]["caps"]["mon"], "allow r", "{v}");
+    let v = json(&[
+        "auth", "caps", "client.x", "mon", "allow rw", "--format", "json",
+    ]);
+    assert_eq!(v["client.x"]["caps"]["mon"], "allow rw", "{v}");
+    let v = json(&["auth", "get-or-create", "client.x", "--format", "json"]);
+    assert!(v["client.x"]["key"].is_string(), "{v}");
+    assert_eq!(
+        json(&["auth", "rm", "client.x", "--format", "json"])["removed"],
+        "client.x"
+    );
+    let v = json(&[
+        "config",
+        "set",
+        "osd",
+        "log_level",
+        "debug",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        (v["who"].as_str(), v["value"].as_str()),
+        (Some("osd"), Some("debug"))
+    );
+    assert_eq!(plain(&["config", "rm", "osd", "log_level"]), "");
+
+    // PG views: no OSD has reported, so every PG is unknown.
+    let stat = json(&["pg", "stat", "--format", "json"]);
+    assert_eq!(stat["num_pgs"], 8, "{stat}");
+    assert_eq!(stat["num_pg_by_state"][0]["name"], "unknown");
+    assert_eq!(
+        plain(&["pg", "stat"]),
+        "8 pgs: 8 unknown; 0 B data, 0 objects, 0 B used, 0 B / 0 B avail\n"
+    );
+    let dump = plain(&["pg", "dump"]);
+    assert_eq!(
+        dump.lines().filter(|l| l.contains(" unknown ")).count(),
+        8,
+        "{dump}"
+    );
+    let df = json(&["df", "--format", "json"]);
+    assert_eq!(df["pools"][0]["name"], "rbd", "{df}");
+    assert!(plain(&["df"]).contains("--- POOLS ---"));
+}

@@ -23,6 +23,9 @@ pub enum AuthCmd {
     Get {
         /// The entity, e.g. client.admin.
         entity: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Create an entity with a new key; fails if it exists.
     Add {
@@ -30,6 +33,9 @@ pub enum AuthCmd {
         entity: String,
         /// Capabilities as SERVICE CAP pairs: mon 'allow r' osd 'allow rw'.
         caps: Vec<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Print an entity's keyring section, creating the entity if needed.
     GetOrCreate {
@@ -37,11 +43,17 @@ pub enum AuthCmd {
         entity: String,
         /// Capabilities as SERVICE CAP pairs (used only on creation).
         caps: Vec<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Remove an entity.
     Rm {
         /// The entity.
         entity: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Replace an entity's capabilities.
     Caps {
@@ -49,6 +61,9 @@ pub enum AuthCmd {
         entity: String,
         /// Capabilities as SERVICE CAP pairs.
         caps: Vec<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
 }
 
@@ -109,11 +124,16 @@ pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 out
             });
         }
-        AuthCmd::Get { entity } => print!(
-            "{}",
-            keyring_section(&mon_command(ctx, &Command::AuthGet { entity })?)
+        AuthCmd::Get { entity, format } => print(
+            format,
+            &mon_command(ctx, &Command::AuthGet { entity })?,
+            keyring_section,
         ),
-        AuthCmd::Add { entity, caps: c } => {
+        AuthCmd::Add {
+            entity,
+            caps: c,
+            format,
+        } => {
             let v = mon_command(
                 ctx,
                 &Command::AuthAdd {
@@ -121,9 +141,13 @@ pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     caps: caps(c)?,
                 },
             )?;
-            print!("{}", keyring_section(&v));
+            print(format, &v, keyring_section);
         }
-        AuthCmd::GetOrCreate { entity, caps: c } => {
+        AuthCmd::GetOrCreate {
+            entity,
+            caps: c,
+            format,
+        } => {
             let v = mon_command(
                 ctx,
                 &Command::AuthGetOrCreate {
@@ -131,26 +155,30 @@ pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     caps: caps(c)?,
                 },
             )?;
-            print!("{}", keyring_section(&v));
+            print(format, &v, keyring_section);
         }
-        AuthCmd::Rm { entity } => {
-            mon_command(
+        AuthCmd::Rm { entity, format } => {
+            let v = mon_command(
                 ctx,
                 &Command::AuthRm {
                     entity: entity.clone(),
                 },
             )?;
-            println!("removed {entity}");
+            print(format, &v, |_| format!("removed {entity}\n"));
         }
-        AuthCmd::Caps { entity, caps: c } => {
-            mon_command(
+        AuthCmd::Caps {
+            entity,
+            caps: c,
+            format,
+        } => {
+            let v = mon_command(
                 ctx,
                 &Command::AuthCaps {
                     entity: entity.clone(),
                     caps: caps(c)?,
                 },
             )?;
-            println!("updated caps for {entity}");
+            print(format, &v, |_| format!("updated caps for {entity}\n"));
         }
     }
     Ok(())

@@ -23,6 +23,9 @@ pub enum ConfigCmd {
         key: String,
         /// The value.
         value: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Show the central options that apply to WHO.
     Get {
@@ -38,9 +41,16 @@ pub enum ConfigCmd {
         who: String,
         /// The option.
         key: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Every central configuration section.
-    Dump,
+    Dump {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
 }
 
 /// Runs one `shoal config` subcommand.
@@ -52,8 +62,15 @@ pub fn run(cmd: ConfigCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 println!("{} ({})\n    {}", o.name, o.type_name, o.doc);
             }
         }
-        ConfigCmd::Set { who, key, value } => {
-            mon_command(ctx, &Command::ConfigSet { who, key, value })?;
+        ConfigCmd::Set {
+            who,
+            key,
+            value,
+            format,
+        } => {
+            let v = mon_command(ctx, &Command::ConfigSet { who, key, value })?;
+            // Plain: silent on success, as `ceph config set`.
+            print(format, &v, |_| String::new());
         }
         ConfigCmd::Get { who, format } => {
             let v = mon_command(ctx, &Command::ConfigGet { who })?;
@@ -69,10 +86,13 @@ pub fn run(cmd: ConfigCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 out
             });
         }
-        ConfigCmd::Rm { who, key } => {
-            mon_command(ctx, &Command::ConfigRm { who, key })?;
+        ConfigCmd::Rm { who, key, format } => {
+            let v = mon_command(ctx, &Command::ConfigRm { who, key })?;
+            print(format, &v, |_| String::new());
         }
-        ConfigCmd::Dump => print!("{}", pretty(&mon_command(ctx, &Command::ConfigDump)?)),
+        ConfigCmd::Dump { format } => {
+            print(format, &mon_command(ctx, &Command::ConfigDump)?, pretty)
+        }
     }
     Ok(())
 }

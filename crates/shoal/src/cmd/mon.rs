@@ -59,11 +59,17 @@ enum MonSub {
         name: String,
         /// Its address, ip:port.
         addr: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Remove a monitor from the quorum.
     Rm {
         /// Its name.
         name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Show the monitor map and quorum.
     Stat {
@@ -108,14 +114,18 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Some(MonSub::Add { name, addr }) => {
+        Some(MonSub::Add { name, addr, format }) => {
             let out = mon_command(ctx, &Command::MonAdd { name, addr })?;
-            println!("added; monmap epoch {}", out["epoch"]);
+            print(format, &out, |v| {
+                format!("added; monmap epoch {}\n", v["epoch"])
+            });
             Ok(())
         }
-        Some(MonSub::Rm { name }) => {
+        Some(MonSub::Rm { name, format }) => {
             let out = mon_command(ctx, &Command::MonRm { name })?;
-            println!("removed; monmap epoch {}", out["epoch"]);
+            print(format, &out, |v| {
+                format!("removed; monmap epoch {}\n", v["epoch"])
+            });
             Ok(())
         }
         Some(MonSub::Stat { format }) => {

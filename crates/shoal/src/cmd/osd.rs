@@ -20,40 +20,58 @@ pub enum OsdCmd {
     /// How many OSDs exist, are up and are in.
     Stat(FormatArg),
     /// Allocate a new OSD id.
-    Create,
+    Create(FormatArg),
     /// Mark OSDs out: their data moves elsewhere.
     Out {
         /// OSD ids.
         #[arg(required = true)]
         ids: Vec<i32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Mark OSDs in.
     In {
         /// OSD ids.
         #[arg(required = true)]
         ids: Vec<i32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Mark OSDs down (a running OSD marks itself up again).
     Down {
         /// OSD ids.
         #[arg(required = true)]
         ids: Vec<i32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Remove OSDs (they must be down).
     Rm {
         /// OSD ids.
         #[arg(required = true)]
         ids: Vec<i32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Set a cluster flag: noout, noin, nodown, noup.
     Set {
         /// The flag.
         flag: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Clear a cluster flag.
     Unset {
         /// The flag.
         flag: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Pools.
     #[command(subcommand)]
@@ -95,6 +113,9 @@ pub enum CrushEditCmd {
         name: String,
         /// Weight (1.0 = one unit, usually 1 TiB).
         weight: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Add a bucket (e.g. `rack1 rack`); it starts as a root.
     AddBucket {
@@ -102,6 +123,9 @@ pub enum CrushEditCmd {
         name: String,
         /// Type: host, rack, row, room, datacenter, ...
         type_name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Move a bucket under another: `move host1 rack1` or `move host1 rack=rack1`.
     Move {
@@ -109,11 +133,17 @@ pub enum CrushEditCmd {
         name: String,
         /// New parent (`NAME` or `TYPE=NAME`).
         parent: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Remove an item (a device, or an empty bucket).
     Rm {
         /// Item name.
         name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
 }
 
@@ -150,6 +180,9 @@ pub enum PoolCmd {
         /// Coding chunks (erasure).
         #[arg(long, default_value_t = 1)]
         m: u32,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// List pools.
     Ls {
@@ -167,6 +200,9 @@ pub enum PoolCmd {
         /// Confirms the deletion.
         #[arg(long = "yes-i-really-mean-it")]
         sure: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Rename a pool.
     Rename {
@@ -174,6 +210,9 @@ pub enum PoolCmd {
         from: String,
         /// New name.
         to: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Set a property: size, min_size, crush_rule.
     Set {
@@ -183,6 +222,9 @@ pub enum PoolCmd {
         key: String,
         /// Value.
         value: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
     },
     /// Show a pool's properties (or one of them).
     Get {
@@ -286,8 +328,10 @@ fn map_plain(v: &Value) -> String {
     )
 }
 
-fn done(v: &Value, what: &str) {
-    println!("{what} (osdmap e{})", v["epoch"]);
+/// The outcome of a change: the monitor's reply as JSON, or `what` and
+/// the new epoch.
+fn done(format: Format, v: &Value, what: &str) {
+    print(format, v, |v| format!("{what} (osdmap e{})\n", v["epoch"]));
 }
 
 /// Runs one `shoal osd` subcommand.
@@ -297,24 +341,31 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
         OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
         OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
         OsdCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::OsdStat)?, stat_plain),
-        OsdCmd::Create => println!("{}", mon_command(ctx, &Command::OsdCreate)?["osd"]),
-        OsdCmd::Out { ids } => done(
+        OsdCmd::Create(f) => print(f.format, &mon_command(ctx, &Command::OsdCreate)?, |v| {
+            format!("{}\n", v["osd"])
+        }),
+        OsdCmd::Out { ids, format } => done(
+            format,
             &mon_command(ctx, &Command::OsdOut { ids: ids.clone() })?,
             &format!("marked out osd {ids:?}"),
         ),
-        OsdCmd::In { ids } => done(
+        OsdCmd::In { ids, format } => done(
+            format,
             &mon_command(ctx, &Command::OsdIn { ids: ids.clone() })?,
             &format!("marked in osd {ids:?}"),
         ),
-        OsdCmd::Down { ids } => done(
+        OsdCmd::Down { ids, format } => done(
+            format,
             &mon_command(ctx, &Command::OsdDown { ids: ids.clone() })?,
             &format!("marked down osd {ids:?}"),
         ),
-        OsdCmd::Rm { ids } => done(
+        OsdCmd::Rm { ids, format } => done(
+            format,
             &mon_command(ctx, &Command::OsdRm { ids: ids.clone() })?,
             &format!("removed osd {ids:?}"),
         ),
-        OsdCmd::Set { flag } => done(
+        OsdCmd::Set { flag, format } => done(
+            format,
             &mon_command(
                 ctx,
                 &Command::OsdFlag {
@@ -324,7 +375,8 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             )?,
             &format!("{flag} is set"),
         ),
-        OsdCmd::Unset { flag } => done(
+        OsdCmd::Unset { flag, format } => done(
+            format,
             &mon_command(
                 ctx,
                 &Command::OsdFlag {
@@ -402,30 +454,42 @@ fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
 }
 
 fn run_crush(cmd: CrushEditCmd, ctx: &Ctx) -> anyhow::Result<()> {
-    let (cmd, what) = match cmd {
-        CrushEditCmd::Reweight { name, weight } => {
+    let (cmd, what, format) = match cmd {
+        CrushEditCmd::Reweight {
+            name,
+            weight,
+            format,
+        } => {
             let w = shoal_crush::text::parse_weight(&weight)
                 .ok_or_else(|| anyhow::anyhow!("bad weight {weight:?}: a number such as 1.5"))?;
             let what = format!("reweighted item {name} to {weight} in crush map");
-            (Command::OsdCrushReweight { name, weight: w }, what)
+            (Command::OsdCrushReweight { name, weight: w }, what, format)
         }
-        CrushEditCmd::AddBucket { name, type_name } => {
+        CrushEditCmd::AddBucket {
+            name,
+            type_name,
+            format,
+        } => {
             let what = format!("added bucket {name} type {type_name} to crush map");
-            (Command::OsdCrushAddBucket { name, type_name }, what)
+            (Command::OsdCrushAddBucket { name, type_name }, what, format)
         }
-        CrushEditCmd::Move { name, parent } => {
+        CrushEditCmd::Move {
+            name,
+            parent,
+            format,
+        } => {
             let parent = parent
                 .split_once('=')
                 .map_or(parent.clone(), |(_, p)| p.to_string());
             let what = format!("moved item {name} to {parent} in crush map");
-            (Command::OsdCrushMove { name, parent }, what)
+            (Command::OsdCrushMove { name, parent }, what, format)
         }
-        CrushEditCmd::Rm { name } => {
+        CrushEditCmd::Rm { name, format } => {
             let what = format!("removed item {name} from crush map");
-            (Command::OsdCrushRm { name }, what)
+            (Command::OsdCrushRm { name }, what, format)
         }
     };
-    done(&mon_command(ctx, &cmd)?, &what);
+    done(format, &mon_command(ctx, &cmd)?, &what);
     Ok(())
 }
 
@@ -439,6 +503,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             min_size,
             k,
             m,
+            format,
         } => {
             let spec = match kind.as_str() {
                 "replicated" => PoolSpec::Replicated {
@@ -456,7 +521,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     spec,
                 },
             )?;
-            done(&v, &format!("pool '{name}' created"));
+            done(format, &v, &format!("pool '{name}' created"));
         }
         PoolCmd::Ls { detail, format } => {
             let v = mon_command(ctx, &Command::PoolLs)?;
@@ -481,7 +546,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 out
             });
         }
-        PoolCmd::Rm { name, sure } => {
+        PoolCmd::Rm { name, sure, format } => {
             let v = mon_command(
                 ctx,
                 &Command::PoolRm {
@@ -489,9 +554,9 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     sure,
                 },
             )?;
-            done(&v, &format!("pool '{name}' removed"));
+            done(format, &v, &format!("pool '{name}' removed"));
         }
-        PoolCmd::Rename { from, to } => {
+        PoolCmd::Rename { from, to, format } => {
             let v = mon_command(
                 ctx,
                 &Command::PoolRename {
@@ -499,9 +564,14 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     to: to.clone(),
                 },
             )?;
-            done(&v, &format!("pool '{from}' renamed to '{to}'"));
+            done(format, &v, &format!("pool '{from}' renamed to '{to}'"));
         }
-        PoolCmd::Set { name, key, value } => {
+        PoolCmd::Set {
+            name,
+            key,
+            value,
+            format,
+        } => {
             let v = mon_command(
                 ctx,
                 &Command::PoolSet {
@@ -510,7 +580,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     value: value.clone(),
                 },
             )?;
-            done(&v, &format!("set pool {name} {key} to {value}"));
+            done(format, &v, &format!("set pool {name} {key} to {value}"));
         }
         PoolCmd::Get { name, key, format } => {
             let v = mon_command(ctx, &Command::PoolGet { name })?;

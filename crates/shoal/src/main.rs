@@ -99,6 +99,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // `shoal dev` writes its own configuration; $SHOAL_CONF may name the
+    // file of a cluster it is about to create again.
+    if let Command::Dev(c) = cli.command {
+        return cmd::dev::run(c);
+    }
     let config = Config::load(cli.conf.as_deref(), &cli.as_entity, &cli.set)?;
     let ctx = cmd::common::Ctx {
         conf: cli.conf,
@@ -111,7 +116,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         shoal_config::logging::init(&ctx.config.options.log_level)?;
     }
     match cli.command {
-        Command::Dev(c) => cmd::dev::run(c),
+        Command::Dev(_) => Ok(()),
         Command::Status(a) => cmd::status::run(a, &ctx),
         Command::Health(a) => cmd::status::run_health(a, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),

@@ -27,6 +27,10 @@ pub struct RadosArgs {
     /// The namespace ("" for the default).
     #[arg(short = 'N', long, default_value = "")]
     namespace: String,
+    /// This client instance's id in request ids (default: random). A
+    /// restarted client given the same id resends without applying twice.
+    #[arg(long, hide = true)]
+    client_inc: Option<u64>,
     #[command(subcommand)]
     cmd: RadosCmd,
 }
@@ -144,13 +148,24 @@ enum RadosCmd {
         /// Key.
         key: String,
     },
+    /// Test tool: append `N;` for N in 1..=COUNT, op N with request id N,
+    /// one at a time (with --client-inc, a rerun after a kill resends).
+    #[command(hide = true)]
+    AppendSeq {
+        /// Object.
+        obj: String,
+        /// Last N.
+        #[arg(long)]
+        count: u64,
+    },
 }
 
 /// Runs `shoal rados`.
 pub fn run(a: RadosArgs, ctx: &Ctx) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async {
-        let opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
+        let mut opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
+        opts.client_inc = a.client_inc;
         let client = Client::connect(opts).await?;
         let pool = client.pool(&a.pool)?.with_namespace(&a.namespace);
         let r = command(&pool, a.cmd).await;
@@ -249,6 +264,18 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
             }
         }
         RadosCmd::Rmomapkey { obj, key } => pool.omap_rm_keys(&obj, &[key.as_bytes()]).await?,
+        RadosCmd::AppendSeq { obj, count } => {
+            for n in 1..=count {
+                let o = shoal_client::OpOptions {
+                    tid: Some(n),
+                    timeout: None,
+                };
+                let op = shoal_client::Op::new().append(format!("{n};"));
+                pool.operate_with(&obj, op, o).await.map_err(|e| e.error)?;
+                writeln!(out, "{n}")?;
+                out.flush()?;
+            }
+        }
     }
     Ok(())
 }

@@ -261,7 +261,7 @@ impl Client {
     }
 
     /// Waits until the map is at `epoch` or newer, or `deadline` passes.
-    async fn wait_epoch(&self, epoch: u32, deadline: Instant) {
+    pub(crate) async fn wait_epoch(&self, epoch: u32, deadline: Instant) {
         let mut rx = self.inner.map.clone();
         let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
         let _ = tokio::time::timeout_at(deadline.into(), wait).await;
@@ -284,14 +284,25 @@ impl Client {
         }
         let timeout = o.timeout.unwrap_or(self.inner.opts.op_timeout);
         let deadline = Instant::now() + timeout;
-        let bytes = u32::try_from(op.data_len()).unwrap_or(u32::MAX).min(
-            self.inner
-                .opts
-                .max_inflight_bytes
-                .clamp(1, u32::MAX as usize) as u32,
-        );
-        let _op_permit = self.inner.ops.acquire().await;
-        let _byte_permit = self.inner.bytes.acquire_many(bytes.max(1)).await;
+        // Payload sent plus data expected back; an op larger than the whole
+        // budget takes all of it, so it runs alone rather than never.
+        let budget = self
+            .inner
+            .opts
+            .max_inflight_bytes
+            .clamp(1, u32::MAX as usize);
+        let bytes = op
+            .data_len()
+            .saturating_add(op.reply_len_hint())
+            .clamp(1, budget) as u32;
+        let permits = async {
+            let op = self.inner.ops.acquire().await;
+            (op, self.inner.bytes.acquire_many(bytes).await)
+        };
+        let Ok(_permits) = tokio::time::timeout_at(deadline.into(), permits).await else {
+            let why = "waiting for room among the ops in flight".to_string();
+            return Err(whole(Error::Timeout(timeout, why)));
+        };
         let tid = o
             .tid
             .unwrap_or_else(|| self.inner.next_tid.fetch_add(1, Ordering::Relaxed));
@@ -328,11 +339,15 @@ impl Client {
                     return OpResult::from_reply(reply, d).map_err(whole);
                 }
                 Attempt::Failed(index, e) => return Err(OpError { index, error: e }),
-                Attempt::NewEpoch(e, why) => {
+                Attempt::NewEpoch(e, why) if e > map.epoch.0 => {
+                    tracing::debug!(oid, tid, "waiting for epoch {e} to resend: {why}");
                     last = why;
                     self.wait_epoch(e, deadline).await;
                 }
-                Attempt::Retry(why) => {
+                // The OSD's map is no newer than ours: it is catching up (or
+                // the reply is wrong); a new map or a short pause, not a spin.
+                Attempt::NewEpoch(_, why) | Attempt::Retry(why) => {
+                    tracing::debug!(oid, tid, "resending: {why}");
                     last = why;
                     let next = map.epoch.0 + 1;
                     let pause =

@@ -68,6 +68,16 @@ impl Op {
         self.data.iter().map(Bytes::len).sum()
     }
 
+    /// Bytes the reply is expected to carry: the lengths of the ranged
+    /// reads (a read to the end counts nothing: its size is unknown).
+    pub(crate) fn reply_len_hint(&self) -> usize {
+        self.subs
+            .iter()
+            .filter(|s| s.code == OpCode::Read as u32)
+            .map(|s| usize::try_from(s.length).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add)
+    }
+
     /// Number of sub-operations.
     pub fn len(&self) -> usize {
         self.subs.len()

@@ -42,6 +42,14 @@ impl ListCursor {
     }
 }
 
+/// Why one listing request did not give a page.
+enum Listing {
+    /// Final.
+    Failed(Error),
+    /// Try again once the map is at this epoch (0: after a short pause).
+    Retry(u32, String),
+}
+
 /// A pool, as an application uses it.
 #[derive(Debug, Clone)]
 pub struct Pool {
@@ -245,6 +253,8 @@ impl Pool {
     /// Up to `max` objects (of every namespace) from `cursor`, and where to
     /// continue. Pages follow the pool's PGs in order, each PG's objects in
     /// hash order; an object present throughout is listed exactly once.
+    /// Each PG's page goes to its primary, resent as operations are (map
+    /// changes, lost connections, a PG not ready), within the op timeout.
     pub async fn list(
         &self,
         cursor: &ListCursor,
@@ -254,6 +264,7 @@ impl Pool {
         let mut cur = cursor.clone();
         let timeout = self.client.inner.opts.op_timeout;
         let deadline = Instant::now() + timeout;
+        let mut attempt = 0u64;
         while !cur.done && out.len() < max {
             let map = self.client.map()?;
             let pool = map
@@ -277,8 +288,9 @@ impl Pool {
                 cursor_name: cur.within.as_ref().map(|w| w.1.clone()).unwrap_or_default(),
                 max: want,
             };
-            match self.list_once(&map, pg, req).await {
+            match self.list_once(&map, pg, req, deadline).await {
                 Ok(page) => {
+                    attempt = 0;
                     for (ns, name) in page.nspaces.into_iter().zip(page.names) {
                         out.push(ObjectEntry { nspace: ns, name });
                     }
@@ -289,49 +301,75 @@ impl Pool {
                         cur.within = None;
                     }
                 }
-                Err(Some(e)) => return Err(e),
-                Err(None) => {
-                    if Instant::now() > deadline {
-                        return Err(Error::Timeout(timeout, format!("listing pg {pg}")));
+                Err(Listing::Failed(e)) => return Err(e),
+                Err(Listing::Retry(epoch, why)) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::Timeout(timeout, format!("listing pg {pg}: {why}")));
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // A newer map, or a short pause when none is announced.
+                    attempt += 1;
+                    let wait = epoch.max(map.epoch.0 + 1);
+                    let pause = match epoch > map.epoch.0 {
+                        true => deadline,
+                        false => Instant::now() + Duration::from_millis(100 * attempt.min(5)),
+                    };
+                    self.client.wait_epoch(wait, pause.min(deadline)).await;
                 }
             }
         }
         Ok((out, cur))
     }
 
-    /// One page of one PG; `Err(None)`: retry (map change, lost connection).
+    /// One page of one PG.
     async fn list_once(
         &self,
         map: &shoal_maps::OsdMap,
         pg: PgId,
         req: PgList,
-    ) -> Result<shoal_proto::PgListReply, Option<Error>> {
-        let primary = map.pg_to_up_acting(pg).map_err(|_| None)?.acting_primary;
+        deadline: Instant,
+    ) -> Result<shoal_proto::PgListReply, Listing> {
+        let next = map.epoch.0 + 1;
+        let primary = match map.pg_to_up_acting(pg) {
+            Ok(m) if m.acting_primary >= 0 => m.acting_primary,
+            _ => return Err(Listing::Retry(next, format!("pg {pg} has no primary"))),
+        };
         let addr = map
             .osd(primary)
             .and_then(|i| i.addr.clone())
             .and_then(|a| a.parse::<SocketAddr>().ok())
-            .ok_or(None)?;
-        let conn = self
-            .client
-            .inner_msgr()
-            .connect(addr)
+            .ok_or_else(|| Listing::Retry(next, format!("osd.{primary} has no address")))?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let retry = |e: String| Listing::Retry(0, format!("osd.{primary}: {e}"));
+        let conn = tokio::time::timeout(remaining, self.client.inner_msgr().connect(addr))
             .await
-            .map_err(|_| None)?;
-        let reply = conn.request(req, Bytes::new()).await.map_err(|_| None)?;
-        let Message::PgListReply(page) = reply.msg else {
-            return Err(Some(Error::Protocol("bad listing reply".into())));
+            .map_err(|_| retry("connect timed out".into()))?
+            .map_err(|e| retry(e.to_string()))?;
+        let reply = match conn
+            .request_with_timeout(req, Bytes::new(), remaining)
+            .await
+        {
+            Ok(r) => r,
+            Err(shoal_net::NetError::Remote { code, message, .. }) => {
+                let why = format!("osd.{primary} refused ({code}): {message}");
+                return Err(Listing::Failed(Error::Protocol(why)));
+            }
+            Err(e) => return Err(retry(e.to_string())),
         };
-        match OsdErrorCode::from_u32(page.code) {
+        let Message::PgListReply(page) = reply.msg else {
+            let why = format!("osd.{primary} answered a listing with something else");
+            return Err(Listing::Failed(Error::Protocol(why)));
+        };
+        let code = OsdErrorCode::from_u32(page.code);
+        match code {
             OsdErrorCode::Ok => Ok(page),
-            OsdErrorCode::Again
-            | OsdErrorCode::WrongPrimary
-            | OsdErrorCode::StaleEpoch
-            | OsdErrorCode::ShuttingDown
-            | OsdErrorCode::NoPool => Err(None),
-            code => Err(Some(Error::from_osd(code, page.message))),
+            OsdErrorCode::WrongPrimary | OsdErrorCode::StaleEpoch => Err(Listing::Retry(
+                page.epoch,
+                format!("{code:?}: {}", page.message),
+            )),
+            OsdErrorCode::Again | OsdErrorCode::ShuttingDown | OsdErrorCode::NoPool => {
+                Err(Listing::Retry(0, format!("{code:?}: {}", page.message)))
+            }
+            _ => Err(Listing::Failed(Error::from_osd(code, page.message))),
         }
     }
 

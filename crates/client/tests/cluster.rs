@@ -323,3 +323,34 @@ async fn a_full_cluster_refuses_writes_and_keeps_serving_reads() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_min_size_writes_wait_then_time_out_and_resume_when_members_return() {
+    let mut c = Cluster::with_pool("client-minsize", 3, 3, 8).await;
+    let client = admin(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    pool.write_full("m", &b"1"[..]).await.unwrap();
+    let s1 = c.stop_osd(1).await;
+    let _s2 = c.stop_osd(2).await;
+    c.command(Command::OsdDown { ids: vec![1, 2] }).await;
+    let short = OpOptions {
+        tid: None,
+        timeout: Some(Duration::from_secs(2)),
+    };
+    // One acting member of three, min_size 2: the write waits, then times out.
+    let e = pool
+        .operate_with("m", Op::new().write_full(&b"2"[..]), short)
+        .await
+        .unwrap_err();
+    assert!(matches!(e.error, Error::Timeout(..)), "{e:?}");
+    // A second member returns: writes go through again.
+    c.start_osd(1, s1).await;
+    let slow = OpOptions {
+        tid: None,
+        timeout: Some(Duration::from_secs(20)),
+    };
+    pool.operate_with("m", Op::new().write_full(&b"3"[..]), slow)
+        .await
+        .unwrap();
+    assert_eq!(&pool.read("m", 0, 0).await.unwrap()[..], b"3");
+}

@@ -86,6 +86,11 @@ impl Pool {
         &self.name
     }
 
+    /// The namespace operations act in ("" for the default).
+    pub fn namespace(&self) -> &str {
+        &self.nspace
+    }
+
     /// The pool's id.
     pub fn id(&self) -> u64 {
         self.id

@@ -2,16 +2,17 @@
 //! `rados` tool: put, get and append stream files (or stdin/stdout) in
 //! chunks with several in flight; xattrs and omap; listing.
 
-use std::io::{IsTerminal, Read, Write};
-use std::path::Path;
-use std::time::Instant;
+use std::io::Write;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use shoal_client::{Client, ClientOptions, Error, Pool};
+use shoal_client::{Client, ClientOptions, Pool};
 
 use super::common::{Ctx, runtime};
+use stream::{Target, copy, download, omap_all, upload};
+
+mod stream;
 
 /// Bytes per write or read when streaming a file.
 const CHUNK: usize = 4 << 20;
@@ -69,8 +70,12 @@ enum RadosCmd {
         /// Object.
         obj: String,
     },
-    /// List the pool's objects (with their namespace when not the default).
-    Ls,
+    /// List the objects of the namespace (`-N`; the default one if not given).
+    Ls {
+        /// Every namespace: one `NAMESPACE<TAB>NAME` line per object.
+        #[arg(long)]
+        all: bool,
+    },
     /// Set an object's size.
     Truncate {
         /// Object.
@@ -179,16 +184,9 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
     match cmd {
         RadosCmd::Put { obj, file } => {
             pool.write_full(&obj, Bytes::new()).await?;
-            upload(pool, &obj, &file, 0).await?;
+            upload(pool, &obj, &file, Target::At(0)).await?;
         }
-        RadosCmd::Append { obj, file } => {
-            let start = match pool.stat(&obj).await {
-                Ok(s) => s.size,
-                Err(Error::NotFound(_)) => 0,
-                Err(e) => return Err(e.into()),
-            };
-            upload(pool, &obj, &file, start).await?;
-        }
+        RadosCmd::Append { obj, file } => upload(pool, &obj, &file, Target::End).await?,
         RadosCmd::Get { obj, file } => download(pool, &obj, &file).await?,
         RadosCmd::Rm { objs } => {
             for o in objs {
@@ -207,12 +205,12 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
                 s.size
             )?;
         }
-        RadosCmd::Ls => {
+        RadosCmd::Ls { all } => {
             for e in pool.list_all().await? {
-                if e.nspace.is_empty() {
-                    writeln!(out, "{}", e.name)?;
-                } else {
+                if all {
                     writeln!(out, "{}\t{}", e.nspace, e.name)?;
+                } else if e.nspace == pool.namespace() {
+                    writeln!(out, "{}", e.name)?;
                 }
             }
         }
@@ -235,15 +233,11 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
         RadosCmd::Getomapval { obj, key, file } => {
             let got = pool.omap_get_vals_by_keys(&obj, &[key.as_bytes()]).await?;
             let Some(v) = got.get(key.as_bytes()) else {
-                bail!("no key {key:?} in the omap of {obj}");
+                bail!("No such key: {}/{obj}/{key}", pool.name());
             };
             match file {
                 Some(f) => std::fs::write(&f, v).with_context(|| format!("writing {f}"))?,
-                None => {
-                    writeln!(out, "value ({} bytes) :", v.len())?;
-                    out.write_all(v)?;
-                    writeln!(out)?;
-                }
+                None => writeln!(out, "value ({} bytes) :\n{}", v.len(), hexdump(v))?,
             }
         }
         RadosCmd::Listomapkeys { obj } => {
@@ -253,14 +247,8 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
         }
         RadosCmd::Listomapvals { obj } => {
             for (k, v) in omap_all(pool, &obj, true).await? {
-                writeln!(
-                    out,
-                    "{}\nvalue ({} bytes) :",
-                    String::from_utf8_lossy(&k),
-                    v.len()
-                )?;
-                out.write_all(&v)?;
-                writeln!(out)?;
+                let key = String::from_utf8_lossy(&k);
+                writeln!(out, "{key}\nvalue ({} bytes) :\n{}", v.len(), hexdump(&v))?;
             }
         }
         RadosCmd::Rmomapkey { obj, key } => pool.omap_rm_keys(&obj, &[key.as_bytes()]).await?,
@@ -280,6 +268,7 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A time as Ceph's `rados stat` prints it (UTC, microseconds).
 fn format_ms(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
@@ -294,186 +283,65 @@ fn format_ms(ms: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}+0000",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60,
-        ms % 1000
+        ms % 1000 * 1000
     )
 }
 
-async fn omap_all(pool: &Pool, obj: &str, values: bool) -> anyhow::Result<Vec<(Bytes, Bytes)>> {
-    let mut all = Vec::new();
-    let mut after = Vec::new();
-    loop {
-        let page = if values {
-            pool.omap_get_vals(obj, &after, b"", 1000).await?
-        } else {
-            pool.omap_get_keys(obj, &after, b"", 1000).await?
-        };
-        if let Some((k, _)) = page.entries.last() {
-            after = k.to_vec();
-        }
-        all.extend(page.entries);
-        if !page.more {
-            return Ok(all);
-        }
+/// Bytes as Ceph prints omap values: offset, 16 bytes in hex, the
+/// printable ones between bars, and the length on a last line.
+fn hexdump(data: &[u8]) -> String {
+    let mut s = String::new();
+    for (i, row) in data.chunks(16).enumerate() {
+        let hex: Vec<String> = row.iter().map(|b| format!("{b:02x}")).collect();
+        let (left, right) = hex.split_at(hex.len().min(8));
+        let text: String = row
+            .iter()
+            .map(|&b| match b {
+                0x20..=0x7e => b as char,
+                _ => '.',
+            })
+            .collect();
+        s += &format!(
+            "{:08x}  {:<23}  {:<23}  |{text}|\n",
+            i * 16,
+            left.join(" "),
+            right.join(" ")
+        );
     }
+    s += &format!("{:08x}\n", data.len());
+    s
 }
 
-/// A progress line on stderr, only when it is a terminal.
-struct Progress {
-    on: bool,
-    start: Instant,
-    total: Option<u64>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Progress {
-    fn new(total: Option<u64>) -> Progress {
-        Progress {
-            on: std::io::stderr().is_terminal(),
-            start: Instant::now(),
-            total,
-        }
-    }
-
-    fn show(&self, done: u64) {
-        if !self.on {
-            return;
-        }
-        let mb_s = done as f64 / self.start.elapsed().as_secs_f64().max(1e-3) / 1e6;
-        let line = match self.total {
-            Some(t) if t > 0 => {
-                let width = 30;
-                let filled = (done.min(t) * width / t) as usize;
-                format!(
-                    "[{}{}] {:>5.1}% {:.1} MB/s",
-                    "#".repeat(filled),
-                    " ".repeat(width as usize - filled),
-                    done as f64 * 100.0 / t as f64,
-                    mb_s
-                )
-            }
-            _ => format!("{} bytes, {mb_s:.1} MB/s", done),
-        };
-        eprint!("\r{line}");
+    #[test]
+    fn hexdump_matches_ceph() {
+        assert_eq!(
+            hexdump(b"value1"),
+            "00000000  76 61 6c 75 65 31                                 |value1|\n00000006\n"
+        );
+        let two = hexdump(b"0123456789abcdef\x01");
+        assert_eq!(
+            two,
+            "00000000  30 31 32 33 34 35 36 37  38 39 61 62 63 64 65 66  |0123456789abcdef|\n\
+             00000010  01                                                |.|\n\
+             00000011\n"
+        );
+        assert_eq!(hexdump(b""), "00000000\n");
     }
 
-    fn finish(&self) {
-        if self.on {
-            eprintln!();
-        }
+    #[test]
+    fn stat_times_print_as_ceph_does() {
+        assert_eq!(format_ms(0), "1970-01-01T00:00:00.000000+0000");
+        assert_eq!(
+            format_ms(1_700_000_000_123),
+            "2023-11-14T22:13:20.123000+0000"
+        );
     }
-}
-
-fn open_input(file: &str) -> anyhow::Result<(Box<dyn Read>, Option<u64>)> {
-    if file == "-" {
-        return Ok((Box::new(std::io::stdin().lock()), None));
-    }
-    let f = std::fs::File::open(Path::new(file)).with_context(|| format!("opening {file}"))?;
-    let len = f.metadata().ok().map(|m| m.len());
-    Ok((Box::new(f), len))
-}
-
-/// Reads up to CHUNK bytes (less only at the end of the input).
-fn read_chunk(r: &mut dyn Read) -> anyhow::Result<Vec<u8>> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut n = 0;
-    while n < CHUNK {
-        let got = r.read(&mut buf[n..])?;
-        if got == 0 {
-            break;
-        }
-        n += got;
-    }
-    buf.truncate(n);
-    Ok(buf)
-}
-
-/// Writes the input at `start` onwards, CHUNK bytes per write, INFLIGHT at once.
-async fn upload(pool: &Pool, obj: &str, file: &str, start: u64) -> anyhow::Result<()> {
-    let (mut input, total) = open_input(file)?;
-    let progress = Progress::new(total);
-    let mut off = start;
-    let mut pending = tokio::task::JoinSet::new();
-    loop {
-        let chunk = read_chunk(&mut *input)?;
-        if chunk.is_empty() {
-            break;
-        }
-        let len = chunk.len() as u64;
-        let (p, o, at) = (pool.clone(), obj.to_string(), off);
-        pending.spawn(async move { p.write(&o, at, chunk).await });
-        off += len;
-        while pending.len() >= INFLIGHT {
-            if let Some(r) = pending.join_next().await {
-                r??;
-            }
-        }
-        progress.show(off - start);
-    }
-    while let Some(r) = pending.join_next().await {
-        r??;
-    }
-    progress.finish();
-    Ok(())
-}
-
-async fn download(pool: &Pool, obj: &str, file: &str) -> anyhow::Result<()> {
-    let size = pool.stat(obj).await?.size;
-    let mut output: Box<dyn Write> = if file == "-" {
-        Box::new(std::io::stdout().lock())
-    } else {
-        Box::new(std::fs::File::create(file).with_context(|| format!("creating {file}"))?)
-    };
-    let progress = Progress::new(Some(size));
-    let mut reads = std::collections::VecDeque::new();
-    let mut next = 0u64;
-    let mut written = 0u64;
-    while written < size {
-        while next < size && reads.len() < INFLIGHT {
-            let (p, o, at) = (pool.clone(), obj.to_string(), next);
-            let len = (CHUNK as u64).min(size - next);
-            reads.push_back(tokio::spawn(async move { p.read(&o, at, len).await }));
-            next += len;
-        }
-        let Some(r) = reads.pop_front() else { break };
-        let data = r.await??;
-        if data.is_empty() {
-            bail!("{obj} shrank while being read");
-        }
-        output.write_all(&data)?;
-        written += data.len() as u64;
-        progress.show(written);
-    }
-    output.flush()?;
-    progress.finish();
-    Ok(())
-}
-
-async fn copy(pool: &Pool, src: &str, dst: &str) -> anyhow::Result<()> {
-    let size = pool.stat(src).await?.size;
-    pool.write_full(dst, Bytes::new()).await?;
-    let mut off = 0;
-    while off < size {
-        let len = (CHUNK as u64).min(size - off);
-        let data = pool.read(src, off, len).await?;
-        if data.is_empty() {
-            break;
-        }
-        pool.write(dst, off, data.clone()).await?;
-        off += data.len() as u64;
-    }
-    for (name, value) in pool.getxattrs(src).await? {
-        pool.setxattr(dst, &name, value).await?;
-    }
-    let header = pool.omap_get_header(src).await?;
-    if !header.is_empty() {
-        pool.omap_set_header(dst, header).await?;
-    }
-    let entries = omap_all(pool, src, true).await?;
-    for batch in entries.chunks(1000) {
-        pool.omap_set(dst, batch).await?;
-    }
-    Ok(())
 }

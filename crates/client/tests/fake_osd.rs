@@ -333,3 +333,30 @@ async fn listing_pages_through_the_pgs_in_order() {
     let (none, end) = pool.list(&cur, 10).await.unwrap();
     assert!(none.is_empty() && end.is_done());
 }
+
+#[test]
+fn the_blocking_facade_runs_ops_outside_any_runtime() {
+    // The cluster runs on its own runtime; the blocking client on another.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (c, _fakes, _m) = rt.block_on(cluster("fake-blocking", 2, 8));
+    let client = shoal_client::blocking::Client::connect(options(&c)).unwrap();
+    let map = client.inner().map().unwrap();
+    while (0..2).any(|id| !client.inner().map().unwrap().is_up(id)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(map.epoch.0 > 0);
+    let pool = client.pool("rbd").unwrap();
+    pool.put("b", &b"blocking"[..]).unwrap();
+    pool.write("b", 0, &b"B"[..]).unwrap();
+    assert_eq!(&pool.get("b").unwrap()[..], b"Blocking");
+    assert_eq!(&pool.read("b", 1, 3).unwrap()[..], b"loc");
+    assert_eq!(pool.stat("b").unwrap().size, 8);
+    pool.with_namespace("n").put("b", &b"other"[..]).unwrap();
+    assert_eq!(pool.list().unwrap().len(), 2);
+    pool.remove("b").unwrap();
+    assert!(matches!(pool.stat("b"), Err(Error::NotFound(_))));
+    let r = client.block_on(client.inner().pool("rbd").unwrap().read("b", 0, 0));
+    assert!(matches!(r, Err(Error::NotFound(_))));
+    drop(client);
+    drop(c);
+}

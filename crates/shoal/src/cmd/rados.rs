@@ -206,12 +206,18 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
             )?;
         }
         RadosCmd::Ls { all } => {
-            for e in pool.list_all().await? {
-                if all {
-                    writeln!(out, "{}\t{}", e.nspace, e.name)?;
-                } else if e.nspace == pool.namespace() {
-                    writeln!(out, "{}", e.name)?;
+            // Page by page: a pool's names need not fit in memory.
+            let mut cur = shoal_client::ListCursor::start();
+            while !cur.is_done() {
+                let (page, next) = pool.list(&cur, 1024).await?;
+                for e in page {
+                    if all {
+                        writeln!(out, "{}\t{}", e.nspace, e.name)?;
+                    } else if e.nspace == pool.namespace() {
+                        writeln!(out, "{}", e.name)?;
+                    }
                 }
+                cur = next;
             }
         }
         RadosCmd::Truncate { obj, size } => pool.truncate(&obj, size).await?,

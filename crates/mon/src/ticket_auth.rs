@@ -58,28 +58,36 @@ impl TicketAuth {
     }
 
     /// Keeps the ticket (and, with `secrets`, the service secrets) fresh for
-    /// as long as the task runs: renews when a third of the ticket's life is
-    /// left, retrying every second on failure. Abort the handle to stop.
+    /// as long as the task runs: renews the ticket when a third of its life
+    /// is left, and the secrets every 5 s (the monitors seal new tickets
+    /// with a new secret as soon as they rotate it), retrying every second
+    /// on failure. Abort the handle to stop.
     pub fn spawn_renewal(&self, monc: MonClient, secrets: bool) -> tokio::task::JoinHandle<()> {
+        const SECRETS_EVERY: Duration = Duration::from_secs(5);
         let auth = self.clone();
         tokio::spawn(async move {
+            let mut ticket_due = std::time::Instant::now();
             loop {
-                let mut ok = auth.refresh_ticket(&monc).await.is_ok();
-                if secrets {
-                    ok &= auth.refresh_secrets(&monc).await.is_ok();
-                }
-                let wait = match (ok, auth.ticket_expires_ms()) {
-                    (true, Some(exp)) => {
-                        let left = exp.saturating_sub(now_ms());
-                        let wait = Duration::from_millis(left * 2 / 3);
-                        if secrets {
-                            // Secrets rotate independently of our ticket.
-                            wait.min(Duration::from_secs(30))
-                        } else {
-                            wait
+                let now = std::time::Instant::now();
+                let mut wait = SECRETS_EVERY;
+                if now >= ticket_due {
+                    ticket_due = match auth.refresh_ticket(&monc).await {
+                        Ok(exp) => {
+                            let left = exp.saturating_sub(now_ms());
+                            now + Duration::from_millis(left * 2 / 3)
+                                .max(Duration::from_millis(200))
                         }
-                    }
-                    _ => Duration::from_secs(1),
+                        Err(_) => now + Duration::from_secs(1),
+                    };
+                }
+                if secrets && auth.refresh_secrets(&monc).await.is_err() {
+                    wait = Duration::from_secs(1);
+                }
+                let until_ticket = ticket_due.saturating_duration_since(std::time::Instant::now());
+                let wait = if secrets {
+                    wait.min(until_ticket)
+                } else {
+                    until_ticket
                 };
                 tokio::time::sleep(wait.max(Duration::from_millis(200))).await;
             }

@@ -201,6 +201,15 @@ impl Osd {
         }
         let store = Arc::clone(&inner.ctx.store);
         let _ = tokio::task::spawn_blocking(move || store.flush()).await;
+        // Tell the monitors we are going, so peers and clients move on now
+        // rather than after the heartbeat grace (Ceph's mark-me-down).
+        let me = inner.opts.id;
+        let going = Command::OsdFailure {
+            target: me,
+            reporter: me,
+            immediate: true,
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), inner.monc.command(&going)).await;
         inner.ctx.msgr.shutdown().await;
     }
 }

@@ -496,6 +496,17 @@ fn up_inner(a: &UpArgs, fresh: bool, started: &mut BTreeMap<String, Child>) -> a
         dir,
         all_active_clean,
     )?;
+    // Every daemon started must still run (a map can look healthy for a
+    // moment after a daemon of an earlier run stopped).
+    std::thread::sleep(Duration::from_millis(500));
+    for (name, child) in started.iter_mut() {
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!(
+                "{name} exited ({status}); its log:\n{}",
+                tail(&log_path(dir, name), 30)
+            );
+        }
+    }
     Ok(())
 }
 

@@ -36,6 +36,7 @@
 mod client;
 mod error;
 mod op;
+mod pg_command;
 mod pool;
 
 pub mod blocking;

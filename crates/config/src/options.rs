@@ -220,6 +220,10 @@ options! {
     osd_peer_timeout_ms: u64 = 30_000u64;
     /// Above this percentage of its store used, an OSD refuses writes (as Ceph's full ratio).
     osd_full_ratio_pct: u32 = 95u32;
+    /// Scrub (compare replicas' object metadata) each PG at least this often, in milliseconds.
+    osd_scrub_interval_ms: u64 = 86_400_000u64;
+    /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.
+    osd_deep_scrub_interval_ms: u64 = 604_800_000u64;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;
     /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.

@@ -46,6 +46,9 @@ pub struct PgStatReport {
     pub acting: Vec<i32>,
     /// Entries in the PG log.
     pub log_size: u64,
+    /// Objects the last scrub found inconsistent (and repair could not fix).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inconsistent: Vec<String>,
 }
 
 /// The newest report of one PG, with who sent it and at which epoch.
@@ -209,6 +212,7 @@ pub(crate) mod tests {
             up: vec![0, 1, 2],
             acting: vec![0, 1, 2],
             log_size: 7,
+            ..PgStatReport::default()
         }
     }
 

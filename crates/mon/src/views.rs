@@ -279,6 +279,8 @@ pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Valu
     checks.extend(crate::views_pg::pg_health(state));
     let status = if checks.is_empty() {
         "HEALTH_OK"
+    } else if checks.iter().any(|c| c["severity"] == "HEALTH_ERR") {
+        "HEALTH_ERR"
     } else {
         "HEALTH_WARN"
     };

@@ -334,6 +334,38 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
             &affected,
         ));
     }
+    let damaged: Vec<&PgRow> = rows.iter().filter(|r| has(r, "inconsistent")).collect();
+    if !damaged.is_empty() {
+        let mut objects: Vec<String> = Vec::new();
+        for r in &damaged {
+            for o in r.entry.iter().flat_map(|e| &e.report.inconsistent) {
+                objects.push(format!("pg {} has an inconsistent object {o}", r.pgid));
+            }
+        }
+        let mut errors = check(
+            "OSD_SCRUB_ERRORS",
+            &format!("{} scrub errors", objects.len().max(damaged.len())),
+            &[],
+        );
+        errors["severity"] = json!("HEALTH_ERR");
+        let more = objects.len().saturating_sub(HEALTH_DETAIL_MAX);
+        objects.truncate(HEALTH_DETAIL_MAX);
+        if more > 0 {
+            objects.push(format!("... and {more} more"));
+        }
+        errors["detail"] = json!(objects);
+        checks.push(errors);
+        let mut pgs = check(
+            "PG_DAMAGED",
+            &format!(
+                "Possible data damage: {}",
+                count(damaged.len(), "inconsistent")
+            ),
+            &damaged,
+        );
+        pgs["severity"] = json!("HEALTH_ERR");
+        checks.push(pgs);
+    }
     checks
 }
 
@@ -395,6 +427,11 @@ mod tests {
                 up: vec![id],
                 acting: vec![id],
                 log_size: 3,
+                inconsistent: if state.contains("inconsistent") {
+                    vec!["obj-a".into()]
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let r = PgStats {
@@ -557,5 +594,26 @@ mod tests {
         );
         let h = crate::views::health(&s, &[], &[]);
         assert_eq!(h["status"], "HEALTH_WARN");
+    }
+
+    #[test]
+    fn inconsistent_pgs_are_a_health_error_naming_the_objects() {
+        let mut s = state();
+        let a = primary(&s, "1.3");
+        report(&mut s, a, 9000, &[("1.3", "active+clean+inconsistent", 2)]);
+        let checks = pg_health(&s);
+        let codes: Vec<&str> = checks.iter().map(|c| c["code"].as_str().unwrap()).collect();
+        assert_eq!(codes, ["OSD_SCRUB_ERRORS", "PG_DAMAGED"]);
+        assert_eq!(checks[0]["summary"], "1 scrub errors");
+        assert_eq!(
+            checks[0]["detail"][0],
+            "pg 1.3 has an inconsistent object obj-a"
+        );
+        assert_eq!(
+            checks[1]["summary"],
+            "Possible data damage: 1 pg inconsistent"
+        );
+        let h = crate::views::health(&s, &[], &[]);
+        assert_eq!(h["status"], "HEALTH_ERR");
     }
 }

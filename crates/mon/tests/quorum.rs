@@ -954,6 +954,7 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
                 up: vec![0, 1],
                 acting: vec![0, 1],
                 log_size: 3,
+                inconsistent: Vec::new(),
             })
             .collect();
         let cmd = Command::OsdPgStats {

@@ -49,6 +49,10 @@ pub struct OsdOptions {
     pub stats_interval: Duration,
     /// Per monitor command.
     pub mon_timeout: Duration,
+    /// Scrub each PG at least this often.
+    pub scrub_interval: Duration,
+    /// Deep-scrub each PG at least this often.
+    pub deep_scrub_interval: Duration,
 }
 
 /// A running OSD.
@@ -166,6 +170,7 @@ impl Osd {
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
         tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
         tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).schedule_scrubs()));
         Ok(Osd { inner, tasks })
     }
 
@@ -375,6 +380,30 @@ impl Inner {
         }
     }
 
+    /// Asks every PG, now and then, whether a scrub is due.
+    async fn schedule_scrubs(self: Arc<Self>) {
+        let every = self.opts.scrub_interval.max(Duration::from_millis(100));
+        let deep = self
+            .opts
+            .deep_scrub_interval
+            .max(Duration::from_millis(100));
+        let check =
+            (every.min(deep) / 10).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        loop {
+            tokio::time::sleep(check).await;
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let tick = || PgEvent::ScrubTick {
+                now_ms: shoal_net::now_ms(),
+                every_ms: ms(every),
+                deep_every_ms: ms(deep),
+            };
+            let pgs: Vec<_> = lock(&self.pgs).values().cloned().collect();
+            for tx in pgs {
+                let _ = tx.send(tick());
+            }
+        }
+    }
+
     pub(crate) async fn pg_stats(&self) -> Vec<PgStat> {
         let pgs: Vec<_> = lock(&self.pgs).values().cloned().collect();
         let mut out = Vec::new();
@@ -408,11 +437,14 @@ impl Inner {
             Message::PgInfo(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPush(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPull(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgScrub(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgCommand(m) => (m.pool, m.pg_seed, m.epoch),
             Message::RepOp(_)
             | Message::PgQuery(_)
             | Message::PgInfo(_)
             | Message::PgPush(_)
-            | Message::PgPull(_) => {
+            | Message::PgPull(_)
+            | Message::PgScrub(_) => {
                 OsdCounters::add(&self.ctx.counters.refused, 1);
                 let why = format!("{} may not send OSD-internal messages", peer.name);
                 tokio::spawn(responder.error(OsdErrorCode::PermissionDenied as u32, why));
@@ -470,6 +502,13 @@ impl Inner {
                         ..Default::default()
                     }
                     .into(),
+                    Message::PgCommand(_) => shoal_proto::PgCommandReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
                     Message::OsdOp(_) => shoal_proto::OsdOpReply {
                         code: code as u32,
                         message,
@@ -509,6 +548,8 @@ impl Inner {
         if !r.from_osd {
             let write = match &r.msg {
                 Message::OsdOp(op) => crate::exec::is_mutating(&op.ops),
+                // Repairs change objects: PG commands need write access.
+                Message::PgCommand(_) => true,
                 _ => false,
             };
             let caps = r.peer.caps.clone().unwrap_or_default();
@@ -568,6 +609,8 @@ impl Inner {
                 responder,
             },
             Message::PgPull(msg) => PgEvent::Pull { msg, responder },
+            Message::PgScrub(msg) => PgEvent::Scrub { msg, responder },
+            Message::PgCommand(msg) => PgEvent::Command { msg, responder },
             _ => return,
         };
         let _ = tx.send(ev);

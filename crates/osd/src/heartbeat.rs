@@ -158,6 +158,7 @@ impl Inner {
                     up: s.up,
                     acting: s.acting,
                     log_size: s.log_size,
+                    inconsistent: s.inconsistent,
                 })
                 .collect();
             let cmd = Command::OsdPgStats {

@@ -20,5 +20,6 @@ pub mod log;
 pub mod object;
 pub mod pg;
 pub mod recovery;
+pub mod scrub;
 
 mod heartbeat;

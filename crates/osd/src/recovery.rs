@@ -1,12 +1,17 @@
-//! Whole-object copies for recovery: reading an object (data, xattrs, omap)
-//! into a [`PgPush`], and the store transaction that installs a pushed copy.
+//! Whole-object copies for recovery and repair: reading an object (data,
+//! xattrs, omap) into a [`PgPush`], the store transaction that installs a
+//! pushed copy, and pulling from or pushing to a peer.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
+use shoal_maps::PgId;
+use shoal_net::Connection;
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
-use shoal_proto::PgPush;
+use shoal_proto::{Message, PgPull, PgPush};
+
+use crate::ctx::{OsdCounters, OsdCtx};
 
 /// Omap entries read per store call while copying an object.
 const OMAP_PAGE: usize = 4096;
@@ -110,6 +115,69 @@ pub fn install_txn(
         t.omap_set_keys(coll, key, kv);
     }
     Ok(t)
+}
+
+/// Pulls `key` of PG `pg` from the member at `src` and installs its copy
+/// in our store (`epoch`: our map epoch, for the peer's checks).
+pub async fn pull_object(
+    ctx: &OsdCtx,
+    pg: PgId,
+    epoch: u32,
+    src: &Connection,
+    key: &ObjectKey,
+) -> Result<(), String> {
+    let pull = PgPull {
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        epoch,
+        hash: key.hash,
+        name: key.name.clone(),
+    };
+    let reply = src
+        .request_with_timeout(pull, Bytes::new(), ctx.cfg.peer_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Message::PgPush(push) = reply.msg else {
+        return Err(format!("{} could not send an object", src.peer()));
+    };
+    let coll = crate::object::collection(pg);
+    tokio::task::block_in_place(|| {
+        let t = install_txn(ctx.store.as_ref(), coll, &push, reply.data)?;
+        ctx.store.apply_transaction(t).map_err(|e| e.to_string())
+    })?;
+    OsdCounters::add(&ctx.counters.recovered, 1);
+    Ok(())
+}
+
+/// Pushes our copy of `key` of PG `pg` to the member at `dst` (with
+/// `reset`, the member first empties its copy of the PG).
+pub async fn push_object(
+    ctx: &OsdCtx,
+    pg: PgId,
+    epoch: u32,
+    dst: &Connection,
+    key: &ObjectKey,
+    reset: bool,
+) -> Result<(), String> {
+    let coll = crate::object::collection(pg);
+    let (mut push, data) =
+        tokio::task::block_in_place(|| read_object(ctx.store.as_ref(), coll, key))
+            .map_err(|e| e.to_string())?;
+    push.pool = pg.pool;
+    push.pg_seed = pg.seed;
+    push.epoch = epoch;
+    push.reset = reset;
+    let reply = dst
+        .request_with_timeout(push, data, ctx.cfg.peer_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Message::RepOpReply(r) = reply.msg
+        && r.code != 0
+    {
+        return Err(format!("{}: {}", dst.peer(), r.message));
+    }
+    OsdCounters::add(&ctx.counters.recovered, 1);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 use prost::Message as _;
 
 pub use crate::osd::{
-    OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
+    OsdOp, OsdOpReply, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush,
+    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -330,6 +331,10 @@ messages! {
     207 => PgList,
     208 => PgListReply,
     209 => PgPull,
+    210 => PgScrub,
+    211 => PgScrubMap,
+    212 => PgCommand,
+    213 => PgCommandReply,
 }
 
 #[cfg(test)]

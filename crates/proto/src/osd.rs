@@ -624,3 +624,112 @@ pub struct PgListReply {
     #[prost(bytes = "vec", tag = "8")]
     pub next_name: Vec<u8>,
 }
+
+/// Scrub: the primary asks a member for the summaries of its objects in
+/// `[start, end]` (store keys, inclusive; `has_end` false: to the last).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgScrub {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// Read every object's data and checksum it (deep scrub).
+    #[prost(bool, tag = "4")]
+    pub deep: bool,
+    /// First object: hash.
+    #[prost(uint32, tag = "5")]
+    pub start_hash: u32,
+    /// First object: store key.
+    #[prost(bytes = "vec", tag = "6")]
+    pub start_name: Vec<u8>,
+    /// Whether `start_*` is set (else from the first object).
+    #[prost(bool, tag = "7")]
+    pub has_start: bool,
+    /// Last object: hash.
+    #[prost(uint32, tag = "8")]
+    pub end_hash: u32,
+    /// Last object: store key.
+    #[prost(bytes = "vec", tag = "9")]
+    pub end_name: Vec<u8>,
+    /// Whether `end_*` is set (else to the last object).
+    #[prost(bool, tag = "10")]
+    pub has_end: bool,
+}
+
+/// One object as scrub sees it on one member.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScrubObject {
+    /// Store hash.
+    #[prost(uint32, tag = "1")]
+    pub hash: u32,
+    /// Store key.
+    #[prost(bytes = "vec", tag = "2")]
+    pub name: Vec<u8>,
+    /// Size.
+    #[prost(uint64, tag = "3")]
+    pub size: u64,
+    /// crc32c of the data (deep scrub only).
+    #[prost(uint32, tag = "4")]
+    pub data_crc: u32,
+    /// crc32c of the xattrs, omap header and omap.
+    #[prost(uint32, tag = "5")]
+    pub meta_crc: u32,
+    /// Why the object could not be read (a checksum mismatch), if it could not.
+    #[prost(string, tag = "6")]
+    pub error: String,
+}
+
+/// A member's answer to [`PgScrub`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgScrubMap {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable error message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The objects in the range, in store order.
+    #[prost(message, repeated, tag = "3")]
+    pub objects: Vec<ScrubObject>,
+}
+
+/// An administrative command for one PG, sent to its primary
+/// (`scrub`, `deep-scrub`, `repair`, `query`). The caller needs `osd`
+/// capabilities `allow *`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgCommand {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The command.
+    #[prost(string, tag = "4")]
+    pub command: String,
+}
+
+/// The answer to a [`PgCommand`]: JSON output or an error.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgCommandReply {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Human-readable error message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The OSD's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// JSON output.
+    #[prost(string, tag = "4")]
+    pub output: String,
+}

@@ -5,49 +5,9 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
-
-struct Dev(PathBuf);
-
-impl Dev {
-    fn new(tag: &str) -> Dev {
-        let dir = std::env::temp_dir().join(format!("shoal-devbench-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Dev(dir)
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(SHOAL)
-            .args(args)
-            .env("SHOAL_CONF", self.0.join("shoal.conf"))
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "shoal {args:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn dir(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.run(&["dev", "down", "--dir", self.dir(), "--wipe"]);
-    }
-}
+use common::Dev;
 
 #[test]
 fn bench_write_seq_rand_and_cleanup() {

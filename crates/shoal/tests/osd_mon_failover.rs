@@ -6,33 +6,21 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
+mod common;
 
-struct Dev(PathBuf);
+use common::{Dev, SHOAL};
 
-impl Dev {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(SHOAL)
-            .args(args)
-            .env("SHOAL_CONF", self.0.join("shoal.conf"))
-            .output()
-            .unwrap()
-    }
+trait Daemons {
+    fn pid(&self, name: &str) -> u32;
+    fn signal(&self, name: &str, sig: &str);
+    fn wait_pool_active(&self, pool: &str);
+    fn pool_id(&self, pool: &str) -> u64;
+}
 
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "shoal {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
+impl Daemons for Dev {
     fn pid(&self, name: &str) -> u32 {
         std::fs::read_to_string(self.0.join("run").join(format!("{name}.pid")))
             .unwrap()
@@ -91,17 +79,9 @@ impl Dev {
     }
 }
 
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.run(&["dev", "down", "--dir", self.0.to_str().unwrap(), "--wipe"]);
-    }
-}
-
 #[test]
 fn an_osd_follows_the_map_across_monitor_failures() {
-    let dir = std::env::temp_dir().join(format!("shoal-monfail-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let d = Dev(dir);
+    let d = Dev::new("monfail");
     let dirs = d.0.to_str().unwrap().to_string();
     d.ok(&[
         "dev", "up", "--dir", &dirs, "--mons", "3", "--osds", "1", "--store", "mem",

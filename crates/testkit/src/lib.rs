@@ -222,6 +222,8 @@ impl Cluster {
             beacon_interval: Duration::from_secs(5),
             stats_interval: Duration::from_secs(1),
             mon_timeout: Duration::from_secs(8),
+            scrub_interval: Duration::from_secs(86_400),
+            deep_scrub_interval: Duration::from_secs(7 * 86_400),
         };
         let osd = Osd::start(opts, store.clone(), Arc::new(self.net.clone()))
             .await

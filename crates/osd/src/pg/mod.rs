@@ -11,6 +11,7 @@
 mod peering;
 mod primary;
 mod replica;
+mod scrub;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -20,7 +21,7 @@ use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId, Pool};
 use shoal_net::{Connection, PeerInfo, Responder};
 use shoal_objectstore::{CollectionId, Transaction};
-use shoal_proto::{OsdOp, PgInfo, PgList, PgPull, PgPush, PgQuery, RepOp};
+use shoal_proto::{OsdOp, PgCommand, PgInfo, PgList, PgPull, PgPush, PgQuery, PgScrub, RepOp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ctx::OsdCtx;
@@ -133,6 +134,31 @@ pub enum PgEvent {
         /// Where the page goes.
         responder: Responder,
     },
+    /// Scrub the next chunk (sent by the PG to itself).
+    ScrubStep,
+    /// Start a scrub if one is due.
+    ScrubTick {
+        /// Now, ms since the Unix epoch.
+        now_ms: u64,
+        /// Scrub at least this often.
+        every_ms: u64,
+        /// Deep-scrub at least this often.
+        deep_every_ms: u64,
+    },
+    /// An administrative command (scrub, deep-scrub, repair, query).
+    Command {
+        /// The message.
+        msg: PgCommand,
+        /// Where the answer goes.
+        responder: Responder,
+    },
+    /// Scrub: the primary wants our summaries of a key range.
+    Scrub {
+        /// The message.
+        msg: PgScrub,
+        /// Where the summaries go.
+        responder: Responder,
+    },
     /// Statistics for the monitors (primaries answer `Some`).
     Stats(oneshot::Sender<Option<PgStat>>),
     /// Stop after answering what is queued.
@@ -158,6 +184,8 @@ pub struct PgStat {
     pub acting: Vec<i32>,
     /// Log entries held.
     pub log_size: u64,
+    /// Objects the last scrub found inconsistent (and repair could not fix).
+    pub inconsistent: Vec<String>,
 }
 
 /// Where a PG is in its interval.
@@ -211,6 +239,8 @@ pub struct Pg {
     peer_logs: BTreeMap<i32, MemberLog>,
     peers_pending: Vec<i32>,
     conns: HashMap<i32, Connection>,
+    scrub: Option<scrub::ScrubJob>,
+    scrub_record: scrub::ScrubRecord,
 }
 
 impl std::fmt::Debug for Pg {
@@ -237,6 +267,7 @@ impl Pg {
         let coll = collection(id);
         let err = |why: String| PgOpenError { pg: id, why };
         let store = &ctx.store;
+        let mut scrub_record = scrub::ScrubRecord::default();
         let log = if store
             .collection_exists(&coll)
             .map_err(|e| err(e.to_string()))?
@@ -252,6 +283,9 @@ impl Pg {
                 .map_err(|e| err(e.to_string()))?
                 .into_iter()
                 .collect();
+            if let Some(b) = omap.get(scrub::SCRUB_KEY) {
+                scrub_record = scrub::ScrubRecord::decode(b);
+            }
             PgLog::load(&omap).map_err(|e| err(e.to_string()))?
         } else {
             let log = PgLog::default();
@@ -282,6 +316,8 @@ impl Pg {
             peer_logs: BTreeMap::new(),
             peers_pending: Vec::new(),
             conns: HashMap::new(),
+            scrub: None,
+            scrub_record,
         };
         tokio::spawn(pg.run(rx));
         Ok(tx)
@@ -337,6 +373,14 @@ impl Pg {
                 msg,
                 responder,
             } => self.list(from_osd, msg, responder).await,
+            PgEvent::ScrubStep => self.scrub_step().await,
+            PgEvent::ScrubTick {
+                now_ms,
+                every_ms,
+                deep_every_ms,
+            } => self.scrub_tick(now_ms, every_ms, deep_every_ms),
+            PgEvent::Command { msg, responder } => self.command(msg, responder).await,
+            PgEvent::Scrub { msg, responder } => self.scrub_map(msg, responder).await,
             PgEvent::Stats(tx) => {
                 let _ = tx.send(self.stat());
             }
@@ -408,6 +452,7 @@ impl Pg {
         self.peer_logs.clear();
         self.peers_pending.clear();
         self.conns.clear();
+        self.abort_scrub("the PG changed interval");
         let me = self.whoami();
         tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
             primary, "new interval");
@@ -451,23 +496,40 @@ impl Pg {
             return None;
         }
         let size = self.pool.as_ref().map_or(0, |p| p.size as usize);
-        let state = match self.state {
+        let mut state = match self.state {
             State::Active if self.acting.len() < size => "active+undersized+degraded",
             State::Active => "active+clean",
             State::Peering => "peering",
             State::Recovering => "recovering",
             State::Peered => "undersized+degraded+peered",
             _ => "unknown",
-        };
+        }
+        .to_string();
+        if let Some(job) = &self.scrub {
+            state.push_str(if job.is_deep() {
+                "+scrubbing+deep"
+            } else {
+                "+scrubbing"
+            });
+        }
+        if !self.scrub_record.inconsistent.is_empty() {
+            state.push_str("+inconsistent");
+        }
         Some(PgStat {
             pgid: self.id,
-            state: state.into(),
+            state,
             objects: self.log.info.objects,
             bytes: self.log.info.bytes,
             version: self.log.info.last_update,
             up: self.up.clone(),
             acting: self.acting.clone(),
             log_size: self.log.len() as u64,
+            inconsistent: self
+                .scrub_record
+                .inconsistent
+                .iter()
+                .map(|(o, _)| o.clone())
+                .collect(),
         })
     }
 }

@@ -16,10 +16,10 @@ use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
 use shoal_objectstore::{CollectionId, ObjectKey, Transaction};
-use shoal_proto::{Message, PgInfo, PgList, PgPull, PgPush, PgQuery};
+use shoal_proto::{Message, PgInfo, PgList, PgPush, PgQuery};
 
 use super::{Pg, PgEvent, State};
-use crate::ctx::{OsdCounters, OsdCtx};
+use crate::ctx::OsdCtx;
 use crate::log::{LogEntry, PgInfoData, Version};
 use crate::recovery;
 
@@ -349,42 +349,11 @@ impl Recovery {
     }
 
     async fn pull(&self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
-        let pull = PgPull {
-            pool: self.pg.pool,
-            pg_seed: self.pg.seed,
-            epoch: self.map.epoch.0,
-            hash: key.hash,
-            name: key.name.clone(),
-        };
-        let reply = src
-            .request_with_timeout(pull, Bytes::new(), self.ctx.cfg.peer_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        let Message::PgPush(push) = reply.msg else {
-            return Err(format!("{} could not send an object", src.peer()));
-        };
-        let store = Arc::clone(&self.ctx.store);
-        let coll = self.coll;
-        tokio::task::block_in_place(|| {
-            let t = recovery::install_txn(store.as_ref(), coll, &push, reply.data)?;
-            store.apply_transaction(t).map_err(|e| e.to_string())
-        })?;
-        OsdCounters::add(&self.ctx.counters.recovered, 1);
-        Ok(())
+        recovery::pull_object(&self.ctx, self.pg, self.map.epoch.0, src, key).await
     }
 
     async fn push(&self, dst: &Connection, key: &ObjectKey, reset: bool) -> Result<(), String> {
-        let store = Arc::clone(&self.ctx.store);
-        let (mut push, data) =
-            tokio::task::block_in_place(|| recovery::read_object(store.as_ref(), self.coll, key))
-                .map_err(|e| e.to_string())?;
-        push.pool = self.pg.pool;
-        push.pg_seed = self.pg.seed;
-        push.epoch = self.map.epoch.0;
-        push.reset = reset;
-        self.request_ok(dst, push.into(), data).await?;
-        OsdCounters::add(&self.ctx.counters.recovered, 1);
-        Ok(())
+        recovery::push_object(&self.ctx, self.pg, self.map.epoch.0, dst, key, reset).await
     }
 
     /// Every object of our copy, in pages.

@@ -154,6 +154,37 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgList::default()
             })
         }),
+        (any::<u32>(), bytes32(), any::<bool>()).prop_map(|(start_hash, end_name, deep)| {
+            Message::PgScrub(PgScrub {
+                start_hash,
+                end_name,
+                deep,
+                ..PgScrub::default()
+            })
+        }),
+        (any::<u32>(), bytes32(), ".{0,10}").prop_map(|(hash, name, error)| {
+            Message::PgScrubMap(PgScrubMap {
+                objects: vec![ScrubObject {
+                    hash,
+                    name,
+                    error,
+                    ..ScrubObject::default()
+                }],
+                ..PgScrubMap::default()
+            })
+        }),
+        (any::<u64>(), ".{0,12}").prop_map(|(pool, command)| Message::PgCommand(PgCommand {
+            pool,
+            command,
+            ..PgCommand::default()
+        })),
+        (any::<u32>(), ".{0,20}").prop_map(|(code, output)| {
+            Message::PgCommandReply(PgCommandReply {
+                code,
+                output,
+                ..PgCommandReply::default()
+            })
+        }),
         (any::<u32>(), bytes32()).prop_map(|(hash, name)| Message::PgPull(PgPull {
             hash,
             name,

@@ -218,6 +218,8 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         beacon_interval: Duration::from_millis(o.osd_beacon_interval_ms),
         stats_interval: Duration::from_millis(o.osd_pg_stats_interval_ms),
         mon_timeout: Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3),
+        scrub_interval: Duration::from_millis(o.osd_scrub_interval_ms),
+        deep_scrub_interval: Duration::from_millis(o.osd_deep_scrub_interval_ms),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -14,6 +14,76 @@ pub enum PgCmd {
     Dump(FormatArg),
     /// PG counts by state, data stored, raw space.
     Stat(FormatArg),
+    /// Compare the replicas' object metadata now (waits for the result).
+    Scrub(PgArg),
+    /// Compare the replicas' metadata and data checksums now.
+    DeepScrub(PgArg),
+    /// Deep-scrub and copy the authoritative copy over every copy that differs.
+    Repair(PgArg),
+    /// The PG's state, sets, interval, log and last scrub, from its primary.
+    Query(PgArg),
+}
+
+/// A PG and an output format.
+#[derive(Debug, Args)]
+pub struct PgArg {
+    /// The PG, `POOL_ID.SEED` in hex as `pg dump` shows it (`1.1f`).
+    pgid: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+fn parse_pgid(s: &str) -> anyhow::Result<shoal_maps::PgId> {
+    let (pool, seed) = s
+        .split_once('.')
+        .ok_or_else(|| anyhow::anyhow!("bad pg id {s:?}: POOL.SEED, e.g. 1.1f"))?;
+    Ok(shoal_maps::PgId {
+        pool: pool
+            .parse()
+            .map_err(|_| anyhow::anyhow!("bad pool in pg id {s:?}"))?,
+        seed: u32::from_str_radix(seed, 16)
+            .map_err(|_| anyhow::anyhow!("bad seed in pg id {s:?} (hex)"))?,
+    })
+}
+
+/// Sends a command to the PG's primary through the client library.
+fn pg_command(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<Value> {
+    let pg = parse_pgid(&a.pgid)?;
+    let rt = super::common::runtime()?;
+    rt.block_on(async {
+        let opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
+        let timeout = opts.op_timeout.max(std::time::Duration::from_secs(600));
+        let client = shoal_client::Client::connect(opts).await?;
+        let out = client.pg_command(pg, command, timeout).await;
+        client.shutdown().await;
+        Ok(out?)
+    })
+}
+
+fn scrub_plain(v: &Value) -> String {
+    let mut out = format!(
+        "pg {} {}: {} objects, {} errors, {} repaired\n",
+        v["pgid"].as_str().unwrap_or("?"),
+        if v["repair"].as_bool() == Some(true) {
+            "repair"
+        } else if v["deep"].as_bool() == Some(true) {
+            "deep-scrub"
+        } else {
+            "scrub"
+        },
+        u(&v["objects"]),
+        u(&v["errors"]),
+        u(&v["repaired"]),
+    );
+    for i in v["inconsistent"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {}: {}\n",
+            i["object"].as_str().unwrap_or("?"),
+            i["why"].as_str().unwrap_or("")
+        ));
+    }
+    out
 }
 
 /// `--format`.
@@ -188,6 +258,14 @@ pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         PgCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::PgDump)?, dump_plain),
         PgCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::PgStat)?, stat_plain),
+        PgCmd::Scrub(a) => print(a.format, &pg_command(ctx, &a, "scrub")?, scrub_plain),
+        PgCmd::DeepScrub(a) => print(a.format, &pg_command(ctx, &a, "deep-scrub")?, scrub_plain),
+        PgCmd::Repair(a) => print(a.format, &pg_command(ctx, &a, "repair")?, scrub_plain),
+        PgCmd::Query(a) => print(
+            a.format,
+            &pg_command(ctx, &a, "query")?,
+            super::common::pretty,
+        ),
     }
     Ok(())
 }

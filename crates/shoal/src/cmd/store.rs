@@ -1,13 +1,12 @@
 //! `shoal store`: make, check and inspect an OSD's BlockStore.
 
 use std::io::Write;
-use std::ops::Bound;
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Subcommand;
 use shoal_objectstore::block::{MkfsOptions, OpenOptions};
-use shoal_objectstore::{BlockStore, CollectionId, ObjectKey, ObjectStore, tool};
+use shoal_objectstore::{BlockStore, ObjectStore, tool};
 
 /// Object store commands.
 #[derive(Debug, Subcommand)]
@@ -101,7 +100,11 @@ pub fn list_checksums(store: &dyn ObjectStore, out: &mut dyn Write) -> anyhow::R
                 if k.name.first() == Some(&0) {
                     continue;
                 }
-                let (size, data_crc, meta_crc) = object_checksums(store, &c, k)?;
+                let sum = shoal_osd::scrub::summarize(store, &c, k, true);
+                if !sum.error.is_empty() {
+                    anyhow::bail!("{}: {}", String::from_utf8_lossy(&k.name), sum.error);
+                }
+                let (size, data_crc, meta_crc) = (sum.size, sum.data_crc, sum.meta_crc);
                 writeln!(
                     out,
                     "{}.{:x} {} {size} {data_crc:08x} {meta_crc:08x}",
@@ -117,52 +120,6 @@ pub fn list_checksums(store: &dyn ObjectStore, out: &mut dyn Write) -> anyhow::R
         }
     }
     Ok(())
-}
-
-fn object_checksums(
-    store: &dyn ObjectStore,
-    c: &CollectionId,
-    k: &ObjectKey,
-) -> anyhow::Result<(u64, u32, u32)> {
-    let size = store.stat(c, k)?.size;
-    let mut data_crc = 0u32;
-    let mut off = 0;
-    while off < size {
-        let chunk = store.read(c, k, off, (4u64 << 20).min(size - off))?;
-        if chunk.is_empty() {
-            break;
-        }
-        data_crc = crc32c::crc32c_append(data_crc, &chunk);
-        off += chunk.len() as u64;
-    }
-    let mut meta_crc = 0u32;
-    let mut add = |b: &[u8]| {
-        meta_crc = crc32c::crc32c_append(meta_crc, &(b.len() as u64).to_le_bytes());
-        meta_crc = crc32c::crc32c_append(meta_crc, b);
-    };
-    for (n, v) in store.getxattrs(c, k)? {
-        add(n.as_bytes());
-        add(&v);
-    }
-    add(&store.omap_get_header(c, k)?);
-    let mut after: Option<bytes::Bytes> = None;
-    loop {
-        let start = match &after {
-            Some(a) => Bound::Excluded(a.as_ref()),
-            None => Bound::Unbounded,
-        };
-        let page = store.omap_range(c, k, start, Bound::Unbounded, 4096)?;
-        let full = page.len() == 4096;
-        for (key, v) in page {
-            add(&key);
-            add(&v);
-            after = Some(key);
-        }
-        if !full {
-            break;
-        }
-    }
-    Ok((size, data_crc, meta_crc))
 }
 
 #[cfg(test)]

@@ -1,0 +1,443 @@
+//! Scrub, run by the primary a chunk of objects at a time: with no change
+//! in flight (so every member holds the same changes), it summarizes its own
+//! objects of the chunk, asks every replica for the same key range, and
+//! compares (`crate::scrub::compare`). With `repair`, each inconsistent
+//! object is copied from its authoritative member to the members that
+//! differ. Client ops wait between chunks only as long as a chunk takes.
+//!
+//! Also here: administrative commands for the PG (`scrub`, `deep-scrub`,
+//! `repair`, `query`), and the scrub schedule.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use shoal_net::{Connection, Responder};
+use shoal_objectstore::{ObjectKey, Transaction};
+use shoal_proto::{Message, OsdErrorCode, PgCommand, PgCommandReply, PgScrub, PgScrubMap};
+
+use super::{Pg, PgEvent, State};
+use crate::object::pg_meta_key;
+use crate::recovery;
+use crate::scrub::{Inconsistency, compare, summarize};
+
+/// Objects compared per chunk.
+const CHUNK: usize = 64;
+/// Omap key of the scrub stamps in the PG meta object.
+pub(crate) const SCRUB_KEY: &[u8] = b"scrub";
+
+/// A scrub in progress.
+#[derive(Debug)]
+pub(crate) struct ScrubJob {
+    deep: bool,
+    repair: bool,
+    interval_start: u32,
+    cursor: Option<ObjectKey>,
+    scrubbed: u64,
+    found: Vec<Inconsistency>,
+    repaired: u64,
+    waiters: Vec<Responder>,
+}
+
+impl ScrubJob {
+    pub(crate) fn is_deep(&self) -> bool {
+        self.deep
+    }
+}
+
+/// What the last scrub found.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ScrubRecord {
+    /// When the last scrub (of either kind) ended, ms since the Unix epoch.
+    pub(crate) stamp_ms: u64,
+    /// When the last deep scrub ended.
+    pub(crate) deep_stamp_ms: u64,
+    /// Inconsistent objects left: (name, what differs).
+    pub(crate) inconsistent: Vec<(String, String)>,
+}
+
+impl ScrubRecord {
+    pub(crate) fn decode(b: &[u8]) -> ScrubRecord {
+        let mut r = ScrubRecord::default();
+        if b.len() == 17 && b[0] == 1 {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[1..9]);
+            r.stamp_ms = u64::from_le_bytes(a);
+            a.copy_from_slice(&b[9..17]);
+            r.deep_stamp_ms = u64::from_le_bytes(a);
+        }
+        r
+    }
+
+    fn encode(&self) -> Bytes {
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.stamp_ms.to_le_bytes());
+        v.extend_from_slice(&self.deep_stamp_ms.to_le_bytes());
+        Bytes::from(v)
+    }
+}
+
+fn command_reply(code: OsdErrorCode, epoch: u32, message: String, output: Value) -> PgCommandReply {
+    PgCommandReply {
+        code: code as u32,
+        message,
+        epoch,
+        output: output.to_string(),
+    }
+}
+
+fn send(r: Responder, reply: PgCommandReply) {
+    tokio::spawn(async move {
+        let _ = r.reply(reply, Bytes::new()).await;
+    });
+}
+
+fn key_name(k: &ObjectKey) -> String {
+    String::from_utf8_lossy(&k.name).replace('\0', "/")
+}
+
+impl Pg {
+    /// `scrub`, `deep-scrub`, `repair` or `query`, sent to the primary.
+    pub(super) async fn command(&mut self, msg: PgCommand, responder: Responder) {
+        let epoch = self.epoch();
+        if msg.command == "query" {
+            let out = self.query_json();
+            return send(
+                responder,
+                command_reply(OsdErrorCode::Ok, epoch, String::new(), out),
+            );
+        }
+        let (deep, repair) = match msg.command.as_str() {
+            "scrub" => (false, false),
+            "deep-scrub" => (true, false),
+            "repair" => (true, true),
+            other => {
+                let m = format!("unknown pg command {other:?} (scrub, deep-scrub, repair, query)");
+                return send(
+                    responder,
+                    command_reply(OsdErrorCode::InvalidArgument, epoch, m, Value::Null),
+                );
+            }
+        };
+        if !self.is_primary() {
+            let m = format!("osd.{} is not the primary of pg {}", self.whoami(), self.id);
+            return send(
+                responder,
+                command_reply(OsdErrorCode::WrongPrimary, epoch, m, Value::Null),
+            );
+        }
+        if self.state != State::Active {
+            let m = format!("pg {} is not active", self.id);
+            return send(
+                responder,
+                command_reply(OsdErrorCode::Again, epoch, m, Value::Null),
+            );
+        }
+        self.start_scrub(deep, repair, Some(responder));
+    }
+
+    fn start_scrub(&mut self, deep: bool, repair: bool, waiter: Option<Responder>) {
+        if let Some(job) = &mut self.scrub {
+            job.deep |= deep;
+            job.repair |= repair;
+            job.waiters.extend(waiter);
+            return;
+        }
+        self.scrub = Some(ScrubJob {
+            deep,
+            repair,
+            interval_start: self.interval_start,
+            cursor: None,
+            scrubbed: 0,
+            found: Vec::new(),
+            repaired: 0,
+            waiters: waiter.into_iter().collect(),
+        });
+        let _ = self.events.send(PgEvent::ScrubStep);
+    }
+
+    /// The periodic check: starts a scrub when one is due.
+    pub(super) fn scrub_tick(&mut self, now_ms: u64, every_ms: u64, deep_every_ms: u64) {
+        if !self.is_primary() || self.state != State::Active || self.scrub.is_some() {
+            return;
+        }
+        let rec = &self.scrub_record;
+        if now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
+            self.start_scrub(true, false, None);
+        } else if now_ms.saturating_sub(rec.stamp_ms) >= every_ms {
+            self.start_scrub(false, false, None);
+        }
+    }
+
+    /// Ends the job with an error for its waiters.
+    pub(super) fn abort_scrub(&mut self, why: &str) {
+        if let Some(job) = self.scrub.take() {
+            let epoch = self.epoch();
+            for w in job.waiters {
+                let m = format!("scrub of pg {} stopped: {why}", self.id);
+                send(w, command_reply(OsdErrorCode::Again, epoch, m, Value::Null));
+            }
+        }
+    }
+
+    /// Scrubs the next chunk.
+    pub(super) async fn scrub_step(&mut self) {
+        let Some(job) = &self.scrub else { return };
+        if job.interval_start != self.interval_start || !self.is_primary() {
+            return self.abort_scrub("the PG changed interval");
+        }
+        if self.state != State::Active {
+            return self.abort_scrub("the PG is not active");
+        }
+        if !self.inflight.is_empty() {
+            // Wait until every member has every change.
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = events.send(PgEvent::ScrubStep);
+            });
+            return;
+        }
+        match self.scrub_chunk().await {
+            Ok(true) => {
+                let _ = self.events.send(PgEvent::ScrubStep);
+            }
+            Ok(false) => self.finish_scrub(),
+            Err(e) => self.abort_scrub(&e),
+        }
+    }
+
+    /// One chunk; `Ok(true)` when more follow.
+    async fn scrub_chunk(&mut self) -> Result<bool, String> {
+        let (deep, cursor) = match &self.scrub {
+            Some(j) => (j.deep, j.cursor.clone()),
+            None => return Ok(false),
+        };
+        let page = tokio::task::block_in_place(|| {
+            self.ctx
+                .store
+                .list_objects(&self.coll, cursor.as_ref(), CHUNK)
+        })
+        .map_err(|e| e.to_string())?;
+        let mine: Vec<_> = page
+            .objects
+            .iter()
+            .filter(|k| k.name.first() != Some(&0))
+            .map(|k| {
+                tokio::task::block_in_place(|| {
+                    summarize(self.ctx.store.as_ref(), &self.coll, k, deep)
+                })
+            })
+            .collect();
+        let last = page.objects.last().cloned();
+        let more = page.next.is_some();
+        let req = PgScrub {
+            pool: self.id.pool,
+            pg_seed: self.id.seed,
+            epoch: self.epoch(),
+            deep,
+            start_hash: cursor.as_ref().map_or(0, |c| c.hash),
+            start_name: cursor.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
+            has_start: cursor.is_some(),
+            end_hash: last.as_ref().map_or(0, |l| l.hash),
+            end_name: last.as_ref().map(|l| l.name.clone()).unwrap_or_default(),
+            has_end: more,
+        };
+        let mut maps = BTreeMap::new();
+        maps.insert(self.whoami(), mine);
+        for r in self.replicas() {
+            let conn = self.conn(r).await?;
+            let reply = conn
+                .request_with_timeout(req.clone(), Bytes::new(), self.ctx.cfg.peer_timeout)
+                .await
+                .map_err(|e| format!("osd.{r}: {e}"))?;
+            let Message::PgScrubMap(m) = reply.msg else {
+                return Err(format!(
+                    "osd.{r} answered scrub with {:?}",
+                    reply.msg.msg_type()
+                ));
+            };
+            if m.code != 0 {
+                return Err(format!("osd.{r}: {}", m.message));
+            }
+            maps.insert(r, m.objects);
+        }
+        let found = compare(self.whoami(), &maps);
+        let repair = self.scrub.as_ref().is_some_and(|j| j.repair);
+        let mut repaired = 0;
+        if repair {
+            for inc in &found {
+                repaired += self.repair_object(inc).await?;
+            }
+        }
+        if let Some(job) = &mut self.scrub {
+            job.scrubbed += maps.get(&self.ctx.whoami).map_or(0, |m| m.len() as u64);
+            job.repaired += repaired;
+            job.found.extend(found);
+            job.cursor = page.next;
+        }
+        Ok(more)
+    }
+
+    /// Copies the authoritative copy of one object to every member that
+    /// differs; returns how many copies it replaced.
+    async fn repair_object(&mut self, inc: &Inconsistency) -> Result<u64, String> {
+        let Some(auth) = inc.auth else {
+            return Ok(0);
+        };
+        let me = self.whoami();
+        if auth != me && inc.bad.contains(&me) {
+            let src = self.conn(auth).await?;
+            self.pull_one(&src, &inc.key).await?;
+        }
+        let mut n = u64::from(inc.bad.contains(&me) && auth != me);
+        for &m in inc.bad.iter().filter(|m| **m != me) {
+            let dst = self.conn(m).await?;
+            self.push_one(&dst, &inc.key).await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    async fn pull_one(&mut self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
+        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key).await
+    }
+
+    async fn push_one(&mut self, dst: &Connection, key: &ObjectKey) -> Result<(), String> {
+        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, false).await
+    }
+
+    fn finish_scrub(&mut self) {
+        let Some(job) = self.scrub.take() else { return };
+        let now = shoal_net::now_ms();
+        let left: Vec<(String, String)> = if job.repair {
+            job.found
+                .iter()
+                .filter(|i| i.auth.is_none())
+                .map(|i| (key_name(&i.key), i.why.clone()))
+                .collect()
+        } else {
+            job.found
+                .iter()
+                .map(|i| (key_name(&i.key), i.why.clone()))
+                .collect()
+        };
+        self.scrub_record.stamp_ms = now;
+        if job.deep {
+            self.scrub_record.deep_stamp_ms = now;
+        }
+        self.scrub_record.inconsistent = left.clone();
+        let mut t = Transaction::new();
+        t.omap_set_keys(
+            self.coll,
+            pg_meta_key(),
+            BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
+        );
+        let _ = tokio::task::block_in_place(|| self.ctx.store.queue_transaction(t));
+        if !job.found.is_empty() {
+            tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
+                "scrub found inconsistent objects");
+        }
+        let out = json!({
+            "pgid": self.id.to_string(),
+            "deep": job.deep,
+            "repair": job.repair,
+            "objects": job.scrubbed,
+            "errors": job.found.len(),
+            "repaired": job.repaired,
+            "inconsistent": job.found.iter().map(|i| json!({
+                "object": key_name(&i.key),
+                "bad": i.bad,
+                "auth": i.auth,
+                "why": i.why,
+            })).collect::<Vec<_>>(),
+        });
+        let epoch = self.epoch();
+        for w in job.waiters {
+            send(
+                w,
+                command_reply(OsdErrorCode::Ok, epoch, String::new(), out.clone()),
+            );
+        }
+    }
+
+    /// A member's summaries of the objects in the requested range.
+    pub(super) async fn scrub_map(&mut self, msg: PgScrub, responder: Responder) {
+        let start = msg
+            .has_start
+            .then(|| ObjectKey::new(msg.start_hash, msg.start_name.clone()));
+        let end = msg
+            .has_end
+            .then(|| ObjectKey::new(msg.end_hash, msg.end_name.clone()));
+        let mut objects = Vec::new();
+        let mut cursor = start;
+        let result: Result<(), String> = tokio::task::block_in_place(|| {
+            loop {
+                let page = self
+                    .ctx
+                    .store
+                    .list_objects(&self.coll, cursor.as_ref(), CHUNK)
+                    .map_err(|e| e.to_string())?;
+                for k in &page.objects {
+                    if end.as_ref().is_some_and(|e| k > e) {
+                        return Ok(());
+                    }
+                    if k.name.first() != Some(&0) {
+                        objects.push(summarize(self.ctx.store.as_ref(), &self.coll, k, msg.deep));
+                    }
+                }
+                match page.next {
+                    Some(n) => cursor = Some(n),
+                    None => return Ok(()),
+                }
+            }
+        });
+        let reply = match result {
+            Ok(()) => PgScrubMap {
+                objects,
+                ..PgScrubMap::default()
+            },
+            Err(e) => PgScrubMap {
+                code: OsdErrorCode::Io as u32,
+                message: e,
+                objects: Vec::new(),
+            },
+        };
+        tokio::spawn(async move {
+            let _ = responder.reply(reply, Bytes::new()).await;
+        });
+    }
+
+    fn query_json(&self) -> Value {
+        let info = &self.log.info;
+        json!({
+            "pgid": self.id.to_string(),
+            "state": self.stat().map(|s| s.state).unwrap_or_else(|| format!("{:?}", self.state)),
+            "epoch": self.epoch(),
+            "up": self.up,
+            "acting": self.acting,
+            "primary": self.primary,
+            "interval_start": self.interval_start,
+            "previous_acting": self.prior,
+            "info": {
+                "last_update": info.last_update.to_string(),
+                "log_tail": info.log_tail.to_string(),
+                "last_epoch_started": info.last_epoch_started,
+                "objects": info.objects,
+                "bytes": info.bytes,
+            },
+            "log_entries": self.log.len(),
+            "ops_waiting": self.waiting.len(),
+            "ops_in_flight": self.inflight.len(),
+            "scrub": {
+                "running": self.scrub.is_some(),
+                "last_scrub_ms": self.scrub_record.stamp_ms,
+                "last_deep_scrub_ms": self.scrub_record.deep_stamp_ms,
+                "inconsistent": self.scrub_record.inconsistent.iter()
+                    .map(|(o, why)| json!({ "object": o, "why": why }))
+                    .collect::<Vec<_>>(),
+            },
+        })
+    }
+}

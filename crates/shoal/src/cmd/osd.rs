@@ -13,6 +13,12 @@ use super::common::{Ctx, Format, mon_command, pretty, print};
 pub enum OsdCmd {
     /// Prepare an OSD's data directory: its store, key and metadata.
     Mkfs(super::osd_daemon::MkfsArgs),
+    /// Scrub every PG the OSD is primary of.
+    Scrub(super::pg::OsdScrubArg),
+    /// Deep-scrub every PG the OSD is primary of.
+    DeepScrub(super::pg::OsdScrubArg),
+    /// Repair every PG the OSD is primary of.
+    Repair(super::pg::OsdScrubArg),
     /// The CRUSH hierarchy with each OSD's state.
     Tree(FormatArg),
     /// The whole OSD map.
@@ -338,6 +344,9 @@ fn done(format: Format, v: &Value, what: &str) {
 pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         OsdCmd::Mkfs(_) => bail_mkfs()?,
+        OsdCmd::Scrub(a) => super::pg::run_osd_scrub(ctx, &a, "scrub")?,
+        OsdCmd::DeepScrub(a) => super::pg::run_osd_scrub(ctx, &a, "deep-scrub")?,
+        OsdCmd::Repair(a) => super::pg::run_osd_scrub(ctx, &a, "repair")?,
         OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
         OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
         OsdCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::OsdStat)?, stat_plain),

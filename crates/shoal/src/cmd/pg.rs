@@ -47,18 +47,86 @@ fn parse_pgid(s: &str) -> anyhow::Result<shoal_maps::PgId> {
     })
 }
 
-/// Sends a command to the PG's primary through the client library.
-fn pg_command(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<Value> {
-    let pg = parse_pgid(&a.pgid)?;
+/// `shoal osd scrub|deep-scrub|repair N`.
+#[derive(Debug, Args)]
+pub struct OsdScrubArg {
+    /// The OSD id.
+    id: i32,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// Sends commands to PGs' primaries through the client library: to `pgs`,
+/// or (with `None`) to every PG whose primary is `osd`.
+fn pg_commands(
+    ctx: &Ctx,
+    pgs: Option<Vec<shoal_maps::PgId>>,
+    osd: i32,
+    command: &str,
+) -> anyhow::Result<Vec<Value>> {
     let rt = super::common::runtime()?;
     rt.block_on(async {
         let opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         let timeout = opts.op_timeout.max(std::time::Duration::from_secs(600));
         let client = shoal_client::Client::connect(opts).await?;
-        let out = client.pg_command(pg, command, timeout).await;
+        let pgs = match pgs {
+            Some(p) => p,
+            None => {
+                let map = client.map()?;
+                let mut mine = Vec::new();
+                for (id, pool) in map.pools() {
+                    for seed in 0..pool.pg_num {
+                        let pg = shoal_maps::PgId { pool: *id, seed };
+                        if map
+                            .pg_to_up_acting(pg)
+                            .is_ok_and(|m| m.acting_primary == osd)
+                        {
+                            mine.push(pg);
+                        }
+                    }
+                }
+                mine
+            }
+        };
+        let mut out = Vec::new();
+        for pg in pgs {
+            match client.pg_command(pg, command, timeout).await {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    client.shutdown().await;
+                    anyhow::bail!("pg {pg}: {e}");
+                }
+            }
+        }
         client.shutdown().await;
-        Ok(out?)
+        Ok(out)
     })
+}
+
+fn pg_command(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<Value> {
+    let pg = parse_pgid(&a.pgid)?;
+    let mut out = pg_commands(ctx, Some(vec![pg]), -1, command)?;
+    out.pop()
+        .ok_or_else(|| anyhow::anyhow!("pg {pg}: no answer"))
+}
+
+/// Runs `shoal osd scrub|deep-scrub|repair N`.
+pub fn run_osd_scrub(ctx: &Ctx, a: &OsdScrubArg, command: &str) -> anyhow::Result<()> {
+    let results = pg_commands(ctx, None, a.id, command)?;
+    let v = Value::Array(results);
+    print(a.format, &v, |v| {
+        let list = v.as_array().cloned().unwrap_or_default();
+        let errors: u64 = list.iter().map(|r| u(&r["errors"])).sum();
+        let mut out: String = list.iter().map(scrub_plain).collect();
+        out.push_str(&format!(
+            "osd.{}: {} pgs, {errors} errors\n",
+            a.id,
+            list.len()
+        ));
+        out
+    });
+    Ok(())
 }
 
 fn scrub_plain(v: &Value) -> String {

@@ -1,0 +1,263 @@
+//! Self-healing with real processes: one monitor and five BlockStore OSDs,
+//! pool size 3 / min_size 2, a writer that records every acknowledged
+//! write. Meanwhile an OSD is SIGKILLed mid-write and restarted, another is
+//! SIGKILLed and marked out, and a new OSD joins. At the end every PG is
+//! active+clean, every acknowledged write reads back, deep scrub finds
+//! nothing, and every object has three identical copies on its acting set.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Dev, SHOAL};
+use serde_json::Value;
+use shoal_client::{Client, ClientOptions};
+
+const OBJECTS: u64 = 200;
+
+fn body(i: u64, generation: u64) -> Bytes {
+    let len = 1000 + (i * 7919 % 60_000) as usize;
+    let mut v = format!("object {i} generation {generation};").into_bytes();
+    v.resize(len, (i ^ generation) as u8);
+    Bytes::from(v)
+}
+
+fn pid(d: &Dev, name: &str) -> String {
+    std::fs::read_to_string(d.0.join("run").join(format!("{name}.pid")))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn kill9(d: &Dev, name: &str) {
+    let p = pid(d, name);
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &p])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Starts `shoal osd --id N` as `shoal dev` does (own process group, log,
+/// pid file), so `dev down` stops it.
+fn start_osd(d: &Dev, id: u32) {
+    use std::os::unix::process::CommandExt;
+    let name = format!("osd.{id}");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(d.0.join("out").join(format!("{name}.log")))
+        .unwrap();
+    let child = Command::new(SHOAL)
+        .args(["--conf", d.0.join("shoal.conf").to_str().unwrap()])
+        .args(["osd", "--id", &id.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::fs::write(
+        d.0.join("run").join(format!("{name}.pid")),
+        child.id().to_string(),
+    )
+    .unwrap();
+    std::mem::forget(child);
+}
+
+fn all_active_clean(d: &Dev) -> bool {
+    let out = d.run(&["pg", "stat", "--format", "json"]);
+    if !out.status.success() {
+        return false;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = v["num_pgs"].as_u64().unwrap_or(0);
+    let clean: u64 = v["num_pg_by_state"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["name"] == "active+clean")
+        .filter_map(|s| s["num"].as_u64())
+        .sum();
+    total > 0 && clean == total
+}
+
+fn wait_active_clean(d: &Dev, max: Duration) {
+    let deadline = Instant::now() + max;
+    while !all_active_clean(d) {
+        assert!(
+            Instant::now() < deadline,
+            "PGs not active+clean: {}",
+            d.ok(&["pg", "stat"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// What the writer knows of each object: the last acknowledged generation,
+/// and one sent but not acknowledged (it may or may not have applied).
+type Ledger = Arc<Mutex<BTreeMap<u64, (u64, Option<u64>)>>>;
+
+async fn writer(client: Client, ledger: Ledger, stop: Arc<AtomicBool>) {
+    let pool = client.pool("rbd").unwrap();
+    let mut generation = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        generation += 1;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..OBJECTS {
+            ledger.lock().unwrap().entry(i).or_insert((0, None)).1 = Some(generation);
+            let pool = pool.clone();
+            tasks.spawn(async move {
+                (
+                    i,
+                    pool.write_full(&format!("o{i}"), body(i, generation)).await,
+                )
+            });
+            while tasks.len() >= 16 {
+                let (i, r) = tasks.join_next().await.unwrap().unwrap();
+                if r.is_ok() {
+                    ledger.lock().unwrap().insert(i, (generation, None));
+                }
+            }
+        }
+        while let Some(r) = tasks.join_next().await {
+            let (i, r) = r.unwrap();
+            if r.is_ok() {
+                ledger.lock().unwrap().insert(i, (generation, None));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
+    let d = Dev::new("faults");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "5",
+        "--store",
+        "block",
+        "--osd-bytes",
+        "1000000000",
+    ]);
+    let name = "client.admin".parse().unwrap();
+    let mut o = ClientOptions::from_config(Some(&d.0.join("shoal.conf")), &name, &[]).unwrap();
+    o.op_timeout = Duration::from_secs(90);
+    let client = Client::connect(o).await.unwrap();
+    let ledger: Ledger = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = tokio::spawn(writer(client.clone(), ledger.clone(), stop.clone()));
+    let pause = |s: u64| tokio::time::sleep(Duration::from_secs(s));
+    pause(3).await;
+    // An OSD dies mid-write and comes back.
+    kill9(&d, "osd.1");
+    pause(4).await;
+    start_osd(&d, 1);
+    pause(4).await;
+    // Another dies and is marked out: its PGs move to the others.
+    kill9(&d, "osd.3");
+    d.ok(&["osd", "out", "3"]);
+    pause(4).await;
+    // A new OSD joins.
+    d.ok(&["osd", "mkfs", "--id", "5", "--store", "block"]);
+    start_osd(&d, 5);
+    pause(5).await;
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(120), w)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::task::block_in_place(|| wait_active_clean(&d, Duration::from_secs(90)));
+
+    // Every acknowledged write is there (or a later one sent meanwhile).
+    let pool = client.pool("rbd").unwrap();
+    let ledger = ledger.lock().unwrap().clone();
+    assert_eq!(ledger.len() as u64, OBJECTS);
+    for (i, (acked, pending)) in &ledger {
+        assert!(*acked > 0, "o{i} never acknowledged");
+        let got = pool.read(&format!("o{i}"), 0, 0).await.unwrap();
+        let ok = got == body(*i, *acked) || pending.is_some_and(|g| got == body(*i, g));
+        assert!(ok, "o{i}: acknowledged generation {acked} lost");
+    }
+    // Deep scrub of every PG finds nothing.
+    let map = client.map().unwrap();
+    let rbd = map.pool_by_name("rbd").unwrap();
+    for seed in 0..rbd.pg_num {
+        let pg = format!("{}.{seed:x}", rbd.id);
+        let v = tokio::task::block_in_place(|| d.json(&["pg", "deep-scrub", &pg]));
+        assert_eq!(v["errors"], 0, "pg {pg}: {v}");
+    }
+    let acting: BTreeMap<String, Vec<i64>> = {
+        let dump = tokio::task::block_in_place(|| d.json(&["pg", "dump"]));
+        dump["pg_stats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let a = p["acting"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap());
+                (p["pgid"].as_str().unwrap().to_string(), a.collect())
+            })
+            .collect()
+    };
+    client.shutdown().await;
+    tokio::task::block_in_place(|| d.ok(&["dev", "down", "--dir", d.dir()]));
+    // Three identical copies of every object, on its acting set.
+    let mut lists: BTreeMap<i64, BTreeMap<String, String>> = BTreeMap::new();
+    for id in [0i64, 1, 2, 4, 5] {
+        let store = d.0.join(format!("osd.{id}/store"));
+        let out = d.ok(&["store", "ls", store.to_str().unwrap()]);
+        let entries = out
+            .lines()
+            .map(|l| {
+                let mut parts = l.splitn(3, ' ');
+                let pg = parts.next().unwrap().to_string();
+                let name = parts.next().unwrap().to_string();
+                (format!("{pg} {name}"), parts.next().unwrap().to_string())
+            })
+            .collect();
+        lists.insert(id, entries);
+    }
+    let mut objects = BTreeSet::new();
+    for (pg, members) in &acting {
+        assert_eq!(members.len(), 3, "pg {pg} acting {members:?}");
+        let first = &lists[&members[0]];
+        let mine: BTreeMap<&String, &String> = first
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{pg} ")))
+            .collect();
+        for m in &members[1..] {
+            let theirs: BTreeMap<&String, &String> = lists[m]
+                .iter()
+                .filter(|(k, _)| k.starts_with(&format!("{pg} ")))
+                .collect();
+            assert_eq!(
+                mine, theirs,
+                "pg {pg}: osd.{} and osd.{m} differ",
+                members[0]
+            );
+        }
+        objects.extend(mine.keys().map(|k| k.to_string()));
+    }
+    assert_eq!(
+        objects.len() as u64,
+        OBJECTS,
+        "every object on its acting set"
+    );
+}

@@ -64,7 +64,13 @@ fn row(map: &OsdMap, weights: &[u32], ws: &mut Workspace, pgid: PgId, state: &Mo
     let entry = state.pg_stats.get(&pgid.to_string()).cloned();
     let state = match &entry {
         None => "unknown".to_string(),
-        Some(e) if e.reporter != m.acting_primary || !map.is_up(e.reporter) => {
+        // A report from another primary, a down one, or of another acting
+        // set describes an earlier interval, not the PG as it is now.
+        Some(e)
+            if e.reporter != m.acting_primary
+                || !map.is_up(e.reporter)
+                || e.report.acting != m.acting =>
+        {
             format!("stale+{}", e.report.state)
         }
         Some(e) => e.report.state.clone(),
@@ -416,6 +422,9 @@ mod tests {
     }
 
     fn report(s: &mut MonState, id: i32, avail: u64, pgs: &[(&str, &str, u64)]) {
+        let map = s.osdmap.current().unwrap().clone();
+        // The report describes the PG as the current map places it.
+        let acting = |pgid: &str| map.pg_to_up_acting(pgid.parse().unwrap()).unwrap().acting;
         let pgs = pgs
             .iter()
             .map(|(pgid, state, objects)| PgStatReport {
@@ -424,8 +433,8 @@ mod tests {
                 objects: *objects,
                 bytes: objects * 1000,
                 version: "5'3".into(),
-                up: vec![id],
-                acting: vec![id],
+                up: acting(pgid),
+                acting: acting(pgid),
                 log_size: 3,
                 inconsistent: if state.contains("inconsistent") {
                     vec!["obj-a".into()]
@@ -473,6 +482,13 @@ mod tests {
         let st = states(&d);
         assert_eq!(st.len(), 16);
         assert_eq!(st["1.0"], "active+clean");
+        // A report of another acting set describes an earlier interval.
+        let mut old = s.pg_stats["1.0"].clone();
+        old.report.acting.reverse();
+        old.report.acting.push(99);
+        let mut s2 = s.clone();
+        s2.pg_stats.insert("1.0".into(), old);
+        assert_eq!(states(&pg_dump(&s2).unwrap())["1.0"], "stale+active+clean");
         assert_eq!(st["1.1"], "stale+active+clean");
         assert_eq!(st["2.7"], "unknown");
         let first = &d["pg_stats"][0];

@@ -951,8 +951,8 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
                 objects: 3,
                 bytes: 3 << 10,
                 version: format!("{epoch}'3"),
-                up: vec![0, 1],
-                acting: vec![0, 1],
+                up: serde_json::from_value(p["up"].clone()).unwrap(),
+                acting: serde_json::from_value(p["acting"].clone()).unwrap(),
                 log_size: 3,
                 inconsistent: Vec::new(),
             })
@@ -1006,6 +1006,8 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
         pgs: vec![shoal_mon::PgStatReport {
             pgid: first["pgid"].as_str().unwrap().into(),
             state: "active+undersized+degraded".into(),
+            up: serde_json::from_value(first["up"].clone()).unwrap(),
+            acting: serde_json::from_value(first["acting"].clone()).unwrap(),
             ..Default::default()
         }],
     };

@@ -77,6 +77,8 @@ pub struct OsdCtx {
     pub counters: OsdCounters,
     /// The store is fuller than `cfg.full_ratio`: writes are refused.
     pub full: std::sync::atomic::AtomicBool,
+    /// A PG changed state: report the statistics now, not at the next interval.
+    pub stats_changed: tokio::sync::Notify,
 }
 
 impl OsdCtx {

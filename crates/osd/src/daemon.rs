@@ -146,6 +146,7 @@ impl Osd {
             cfg: opts.pg.clone(),
             counters: OsdCounters::default(),
             full: std::sync::atomic::AtomicBool::new(false),
+            stats_changed: tokio::sync::Notify::new(),
         });
         let inner = Arc::new(Inner {
             ctx,

@@ -132,7 +132,12 @@ impl Inner {
     /// Reports the statistics of the PGs we are primary of, and the store's space.
     pub(crate) async fn report_stats(self: Arc<Self>) {
         loop {
-            tokio::time::sleep(self.opts.stats_interval).await;
+            // At the interval, or soon after a PG changes state (debounced).
+            let changed = self.ctx.stats_changed.notified();
+            tokio::select! {
+                _ = tokio::time::sleep(self.opts.stats_interval) => {}
+                _ = changed => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
             let Some(map) = self.current_map() else {
                 continue;
             };

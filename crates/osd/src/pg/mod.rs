@@ -453,6 +453,7 @@ impl Pg {
         self.peers_pending.clear();
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
+        self.ctx.stats_changed.notify_one();
         let me = self.whoami();
         tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
             primary, "new interval");

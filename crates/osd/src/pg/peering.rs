@@ -240,6 +240,7 @@ impl Pg {
                     return;
                 }
                 self.state = State::Active;
+                self.ctx.stats_changed.notify_one();
                 tracing::debug!(pg = %self.id, epoch = interval_start, "active");
                 self.drain_waiting().await;
             }

@@ -328,6 +328,7 @@ impl Pg {
             self.scrub_record.deep_stamp_ms = now;
         }
         self.scrub_record.inconsistent = left.clone();
+        self.ctx.stats_changed.notify_one();
         let mut t = Transaction::new();
         t.omap_set_keys(
             self.coll,

@@ -58,6 +58,9 @@ pub struct RadosBenchArgs {
     /// Draw bandwidth and latency over time into this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Write: stop after this many objects (as rados bench's --max-objects).
+    #[arg(long)]
+    pub max_objects: Option<u64>,
 }
 
 /// The object operations a benchmark needs.
@@ -171,9 +174,10 @@ pub async fn run_bench<B: BenchIo>(
     concurrency: usize,
     run: &str,
     plain: bool,
+    max_objects: Option<u64>,
 ) -> anyhow::Result<Report> {
     let (objects, size, run) = match mode {
-        Mode::Write => (u64::MAX, size, run.to_string()),
+        Mode::Write => (max_objects.unwrap_or(u64::MAX), size, run.to_string()),
         Mode::Seq | Mode::Rand => {
             let (n, size, run) = read_metadata(&io).await?;
             if n == 0 {
@@ -621,6 +625,7 @@ pub fn run(a: RadosBenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
             a.concurrency,
             &run_name,
             plain,
+            a.max_objects,
         )
         .await?;
         if mode == Mode::Write && !a.no_cleanup {

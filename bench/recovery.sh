@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Recovery benchmark (BENCHMARKS.md X1, issue 7): a dev cluster of 4
+# BlockStore OSDs, pool size 3, ~1 GiB of 4 MiB objects; one OSD is
+# SIGKILLed and marked out, and we time the return to active+clean while a
+# 4 KiB writer runs. Printed beside the same run's loopback bandwidth
+# (iperf3, when installed) and raw disk bandwidth (dd to a file in the same
+# file system), with the CPU seconds each daemon used.
+#
+# Usage: bench/recovery.sh [--gib N]   SHOAL=path/to/shoal (default target/release/shoal)
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+GIB=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gib) GIB="$2"; shift 2 ;;
+    *) echo "usage: $0 [--gib N]" >&2; exit 2 ;;
+  esac
+done
+SHOAL="${SHOAL:-$ROOT/target/release/shoal}"
+[ -x "$SHOAL" ] || (cd "$ROOT" && cargo build --release -p shoal)
+OUT="${TMPDIR:-/tmp}/shoal-recovery-$$"
+DIR="$OUT/cluster"
+mkdir -p "$OUT"
+CLK_TCK=$(getconf CLK_TCK)
+cleanup() { "$SHOAL" dev down --dir "$DIR" --wipe >/dev/null 2>&1 || true; rm -rf "$OUT"; }
+trap cleanup EXIT
+
+# Baselines, same run.
+DISK_MBS=$(dd if=/dev/zero of="$OUT/dd.bin" bs=4M count=256 oflag=direct 2>&1 | awk '/copied/{print $(NF-1), $NF}')
+rm -f "$OUT/dd.bin"
+if command -v iperf3 >/dev/null 2>&1; then
+  iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+  sleep 0.5
+  LOOP=$(iperf3 -c 127.0.0.1 -p 5299 -t 3 -J | python3 -c 'import json,sys; print("%.0f MB/s" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e6))')
+else
+  LOOP="(iperf3 not installed)"
+fi
+
+"$SHOAL" dev up --dir "$DIR" --osds 4 --store block --osd-bytes $((4 * GIB * 1024 * 1024 * 1024)) >/dev/null
+export SHOAL_CONF="$DIR/shoal.conf"
+OBJECTS=$((GIB * 256))
+"$SHOAL" bench -p rbd 3600 write -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
+
+# What osd.0 holds: the bytes of the PGs it is in (once the primaries
+# have reported the new objects).
+sleep 7   # osd_pg_stats_interval_ms is 5 s
+BYTES=$("$SHOAL" pg dump --format json | python3 -c '
+import json,sys
+v=json.load(sys.stdin)
+print(sum(p.get("bytes",0) for p in v["pg_stats"] if 0 in p.get("acting",[])))')
+
+base=$("$SHOAL" bench -p rbd 5 write -b 4096 -t 16 --format json)
+
+daemon_cpu() {
+  for f in "$DIR"/run/*.pid; do
+    p=$(cat "$f"); [ -r "/proc/$p/stat" ] || continue
+    awk -v n="$(basename "$f" .pid)" -v hz="$CLK_TCK" '{sub(/.*\) /,""); printf "%s %.2f\n", n, ($12+$13)/hz}' "/proc/$p/stat"
+  done
+}
+before="$(daemon_cpu)"
+kill -KILL "$(cat "$DIR/run/osd.0.pid")"
+"$SHOAL" osd out 0 >/dev/null
+t0=$(date +%s.%N)
+"$SHOAL" bench -p rbd 10 write -b 4096 -t 16 --format json > "$OUT/during.json" &
+BENCH=$!
+while ! "$SHOAL" pg stat --format json | python3 -c '
+import json,sys
+v=json.load(sys.stdin)
+c=sum(s["num"] for s in v["num_pg_by_state"] if s["name"]=="active+clean")
+sys.exit(0 if c==v["num_pgs"] else 1)'; do
+  sleep 0.2
+done
+t1=$(date +%s.%N)
+after="$(daemon_cpu)"
+wait "$BENCH" || true
+CPU=$(join <(echo "$before" | sort) <(echo "$after" | sort) | awk '{printf "%s %.1f s, ", $1, $3-$2}')
+
+python3 - "$t0" "$t1" "$BYTES" "$base" "$(cat "$OUT/during.json" 2>/dev/null || echo '{}')" "$DISK_MBS" "$LOOP" "$CPU" <<'EOF'
+import json, sys
+t0, t1, moved = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+base, during = json.loads(sys.argv[4]), json.loads(sys.argv[5] or "{}")
+secs = t1 - t0
+print("| figure | value |")
+print("|---|---|")
+print(f"| data on the lost OSD's PGs | {moved/2**20:.0f} MiB |")
+print(f"| time to active+clean after kill + out | {secs:.1f} s |")
+print(f"| recovery throughput | {moved/secs/1e6:.1f} MB/s |")
+print(f"| 4 KiB write IOPS before | {base.get('iops', 0):.0f} |")
+print(f"| 4 KiB write IOPS during recovery (10 s from the kill) | {during.get('iops', 0):.0f} |")
+print(f"| raw disk, dd 4 MiB direct writes | {sys.argv[6]} |")
+print(f"| loopback TCP, iperf3 one stream | {sys.argv[7]} |")
+print(f"| daemon CPU during recovery | {sys.argv[8].rstrip(', ')} |")
+EOF

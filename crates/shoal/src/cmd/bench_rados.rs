@@ -165,17 +165,36 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// One benchmark run's parameters.
+#[derive(Debug, Clone)]
+pub struct BenchSpec {
+    /// What to do.
+    pub mode: Mode,
+    /// How long, at most.
+    pub seconds: u64,
+    /// Object size (write).
+    pub size: usize,
+    /// Ops in flight.
+    pub concurrency: usize,
+    /// Object name prefix (write).
+    pub run: String,
+    /// Print per-second lines.
+    pub plain: bool,
+    /// Write at most this many objects.
+    pub max_objects: Option<u64>,
+}
+
 /// Runs one benchmark against `io`.
-pub async fn run_bench<B: BenchIo>(
-    io: B,
-    mode: Mode,
-    seconds: u64,
-    size: usize,
-    concurrency: usize,
-    run: &str,
-    plain: bool,
-    max_objects: Option<u64>,
-) -> anyhow::Result<Report> {
+pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Report> {
+    let BenchSpec {
+        mode,
+        seconds,
+        size,
+        concurrency,
+        ref run,
+        plain,
+        max_objects,
+    } = *spec;
     let (objects, size, run) = match mode {
         Mode::Write => (max_objects.unwrap_or(u64::MAX), size, run.to_string()),
         Mode::Seq | Mode::Rand => {
@@ -617,17 +636,16 @@ pub fn run(a: RadosBenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
     let rt = multi_thread_runtime()?;
     let report = rt.block_on(async {
         let (client, io) = connect(ctx, &pool).await?;
-        let report = run_bench(
-            io.clone(),
+        let spec = BenchSpec {
             mode,
             seconds,
             size,
-            a.concurrency,
-            &run_name,
+            concurrency: a.concurrency,
+            run: run_name.clone(),
             plain,
-            a.max_objects,
-        )
-        .await?;
+            max_objects: a.max_objects,
+        };
+        let report = run_bench(io.clone(), &spec).await?;
         if mode == Mode::Write && !a.no_cleanup {
             let removed = cleanup(&io, &run_name, report.ops).await?;
             if plain {

@@ -116,6 +116,10 @@ impl MonClient {
             attempt += 1;
             let addr = self.mons[i];
             match self.try_one(addr, &json, deadline).await {
+                // A monitor that is catching up asks us to try again (another one).
+                Ok(r) if r.code == ErrorCode::Again as u32 => {
+                    last = format!("mon at {addr}: {}", r.output);
+                }
                 Ok(r) => {
                     self.last_good.store(i, Ordering::Relaxed);
                     return reply_to_result(r);

@@ -456,17 +456,52 @@ impl Core {
         };
     }
 
+    /// A caller that authenticated but is not in this monitor's copy of the
+    /// auth database means this monitor has not caught up with the quorum
+    /// (it just restarted): wait for it, up to the command timeout, then
+    /// answer "no quorum" (a monitor that cannot catch up has none).
+    async fn wait_caught_up(&self, caller: &EntityName) -> Result<(), MonError> {
+        if caller.ty() == EntityType::Mon {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.opts.command_timeout;
+        loop {
+            if read_state(&self.state)
+                .auth
+                .contains_key(&caller.to_string())
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(MonError::new(
+                    ErrorCode::NoQuorum,
+                    format!(
+                        "no quorum: {} has not caught up with the quorum within {:?} (cannot check {caller}'s capabilities)",
+                        self.me, self.opts.command_timeout
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn check_caps(&self, caller: &EntityName, cmd: &Command) -> Result<(), MonError> {
         if caller.ty() == EntityType::Mon {
             return Ok(());
         }
         let state = read_state(&self.state);
-        let cap = state
-            .auth
-            .get(&caller.to_string())
-            .and_then(|e| e.caps.get("mon"))
-            .map(String::as_str)
-            .unwrap_or("");
+        let Some(entry) = state.auth.get(&caller.to_string()) else {
+            // It authenticated, so it exists: this monitor has not caught
+            // up with the replicated auth database yet (it just started).
+            return Err(MonError::new(
+                ErrorCode::Again,
+                format!(
+                    "{} has not caught up with the auth database yet; retry",
+                    self.me
+                ),
+            ));
+        };
+        let cap = entry.caps.get("mon").map(String::as_str).unwrap_or("");
         let caps = parse_mon_caps(cap);
         let (ok, need) = if cmd.is_write() {
             (caps.write, "w")
@@ -488,6 +523,7 @@ impl Core {
     async fn command(&self, caller: &EntityName, json: &str) -> Result<Value, MonError> {
         let cmd: Command = serde_json::from_str(json)
             .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("bad command: {e}")))?;
+        self.wait_caught_up(caller).await?;
         self.check_caps(caller, &cmd)?;
         if let Some(id) = cmd.speaks_for_osd() {
             let ok = caller.ty() == EntityType::Mon
@@ -862,6 +898,7 @@ impl Core {
             "leader": leader,
             "version": state.version,
             "osdmap": crate::views::osd_stat(state).unwrap_or(Value::Null),
+            "pgmap": crate::views_pg::pg_stat(state).unwrap_or(Value::Null),
             "auth": {
                 "entities": state.auth.len(),
                 "service_secret": state.service_secrets.keys().next_back(),

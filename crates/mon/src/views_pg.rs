@@ -166,10 +166,13 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
             b.saturating_add(e.report.bytes),
         )
     });
+    let (copies, degraded) = degraded_copies(map, &rows);
     let (total, used, avail) = raw_space(state);
     Ok(json!({
         "epoch": map.epoch.0,
         "num_pgs": rows.len(),
+        "num_object_copies": copies,
+        "num_objects_degraded": degraded,
         "num_pg_by_state": by_state
             .iter()
             .map(|(s, n)| json!({ "name": s, "num": n }))
@@ -180,6 +183,24 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
         "raw_bytes_used": used,
         "raw_bytes_avail": avail,
     }))
+}
+
+/// Object copies the pools want, and how many of them are missing because a
+/// PG has fewer acting members than its pool's size (Ceph's "degraded").
+fn degraded_copies(map: &OsdMap, rows: &[PgRow]) -> (u64, u64) {
+    let mut copies = 0u64;
+    let mut degraded = 0u64;
+    for r in rows {
+        let (Some(e), Some(pool)) = (&r.entry, map.pool(r.pgid.pool)) else {
+            continue;
+        };
+        let want = u64::from(pool.size);
+        let have = e.report.acting.iter().filter(|o| **o >= 0).count() as u64;
+        copies = copies.saturating_add(e.report.objects.saturating_mul(want));
+        degraded =
+            degraded.saturating_add(e.report.objects.saturating_mul(want.saturating_sub(have)));
+    }
+    (copies, degraded)
 }
 
 /// Raw bytes a pool uses per byte stored: its size for replicated pools,
@@ -324,6 +345,13 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
     let undersized: Vec<&PgRow> = rows.iter().filter(|r| has(r, "undersized")).collect();
     if !degraded.is_empty() || !undersized.is_empty() {
         let mut parts = Vec::new();
+        let (copies, missing) = degraded_copies(map, &rows);
+        if missing > 0 {
+            parts.push(format!(
+                "{missing}/{copies} objects degraded ({:.3}%)",
+                missing as f64 * 100.0 / copies.max(1) as f64
+            ));
+        }
         if !degraded.is_empty() {
             parts.push(count(degraded.len(), "degraded"));
         }
@@ -610,6 +638,35 @@ mod tests {
         );
         let h = crate::views::health(&s, &[], &[]);
         assert_eq!(h["status"], "HEALTH_WARN");
+    }
+
+    #[test]
+    fn missing_copies_count_as_degraded_objects() {
+        let mut s = state();
+        // One OSD down: PGs on it have two acting members of three.
+        let p = primary(&s, "1.2");
+        let down = (0..3).find(|o| *o != p).unwrap();
+        s.apply(&crate::state::MonRequest::Osd(OsdChange::MarkDown {
+            ids: vec![down],
+        }));
+        report(
+            &mut s,
+            p,
+            9000,
+            &[("1.2", "active+undersized+degraded", 10)],
+        );
+        let v = pg_stat(&s).unwrap();
+        assert_eq!(v["num_object_copies"], 30, "{v}");
+        assert_eq!(v["num_objects_degraded"], 10, "{v}");
+        let checks = pg_health(&s);
+        let deg = checks.iter().find(|c| c["code"] == "PG_DEGRADED").unwrap();
+        assert!(
+            deg["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("Degraded data redundancy: 10/30 objects degraded (33.333%)"),
+            "{deg}"
+        );
     }
 
     #[test]

@@ -48,6 +48,33 @@ fn plain(v: &Value) -> String {
             o["num_pgs"]
         ));
     }
+    let p = &v["pgmap"];
+    if !p.is_null() {
+        out.push_str(&format!(
+            "    objects: {} objects, {}\n    usage:   {} used, {} / {} avail\n    pgs:     ",
+            p["num_objects"],
+            super::pg::human_bytes(p["num_bytes"].as_u64().unwrap_or(0)),
+            super::pg::human_bytes(p["raw_bytes_used"].as_u64().unwrap_or(0)),
+            super::pg::human_bytes(p["raw_bytes_avail"].as_u64().unwrap_or(0)),
+            super::pg::human_bytes(p["raw_bytes"].as_u64().unwrap_or(0)),
+        ));
+        let states: Vec<String> = p["num_pg_by_state"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| format!("{} {}", s["num"], s["name"].as_str().unwrap_or("?")))
+            .collect();
+        out.push_str(&states.join("\n             "));
+        out.push('\n');
+        let degraded = p["num_objects_degraded"].as_u64().unwrap_or(0);
+        if degraded > 0 {
+            let copies = p["num_object_copies"].as_u64().unwrap_or(1).max(1);
+            out.push_str(&format!(
+                "             {degraded}/{copies} objects degraded ({:.3}%)\n",
+                degraded as f64 * 100.0 / copies as f64
+            ));
+        }
+    }
     out
 }
 

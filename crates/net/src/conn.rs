@@ -185,36 +185,15 @@ impl Connection {
         data: Bytes,
         timeout: Duration,
     ) -> Result<Reply, NetError> {
-        let msg = msg.into();
-        let tid = self.inner.next_tid.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut p = self.inner.lock_pending();
-            if let Some(reason) = &p.closed {
-                return Err(self.inner.closed_error(reason));
-            }
-            p.waiters.insert(tid, tx);
-        }
-        // Removes the waiter however this future ends (reply, timeout, drop).
-        let _guard = WaiterGuard {
-            inner: &self.inner,
-            tid,
-        };
+        // The timeout covers waiting for send budget as well as the reply;
+        // the pending entry goes with the `PendingReply` however this ends.
         let exchange = async {
-            self.inner
-                .enqueue(&msg, FrameFlags::default(), tid, data)
-                .await?;
-            match rx.await {
-                Ok(r) => r,
-                Err(_) => Err(self.inner.closed_error("connection dropped")),
-            }
+            let pending = self.submit(msg, data).await?;
+            pending.recv().await
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
-            Err(_) => Err(NetError::Timeout {
-                peer: self.inner.label.clone(),
-                ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }),
+            Err(_) => Err(self.inner.timeout_error(timeout)),
         }
     }
 
@@ -294,17 +273,22 @@ pub struct PendingReply {
 impl PendingReply {
     /// Waits up to `timeout` for the reply. An [`ErrorReply`] from the peer
     /// becomes [`NetError::Remote`].
-    pub async fn wait(mut self, timeout: Duration) -> Result<Reply, NetError> {
+    pub async fn wait(self, timeout: Duration) -> Result<Reply, NetError> {
+        let inner = Arc::clone(&self.inner);
+        match tokio::time::timeout(timeout, self.recv()).await {
+            Ok(r) => r,
+            Err(_) => Err(inner.timeout_error(timeout)),
+        }
+    }
+
+    /// Waits for the reply, however long it takes.
+    async fn recv(mut self) -> Result<Reply, NetError> {
         let Some(rx) = self.rx.take() else {
             return Err(self.inner.closed_error("reply already taken"));
         };
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(self.inner.closed_error("connection dropped")),
-            Err(_) => Err(NetError::Timeout {
-                peer: self.inner.label.clone(),
-                ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }),
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(self.inner.closed_error("connection dropped")),
         }
     }
 }
@@ -321,18 +305,14 @@ impl Drop for PendingReply {
     }
 }
 
-struct WaiterGuard<'a> {
-    inner: &'a ConnInner,
-    tid: u64,
-}
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        self.inner.lock_pending().waiters.remove(&self.tid);
-    }
-}
-
 impl ConnInner {
+    fn timeout_error(&self, timeout: Duration) -> NetError {
+        NetError::Timeout {
+            peer: self.label.clone(),
+            ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     fn lock_pending(&self) -> MutexGuard<'_, Pending> {
         // A panic while holding this lock cannot leave the map inconsistent.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())

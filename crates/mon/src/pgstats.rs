@@ -49,6 +49,12 @@ pub struct PgStatReport {
     /// Objects the last scrub found inconsistent (and repair could not fix).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inconsistent: Vec<String>,
+    /// Object copies recovery still has to make.
+    #[serde(default)]
+    pub recovery_left: u64,
+    /// Object copies recovery makes per second.
+    #[serde(default)]
+    pub recovery_per_s: u64,
 }
 
 /// The newest report of one PG, with who sent it and at which epoch.

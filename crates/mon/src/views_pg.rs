@@ -168,7 +168,18 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
     });
     let (copies, degraded) = degraded_copies(map, &rows);
     let (total, used, avail) = raw_space(state);
+    let (left, per_s) =
+        rows.iter()
+            .filter_map(|r| r.entry.as_ref())
+            .fold((0u64, 0u64), |(l, p), e| {
+                (
+                    l.saturating_add(e.report.recovery_left),
+                    p.saturating_add(e.report.recovery_per_s),
+                )
+            });
     Ok(json!({
+        "recovery_objects_left": left,
+        "recovery_objects_per_s": per_s,
         "epoch": map.epoch.0,
         "num_pgs": rows.len(),
         "num_object_copies": copies,
@@ -469,6 +480,8 @@ mod tests {
                 } else {
                     Vec::new()
                 },
+                recovery_left: if state.contains("recovering") { 5 } else { 0 },
+                recovery_per_s: if state.contains("recovering") { 2 } else { 0 },
             })
             .collect();
         let r = PgStats {
@@ -638,6 +651,18 @@ mod tests {
         );
         let h = crate::views::health(&s, &[], &[]);
         assert_eq!(h["status"], "HEALTH_WARN");
+    }
+
+    #[test]
+    fn recovery_progress_adds_up_across_pgs() {
+        let mut s = state();
+        let a = primary(&s, "1.4");
+        report(&mut s, a, 9000, &[("1.4", "recovering", 7)]);
+        let b = primary(&s, "1.5");
+        report(&mut s, b, 9000, &[("1.5", "recovering", 3)]);
+        let v = pg_stat(&s).unwrap();
+        assert_eq!(v["recovery_objects_left"], 10, "{v}");
+        assert_eq!(v["recovery_objects_per_s"], 4, "{v}");
     }
 
     #[test]

@@ -954,7 +954,7 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
                 up: serde_json::from_value(p["up"].clone()).unwrap(),
                 acting: serde_json::from_value(p["acting"].clone()).unwrap(),
                 log_size: 3,
-                inconsistent: Vec::new(),
+                ..Default::default()
             })
             .collect();
         let cmd = Command::OsdPgStats {

@@ -20,6 +20,9 @@ use tokio::task::JoinHandle;
 use crate::ctx::{OsdCounters, OsdCtx, PgConfig};
 use crate::pg::{ClientOp, Pg, PgEvent, PgStat};
 
+/// OSDs each OSD heartbeats at least, besides those it shares PGs with.
+const HEARTBEAT_MIN_PEERS: usize = 2;
+
 /// How an OSD runs.
 #[derive(Debug, Clone)]
 pub struct OsdOptions {
@@ -334,6 +337,23 @@ impl Inner {
         }
         peers.remove(&me);
         peers.retain(|p| *p >= 0);
+        // Like Ceph's osd_heartbeat_min_peers: also watch the next up OSDs
+        // by id, so an OSD that holds no PG (marked out, say) is still
+        // watched and reported when it dies.
+        let up: Vec<i32> = map
+            .osds()
+            .filter(|(id, _)| *id != me && map.is_up(*id))
+            .map(|(id, _)| id)
+            .collect();
+        let after = up.iter().position(|id| *id > me).unwrap_or(0);
+        for id in up
+            .iter()
+            .cycle()
+            .skip(after)
+            .take(up.len().min(HEARTBEAT_MIN_PEERS))
+        {
+            peers.insert(*id);
+        }
         *lock(&self.peers) = peers;
         for pg in mine {
             if let Err(e) = self.pg(pg) {

@@ -164,6 +164,8 @@ impl Inner {
                     acting: s.acting,
                     log_size: s.log_size,
                     inconsistent: s.inconsistent,
+                    recovery_left: s.recovery_left,
+                    recovery_per_s: s.recovery_per_s,
                 })
                 .collect();
             let cmd = Command::OsdPgStats {

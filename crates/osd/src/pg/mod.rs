@@ -28,7 +28,7 @@ use crate::ctx::OsdCtx;
 use crate::log::{LogEntry, PgInfoData, PgLog, ReqId, Version};
 use crate::object::{collection, pg_meta_key};
 
-pub use peering::{MemberLog, RecoveryPlan, plan_recovery};
+pub use peering::{MemberLog, RecoveryPlan, RecoveryProgress, plan_recovery};
 
 /// Most omap entries read from a PG's meta object at once (its log and dups).
 pub(crate) const OMAP_ALL: usize = 1 << 24;
@@ -186,6 +186,10 @@ pub struct PgStat {
     pub log_size: u64,
     /// Objects the last scrub found inconsistent (and repair could not fix).
     pub inconsistent: Vec<String>,
+    /// Object copies recovery still has to make.
+    pub recovery_left: u64,
+    /// Object copies recovery makes per second.
+    pub recovery_per_s: u64,
 }
 
 /// Where a PG is in its interval.
@@ -241,6 +245,7 @@ pub struct Pg {
     conns: HashMap<i32, Connection>,
     scrub: Option<scrub::ScrubJob>,
     scrub_record: scrub::ScrubRecord,
+    recovery: Option<Arc<RecoveryProgress>>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -318,6 +323,7 @@ impl Pg {
             conns: HashMap::new(),
             scrub: None,
             scrub_record,
+            recovery: None,
         };
         tokio::spawn(pg.run(rx));
         Ok(tx)
@@ -453,6 +459,7 @@ impl Pg {
         self.peers_pending.clear();
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
+        self.recovery = None;
         self.ctx.stats_changed.notify_one();
         let me = self.whoami();
         tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
@@ -516,6 +523,8 @@ impl Pg {
         if !self.scrub_record.inconsistent.is_empty() {
             state.push_str("+inconsistent");
         }
+        let (recovery_left, recovery_per_s) =
+            self.recovery.as_ref().map_or((0, 0), |p| p.left_and_rate());
         Some(PgStat {
             pgid: self.id,
             state,
@@ -531,6 +540,8 @@ impl Pg {
                 .iter()
                 .map(|(o, _)| o.clone())
                 .collect(),
+            recovery_left,
+            recovery_per_s,
         })
     }
 }

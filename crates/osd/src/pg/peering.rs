@@ -23,6 +23,10 @@ use crate::ctx::OsdCtx;
 use crate::log::{LogEntry, PgInfoData, Version};
 use crate::recovery;
 
+/// How long peering waits for a member of the previous interval that is
+/// not in the current acting set.
+const PRIOR_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// One member's copy of a PG, as peering sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemberLog {
@@ -149,9 +153,19 @@ impl Pg {
             interval_start: self.interval_start,
         };
         let interval_start = self.interval_start;
+        // A member of the previous interval only may be gone for good:
+        // give it little time (an acting member is waited for).
+        let limit = if self.acting.contains(&osd) {
+            ctx.cfg.peer_timeout
+        } else {
+            PRIOR_QUERY_TIMEOUT.min(ctx.cfg.peer_timeout)
+        };
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let result = query(&ctx, &map, osd, q).await;
+            let result = match tokio::time::timeout(limit, query(&ctx, &map, osd, q)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("osd.{osd} did not answer within {limit:?}")),
+            };
             let _ = events.send(PgEvent::PeerInfo {
                 from: osd,
                 interval_start,
@@ -201,6 +215,19 @@ impl Pg {
         let plan = plan_recovery(me, &logs, &self.acting);
         self.state = State::Recovering;
         let Some(map) = self.map.clone() else { return };
+        let copies: u64 = plan
+            .members
+            .values()
+            .map(|m| {
+                if m.backfill {
+                    plan.auth_info.objects
+                } else {
+                    m.objects.len() as u64
+                }
+            })
+            .sum();
+        let progress = RecoveryProgress::new(copies);
+        self.recovery = Some(Arc::clone(&progress));
         let job = Recovery {
             ctx: Arc::clone(&self.ctx),
             map,
@@ -208,6 +235,7 @@ impl Pg {
             coll: self.coll,
             interval_start: self.interval_start,
             replicas: self.replicas(),
+            progress,
         };
         let events = self.events.clone();
         let interval_start = self.interval_start;
@@ -228,6 +256,7 @@ impl Pg {
         if interval_start != self.interval_start || self.state != State::Recovering {
             return;
         }
+        self.recovery = None;
         match result {
             Ok((mut info, entries)) => {
                 info.last_epoch_started = interval_start;
@@ -280,6 +309,36 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
     })
 }
 
+/// How far a PG's recovery has got: object copies to make and made.
+#[derive(Debug)]
+pub struct RecoveryProgress {
+    total: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+}
+
+impl RecoveryProgress {
+    fn new(total: u64) -> Arc<RecoveryProgress> {
+        Arc::new(RecoveryProgress {
+            total: total.into(),
+            done: 0.into(),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    fn add(&self, n: u64) {
+        self.done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Copies still to make, and the rate so far (copies per second).
+    pub fn left_and_rate(&self) -> (u64, u64) {
+        let done = self.done.load(std::sync::atomic::Ordering::Relaxed);
+        let total = self.total.load(std::sync::atomic::Ordering::Relaxed);
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        (total.saturating_sub(done), (done as f64 / secs) as u64)
+    }
+}
+
 /// A recovery job for one interval.
 struct Recovery {
     ctx: Arc<OsdCtx>,
@@ -288,6 +347,7 @@ struct Recovery {
     coll: CollectionId,
     interval_start: u32,
     replicas: Vec<i32>,
+    progress: Arc<RecoveryProgress>,
 }
 
 impl Recovery {
@@ -350,11 +410,15 @@ impl Recovery {
     }
 
     async fn pull(&self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::pull_object(&self.ctx, self.pg, self.map.epoch.0, src, key).await
+        recovery::pull_object(&self.ctx, self.pg, self.map.epoch.0, src, key).await?;
+        self.progress.add(1);
+        Ok(())
     }
 
     async fn push(&self, dst: &Connection, key: &ObjectKey, reset: bool) -> Result<(), String> {
-        recovery::push_object(&self.ctx, self.pg, self.map.epoch.0, dst, key, reset).await
+        recovery::push_object(&self.ctx, self.pg, self.map.epoch.0, dst, key, reset).await?;
+        self.progress.add(1);
+        Ok(())
     }
 
     /// Every object of our copy, in pages.

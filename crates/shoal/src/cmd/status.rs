@@ -74,6 +74,18 @@ fn plain(v: &Value) -> String {
                 degraded as f64 * 100.0 / copies as f64
             ));
         }
+        let left = p["recovery_objects_left"].as_u64().unwrap_or(0);
+        if left > 0 {
+            let rate = p["recovery_objects_per_s"].as_u64().unwrap_or(0);
+            let eta = if rate > 0 {
+                format!("{} s", left.div_ceil(rate))
+            } else {
+                "unknown".into()
+            };
+            out.push_str(&format!(
+                "\n  progress:\n    recovery: {left} object copies left, {rate} objects/s, eta {eta}\n"
+            ));
+        }
     }
     out
 }

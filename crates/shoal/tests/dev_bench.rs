@@ -98,3 +98,52 @@ fn a_daemon_that_fails_to_start_fails_up_and_leaves_nothing_running() {
     let out = d.run(&["dev", "up", "--dir", d.dir(), "--mons", "2"]);
     assert!(!out.status.success());
 }
+
+#[test]
+fn foreground_up_stops_every_daemon_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let d = Dev::new("foreground");
+    let mut up = Command::new(common::SHOAL)
+        .args([
+            "dev",
+            "up",
+            "--dir",
+            d.dir(),
+            "--store",
+            "mem",
+            "--osds",
+            "1",
+            "--foreground",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Keep reading to the end, so `up` never writes to a closed pipe.
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut ready = false;
+    for line in lines.by_ref() {
+        if line.unwrap().contains("dev cluster is up") {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "dev up --foreground never said it was up");
+    let status = d.ok(&["dev", "status", "--dir", d.dir()]);
+    assert_eq!(status.matches("running").count(), 2, "{status}");
+    let pid = up.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let code = up.wait().unwrap();
+    assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
+    assert!(code.success(), "{code}");
+    let status = d.ok(&["dev", "status", "--dir", d.dir()]);
+    assert!(!status.contains("running"), "{status}");
+}

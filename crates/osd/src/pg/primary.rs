@@ -370,10 +370,14 @@ impl Pg {
         match r {
             Ok(()) => {}
             Err((None, e)) => {
-                // Unreachable replica: the change stays in flight; the map
-                // change that follows restarts peering and the client resends.
-                tracing::warn!(pg = %self.id, %version, osd = from, "replication failed: {e}");
-                return;
+                // The replica did not answer (timeout, lost connection):
+                // whether it applied the change is unknown, and a resend on
+                // a new connection could reach it out of order. Peer again,
+                // which makes the members agree; clients resend and the log
+                // recognises what was applied.
+                return self
+                    .replica_refused(version, from, OsdErrorCode::Again, e)
+                    .await;
             }
             Err((Some(code), e)) => {
                 return self.replica_refused(version, from, code, e).await;
@@ -395,6 +399,10 @@ impl Pg {
         code: OsdErrorCode,
         e: String,
     ) {
+        if !self.inflight.contains_key(&version) {
+            // Already failed with an earlier change: peering is under way.
+            return;
+        }
         tracing::warn!(pg = %self.id, %version, osd = from, ?code, "replica refused a change: {e}");
         let epoch = self.epoch();
         let failed: Vec<InFlight> = std::mem::take(&mut self.inflight).into_values().collect();

@@ -27,13 +27,48 @@ impl Dev {
         self.0.to_str().unwrap()
     }
 
-    /// Runs `shoal ARGS` with this cluster's configuration.
+    /// Runs `shoal ARGS` with this cluster's configuration. A command
+    /// that runs longer than 90 s is killed, and the test fails
+    /// showing the daemons' logs.
     pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(SHOAL)
+        let mut child = Command::new(SHOAL)
             .args(args)
             .env("SHOAL_CONF", self.0.join("shoal.conf"))
-            .output()
-            .unwrap()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let read = |mut r: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v);
+                v
+            })
+        };
+        let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let logs = Command::new(SHOAL)
+                    .args(["dev", "logs", "--dir", self.dir(), "--lines", "60"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                panic!("shoal {args:?} hung for 90 s; the daemons' logs:\n{logs}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        }
     }
 
     /// Runs `shoal ARGS`, which must succeed; returns its standard output.

@@ -142,7 +142,20 @@ impl Pg {
                 return;
             }
         }
-        if mutating && self.ctx.full.load(std::sync::atomic::Ordering::Relaxed) {
+        // A full OSD still takes ops that only free space (as Ceph lets
+        // deletes through), or nobody could make room again.
+        let frees_only = msg.ops.iter().all(|o| {
+            matches!(
+                shoal_proto::OpCode::from_u32(o.code),
+                Some(
+                    shoal_proto::OpCode::Remove
+                        | shoal_proto::OpCode::RmXattr
+                        | shoal_proto::OpCode::OmapRmKeys
+                        | shoal_proto::OpCode::OmapClear
+                )
+            ) || !shoal_proto::OpCode::from_u32(o.code).is_some_and(shoal_proto::OpCode::is_write)
+        });
+        if mutating && !frees_only && self.ctx.full.load(std::sync::atomic::Ordering::Relaxed) {
             let m = format!(
                 "osd.{} is full (over {:.0}% used)",
                 self.whoami(),

@@ -23,10 +23,6 @@ pub(crate) async fn reply_error(r: Responder, code: OsdErrorCode, epoch: u32, me
     let _ = r.reply(reply, Bytes::new()).await;
 }
 
-fn now_ms() -> u64 {
-    shoal_net::now_ms()
-}
-
 fn concat(chunks: Vec<Bytes>) -> Bytes {
     match chunks.len() {
         0 => Bytes::new(),
@@ -171,7 +167,7 @@ impl Pg {
             ops: &msg.ops,
             data: data.clone(),
             new_version: version.v,
-            mtime_ms: now_ms(),
+            mtime_ms: shoal_net::now_ms(),
         };
         let outcome = match tokio::task::block_in_place(|| exec::execute(input)) {
             Ok(o) => o,

@@ -220,6 +220,10 @@ options! {
     osd_peer_timeout_ms: u64 = 30_000u64;
     /// Above this percentage of its store used, an OSD refuses writes (as Ceph's full ratio).
     osd_full_ratio_pct: u32 = 95u32;
+    /// Objects an OSD recovers at once, per PG and in all (as Ceph's osd_recovery_max_active).
+    osd_recovery_max_active: u32 = 3u32;
+    /// PGs of an OSD backfilling at once (as Ceph's osd_max_backfills).
+    osd_max_backfills: u32 = 1u32;
     /// Scrub (compare replicas' object metadata) each PG at least this often, in milliseconds.
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.

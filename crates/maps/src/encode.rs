@@ -140,6 +140,27 @@ fn get_pairs(r: &mut Reader<'_>) -> Result<Vec<(i32, i32)>> {
         .collect()
 }
 
+/// Tagged sections after a map's or an incremental's original fields.
+const TAG_FLAGS: u8 = 1;
+const TAG_UP_THRU: u8 = 2;
+
+fn put_epochs(w: &mut Writer, m: &BTreeMap<i32, u32>) {
+    w.len(m.len());
+    for (id, e) in m {
+        w.i32(*id);
+        w.u32(*e);
+    }
+}
+
+fn get_epochs(r: &mut Reader<'_>) -> Result<BTreeMap<i32, u32>> {
+    let mut m = BTreeMap::new();
+    for _ in 0..r.count(8).map_err(de)? {
+        let id = r.i32().map_err(de)?;
+        m.insert(id, r.u32().map_err(de)?);
+    }
+    Ok(m)
+}
+
 fn put_fsid(w: &mut Writer, f: &[u8; 16]) {
     for b in f {
         w.u8(*b);
@@ -188,6 +209,16 @@ impl OsdMap {
             put_pairs(&mut w, v);
         }
         w.bytes(&self.crush.encode());
+        // Fields added later follow as tagged sections, each written only
+        // when not empty, so maps written before still decode.
+        if self.flags != 0 {
+            w.u8(TAG_FLAGS);
+            w.u32(self.flags);
+        }
+        if !self.up_thru.is_empty() {
+            w.u8(TAG_UP_THRU);
+            put_epochs(&mut w, &self.up_thru);
+        }
         w.finish()
     }
 
@@ -233,8 +264,13 @@ impl OsdMap {
             pg_upmap_items.insert(get_pg(&mut r)?, get_pairs(&mut r)?);
         }
         let crush = CrushMap::decode(r.bytes().map_err(de)?).map_err(de)?;
-        if r.remaining() != 0 {
-            return Err(MapError::Decode("trailing bytes".into()));
+        let (mut flags, mut up_thru) = (0, BTreeMap::new());
+        while r.remaining() != 0 {
+            match r.u8().map_err(de)? {
+                TAG_FLAGS => flags = r.u32().map_err(de)?,
+                TAG_UP_THRU => up_thru = get_epochs(&mut r)?,
+                t => return Err(MapError::Decode(format!("unknown section {t}"))),
+            }
         }
         Ok(OsdMap {
             fsid,
@@ -245,6 +281,8 @@ impl OsdMap {
             primary_temp,
             pg_upmap_items,
             crush,
+            flags,
+            up_thru,
         })
     }
 }
@@ -312,6 +350,15 @@ impl Incremental {
         for pg in &self.old_pg_upmap_items {
             put_pg(&mut w, pg);
         }
+        // Fields added later, as tagged sections (see OsdMap::encode).
+        if let Some(f) = self.new_flags {
+            w.u8(TAG_FLAGS);
+            w.u32(f);
+        }
+        if !self.new_up_thru.is_empty() {
+            w.u8(TAG_UP_THRU);
+            put_epochs(&mut w, &self.new_up_thru);
+        }
         w.finish()
     }
 
@@ -364,8 +411,12 @@ impl Incremental {
         for _ in 0..r.count(12).map_err(de)? {
             inc.old_pg_upmap_items.insert(get_pg(&mut r)?);
         }
-        if r.remaining() != 0 {
-            return Err(MapError::Decode("trailing bytes".into()));
+        while r.remaining() != 0 {
+            match r.u8().map_err(de)? {
+                TAG_FLAGS => inc.new_flags = Some(r.u32().map_err(de)?),
+                TAG_UP_THRU => inc.new_up_thru = get_epochs(&mut r)?,
+                t => return Err(MapError::Decode(format!("unknown section {t}"))),
+            }
         }
         Ok(inc)
     }

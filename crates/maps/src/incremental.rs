@@ -47,6 +47,10 @@ pub struct Incremental {
     pub new_pg_upmap_items: BTreeMap<PgId, Vec<(i32, i32)>>,
     /// `pg_upmap_items` entries removed.
     pub old_pg_upmap_items: BTreeSet<PgId>,
+    /// The map's new flags (bits of [`crate::OsdMap::FLAG_NAMES`]).
+    pub new_flags: Option<u32>,
+    /// New `up_thru` epochs.
+    pub new_up_thru: BTreeMap<i32, u32>,
 }
 
 impl Incremental {
@@ -120,6 +124,13 @@ impl OsdMap {
         for pg in &inc.old_pg_upmap_items {
             self.pg_upmap_items.remove(pg);
         }
+        if let Some(f) = inc.new_flags {
+            self.flags = f;
+        }
+        for (id, e) in &inc.new_up_thru {
+            self.osd_mut(*id)?;
+            self.up_thru.insert(*id, *e);
+        }
         for (pg, items) in &inc.new_pg_upmap_items {
             self.pg_upmap_items.insert(*pg, items.clone());
         }
@@ -130,6 +141,7 @@ impl OsdMap {
     fn apply_osd_changes(&mut self, inc: &Incremental) -> Result<()> {
         for id in &inc.removed_osds {
             *self.osd_mut(*id)? = OsdInfo::default();
+            self.up_thru.remove(id);
         }
         for id in &inc.new_osds {
             let o = self.osd_mut(*id)?;

@@ -58,9 +58,48 @@ pub struct OsdMap {
     pub(crate) primary_temp: BTreeMap<PgId, i32>,
     pub(crate) pg_upmap_items: BTreeMap<PgId, Vec<(i32, i32)>>,
     pub(crate) crush: CrushMap,
+    /// Cluster flags the OSDs act on ([`OsdMap::FLAG_NAMES`]).
+    pub(crate) flags: u32,
+    /// Per OSD, the newest epoch through which the monitors know it was
+    /// up and peering (Ceph's `up_thru`): an interval whose primary's
+    /// `up_thru` reached its first epoch may have taken writes.
+    pub(crate) up_thru: BTreeMap<i32, u32>,
 }
 
 impl OsdMap {
+    /// Cluster flags carried in the map, by name, with their bits (Ceph's
+    /// `CEPH_OSDMAP_*` values): OSDs pause background recovery, backfill
+    /// or scheduled scrubs while one is set.
+    pub const FLAG_NAMES: &'static [(&'static str, u32)] = &[
+        ("nobackfill", 1 << 9),
+        ("norecover", 1 << 10),
+        ("noscrub", 1 << 11),
+        ("nodeep-scrub", 1 << 12),
+    ];
+
+    /// The bit of the map flag `name`.
+    pub fn flag_bit(name: &str) -> Option<u32> {
+        Self::FLAG_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| *b)
+    }
+
+    /// Whether the map flag `name` is set.
+    pub fn has_flag(&self, name: &str) -> bool {
+        Self::flag_bit(name).is_some_and(|b| self.flags & b != 0)
+    }
+
+    /// The map's flags, as bits.
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// OSD `osd`'s `up_thru` (0 if never set).
+    pub fn up_thru(&self, osd: i32) -> u32 {
+        self.up_thru.get(&osd).copied().unwrap_or(0)
+    }
+
     /// An empty map at epoch 0 with `max_osd` OSD slots, none existing.
     pub fn new(fsid: [u8; 16], max_osd: u32, crush: CrushMap) -> Result<Self> {
         if max_osd > MAX_OSD_LIMIT {
@@ -74,6 +113,8 @@ impl OsdMap {
             pg_temp: BTreeMap::new(),
             primary_temp: BTreeMap::new(),
             pg_upmap_items: BTreeMap::new(),
+            flags: 0,
+            up_thru: BTreeMap::new(),
             crush,
         })
     }

@@ -16,6 +16,8 @@ enum Change {
     DropUpmap(u32),
     Pool(u64, u32),
     DeletePool(u64),
+    Flags(u32),
+    UpThru(i32, u32),
 }
 
 fn change() -> impl Strategy<Value = Change> {
@@ -34,6 +36,8 @@ fn change() -> impl Strategy<Value = Change> {
         (0..32u32).prop_map(Change::DropUpmap),
         (2..5u64, 1..64u32).prop_map(|(p, n)| Change::Pool(p, n)),
         (2..5u64).prop_map(Change::DeletePool),
+        (0..4u32).prop_map(|b| Change::Flags(b << 9)),
+        (0..12i32, 1..1000u32).prop_map(|(o, e)| Change::UpThru(o, e)),
     ]
 }
 
@@ -87,6 +91,10 @@ fn add(inc: &mut Incremental, c: &Change) {
         Change::DeletePool(p) => {
             inc.new_pools.remove(p);
             inc.old_pools.insert(*p);
+        }
+        Change::Flags(f) => inc.new_flags = Some(*f),
+        Change::UpThru(o, e) => {
+            inc.new_up_thru.insert(*o, *e);
         }
     }
 }

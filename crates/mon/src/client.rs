@@ -258,11 +258,34 @@ impl MonClient {
     pub fn subscribe_osdmap(&self, sink: Arc<UpdateSink>) -> watch::Receiver<Option<Arc<OsdMap>>> {
         let (tx, rx) = watch::channel(None);
         let client = self.clone();
-        tokio::spawn(async move { client.follow_osdmap(sink, tx).await });
+        tokio::spawn(async move { client.follow_osdmap(sink, tx, None).await });
         rx
     }
 
-    async fn follow_osdmap(self, sink: Arc<UpdateSink>, tx: watch::Sender<Option<Arc<OsdMap>>>) {
+    /// [`MonClient::subscribe_osdmap`], plus every map in epoch order on
+    /// the second receiver (for a daemon that must see each epoch; the
+    /// only gaps are where the monitors sent a full map).
+    pub fn subscribe_osdmap_every(
+        &self,
+        sink: Arc<UpdateSink>,
+    ) -> (
+        watch::Receiver<Option<Arc<OsdMap>>>,
+        tokio::sync::mpsc::UnboundedReceiver<Arc<OsdMap>>,
+    ) {
+        let (tx, rx) = watch::channel(None);
+        let (every_tx, every_rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = self.clone();
+        tokio::spawn(async move { client.follow_osdmap(sink, tx, Some(every_tx)).await });
+        (rx, every_rx)
+    }
+
+    async fn follow_osdmap(
+        self,
+        sink: Arc<UpdateSink>,
+        tx: watch::Sender<Option<Arc<OsdMap>>>,
+        every: Option<tokio::sync::mpsc::UnboundedSender<Arc<OsdMap>>>,
+    ) {
+        let every = every.as_ref();
         let mut local: Option<OsdMap> = None;
         let mut next = self.last_good.load(Ordering::Relaxed);
         while !tx.is_closed() {
@@ -275,7 +298,7 @@ impl MonClient {
             // Updates queued before this subscription are superseded by its reply.
             let _ = sink.drain("osdmap");
             let mut ok = matches!(reply.msg, Message::MonUpdate(_))
-                && apply_update(&mut local, &reply.data, &tx);
+                && apply_update(&mut local, &reply.data, &tx, every);
             while ok && !conn.is_closed() && !tx.is_closed() {
                 let notified = sink.notify.notified();
                 let pending = sink.drain("osdmap");
@@ -285,7 +308,7 @@ impl MonClient {
                 }
                 ok = pending
                     .iter()
-                    .all(|(_, data)| apply_update(&mut local, data, &tx));
+                    .all(|(_, data)| apply_update(&mut local, data, &tx, every));
             }
             if !ok {
                 // A gap or a bad update: subscribe again from what we have.
@@ -345,6 +368,7 @@ fn apply_update(
     local: &mut Option<OsdMap>,
     data: &[u8],
     tx: &watch::Sender<Option<Arc<OsdMap>>>,
+    every: Option<&tokio::sync::mpsc::UnboundedSender<Arc<OsdMap>>>,
 ) -> bool {
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return false;
@@ -352,9 +376,24 @@ fn apply_update(
     let before = local.as_ref().map(|m| m.epoch.0);
     // Each incremental applies atomically, so on a gap `local` is still a
     // whole map, just at an earlier epoch.
-    let ok = crate::views::apply_osdmap_update(local, &v).is_ok();
-    if local.as_ref().map(|m| m.epoch.0) != before {
-        tx.send_replace(local.clone().map(Arc::new));
+    // The newest map sent to `every` is also the one the watch publishes.
+    let mut newest: Option<Arc<OsdMap>> = None;
+    let mut each = |m: &OsdMap| {
+        if let Some(every) = every
+            && before.is_none_or(|b| m.epoch.0 > b)
+        {
+            let m = Arc::new(m.clone());
+            let _ = every.send(Arc::clone(&m));
+            newest = Some(m);
+        }
+    };
+    let ok = crate::views::apply_osdmap_update_each(local, &v, &mut each).is_ok();
+    let after = local.as_ref().map(|m| m.epoch.0);
+    if after != before {
+        let published = newest
+            .filter(|m| Some(m.epoch.0) == after)
+            .or_else(|| local.clone().map(Arc::new));
+        tx.send_replace(published);
     }
     ok
 }

@@ -146,6 +146,31 @@ pub enum Command {
         /// Its id (the caller must be `osd.ID`).
         id: i32,
     },
+    /// An OSD peers in an interval that started at `up_thru`: record that
+    /// it was up through that epoch (Ceph's MOSDAlive).
+    OsdAlive {
+        /// Its id (the caller must be `osd.ID`).
+        id: i32,
+        /// The interval's first epoch.
+        up_thru: u32,
+    },
+    /// A PG's primary asks for a `pg_temp` (the acting set that serves
+    /// the PG while its up set is backfilled), or with no OSDs, its removal.
+    OsdPgTemp {
+        /// The primary (the caller must be `osd.ID`).
+        id: i32,
+        /// The PG (`1.6`).
+        pgid: String,
+        /// The acting set wanted.
+        osds: Vec<i32>,
+    },
+    /// The intervals of a PG since an epoch, for peering.
+    PgPastIntervals {
+        /// The PG (`1.6`).
+        pgid: String,
+        /// The first epoch of interest.
+        since: u32,
+    },
     /// An OSD reports a peer it cannot reach.
     OsdFailure {
         /// The peer.
@@ -261,6 +286,8 @@ impl Command {
         match self {
             Command::OsdBoot { id, .. }
             | Command::OsdBeacon { id }
+            | Command::OsdAlive { id, .. }
+            | Command::OsdPgTemp { id, .. }
             | Command::OsdPgStats { id, .. } => Some(*id),
             Command::OsdFailure { reporter, .. } => Some(*reporter),
             _ => None,
@@ -287,6 +314,7 @@ impl Command {
                 | Command::PoolGet { .. }
                 | Command::OsdMap { .. }
                 | Command::PgDump
+                | Command::PgPastIntervals { .. }
                 | Command::PgStat
                 | Command::Df
         )

@@ -26,7 +26,16 @@ pub const POOL_PG_NUM_MAX: u32 = 65_536;
 /// Largest replicated pool size.
 pub const POOL_SIZE_MAX: u32 = 10;
 /// Cluster flags an operator may set.
-pub const FLAGS: &[&str] = &["noout", "noin", "nodown", "noup"];
+pub const FLAGS: &[&str] = &[
+    "noout",
+    "noin",
+    "nodown",
+    "noup",
+    "nobackfill",
+    "norecover",
+    "noscrub",
+    "nodeep-scrub",
+];
 
 /// The CRUSH map of a new cluster: a `default` root and a replicated rule
 /// choosing leaves under distinct buckets of `failure_domain` (`host`, or
@@ -122,6 +131,22 @@ pub enum OsdChange {
     MarkDown {
         /// OSD ids.
         ids: Vec<i32>,
+    },
+    /// Sets (or, with no OSDs, removes) a PG's `pg_temp`: the acting set
+    /// that serves it while its up set is backfilled.
+    PgTemp {
+        /// The PG (`1.6`).
+        pgid: String,
+        /// The acting set wanted; empty to follow the up set again.
+        osds: Vec<i32>,
+    },
+    /// An up OSD peers in an interval that started at `up_thru` (Ceph's
+    /// MOSDAlive): record that it was up through that epoch.
+    Alive {
+        /// The OSD.
+        id: i32,
+        /// The epoch.
+        up_thru: u32,
     },
     /// Removes OSDs (they must be down).
     OsdRm {
@@ -323,6 +348,32 @@ impl OsdMapState {
         Some(map)
     }
 
+    /// The intervals of `pg` from epoch `since` (or the oldest kept, if
+    /// later) to now, and the epoch they start from.
+    pub fn past_intervals(
+        &self,
+        pg: shoal_maps::PgId,
+        since: u32,
+    ) -> Result<(u32, Vec<shoal_maps::PastInterval>), MonError> {
+        let now = self.epoch();
+        let oldest = self.full_maps.keys().next().copied().unwrap_or(now);
+        let start = since.max(oldest).clamp(1, now.max(1));
+        let gone = || MonError::new(ErrorCode::Internal, "the map history has a gap");
+        let mut map = self.map_at(start).ok_or_else(gone)?;
+        let mut history = shoal_maps::IntervalHistory::new(pg);
+        history.push(&map);
+        for e in start + 1..=now {
+            let inc = self.incrementals.get(&e).ok_or_else(gone)?;
+            let inc = Secret::decode_base64(inc)
+                .ok()
+                .and_then(|b| Incremental::decode(&b).ok())
+                .ok_or_else(gone)?;
+            map.apply(&inc).map_err(map_err)?;
+            history.push(&map);
+        }
+        Ok((start, history.finish()))
+    }
+
     /// The current map.
     pub fn current(&self) -> Result<&OsdMap, MonError> {
         self.map
@@ -434,6 +485,49 @@ impl OsdMapState {
                 }
                 Ok(json!({ "in": ids }))
             }
+            OsdChange::PgTemp { pgid, osds } => {
+                let pg: shoal_maps::PgId = pgid
+                    .parse()
+                    .map_err(|_| invalid(format!("bad pg id {pgid:?}")))?;
+                let pg = &pg;
+                let pool = map.pool(pg.pool).ok_or_else(|| {
+                    MonError::new(ErrorCode::NotFound, format!("no pool {}", pg.pool))
+                })?;
+                if pg.seed >= pool.pg_num {
+                    return Err(invalid(format!("pg {pg} does not exist")));
+                }
+                if osds.len() > pool.size as usize {
+                    return Err(invalid(format!(
+                        "pg_temp {osds:?} is larger than the pool's size"
+                    )));
+                }
+                if !osds.is_empty() {
+                    existing(map, osds)?;
+                }
+                if map.pg_temp().get(pg).map_or(osds.is_empty(), |t| t == osds) {
+                    return Err(invalid(format!("pg {pg} already has pg_temp {osds:?}")));
+                }
+                inc.new_pg_temp.insert(*pg, osds.clone());
+                Ok(json!({ "pgid": pg.to_string(), "pg_temp": osds }))
+            }
+            OsdChange::Alive { id, up_thru } => {
+                if !map.is_up(*id) {
+                    return Err(MonError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("osd.{id} is not up"),
+                    ));
+                }
+                if *up_thru > map.epoch.0 {
+                    return Err(invalid(format!(
+                        "up_thru {up_thru} is past the current epoch {}",
+                        map.epoch.0
+                    )));
+                }
+                if map.up_thru(*id) < *up_thru {
+                    inc.new_up_thru.insert(*id, *up_thru);
+                }
+                Ok(json!({ "osd": id, "up_thru": (*up_thru).max(map.up_thru(*id)) }))
+            }
             OsdChange::MarkDown { ids } => {
                 for id in existing(map, ids)? {
                     if map.is_up(id) {
@@ -494,6 +588,14 @@ impl OsdMapState {
                 if self.flags.contains(flag) == *on {
                     let state = if *on { "already set" } else { "not set" };
                     return Err(invalid(format!("{flag} is {state}")));
+                }
+                // The flags OSDs act on travel in the map itself.
+                if let Some(bit) = OsdMap::flag_bit(flag) {
+                    inc.new_flags = Some(if *on {
+                        map.flags() | bit
+                    } else {
+                        map.flags() & !bit
+                    });
                 }
                 Ok(json!({ "flag": flag, "set": on }))
             }
@@ -913,6 +1015,82 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<OsdMapState>(&json).unwrap(), s);
         assert!(s.flags.contains("noout"));
+        // Flags the OSDs act on travel in the map; the others stay here.
+        assert!(!s.current().unwrap().has_flag("noout"));
+        s.apply(&OsdChange::Flag {
+            flag: "norecover".into(),
+            on: true,
+        })
+        .unwrap();
+        assert!(s.current().unwrap().has_flag("norecover"));
+        let inc = s.incrementals.values().last().unwrap();
+        let inc = Incremental::decode(&Secret::decode_base64(inc).unwrap()).unwrap();
+        replay.apply(&inc).unwrap();
+        assert_eq!(&replay, s.current().unwrap());
+        s.apply(&OsdChange::Flag {
+            flag: "norecover".into(),
+            on: false,
+        })
+        .unwrap();
+        assert!(!s.current().unwrap().has_flag("norecover"));
+    }
+
+    #[test]
+    fn alive_records_up_thru_and_past_intervals_follow_the_history() {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("osd").unwrap(), 500, 100)
+            .unwrap();
+        let boots = (0..3)
+            .map(|id| Boot {
+                id,
+                addr: format!("127.0.0.1:{}", 6800 + id),
+                host: format!("h{id}"),
+                weight: WEIGHT_IN,
+            })
+            .collect();
+        s.apply(&OsdChange::Batch {
+            boots,
+            down: Vec::new(),
+            out: Vec::new(),
+        })
+        .unwrap();
+        create(&mut s, "rbd", 1, rep(3, 2)).unwrap();
+        let pg = shoal_maps::PgId { pool: 1, seed: 0 };
+        let start = s.epoch();
+        let m = s.current().unwrap().pg_to_up_acting(pg).unwrap();
+        let p = m.acting_primary;
+        assert_eq!(m.acting.len(), 3);
+        // The primary peers in the interval that began at `start`.
+        s.apply(&OsdChange::Alive {
+            id: p,
+            up_thru: start,
+        })
+        .unwrap();
+        assert_eq!(s.current().unwrap().up_thru(p), start);
+        let future = OsdChange::Alive {
+            id: p,
+            up_thru: s.epoch() + 5,
+        };
+        assert_eq!(
+            s.apply(&future).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        let other = m.acting[1];
+        s.apply(&OsdChange::MarkDown { ids: vec![other] }).unwrap();
+        let e = s
+            .apply(&OsdChange::Alive {
+                id: other,
+                up_thru: 1,
+            })
+            .unwrap_err();
+        assert!(e.message.contains("not up"), "{e:?}");
+        let (from, iv) = s.past_intervals(pg, start).unwrap();
+        assert_eq!(from, start);
+        assert_eq!(iv.len(), 2, "{iv:?}");
+        assert!(iv[0].maybe_went_rw, "{iv:?}");
+        assert_eq!(iv[0].acting, m.acting);
+        assert!(!iv[1].acting.contains(&other));
+        assert!(!iv[1].maybe_went_rw, "{iv:?}");
     }
 
     #[test]

@@ -55,6 +55,14 @@ pub struct PgStatReport {
     /// Object copies recovery makes per second.
     #[serde(default)]
     pub recovery_per_s: u64,
+    /// Object copies missing (absent acting members, and copies members
+    /// still lack).
+    #[serde(default)]
+    pub degraded: u64,
+    /// Copies backfill targets lack while an acting member outside the up
+    /// set holds them (misplaced, not degraded).
+    #[serde(default)]
+    pub misplaced: u64,
 }
 
 /// The newest report of one PG, with who sent it and at which epoch.

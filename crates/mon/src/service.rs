@@ -653,6 +653,25 @@ impl Core {
                     reps.insert(*reporter, (Instant::now(), *immediate));
                     Ok(Ok(json!({ "target": target, "reporters": reps.len() })))
                 }
+                Command::OsdAlive { id, up_thru }
+                    if read_state(&self.state)
+                        .osdmap
+                        .current()
+                        .is_ok_and(|m| m.up_thru(*id) >= *up_thru) =>
+                {
+                    // Already recorded: no new epoch.
+                    Ok(Ok(json!({ "osd": id, "up_thru": up_thru })))
+                }
+                Command::OsdPgTemp { pgid, osds, .. }
+                    if read_state(&self.state).osdmap.current().is_ok_and(|m| {
+                        pgid.parse::<shoal_maps::PgId>().is_ok_and(|pg| {
+                            m.pg_temp().get(&pg).map_or(osds.is_empty(), |t| t == osds)
+                        })
+                    }) =>
+                {
+                    // Already so: no new epoch.
+                    Ok(Ok(json!({ "pgid": pgid, "pg_temp": osds })))
+                }
                 _ => match self.to_request(cmd) {
                     Ok(req) => self.propose(req).await,
                     Err(e) => Ok(Err(e)),
@@ -700,6 +719,10 @@ impl Core {
             Command::OsdDown { ids } => MonRequest::Osd(OsdChange::MarkDown { ids }),
             Command::OsdRm { ids } => MonRequest::Osd(OsdChange::OsdRm { ids }),
             Command::OsdFlag { flag, on } => MonRequest::Osd(OsdChange::Flag { flag, on }),
+            Command::OsdAlive { id, up_thru } => MonRequest::Osd(OsdChange::Alive { id, up_thru }),
+            Command::OsdPgTemp { pgid, osds, .. } => {
+                MonRequest::Osd(OsdChange::PgTemp { pgid, osds })
+            }
             Command::PoolCreate { name, pg_num, spec } => {
                 MonRequest::Osd(OsdChange::PoolCreate { name, pg_num, spec })
             }
@@ -854,6 +877,9 @@ impl Core {
                 namespace,
             } => crate::views::osd_map(&state, pool, object, namespace),
             Command::PgDump => crate::views_pg::pg_dump(&state),
+            Command::PgPastIntervals { pgid, since } => {
+                crate::views_pg::past_intervals(&state, pgid, *since)
+            }
             Command::PgStat => crate::views_pg::pg_stat(&state),
             Command::Df => crate::views_pg::df(&state),
             other => Err(MonError::new(

@@ -217,10 +217,22 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Value {
 
 /// Applies an `osdmap` subscription payload to `map` (None: no map yet).
 pub fn apply_osdmap_update(map: &mut Option<OsdMap>, update: &Value) -> Result<(), MonError> {
+    apply_osdmap_update_each(map, update, &mut |_| {})
+}
+
+/// [`apply_osdmap_update`], calling `each` with every map it produces, in
+/// epoch order (one per incremental applied, or the full map).
+pub fn apply_osdmap_update_each(
+    map: &mut Option<OsdMap>,
+    update: &Value,
+    each: &mut dyn FnMut(&OsdMap),
+) -> Result<(), MonError> {
     let bad = |e: String| MonError::new(ErrorCode::Internal, format!("bad osdmap update: {e}"));
     if let Some(full) = update["full"].as_str() {
         let bytes = Secret::decode_base64(full).map_err(bad)?;
-        *map = Some(OsdMap::decode(&bytes).map_err(|e| bad(e.to_string()))?);
+        let full = OsdMap::decode(&bytes).map_err(|e| bad(e.to_string()))?;
+        each(&full);
+        *map = Some(full);
         return Ok(());
     }
     let Some(current) = map.as_mut() else {
@@ -234,6 +246,7 @@ pub fn apply_osdmap_update(map: &mut Option<OsdMap>, update: &Value) -> Result<(
         }
         // A gap is an error: the caller subscribes again from its epoch.
         current.apply(&inc).map_err(|e| bad(e.to_string()))?;
+        each(current);
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use shoal_crush::{CrushMap, Workspace};
 use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 
-use crate::error::MonError;
+use crate::error::{ErrorCode, MonError};
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
 
@@ -167,6 +167,7 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
         )
     });
     let (copies, degraded) = degraded_copies(map, &rows);
+    let misplaced = misplaced_copies(&rows);
     let (total, used, avail) = raw_space(state);
     let (left, per_s) =
         rows.iter()
@@ -184,6 +185,7 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
         "num_pgs": rows.len(),
         "num_object_copies": copies,
         "num_objects_degraded": degraded,
+        "num_objects_misplaced": misplaced,
         "num_pg_by_state": by_state
             .iter()
             .map(|(s, n)| json!({ "name": s, "num": n }))
@@ -196,8 +198,37 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
     }))
 }
 
-/// Object copies the pools want, and how many of them are missing because a
-/// PG has fewer acting members than its pool's size (Ceph's "degraded").
+/// A PG's intervals since `since` (`pg past-intervals`): what peering
+/// must hear from.
+pub fn past_intervals(state: &MonState, pgid: &str, since: u32) -> Result<Value, MonError> {
+    let pg: PgId = pgid
+        .parse()
+        .map_err(|_| MonError::new(ErrorCode::InvalidArgument, format!("bad pg id {pgid:?}")))?;
+    let (from, intervals) = state.osdmap.past_intervals(pg, since)?;
+    let list: Vec<Value> = intervals
+        .iter()
+        .map(|i| {
+            json!({
+                "first": i.first,
+                "last": i.last,
+                "up": i.up,
+                "acting": i.acting,
+                "primary": i.primary,
+                "maybe_went_rw": i.maybe_went_rw,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "pgid": pg.to_string(),
+        "from": from,
+        "complete": from <= since.max(1),
+        "intervals": list,
+    }))
+}
+
+/// Object copies the pools want, and how many of them are missing (Ceph's
+/// "degraded", as each PG's primary counts them: copies of absent acting
+/// members and copies members still lack).
 fn degraded_copies(map: &OsdMap, rows: &[PgRow]) -> (u64, u64) {
     let mut copies = 0u64;
     let mut degraded = 0u64;
@@ -206,12 +237,18 @@ fn degraded_copies(map: &OsdMap, rows: &[PgRow]) -> (u64, u64) {
             continue;
         };
         let want = u64::from(pool.size);
-        let have = e.report.acting.iter().filter(|o| **o >= 0).count() as u64;
         copies = copies.saturating_add(e.report.objects.saturating_mul(want));
-        degraded =
-            degraded.saturating_add(e.report.objects.saturating_mul(want.saturating_sub(have)));
+        degraded = degraded.saturating_add(e.report.degraded);
     }
     (copies, degraded)
+}
+
+/// Object copies backfill targets still lack while the acting set holds
+/// them (Ceph's "misplaced").
+fn misplaced_copies(rows: &[PgRow]) -> u64 {
+    rows.iter()
+        .filter_map(|r| r.entry.as_ref())
+        .fold(0u64, |n, e| n.saturating_add(e.report.misplaced))
 }
 
 /// Raw bytes a pool uses per byte stored: its size for replicated pools,
@@ -379,6 +416,19 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
             &affected,
         ));
     }
+    let misplaced = misplaced_copies(&rows);
+    if misplaced > 0 {
+        let (copies, _) = degraded_copies(map, &rows);
+        let affected: Vec<&PgRow> = rows.iter().filter(|r| has(r, "remapped")).collect();
+        checks.push(check(
+            "OBJECT_MISPLACED",
+            &format!(
+                "{misplaced}/{copies} objects misplaced ({:.3}%)",
+                misplaced as f64 * 100.0 / copies.max(1) as f64
+            ),
+            &affected,
+        ));
+    }
     let damaged: Vec<&PgRow> = rows.iter().filter(|r| has(r, "inconsistent")).collect();
     if !damaged.is_empty() {
         let mut objects: Vec<String> = Vec::new();
@@ -480,8 +530,17 @@ mod tests {
                 } else {
                     Vec::new()
                 },
-                recovery_left: if state.contains("recovering") { 5 } else { 0 },
+                recovery_left: if state.contains("recovering") {
+                    5
+                } else if state.contains("remapped") {
+                    4
+                } else {
+                    0
+                },
                 recovery_per_s: if state.contains("recovering") { 2 } else { 0 },
+                degraded: objects * (3 - acting(pgid).len() as u64)
+                    + if state.contains("recovering") { 5 } else { 0 },
+                misplaced: if state.contains("remapped") { 4 } else { 0 },
             })
             .collect();
         let r = PgStats {
@@ -691,6 +750,47 @@ mod tests {
                 .unwrap()
                 .starts_with("Degraded data redundancy: 10/30 objects degraded (33.333%)"),
             "{deg}"
+        );
+    }
+
+    #[test]
+    fn copies_an_acting_member_still_lacks_count_as_degraded() {
+        let mut s = state();
+        let p = primary(&s, "1.2");
+        // Every acting member is there; one lacks 5 of the 10 objects.
+        report(
+            &mut s,
+            p,
+            9000,
+            &[("1.2", "active+recovering+degraded", 10)],
+        );
+        let v = pg_stat(&s).unwrap();
+        assert_eq!(v["num_object_copies"], 30, "{v}");
+        assert_eq!(v["num_objects_degraded"], 5, "{v}");
+    }
+
+    #[test]
+    fn copies_a_backfill_target_lacks_are_misplaced_not_degraded() {
+        let mut s = state();
+        let p = primary(&s, "1.2");
+        report(
+            &mut s,
+            p,
+            9000,
+            &[("1.2", "active+remapped+backfilling", 10)],
+        );
+        let v = pg_stat(&s).unwrap();
+        assert_eq!(v["num_objects_degraded"], 0, "{v}");
+        assert_eq!(v["num_objects_misplaced"], 4, "{v}");
+        let checks = pg_health(&s);
+        let m = checks
+            .iter()
+            .find(|c| c["code"] == "OBJECT_MISPLACED")
+            .unwrap();
+        assert_eq!(m["summary"], "4/30 objects misplaced (13.333%)", "{m}");
+        assert!(
+            !checks.iter().any(|c| c["code"] == "PG_DEGRADED"),
+            "{checks:?}"
         );
     }
 

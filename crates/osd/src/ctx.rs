@@ -23,6 +23,11 @@ pub struct PgConfig {
     pub list_max: u32,
     /// Above this fraction of its store used, the OSD refuses writes.
     pub full_ratio: f64,
+    /// Objects recovered at once, per PG and per OSD (Ceph's
+    /// `osd_recovery_max_active`).
+    pub recovery_max_active: usize,
+    /// PGs of one OSD backfilling at once (Ceph's `osd_max_backfills`).
+    pub max_backfills: usize,
 }
 
 impl Default for PgConfig {
@@ -32,6 +37,8 @@ impl Default for PgConfig {
             peer_timeout: Duration::from_secs(30),
             list_max: 1024,
             full_ratio: 0.95,
+            recovery_max_active: 3,
+            max_backfills: 1,
         }
     }
 }
@@ -79,9 +86,61 @@ pub struct OsdCtx {
     pub full: std::sync::atomic::AtomicBool,
     /// A PG changed state: report the statistics now, not at the next interval.
     pub stats_changed: tokio::sync::Notify,
+    /// Recovery slots of this OSD (`cfg.recovery_max_active`).
+    pub recovery_slots: Arc<tokio::sync::Semaphore>,
+    /// Backfill reservations of this OSD (`cfg.max_backfills`).
+    pub backfill_slots: Arc<tokio::sync::Semaphore>,
+    /// The monitors (past intervals, `up_thru`).
+    pub monc: shoal_mon::MonClient,
+    /// Bytes written since the store's space was last checked.
+    pub written_since_check: AtomicU64,
+    /// Check the store's space now (set after `SPACE_CHECK_BYTES` written).
+    pub space_check: tokio::sync::Notify,
+    /// The newest `up_thru` asked of the monitors and not refused.
+    pub up_thru_asked: std::sync::Mutex<u32>,
 }
 
+/// Bytes written between two checks of the store's space, beside the
+/// periodic check: a burst of writes cannot run far past the full ratio.
+pub const SPACE_CHECK_BYTES: u64 = 4 << 20;
+
 impl OsdCtx {
+    /// Counts `n` bytes written; past [`SPACE_CHECK_BYTES`], asks for a
+    /// space check.
+    pub fn note_written(&self, n: u64) {
+        let before = self.written_since_check.fetch_add(n, Ordering::Relaxed);
+        if before < SPACE_CHECK_BYTES && before + n >= SPACE_CHECK_BYTES {
+            self.space_check.notify_one();
+        }
+    }
+
+    /// Asks the monitors (once per epoch, in the background) to record
+    /// that this OSD was up through `epoch`; a refused or failed request
+    /// may be asked again.
+    pub fn want_up_thru(self: &Arc<Self>, epoch: u32) {
+        {
+            let mut asked = self.up_thru_asked.lock().unwrap_or_else(|p| p.into_inner());
+            if *asked >= epoch {
+                return;
+            }
+            *asked = epoch;
+        }
+        let ctx = Arc::clone(self);
+        tokio::spawn(async move {
+            let cmd = shoal_mon::Command::OsdAlive {
+                id: ctx.whoami,
+                up_thru: epoch,
+            };
+            if let Err(e) = ctx.monc.command(&cmd).await {
+                tracing::debug!(epoch, "up_thru request failed: {e}");
+                let mut asked = ctx.up_thru_asked.lock().unwrap_or_else(|p| p.into_inner());
+                if *asked == epoch {
+                    *asked = 0;
+                }
+            }
+        });
+    }
+
     /// A connection to OSD `osd` at its address in `map`.
     pub async fn peer(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
         let addr = map

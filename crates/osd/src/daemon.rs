@@ -141,7 +141,7 @@ impl Osd {
         })?;
         let monc = MonClient::new(msgr.clone(), opts.mon_addrs.clone(), opts.mon_timeout);
         let sink = UpdateSink::new();
-        let map = monc.subscribe_osdmap(Arc::clone(&sink));
+        let (map, every_map) = monc.subscribe_osdmap_every(Arc::clone(&sink));
         let ctx = Arc::new(OsdCtx {
             whoami: opts.id,
             store,
@@ -150,6 +150,14 @@ impl Osd {
             counters: OsdCounters::default(),
             full: std::sync::atomic::AtomicBool::new(false),
             stats_changed: tokio::sync::Notify::new(),
+            recovery_slots: Arc::new(tokio::sync::Semaphore::new(
+                opts.pg.recovery_max_active.max(1),
+            )),
+            backfill_slots: Arc::new(tokio::sync::Semaphore::new(opts.pg.max_backfills.max(1))),
+            monc: monc.clone(),
+            written_since_check: std::sync::atomic::AtomicU64::new(0),
+            space_check: tokio::sync::Notify::new(),
+            up_thru_asked: std::sync::Mutex::new(0),
         });
         let inner = Arc::new(Inner {
             ctx,
@@ -169,7 +177,7 @@ impl Osd {
         let renew = auth.spawn_renewal(inner.monc.clone(), true);
         inner.wait_for_secrets(&auth).await;
         let mut tasks = vec![renew];
-        tasks.push(tokio::spawn(Arc::clone(&inner).follow_map()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).follow_map(every_map)));
         tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
         tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
@@ -269,26 +277,21 @@ impl Inner {
 
     /// Boots, then applies every new map: starts the PGs it gives us and
     /// boots again if the map says we are down while we run.
-    async fn follow_map(self: Arc<Self>) {
-        let mut rx = self.map.clone();
+    /// Hands every map, epoch by epoch, to the PGs (a PG that skipped an
+    /// epoch could miss an interval), and boots when a map says we are not
+    /// up here.
+    async fn follow_map(self: Arc<Self>, mut every: mpsc::UnboundedReceiver<Arc<OsdMap>>) {
         let mut booted_at = 0u32;
         let me = self.opts.id;
-        loop {
-            let map = rx.borrow_and_update().clone();
-            if let Some(map) = map {
-                self.apply_map(&map);
-                let listed = map.osd(me).and_then(|i| i.addr.clone());
-                let up_here = map.is_up(me) && listed.as_deref() == Some(&self.addr.to_string());
-                if !up_here && map.epoch.0 > booted_at {
-                    booted_at = map.epoch.0;
-                    self.boot().await;
-                }
-            } else if booted_at == 0 {
-                booted_at = 1;
+        while let Some(map) = every.recv().await {
+            self.apply_map(&map);
+            let listed = map.osd(me).and_then(|i| i.addr.clone());
+            let up_here = map.is_up(me) && listed.as_deref() == Some(&self.addr.to_string());
+            // Boot once per map that says so, not for each map queued behind it.
+            let newest = self.current_map().map_or(0, |m| m.epoch.0);
+            if !up_here && map.epoch.0 > booted_at && map.epoch.0 >= newest {
+                booted_at = map.epoch.0;
                 self.boot().await;
-            }
-            if rx.changed().await.is_err() {
-                return;
             }
         }
     }

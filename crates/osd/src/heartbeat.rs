@@ -114,6 +114,9 @@ impl Inner {
     pub(crate) async fn watch_space(self: Arc<Self>) {
         loop {
             let store = Arc::clone(&self.ctx.store);
+            self.ctx
+                .written_since_check
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             if let Ok(Ok(s)) = tokio::task::spawn_blocking(move || store.statfs()).await {
                 let used = s.total_bytes.saturating_sub(s.free_bytes) as f64;
                 let full = used > s.total_bytes as f64 * self.ctx.cfg.full_ratio;
@@ -125,7 +128,8 @@ impl Inner {
                     tracing::warn!(osd = self.opts.id, full, "store fullness changed");
                 }
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), self.ctx.space_check.notified()).await;
         }
     }
 
@@ -166,6 +170,8 @@ impl Inner {
                     inconsistent: s.inconsistent,
                     recovery_left: s.recovery_left,
                     recovery_per_s: s.recovery_per_s,
+                    degraded: s.degraded,
+                    misplaced: s.misplaced,
                 })
                 .collect();
             let cmd = Command::OsdPgStats {

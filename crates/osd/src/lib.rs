@@ -17,6 +17,7 @@ pub mod ctx;
 pub mod daemon;
 pub mod exec;
 pub mod log;
+pub mod missing;
 pub mod object;
 pub mod pg;
 pub mod recovery;

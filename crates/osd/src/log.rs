@@ -102,17 +102,17 @@ pub struct PgInfoData {
     pub bytes: u64,
 }
 
-const FORMAT: u8 = 1;
+pub(crate) const FORMAT: u8 = 1;
 
 /// Why a persisted or received log record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed PG log record: {0}")]
 pub struct LogDecodeError(pub &'static str);
 
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], LogDecodeError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], LogDecodeError> {
         if self.0.len() < n {
             return Err(LogDecodeError("truncated"));
         }
@@ -120,30 +120,30 @@ impl<'a> Reader<'a> {
         self.0 = b;
         Ok(a)
     }
-    fn u8(&mut self) -> Result<u8, LogDecodeError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, LogDecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u32(&mut self) -> Result<u32, LogDecodeError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, LogDecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn u64(&mut self) -> Result<u64, LogDecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, LogDecodeError> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
     }
-    fn bytes(&mut self) -> Result<&'a [u8], LogDecodeError> {
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], LogDecodeError> {
         let n = self.u32()? as usize;
         self.take(n)
     }
-    fn version(&mut self) -> Result<Version, LogDecodeError> {
+    pub(crate) fn version(&mut self) -> Result<Version, LogDecodeError> {
         Ok(Version {
             epoch: self.u32()?,
             v: self.u64()?,
         })
     }
-    fn done(&self) -> Result<(), LogDecodeError> {
+    pub(crate) fn done(&self) -> Result<(), LogDecodeError> {
         if self.0.is_empty() {
             Ok(())
         } else {
@@ -152,12 +152,12 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn put_version(out: &mut Vec<u8>, v: Version) {
+pub(crate) fn put_version(out: &mut Vec<u8>, v: Version) {
     out.extend_from_slice(&v.epoch.to_le_bytes());
     out.extend_from_slice(&v.v.to_le_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
     out.extend_from_slice(b);
 }

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
-use shoal_maps::PgId;
+use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
-use shoal_proto::{Message, PgPull, PgPush};
+use shoal_proto::{Message, PgList, PgPull, PgPush};
 
 use crate::ctx::{OsdCounters, OsdCtx};
+use crate::missing::MissingSet;
 
 /// Omap entries read per store call while copying an object.
 const OMAP_PAGE: usize = 4096;
@@ -70,7 +71,8 @@ pub fn read_object(
 }
 
 /// The transaction that makes `coll`'s copy of the pushed object identical
-/// to the pushed one (removing it when the push says it does not exist).
+/// to the pushed one (removing it when the push says it does not exist),
+/// and takes the object out of the member's persisted missing set.
 pub fn install_txn(
     store: &dyn ObjectStore,
     coll: CollectionId,
@@ -79,6 +81,7 @@ pub fn install_txn(
 ) -> Result<Transaction, String> {
     let key = ObjectKey::new(push.hash, push.name.clone());
     let mut t = Transaction::new();
+    MissingSet::remove_txn(&key, coll, &mut t);
     if store.exists(&coll, &key).map_err(|e| e.to_string())? {
         t.remove(coll, key.clone());
     }
@@ -149,15 +152,13 @@ pub async fn pull_object(
     Ok(())
 }
 
-/// Pushes our copy of `key` of PG `pg` to the member at `dst` (with
-/// `reset`, the member first empties its copy of the PG).
+/// Pushes our copy of `key` of PG `pg` to the member at `dst`.
 pub async fn push_object(
     ctx: &OsdCtx,
     pg: PgId,
     epoch: u32,
     dst: &Connection,
     key: &ObjectKey,
-    reset: bool,
 ) -> Result<(), String> {
     let coll = crate::object::collection(pg);
     let (mut push, data) =
@@ -166,7 +167,6 @@ pub async fn push_object(
     push.pool = pg.pool;
     push.pg_seed = pg.seed;
     push.epoch = epoch;
-    push.reset = reset;
     let reply = dst
         .request_with_timeout(push, data, ctx.cfg.peer_timeout)
         .await
@@ -178,6 +178,75 @@ pub async fn push_object(
     }
     OsdCounters::add(&ctx.counters.recovered, 1);
     Ok(())
+}
+
+/// Objects listed per page while scanning a PG.
+const LIST_PAGE: usize = 1024;
+
+/// Every object of our copy of a PG (not the PG's own meta object), in hash
+/// order.
+pub fn local_objects(
+    store: &dyn ObjectStore,
+    coll: CollectionId,
+) -> shoal_objectstore::Result<Vec<ObjectKey>> {
+    let mut out = Vec::new();
+    let mut cursor: Option<ObjectKey> = None;
+    loop {
+        let page = store.list_objects(&coll, cursor.as_ref(), LIST_PAGE)?;
+        out.extend(
+            page.objects
+                .into_iter()
+                .filter(|k| k.name.first() != Some(&0)),
+        );
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Every object of the copy of PG `pg` held by the member at `src`, in
+/// hash order (`map`: ours, for its epoch and the pool's hash).
+pub async fn remote_objects(
+    ctx: &OsdCtx,
+    map: &OsdMap,
+    pg: PgId,
+    src: &Connection,
+) -> Result<Vec<ObjectKey>, String> {
+    let pool = map.pool(pg.pool).ok_or("the pool is gone")?;
+    let mut out = Vec::new();
+    let mut cursor: Option<(u32, Vec<u8>)> = None;
+    loop {
+        let list = PgList {
+            pool: pg.pool,
+            pg_seed: pg.seed,
+            epoch: map.epoch.0,
+            has_cursor: cursor.is_some(),
+            cursor_hash: cursor.as_ref().map_or(0, |c| c.0),
+            cursor_name: cursor.as_ref().map(|c| c.1.clone()).unwrap_or_default(),
+            max: LIST_PAGE as u32,
+        };
+        let reply = src
+            .request_with_timeout(list, Bytes::new(), ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Message::PgListReply(page) = reply.msg else {
+            return Err(format!(
+                "{} answered a listing with another message",
+                src.peer()
+            ));
+        };
+        if page.code != 0 {
+            return Err(format!("listing {}: {}", src.peer(), page.message));
+        }
+        for (ns, name) in page.nspaces.iter().zip(&page.names) {
+            out.push(crate::object::object_key(pool, ns, name).map_err(|e| e.to_string())?);
+        }
+        if !page.more {
+            return Ok(out);
+        }
+        cursor = Some((page.next_hash, page.next_name));
+    }
 }
 
 #[cfg(test)]

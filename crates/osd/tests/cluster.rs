@@ -2,7 +2,8 @@
 //! driven by a raw client that speaks the OSD protocol: replication to
 //! every acting member, request-id dedup, epoch fencing, refusal of
 //! unauthorized and malformed requests, and recovery of an OSD that missed
-//! writes while it was stopped.
+//! writes while it was stopped, with the PG serving I/O meanwhile (log
+//! recovery and backfill, held and released by `norecover`/`nobackfill`).
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -340,6 +341,272 @@ async fn an_osd_that_missed_writes_is_recovered_when_it_returns() {
                 assert!(Instant::now() < deadline, "osd.2 never got {oid}: {got:?}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+/// Every primary's PG statistics.
+async fn pg_stats(c: &Cluster) -> Vec<shoal_osd::pg::PgStat> {
+    let mut out = Vec::new();
+    for (osd, _) in c.osds.values() {
+        out.extend(osd.pg_stats().await);
+    }
+    out
+}
+
+/// Waits (up to 20 s) until the PGs' statistics satisfy `ok`.
+async fn wait_stats(c: &Cluster, what: &str, ok: impl Fn(&[shoal_osd::pg::PgStat]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = pg_stats(c).await;
+        if stats.len() == 8 && ok(&stats) {
+            return;
+        }
+        let states: Vec<_> = stats
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} up {:?} acting {:?} left {}",
+                    s.pgid, s.state, s.up, s.acting, s.recovery_left
+                )
+            })
+            .collect();
+        assert!(Instant::now() < deadline, "never {what}: {states:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes `body(i)` to o0..o{n}, checking each answer.
+async fn write_all(client: &mut RawClient, n: u64, tid: u64, body: impl Fn(u64) -> String) {
+    for i in 0..n {
+        let b = Bytes::from(body(i));
+        let (r, _) = client
+            .op(&format!("o{i}"), tid + i, vec![write_full(b.len())], b)
+            .await;
+        assert_eq!(r.code, 0, "{}", r.message);
+    }
+}
+
+/// Stops osd.2, writes `after i` to every object while it is down, sets
+/// `flag` and starts osd.2 again.
+async fn miss_writes_then_return(c: &mut Cluster, client: &mut RawClient, n: u64, flag: &str) {
+    write_all(client, n, 0, |i| format!("before {i}")).await;
+    let store2 = c.stop_osd(2).await;
+    c.command(Command::OsdDown { ids: vec![2] }).await;
+    client.wait_map(|m| !m.is_up(2)).await;
+    write_all(client, n, 1000, |i| format!("after {i}")).await;
+    c.command(Command::OsdFlag {
+        flag: flag.into(),
+        on: true,
+    })
+    .await;
+    client.wait_map(|m| m.has_flag(flag)).await;
+    c.start_osd(2, store2).await;
+    client.wait_map(|m| m.is_up(2)).await;
+}
+
+/// Reads every object and writes the first half again, while PGs are
+/// degraded; then releases `flag` and checks every copy on osd.2.
+async fn io_while_degraded_then_release(
+    c: &mut Cluster,
+    client: &mut RawClient,
+    n: u64,
+    flag: &str,
+) {
+    for i in 0..n {
+        let (r, data) = client
+            .op(&format!("o{i}"), 2000 + i, vec![read_all()], Bytes::new())
+            .await;
+        assert_eq!((r.code, data), (0, Bytes::from(format!("after {i}"))));
+    }
+    write_all(client, n / 2, 3000, |i| format!("during {i}")).await;
+    // The objects nobody asked for are still missing: recovery is held.
+    let stats = pg_stats(c).await;
+    let left: u64 = stats.iter().map(|s| s.recovery_left).sum();
+    assert!(left > 0, "recovery was not held: {stats:?}");
+    c.command(Command::OsdFlag {
+        flag: flag.into(),
+        on: false,
+    })
+    .await;
+    wait_stats(c, "active+clean", |s| {
+        s.iter().all(|s| s.state == "active+clean")
+    })
+    .await;
+    let map = client.map();
+    for i in 0..n {
+        let want = if i < n / 2 {
+            format!("during {i}")
+        } else {
+            format!("after {i}")
+        };
+        assert_eq!(
+            object_on(&c.osds[&2].1, &map, &format!("o{i}")).as_deref(),
+            Some(want.as_bytes()),
+            "o{i} on osd.2"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_osd_is_recovered_while_its_pgs_serve_io() {
+    let (mut c, mut client) = setup("degraded").await;
+    let n = 40;
+    miss_writes_then_return(&mut c, &mut client, n, "norecover").await;
+    // Every PG goes active at once, with osd.2 lacking objects.
+    wait_stats(&c, "active+recovery_wait", |s| {
+        s.iter().all(|s| s.state.starts_with("active"))
+            && s.iter().any(|s| s.state == "active+recovery_wait+degraded")
+    })
+    .await;
+    io_while_degraded_then_release(&mut c, &mut client, n, "norecover").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_whose_log_is_too_old_is_backfilled_while_its_pgs_serve_io() {
+    let mut c = Cluster::with_pool_config("backfill", 3, 3, 8, 1 << 30, |pg| {
+        pg.log_limits.entries_max = 2;
+    })
+    .await;
+    let mut client = RawClient::new(&c, "client.admin", c.admin_key.clone()).await;
+    client
+        .wait_map(|m| (0..3).all(|o| m.is_up(o)) && m.pool_by_name("rbd").is_some())
+        .await;
+    let n = 80;
+    miss_writes_then_return(&mut c, &mut client, n, "nobackfill").await;
+    // The two members with complete copies serve (pg_temp) while osd.2
+    // waits to be backfilled.
+    wait_stats(&c, "active+remapped+backfill_wait", |s| {
+        s.iter().all(|s| s.state.starts_with("active"))
+            && s.iter().any(|s| {
+                s.state == "active+remapped+backfill_wait+undersized+degraded"
+                    && !s.acting.contains(&2)
+                    && s.up.contains(&2)
+                    && s.degraded > 0
+            })
+    })
+    .await;
+    io_while_degraded_then_release(&mut c, &mut client, n, "nobackfill").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_whose_last_writers_are_down_is_down_not_stale_until_they_return() {
+    // Two OSDs, two copies, writes with one (min_size 1).
+    let mut c = Cluster::with_pool("down", 2, 2, 8).await;
+    c.command(Command::PoolSet {
+        name: "rbd".into(),
+        key: "min_size".into(),
+        value: "1".into(),
+    })
+    .await;
+    let mut client = RawClient::new(&c, "client.admin", c.admin_key.clone()).await;
+    client
+        .wait_map(|m| {
+            (0..2).all(|o| m.is_up(o)) && m.pool_by_name("rbd").is_some_and(|p| p.min_size == 1)
+        })
+        .await;
+    write_all(&mut client, 10, 0, |i| format!("v1 {i}")).await;
+    // osd.1 goes; osd.0 alone takes newer writes.
+    let store1 = c.stop_osd(1).await;
+    c.command(Command::OsdDown { ids: vec![1] }).await;
+    client.wait_map(|m| !m.is_up(1)).await;
+    write_all(&mut client, 10, 100, |i| format!("v2 {i}")).await;
+    // osd.0 goes; osd.1 returns with only the older copies.
+    let store0 = c.stop_osd(0).await;
+    c.command(Command::OsdDown { ids: vec![0] }).await;
+    client.wait_map(|m| !m.is_up(0)).await;
+    c.start_osd(1, store1).await;
+    client.wait_map(|m| m.is_up(1)).await;
+    // Every PG took writes while osd.0 alone held it: osd.1 must not serve.
+    wait_stats(&c, "down", |s| s.iter().all(|s| s.state == "down")).await;
+    let epoch = client.map().epoch.0;
+    let read = client.try_send_to(1, "o3", 500, epoch, vec![read_all()], Bytes::new());
+    match tokio::time::timeout(Duration::from_millis(1500), read).await {
+        Err(_) => {} // Waits: the PG is down.
+        Ok(r) => panic!("a down PG answered a read: {r:?}"),
+    }
+    // osd.0 returns: the PGs peer with it, and osd.1 gets the newer copies.
+    c.start_osd(0, store0).await;
+    client.wait_map(|m| m.is_up(0)).await;
+    wait_stats(&c, "active+clean", |s| {
+        s.iter().all(|s| s.state == "active+clean")
+    })
+    .await;
+    let map = client.map();
+    for i in 0..10u64 {
+        let oid = format!("o{i}");
+        let (r, data) = client
+            .op(&oid, 600 + i, vec![read_all()], Bytes::new())
+            .await;
+        assert_eq!((r.code, data), (0, Bytes::from(format!("v2 {i}"))));
+        assert_eq!(
+            object_on(&c.osds[&1].1, &map, &oid).as_deref(),
+            Some(format!("v2 {i}").as_bytes())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_osd_is_backfilled_while_pg_temp_keeps_the_old_members_serving() {
+    let (mut c, mut client) = setup("pgtemp").await;
+    let n = 40;
+    write_all(&mut client, n, 0, |i| format!("v1 {i}")).await;
+    c.command(Command::OsdFlag {
+        flag: "nobackfill".into(),
+        on: true,
+    })
+    .await;
+    // A new, empty osd.3: CRUSH maps some PGs to it, and their old acting
+    // sets keep serving them (pg_temp) while it waits to be backfilled.
+    c.start_osd(3, Arc::new(MemStore::new(1 << 30))).await;
+    client.wait_map(|m| m.is_up(3)).await;
+    wait_stats(&c, "remapped+backfill_wait", |s| {
+        s.iter().any(|s| s.state == "active+remapped+backfill_wait")
+            && s.iter().all(|s| {
+                s.state == "active+clean"
+                    || (s.state == "active+remapped+backfill_wait"
+                        && !s.acting.contains(&3)
+                        && s.up.contains(&3)
+                        && s.misplaced > 0
+                        && s.degraded == 0
+                        && s.misplaced == s.recovery_left)
+            })
+    })
+    .await;
+    // Full redundancy meanwhile: reads and writes go on.
+    for i in 0..n {
+        let (r, data) = client
+            .op(&format!("o{i}"), 200 + i, vec![read_all()], Bytes::new())
+            .await;
+        assert_eq!((r.code, data), (0, Bytes::from(format!("v1 {i}"))));
+    }
+    write_all(&mut client, n / 2, 300, |i| format!("v2 {i}")).await;
+    c.command(Command::OsdFlag {
+        flag: "nobackfill".into(),
+        on: false,
+    })
+    .await;
+    wait_stats(&c, "active+clean with osd.3", |s| {
+        s.iter()
+            .all(|s| s.state == "active+clean" && s.acting == s.up)
+            && s.iter().any(|s| s.acting.contains(&3))
+    })
+    .await;
+    let map = client.map();
+    for i in 0..n {
+        let oid = format!("o{i}");
+        let want = if i < n / 2 {
+            format!("v2 {i}")
+        } else {
+            format!("v1 {i}")
+        };
+        let (_, acting) = client.primary(&oid);
+        for o in acting {
+            assert_eq!(
+                object_on(&c.osds[&o].1, &map, &oid).as_deref(),
+                Some(want.as_bytes()),
+                "{oid} on osd.{o}"
+            );
         }
     }
 }

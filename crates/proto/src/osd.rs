@@ -505,6 +505,15 @@ pub struct PgInfo {
     /// The first epoch of the interval.
     #[prost(uint32, tag = "7")]
     pub interval_start: u32,
+    /// The member's missing set (each record encoded by the OSD): in an
+    /// answer, what the sender lacks; in an activation, what the receiver
+    /// lacks once it holds the authoritative log.
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub missing: Vec<Vec<u8>>,
+    /// Activation: the receiver's copy is too old for the log to bring it
+    /// up to date; it empties its copy first and is backfilled.
+    #[prost(bool, tag = "9")]
+    pub backfill: bool,
 }
 
 /// Recovery: a whole object (or its absence) pushed to a member that lacks
@@ -544,9 +553,6 @@ pub struct PgPush {
     /// Omap values.
     #[prost(bytes = "vec", repeated, tag = "11")]
     pub omap_values: Vec<Vec<u8>>,
-    /// Backfill: the receiver empties its copy of the PG before this push.
-    #[prost(bool, tag = "12")]
-    pub reset: bool,
 }
 
 /// Recovery: the primary asks a member for its copy of one object; the

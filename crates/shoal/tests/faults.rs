@@ -94,11 +94,23 @@ fn all_active_clean(d: &Dev) -> bool {
 fn wait_active_clean(d: &Dev, max: Duration) {
     let deadline = Instant::now() + max;
     while !all_active_clean(d) {
-        assert!(
-            Instant::now() < deadline,
-            "PGs not active+clean: {}",
-            d.ok(&["pg", "stat"])
-        );
+        if Instant::now() >= deadline {
+            // Which PGs are stuck, and where their peering and recovery are.
+            let dump = d.ok(&["pg", "dump"]);
+            let stuck: Vec<String> = dump
+                .lines()
+                .filter(|l| l.contains('.') && !l.contains("active+clean"))
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|id| id.contains('.'))
+                .take(3)
+                .map(|id| d.ok(&["pg", "query", id]))
+                .collect();
+            panic!(
+                "PGs not active+clean: {}\n{dump}\n{}",
+                d.ok(&["pg", "stat"]),
+                stuck.join("\n")
+            );
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -180,7 +192,7 @@ async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
         .await
         .unwrap()
         .unwrap();
-    tokio::task::block_in_place(|| wait_active_clean(&d, Duration::from_secs(90)));
+    tokio::task::block_in_place(|| wait_active_clean(&d, Duration::from_secs(180)));
 
     // Every acknowledged write is there (or a later one sent meanwhile).
     let pool = client.pool("rbd").unwrap();

@@ -67,6 +67,8 @@ pub struct Cluster {
     /// Running OSDs and their stores.
     pub osds: BTreeMap<i32, (Osd, Arc<MemStore>)>,
     keys: BTreeMap<i32, Secret>,
+    /// The PG settings OSDs start with.
+    pub pg: PgConfig,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -107,6 +109,10 @@ impl Cluster {
             admin_key,
             osds: BTreeMap::new(),
             keys: BTreeMap::new(),
+            pg: PgConfig {
+                peer_timeout: Duration::from_secs(5),
+                ..PgConfig::default()
+            },
         }
     }
 
@@ -124,7 +130,21 @@ impl Cluster {
         pg_num: u32,
         store_bytes: u64,
     ) -> Cluster {
+        Cluster::with_pool_config(tag, osds, size, pg_num, store_bytes, |_| {}).await
+    }
+
+    /// [`Cluster::with_pool_and_stores`] with OSDs whose PG settings
+    /// `tune` changed.
+    pub async fn with_pool_config(
+        tag: &str,
+        osds: i32,
+        size: u32,
+        pg_num: u32,
+        store_bytes: u64,
+        tune: impl FnOnce(&mut PgConfig),
+    ) -> Cluster {
         let mut c = Cluster::new(tag).await;
+        tune(&mut c.pg);
         c.create_pool("rbd", pg_num, size).await;
         for id in 0..osds {
             c.start_osd(id, Arc::new(MemStore::new(store_bytes))).await;
@@ -213,10 +233,7 @@ impl Cluster {
             host: format!("host{id}"),
             weight: 0x10000,
             net: net_cfg(),
-            pg: PgConfig {
-                peer_timeout: Duration::from_secs(5),
-                ..PgConfig::default()
-            },
+            pg: self.pg.clone(),
             heartbeat_interval: Duration::from_millis(300),
             heartbeat_grace: Duration::from_secs(2),
             beacon_interval: Duration::from_secs(5),

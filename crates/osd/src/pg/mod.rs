@@ -4,12 +4,16 @@
 //! without locks, while different PGs run in parallel.
 //!
 //! States, as in Ceph: a primary starts each interval `peering` (gathering
-//! the members' logs), recovers members that lack changes, then is
-//! `active`; with fewer than `min_size` acting members it stays `peered`
-//! without serving I/O. A replica waits for the primary's activation.
+//! the members' logs), `activating` (handing every replica the
+//! authoritative log and its missing set), then is `active` and serves I/O
+//! while it recovers the objects members lack (`recovering`,
+//! `backfilling`); with fewer than `min_size` acting members it stays
+//! `peered` without serving I/O. A replica waits for the primary's
+//! activation.
 
 mod peering;
 mod primary;
+mod recover;
 mod replica;
 mod scrub;
 
@@ -25,10 +29,12 @@ use shoal_proto::{OsdOp, PgCommand, PgInfo, PgList, PgPull, PgPush, PgQuery, PgS
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ctx::OsdCtx;
-use crate::log::{LogEntry, PgInfoData, PgLog, ReqId, Version};
+use crate::log::{PgLog, ReqId, Version};
+use crate::missing::MissingSet;
 use crate::object::{collection, pg_meta_key};
 
-pub use peering::{MemberLog, RecoveryPlan, RecoveryProgress, plan_recovery};
+pub use peering::{MemberLog, MemberRecovery, RecoveryPlan, plan_recovery};
+pub use recover::RecoveryProgress;
 
 /// Most omap entries read from a PG's meta object at once (its log and dups).
 pub(crate) const OMAP_ALL: usize = 1 << 24;
@@ -118,12 +124,54 @@ pub enum PgEvent {
         /// Where the object goes.
         responder: Responder,
     },
-    /// Recovery finished for an interval.
-    Recovered {
+    /// The PG's objects were listed for a backfill.
+    Listed {
         /// The interval.
         interval_start: u32,
-        /// The authoritative log now held by every acting member, or why not.
-        result: Result<(PgInfoData, Vec<LogEntry>), String>,
+        /// The objects, or why not.
+        result: Result<Vec<shoal_objectstore::ObjectKey>, String>,
+    },
+    /// Every replica took the activation (or one did not).
+    Activated {
+        /// The interval.
+        interval_start: u32,
+        /// The outcome.
+        result: Result<(), String>,
+    },
+    /// One object was recovered (for the members in `done`).
+    ObjectRecovered {
+        /// The recovery it belongs to.
+        generation: u64,
+        /// The object.
+        key: shoal_objectstore::ObjectKey,
+        /// The members that now hold it.
+        done: std::collections::BTreeSet<i32>,
+        /// Why the others do not.
+        error: Option<String>,
+    },
+    /// The monitors' answer: the PG's past intervals.
+    PastIntervals {
+        /// The interval.
+        interval_start: u32,
+        /// The intervals, or why not.
+        result: Result<Vec<shoal_maps::PastInterval>, String>,
+    },
+    /// Look again at a peering that waits (`incomplete`, `up_thru`).
+    PeeringRetry {
+        /// The interval.
+        interval_start: u32,
+    },
+    /// Try failed object recoveries again.
+    RecoveryRetry {
+        /// The recovery it belongs to.
+        generation: u64,
+    },
+    /// A backfill slot of this OSD is ours.
+    BackfillReserved {
+        /// The recovery it belongs to.
+        generation: u64,
+        /// The slot.
+        permit: tokio::sync::OwnedSemaphorePermit,
     },
     /// A listing page.
     List {
@@ -186,10 +234,17 @@ pub struct PgStat {
     pub log_size: u64,
     /// Objects the last scrub found inconsistent (and repair could not fix).
     pub inconsistent: Vec<String>,
-    /// Object copies recovery still has to make.
+    /// Object copies recovery still has to make (Ceph's degraded objects,
+    /// beside those of acting members that are absent altogether).
     pub recovery_left: u64,
     /// Object copies recovery makes per second.
     pub recovery_per_s: u64,
+    /// Object copies missing: of absent acting members (below the pool's
+    /// size) and those acting members or backfill targets still lack.
+    pub degraded: u64,
+    /// Copies backfill targets lack while an acting member outside the up
+    /// set holds them (Ceph's misplaced objects).
+    pub misplaced: u64,
 }
 
 /// Where a PG is in its interval.
@@ -199,11 +254,16 @@ enum State {
     Stray,
     /// Primary, gathering members' logs.
     Peering,
-    /// Primary, bringing members up to the authoritative log.
-    Recovering,
+    /// Primary, handing the authoritative log to every replica.
+    Activating,
+    /// Primary: a past interval that may have taken writes has no member up.
+    Down,
+    /// Primary: a past interval that may have taken writes has members up
+    /// but none answered.
+    Incomplete,
     /// Primary with fewer than `min_size` acting members: no I/O.
     Peered,
-    /// Primary, serving I/O.
+    /// Primary, serving I/O (and recovering while `recovery` is set).
     Active,
     /// Replica, waiting for the primary's activation.
     ReplicaWaiting,
@@ -245,7 +305,18 @@ pub struct Pg {
     conns: HashMap<i32, Connection>,
     scrub: Option<scrub::ScrubJob>,
     scrub_record: scrub::ScrubRecord,
-    recovery: Option<Arc<RecoveryProgress>>,
+    /// The objects our copy lacks (persisted).
+    missing: MissingSet,
+    /// This interval's peering outcome (primary, until clean).
+    plan: Option<RecoveryPlan>,
+    /// Where peering is (primary).
+    peering: peering::PeeringProgress,
+    /// What is left to recover (primary, active, until clean).
+    recovery: Option<recover::RecoveryState>,
+    /// How many recoveries this PG has started (tells their events apart).
+    recovery_generation: u64,
+    /// Client ops waiting for a missing object.
+    waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -273,6 +344,7 @@ impl Pg {
         let err = |why: String| PgOpenError { pg: id, why };
         let store = &ctx.store;
         let mut scrub_record = scrub::ScrubRecord::default();
+        let mut missing = MissingSet::default();
         let log = if store
             .collection_exists(&coll)
             .map_err(|e| err(e.to_string()))?
@@ -291,6 +363,7 @@ impl Pg {
             if let Some(b) = omap.get(scrub::SCRUB_KEY) {
                 scrub_record = scrub::ScrubRecord::decode(b);
             }
+            missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
             PgLog::load(&omap).map_err(|e| err(e.to_string()))?
         } else {
             let log = PgLog::default();
@@ -323,7 +396,12 @@ impl Pg {
             conns: HashMap::new(),
             scrub: None,
             scrub_record,
+            missing,
+            plan: None,
+            peering: peering::PeeringProgress::default(),
             recovery: None,
+            recovery_generation: 0,
+            waiting_for_object: BTreeMap::new(),
         };
         tokio::spawn(pg.run(rx));
         Ok(tx)
@@ -370,10 +448,29 @@ impl Pg {
                 responder,
             } => self.push(msg, data, responder).await,
             PgEvent::Pull { msg, responder } => self.pull(msg, responder).await,
-            PgEvent::Recovered {
+            PgEvent::Listed {
                 interval_start,
                 result,
-            } => self.recovered(interval_start, result).await,
+            } => self.listed(interval_start, result).await,
+            PgEvent::Activated {
+                interval_start,
+                result,
+            } => self.activated(interval_start, result).await,
+            PgEvent::ObjectRecovered {
+                generation,
+                key,
+                done,
+                error,
+            } => self.object_recovered(generation, key, done, error).await,
+            PgEvent::RecoveryRetry { generation } => self.recovery_retry(generation),
+            PgEvent::PastIntervals {
+                interval_start,
+                result,
+            } => self.past_intervals(interval_start, result),
+            PgEvent::PeeringRetry { interval_start } => self.peering_retry(interval_start).await,
+            PgEvent::BackfillReserved { generation, permit } => {
+                self.backfill_reserved(generation, permit)
+            }
             PgEvent::List {
                 from_osd,
                 msg,
@@ -406,6 +503,120 @@ impl Pg {
         self.primary == self.whoami() && self.primary >= 0
     }
 
+    /// Active with nothing to recover.
+    fn active_clean(&self) -> bool {
+        self.state == State::Active && self.recovery.is_none()
+    }
+
+    /// What each member lacks, for `pg query`: the primary knows every
+    /// acting member's count; every member knows its own objects.
+    fn missing_json(&self) -> serde_json::Value {
+        let own: Vec<serde_json::Value> = self
+            .missing
+            .objects()
+            .iter()
+            .take(32)
+            .map(|(k, v)| {
+                serde_json::json!({
+                    "object": String::from_utf8_lossy(&k.name).replace('\0', "/"),
+                    "need": v.to_string(),
+                })
+            })
+            .collect();
+        let mut out = serde_json::json!({
+            "own": { "count": self.missing.len(), "first": own },
+        });
+        if let Some(rs) = &self.recovery {
+            let per: serde_json::Map<String, serde_json::Value> = rs
+                .missing_per_member()
+                .into_iter()
+                .map(|(o, n)| (format!("osd.{o}"), n.into()))
+                .collect();
+            out["recovery"] = serde_json::json!({
+                "state": rs.state_word(self.map.as_deref()),
+                "objects_missing_per_member": per,
+                "backfill_targets": rs.backfill_targets().iter().collect::<Vec<_>>(),
+                "copies_left": rs.copies_left(),
+                "unfound": rs.unfound().len(),
+            });
+        }
+        out
+    }
+
+    /// Where peering is, for `pg query`: the past intervals that may have
+    /// taken writes, and what blocks the PG.
+    fn peering_json(&self) -> serde_json::Value {
+        let past: Vec<serde_json::Value> = self
+            .peering
+            .past
+            .iter()
+            .flatten()
+            .map(|i| {
+                serde_json::json!({
+                    "first": i.first, "last": i.last, "acting": i.acting, "primary": i.primary,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "past_intervals_rw": past,
+            "probe_failed": self.peering.probe_failed,
+            "waiting_up_thru": self.peering.waiting_up_thru,
+            "blocked_by": self.peering.blocked,
+        })
+    }
+
+    /// Degraded and misplaced object copies (see [`PgStat`]): a copy a
+    /// backfill target lacks is misplaced while an acting member outside
+    /// the up set holds one, degraded otherwise (counted once with the
+    /// copies of absent members).
+    fn degraded_and_misplaced(&self, size: usize) -> (u64, u64) {
+        let objects = self.log.info.objects;
+        let absent = objects.saturating_mul(size.saturating_sub(self.acting.len()) as u64);
+        let per = self
+            .recovery
+            .as_ref()
+            .map(|r| r.missing_per_member())
+            .unwrap_or_default();
+        let targets = self.backfill_targets();
+        let (mut on_acting, mut on_targets) = (0u64, 0u64);
+        for (o, n) in per {
+            if targets.contains(&o) {
+                on_targets += n;
+            } else {
+                on_acting += n;
+            }
+        }
+        let extra = self.acting.iter().filter(|o| !self.up.contains(o)).count() as u64;
+        let misplaced = on_targets.min(extra.saturating_mul(objects));
+        let degraded =
+            absent + on_acting + on_targets.saturating_sub(misplaced).saturating_sub(absent);
+        (degraded, misplaced)
+    }
+
+    /// Backfill targets: up members outside the acting set (while a
+    /// `pg_temp` keeps complete members serving the PG).
+    fn backfill_targets(&self) -> Vec<i32> {
+        self.up
+            .iter()
+            .copied()
+            .filter(|o| *o >= 0 && !self.acting.contains(o))
+            .collect()
+    }
+
+    /// Every member that holds the PG's data in this interval: the acting
+    /// set, then the backfill targets.
+    fn shards(&self) -> Vec<i32> {
+        let mut out: Vec<i32> = self.acting.iter().copied().filter(|o| *o >= 0).collect();
+        out.extend(self.backfill_targets());
+        out
+    }
+
+    /// [`Pg::shards`] but us: where changes are replicated.
+    fn other_shards(&self) -> Vec<i32> {
+        let me = self.whoami();
+        self.shards().into_iter().filter(|o| *o != me).collect()
+    }
+
     fn replicas(&self) -> Vec<i32> {
         let me = self.whoami();
         self.acting
@@ -429,7 +640,14 @@ impl Pg {
             return;
         };
         let m = map.pg_to_up_acting(self.id).unwrap_or_default();
-        let changed = m.up != self.up
+        // Epochs this PG did not see may hold an interval it knows nothing
+        // of (writes elsewhere): count a gap as a new interval.
+        let gap = self
+            .map
+            .as_ref()
+            .is_some_and(|old| map.epoch.0 > old.epoch.0 + 1);
+        let changed = gap
+            || m.up != self.up
             || m.acting != self.acting
             || m.acting_primary != self.primary
             || self
@@ -441,6 +659,15 @@ impl Pg {
         if changed {
             self.up = m.up.clone();
             self.new_interval(m.up, m.acting, m.acting_primary).await;
+        } else if self.recovery.is_some() {
+            self.recovery_map_changed();
+        } else if self.is_primary() {
+            match self.state {
+                // A member may be back: look again.
+                State::Down | State::Incomplete => self.start_peering().await,
+                State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
+                _ => {}
+            }
         }
     }
 
@@ -460,6 +687,8 @@ impl Pg {
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
         self.recovery = None;
+        self.plan = None;
+        self.requeue_object_waiters();
         self.ctx.stats_changed.notify_one();
         let me = self.whoami();
         tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
@@ -467,7 +696,7 @@ impl Pg {
         if self.is_primary() {
             self.start_peering().await;
         } else {
-            self.state = if self.acting.contains(&me) {
+            self.state = if self.shards().contains(&me) {
                 State::ReplicaWaiting
             } else {
                 State::Stray
@@ -484,6 +713,7 @@ impl Pg {
     async fn stop(&mut self) {
         // Ops in flight were applied locally; their clients resend to the
         // next primary, which finds them in its log.
+        self.requeue_object_waiters();
         let ops: Vec<ClientOp> = self.waiting.drain(..).collect();
         for op in ops {
             let epoch = self.epoch();
@@ -504,15 +734,36 @@ impl Pg {
             return None;
         }
         let size = self.pool.as_ref().map_or(0, |p| p.size as usize);
+        let undersized = self.acting.len() < size;
+        let remapped = self.acting != self.up;
+        let (degraded, misplaced) = self.degraded_and_misplaced(size);
         let mut state = match self.state {
-            State::Active if self.acting.len() < size => "active+undersized+degraded",
-            State::Active => "active+clean",
-            State::Peering => "peering",
-            State::Recovering => "recovering",
-            State::Peered => "undersized+degraded+peered",
-            _ => "unknown",
-        }
-        .to_string();
+            State::Active => {
+                let mut s = String::from("active");
+                if remapped {
+                    s.push_str("+remapped");
+                }
+                if let Some(rs) = &self.recovery {
+                    s.push('+');
+                    s.push_str(rs.state_word(self.map.as_deref()));
+                }
+                if undersized {
+                    s.push_str("+undersized");
+                }
+                if undersized || degraded > 0 {
+                    s.push_str("+degraded");
+                } else if self.recovery.is_none() {
+                    s.push_str("+clean");
+                }
+                s
+            }
+            State::Peering => "peering".into(),
+            State::Activating => "activating".into(),
+            State::Down => "down".into(),
+            State::Incomplete => "incomplete".into(),
+            State::Peered => "undersized+degraded+peered".into(),
+            _ => "unknown".into(),
+        };
         if let Some(job) = &self.scrub {
             state.push_str(if job.is_deep() {
                 "+scrubbing+deep"
@@ -523,8 +774,10 @@ impl Pg {
         if !self.scrub_record.inconsistent.is_empty() {
             state.push_str("+inconsistent");
         }
-        let (recovery_left, recovery_per_s) =
-            self.recovery.as_ref().map_or((0, 0), |p| p.left_and_rate());
+        let (recovery_left, recovery_per_s) = self
+            .recovery
+            .as_ref()
+            .map_or((0, 0), |r| (r.copies_left(), r.rate()));
         Some(PgStat {
             pgid: self.id,
             state,
@@ -542,6 +795,8 @@ impl Pg {
                 .collect(),
             recovery_left,
             recovery_per_s,
+            degraded,
+            misplaced,
         })
     }
 }

@@ -1,31 +1,60 @@
-//! Peering and recovery, run by the primary at the start of each interval:
-//! gather the info and log of every member of the acting set and of the
-//! previous one, choose the authoritative log (the newest), bring every
-//! acting member (the primary first) to it object by object, hand every
-//! replica the authoritative log, and go active.
+//! Peering, run by the primary at the start of each interval:
+//!
+//! 1. gather the info, log and missing set of every member of the acting
+//!    set and of the previous one;
+//! 2. ask the monitors for the PG's intervals since the newest epoch in
+//!    which a member saw it go active, and hear from at least one member of
+//!    every interval that may have taken writes (`maybe_went_rw`): probe
+//!    the ones not heard yet; with none of an interval's members up the PG
+//!    is `down`, with some up but none answering it is `incomplete` — it
+//!    never serves what could be stale data;
+//! 3. have the monitors record our `up_thru` for this interval (so later
+//!    peerings know this interval may take writes);
+//! 4. choose the authoritative log (the newest), work out what each member
+//!    lacks, hand every replica the authoritative log with its missing set
+//!    (activation), and go active. Recovery of the missing objects then
+//!    runs while the PG serves I/O (`recover.rs`).
 //!
 //! The decision ([`plan_recovery`]) is a pure function of the members'
-//! logs; the recovery itself runs in a task so the PG keeps answering
-//! queries meanwhile.
+//! logs; the queries and the activation run in tasks so the PG keeps
+//! answering its peers meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_maps::{OsdMap, PgId};
-use shoal_net::Connection;
-use shoal_objectstore::{CollectionId, ObjectKey, Transaction};
-use shoal_proto::{Message, PgInfo, PgList, PgPush, PgQuery};
+use shoal_maps::{OsdMap, PastInterval};
+use shoal_objectstore::{ObjectKey, Transaction};
+use shoal_proto::{Message, PgInfo, PgQuery};
 
+use super::recover::RecoveryState;
 use super::{Pg, PgEvent, State};
 use crate::ctx::OsdCtx;
-use crate::log::{LogEntry, PgInfoData, Version};
+use crate::log::{LogEntry, PgInfoData, PgLog, Version};
+use crate::missing::MissingSet;
 use crate::recovery;
 
 /// How long peering waits for a member of the previous interval that is
 /// not in the current acting set.
 const PRIOR_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often an `incomplete` PG, or one waiting for its `up_thru`, looks again.
+const PEERING_RETRY: Duration = Duration::from_secs(1);
+
+/// Where a primary is within peering.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PeeringProgress {
+    /// The past intervals that may have taken writes, from the monitors.
+    pub(crate) past: Option<Vec<PastInterval>>,
+    /// Members that did not answer a probe.
+    pub(crate) probe_failed: BTreeSet<i32>,
+    /// Waiting for the monitors to record our `up_thru`.
+    pub(crate) waiting_up_thru: bool,
+    /// Asked the monitors for this `pg_temp` (empty: its removal).
+    pub(crate) waiting_pg_temp: Option<Vec<i32>>,
+    /// Why the PG is `down` or `incomplete`.
+    pub(crate) blocked: Option<String>,
+}
 
 /// One member's copy of a PG, as peering sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,15 +63,18 @@ pub struct MemberLog {
     pub info: PgInfoData,
     /// Its log entries, oldest first.
     pub entries: Vec<LogEntry>,
+    /// The objects it already knew it lacks (from an unfinished recovery).
+    pub missing: MissingSet,
 }
 
-/// What one member needs to reach the authoritative log.
+/// What one member lacks to match the authoritative log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemberRecovery {
-    /// Its log is too old: it gets the whole PG (backfill).
+    /// Its log is too old (or it has no copy): it gets the whole PG (backfill).
     pub backfill: bool,
-    /// Otherwise, the objects to copy to it (or remove from it).
-    pub objects: BTreeSet<ObjectKey>,
+    /// Otherwise, the objects to copy to it (or remove from it), each with
+    /// the version it needs.
+    pub missing: BTreeMap<ObjectKey, Version>,
 }
 
 /// The outcome of peering.
@@ -54,13 +86,44 @@ pub struct RecoveryPlan {
     pub auth_info: PgInfoData,
     /// Its log.
     pub auth_log: Vec<LogEntry>,
-    /// What each acting member (the primary included) lacks.
+    /// What each member lacks: every member that answered and every acting
+    /// member (an acting member with nothing to recover has an empty entry).
     pub members: BTreeMap<i32, MemberRecovery>,
 }
 
-/// Chooses the authoritative log among `logs` (the primary `me` wins ties)
-/// and what each member of `acting` needs to match it. A member with no
-/// entry in `logs` gets a backfill.
+impl RecoveryPlan {
+    /// Whether `osd` holds the authoritative copy of `key`.
+    pub fn has(&self, osd: i32, key: &ObjectKey) -> bool {
+        self.members
+            .get(&osd)
+            .is_some_and(|m| !m.backfill && !m.missing.contains_key(key))
+    }
+
+    /// The members holding the authoritative copy of `key`, those of
+    /// `prefer` first.
+    pub fn sources(&self, key: &ObjectKey, prefer: &[i32]) -> Vec<i32> {
+        let mut out: Vec<i32> = prefer
+            .iter()
+            .copied()
+            .filter(|o| self.has(*o, key))
+            .collect();
+        for o in self.members.keys() {
+            if !out.contains(o) && self.has(*o, key) {
+                out.push(*o);
+            }
+        }
+        out
+    }
+}
+
+/// Chooses the authoritative log among `logs` (the newest `last_update`;
+/// the primary `me` wins ties) and what each member of `logs` and of
+/// `acting` lacks to match it: the objects it already knew missing, those
+/// changed by authoritative entries newer than its `last_update`, and those
+/// of its own entries the authoritative log does not have (divergent
+/// changes). A member whose `last_update` is older than the authoritative
+/// log's tail, that answered nothing, or whose copy is empty and never
+/// went active (a new member) while the PG has data, is backfilled.
 pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -> RecoveryPlan {
     let empty = MemberLog::default();
     let auth = logs
@@ -68,45 +131,52 @@ pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -
         .max_by_key(|(osd, l)| (l.info.last_update, **osd == me, -**osd))
         .map_or(me, |(osd, _)| *osd);
     let auth_log = logs.get(&auth).unwrap_or(&empty);
+    let tail = auth_log.info.log_tail;
     let auth_versions: BTreeSet<(Version, &ObjectKey)> = auth_log
         .entries
         .iter()
         .map(|e| (e.version, &e.key))
         .collect();
+    // The newest authoritative version of each object the log names.
+    let newest: BTreeMap<&ObjectKey, Version> = auth_log
+        .entries
+        .iter()
+        .map(|e| (&e.key, e.version))
+        .collect();
+    let need = |k: &ObjectKey, otherwise: Version| newest.get(k).copied().unwrap_or(otherwise);
     let mut members = BTreeMap::new();
-    for &m in acting {
+    let everyone: BTreeSet<i32> = logs.keys().chain(acting).copied().collect();
+    for m in everyone {
         let Some(l) = logs.get(&m) else {
             let backfill = auth_log.info.last_update > Version::default();
             members.insert(
                 m,
                 MemberRecovery {
                     backfill,
-                    objects: BTreeSet::new(),
+                    missing: BTreeMap::new(),
                 },
             );
             continue;
         };
         let lu = l.info.last_update;
-        let mut need = MemberRecovery::default();
-        if lu < auth_log.info.log_tail {
-            need.backfill = true;
+        let mut r = MemberRecovery::default();
+        let never_active = l.info.last_epoch_started == 0 && lu == Version::default();
+        if lu < tail || (never_active && auth_log.info.last_update > Version::default()) {
+            r.backfill = true;
         } else {
-            for e in auth_log.entries.iter().filter(|e| e.version > lu) {
-                need.objects.insert(e.key.clone());
+            for (k, v) in l.missing.objects() {
+                r.missing.insert(k.clone(), need(k, *v));
             }
-            // Changes the member has that the authoritative log does not:
-            // its copies of those objects are replaced by the primary's.
+            for e in auth_log.entries.iter().filter(|e| e.version > lu) {
+                r.missing.insert(e.key.clone(), e.version);
+            }
             for e in &l.entries {
-                if !auth_versions.contains(&(e.version, &e.key))
-                    && e.version > auth_log.info.log_tail
-                {
-                    need.objects.insert(e.key.clone());
+                if e.version > tail && !auth_versions.contains(&(e.version, &e.key)) {
+                    r.missing.insert(e.key.clone(), need(&e.key, tail));
                 }
             }
         }
-        if need.backfill || !need.objects.is_empty() {
-            members.insert(m, need);
-        }
+        members.insert(m, r);
     }
     RecoveryPlan {
         auth,
@@ -116,9 +186,17 @@ pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -
     }
 }
 
+/// What a member is told at activation.
+struct Activation {
+    osd: i32,
+    backfill: bool,
+    missing: MissingSet,
+}
+
 impl Pg {
     /// Starts peering for the current interval (primary only).
     pub(super) async fn start_peering(&mut self) {
+        self.reset_peering();
         let min = self.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
         if self.acting.len() < min {
             self.state = State::Peered;
@@ -127,18 +205,277 @@ impl Pg {
         self.state = State::Peering;
         let Some(map) = self.map.clone() else { return };
         let me = self.whoami();
-        let mut peers: BTreeSet<i32> = self.replicas().into_iter().collect();
+        let mut peers: BTreeSet<i32> = self.other_shards().into_iter().collect();
         for p in &self.prior {
             if *p != me && *p >= 0 && map.is_up(*p) {
                 peers.insert(*p);
             }
         }
-        self.peers_pending = peers.iter().copied().collect();
+        self.query_all(peers.into_iter().collect(), Duration::ZERO);
+    }
+
+    /// Peers again after `delay` (a failed activation or query).
+    pub(super) fn repeer_soon(&mut self, delay: Duration) {
+        self.reset_peering();
+        self.state = State::Peering;
+        self.query_all(self.other_shards(), delay);
+    }
+
+    /// Forgets this interval's peering and recovery; ops waiting for an
+    /// object go back to the PG's queue.
+    fn reset_peering(&mut self) {
+        self.recovery = None;
+        self.plan = None;
+        self.peering = PeeringProgress::default();
+        self.requeue_object_waiters();
+    }
+
+    /// Queries `peers` (after `delay`) from scratch.
+    fn query_all(&mut self, peers: Vec<i32>, delay: Duration) {
+        self.peer_logs.clear();
+        self.peers_pending = peers.clone();
         for p in peers {
-            self.query_peer(p, Duration::ZERO);
+            self.query_peer(p, delay);
         }
         if self.peers_pending.is_empty() {
-            self.decide();
+            self.after_queries();
+        }
+    }
+
+    /// Every pending query answered (or gave up): next, the past
+    /// intervals; once they are known, whether every one that may have
+    /// taken writes was heard from.
+    fn after_queries(&mut self) {
+        if self.peering.past.is_none() {
+            return self.fetch_past_intervals();
+        }
+        self.check_prior();
+    }
+
+    /// Asks the monitors for the intervals since the newest epoch in which
+    /// any member we heard from saw the PG go active: the writes of
+    /// earlier intervals are in the logs of that activation.
+    fn fetch_past_intervals(&mut self) {
+        let since = self
+            .peer_logs
+            .values()
+            .map(|l| l.info.last_epoch_started)
+            .chain([self.log.info.last_epoch_started])
+            .max()
+            .unwrap_or(0);
+        let ctx = Arc::clone(&self.ctx);
+        let events = self.events.clone();
+        let (pg, interval_start) = (self.id, self.interval_start);
+        tokio::spawn(async move {
+            let cmd = shoal_mon::Command::PgPastIntervals {
+                pgid: pg.to_string(),
+                since,
+            };
+            let result = match ctx.monc.command(&cmd).await {
+                Ok(v) => parse_intervals(&v),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = events.send(PgEvent::PastIntervals {
+                interval_start,
+                result,
+            });
+        });
+    }
+
+    /// The monitors answered with the PG's intervals.
+    pub(super) fn past_intervals(
+        &mut self,
+        interval_start: u32,
+        result: Result<Vec<PastInterval>, String>,
+    ) {
+        if interval_start != self.interval_start || self.state != State::Peering {
+            return;
+        }
+        match result {
+            Ok(all) => {
+                let rw = all
+                    .into_iter()
+                    .filter(|i| i.maybe_went_rw && i.first < interval_start)
+                    .collect();
+                self.peering.past = Some(rw);
+                self.check_prior();
+            }
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "past intervals: {e}");
+                self.retry_peering_later();
+            }
+        }
+    }
+
+    /// Every past interval that may have taken writes must have a member
+    /// we heard from: probe those not heard yet, or stay `down` (none of
+    /// its members up) or `incomplete` (none answering).
+    fn check_prior(&mut self) {
+        let Some(map) = self.map.clone() else { return };
+        let me = self.whoami();
+        let past = self.peering.past.clone().unwrap_or_default();
+        let heard: BTreeSet<i32> = self.peer_logs.keys().copied().chain([me]).collect();
+        let failed = self.peering.probe_failed.clone();
+        // A member worth a probe: up, not heard yet, not already silent.
+        let probeable =
+            |o: &i32| *o >= 0 && map.is_up(*o) && !heard.contains(o) && !failed.contains(o);
+        let mut probe = BTreeSet::new();
+        for iv in &past {
+            let members: Vec<i32> = iv.acting.iter().copied().filter(|o| *o >= 0).collect();
+            if members.iter().any(|o| heard.contains(o)) {
+                continue;
+            }
+            let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
+            if up.is_empty() {
+                let down = !members.iter().any(|o| map.is_up(*o));
+                let why = format!(
+                    "interval {}-{} (acting {:?}) may have taken writes and {}",
+                    iv.first,
+                    iv.last,
+                    iv.acting,
+                    if down {
+                        "none of its members is up"
+                    } else {
+                        "none of its members answered"
+                    }
+                );
+                tracing::info!(pg = %self.id, "{why}");
+                self.state = if down { State::Down } else { State::Incomplete };
+                self.peering.blocked = Some(why);
+                self.ctx.stats_changed.notify_one();
+                if !down {
+                    self.retry_peering_later();
+                }
+                return;
+            }
+            probe.extend(up);
+        }
+        // The newest such interval's members hold complete copies: hear
+        // them all, so a new primary can keep them serving (pg_temp)
+        // while new members are backfilled.
+        if let Some(last) = past.last() {
+            probe.extend(last.acting.iter().copied().filter(probeable));
+        }
+        if !probe.is_empty() {
+            self.peers_pending = probe.iter().copied().collect();
+            for p in probe {
+                self.query_peer(p, Duration::ZERO);
+            }
+            return;
+        }
+        self.peering.blocked = None;
+        self.check_up_thru();
+    }
+
+    /// Activation waits until the monitors have recorded that we were up
+    /// in this interval.
+    pub(super) fn check_up_thru(&mut self) {
+        let Some(map) = self.map.clone() else { return };
+        if map.up_thru(self.whoami()) >= self.interval_start {
+            self.peering.waiting_up_thru = false;
+            return self.decide();
+        }
+        self.peering.waiting_up_thru = true;
+        self.ctx.want_up_thru(self.interval_start);
+        self.retry_peering_later();
+    }
+
+    fn retry_peering_later(&self) {
+        let events = self.events.clone();
+        let interval_start = self.interval_start;
+        tokio::spawn(async move {
+            tokio::time::sleep(PEERING_RETRY).await;
+            let _ = events.send(PgEvent::PeeringRetry { interval_start });
+        });
+    }
+
+    /// The acting set peering wants, when it is not the current one: the
+    /// up members the log can bring up to date, then (up to the pool's
+    /// size) other complete members, so that members needing a backfill
+    /// are backfilled while complete ones serve (Ceph's `choose_acting`).
+    /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
+    fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
+        let pool = self.pool.as_ref()?;
+        let map = self.map.as_ref()?;
+        let (size, min) = (pool.size as usize, pool.min_size.max(1) as usize);
+        // A member mid-backfill lacks more than a log can name.
+        let log_len = plan.auth_log.len();
+        let eligible = |o: i32| {
+            plan.members
+                .get(&o)
+                .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
+        };
+        let mut want: Vec<i32> = self
+            .up
+            .iter()
+            .copied()
+            .filter(|o| *o >= 0 && eligible(*o))
+            .collect();
+        let newest_rw = self.peering.past.iter().flatten().next_back();
+        let candidates = self
+            .acting
+            .iter()
+            .chain(&self.prior)
+            .chain(newest_rw.map(|i| &i.acting).into_iter().flatten())
+            .copied();
+        for o in candidates {
+            if want.len() >= size {
+                break;
+            }
+            if o >= 0 && map.is_up(o) && !want.contains(&o) && eligible(o) {
+                want.push(o);
+            }
+        }
+        let target = if want.len() < min || want == self.up {
+            self.up.clone()
+        } else {
+            want
+        };
+        if target == self.acting {
+            return None;
+        }
+        Some(if target == self.up {
+            Vec::new()
+        } else {
+            target
+        })
+    }
+
+    /// Asks the monitors for a `pg_temp` (empty: its removal); the map
+    /// that grants it starts a new interval.
+    pub(super) fn request_pg_temp(&mut self, osds: Vec<i32>) {
+        tracing::debug!(pg = %self.id, ?osds, up = ?self.up, "asking for pg_temp");
+        self.peering.waiting_pg_temp = Some(osds.clone());
+        let ctx = Arc::clone(&self.ctx);
+        let cmd = shoal_mon::Command::OsdPgTemp {
+            id: self.whoami(),
+            pgid: self.id.to_string(),
+            osds,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = ctx.monc.command(&cmd).await {
+                tracing::debug!("pg_temp request failed: {e}");
+            }
+        });
+        self.retry_peering_later();
+    }
+
+    /// Looks again: an `incomplete` PG peers again, one waiting for its
+    /// `up_thru` or `pg_temp` asks again.
+    pub(super) async fn peering_retry(&mut self, interval_start: u32) {
+        if interval_start != self.interval_start || !self.is_primary() {
+            return;
+        }
+        if let Some(osds) = self.peering.waiting_pg_temp.clone() {
+            return self.request_pg_temp(osds);
+        }
+        match self.state {
+            State::Incomplete => self.start_peering().await,
+            State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
+            State::Peering if self.peers_pending.is_empty() && self.peering.past.is_none() => {
+                self.fetch_past_intervals()
+            }
+            _ => {}
         }
     }
 
@@ -155,7 +492,7 @@ impl Pg {
         let interval_start = self.interval_start;
         // A member of the previous interval only may be gone for good:
         // give it little time (an acting member is waited for).
-        let limit = if self.acting.contains(&osd) {
+        let limit = if self.shards().contains(&osd) {
             ctx.cfg.peer_timeout
         } else {
             PRIOR_QUERY_TIMEOUT.min(ctx.cfg.peer_timeout)
@@ -187,21 +524,25 @@ impl Pg {
             Ok(l) => {
                 self.peer_logs.insert(from, l);
             }
-            Err(e) if self.acting.contains(&from) => {
-                // An acting member must answer; a map change ends the wait.
+            Err(e) if self.shards().contains(&from) => {
+                // An acting member (or backfill target) must answer; a map change ends the wait.
                 tracing::debug!(pg = %self.id, osd = from, "peering query failed: {e}");
                 self.query_peer(from, Duration::from_millis(500));
                 return;
             }
-            Err(_) => {}
+            Err(_) => {
+                self.peering.probe_failed.insert(from);
+            }
         }
         self.peers_pending.retain(|p| *p != from);
         if self.peers_pending.is_empty() {
-            self.decide();
+            self.after_queries();
         }
     }
 
-    /// Every member answered: plan and start recovery.
+    /// Every member answered: plan. A backfill needs the list of the PG's
+    /// objects first (the authoritative member's when the primary itself is
+    /// backfilled, ours otherwise).
     fn decide(&mut self) {
         let me = self.whoami();
         let mut logs = self.peer_logs.clone();
@@ -210,82 +551,229 @@ impl Pg {
             MemberLog {
                 info: self.log.info,
                 entries: self.log.entries().cloned().collect(),
+                missing: self.missing.clone(),
             },
         );
-        let plan = plan_recovery(me, &logs, &self.acting);
-        self.state = State::Recovering;
+        let plan = plan_recovery(me, &logs, &self.shards());
+        if let Some(want) = self.wanted_acting(&plan) {
+            return self.request_pg_temp(want);
+        }
+        let backfills = self
+            .shards()
+            .iter()
+            .any(|o| plan.members.get(o).is_some_and(|m| m.backfill));
+        let primary_backfill = plan.members.get(&me).is_some_and(|m| m.backfill);
+        self.state = State::Activating;
+        if !backfills {
+            self.activate_members(plan, BTreeSet::new());
+            return;
+        }
         let Some(map) = self.map.clone() else { return };
-        let copies: u64 = plan
-            .members
-            .values()
-            .map(|m| {
-                if m.backfill {
-                    plan.auth_info.objects
-                } else {
-                    m.objects.len() as u64
-                }
-            })
-            .sum();
-        let progress = RecoveryProgress::new(copies);
-        self.recovery = Some(Arc::clone(&progress));
-        let job = Recovery {
-            ctx: Arc::clone(&self.ctx),
-            map,
-            pg: self.id,
-            coll: self.coll,
-            interval_start: self.interval_start,
-            replicas: self.replicas(),
-            progress,
-        };
+        let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let interval_start = self.interval_start;
+        let (pg, coll, interval_start, auth) = (self.id, self.coll, self.interval_start, plan.auth);
+        let own_missing: Vec<ObjectKey> = self.missing.objects().keys().cloned().collect();
+        self.plan = Some(plan);
         tokio::spawn(async move {
-            let result = job.run(plan).await;
-            let _ = events.send(PgEvent::Recovered {
+            let result = if primary_backfill {
+                match ctx.peer(&map, auth).await {
+                    Ok(src) => recovery::remote_objects(&ctx, &map, pg, &src).await,
+                    Err(e) => Err(e),
+                }
+            } else {
+                let store = Arc::clone(&ctx.store);
+                tokio::task::spawn_blocking(move || recovery::local_objects(store.as_ref(), coll))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                    .map(|mut keys| {
+                        // Objects we lack ourselves exist in the PG too.
+                        keys.extend(own_missing);
+                        keys
+                    })
+            };
+            let _ = events.send(PgEvent::Listed {
                 interval_start,
                 result,
             });
         });
     }
 
-    pub(super) async fn recovered(
+    /// The PG's objects, listed for a backfill.
+    pub(super) async fn listed(
         &mut self,
         interval_start: u32,
-        result: Result<(PgInfoData, Vec<LogEntry>), String>,
+        result: Result<Vec<ObjectKey>, String>,
     ) {
-        if interval_start != self.interval_start || self.state != State::Recovering {
+        if interval_start != self.interval_start || self.state != State::Activating {
             return;
         }
-        self.recovery = None;
+        let Some(plan) = self.plan.take() else { return };
         match result {
-            Ok((mut info, entries)) => {
-                info.last_epoch_started = interval_start;
-                let mut txn = Transaction::new();
-                self.log.replace(info, entries, self.coll, &mut txn);
-                if let Err(e) =
-                    tokio::task::block_in_place(|| self.ctx.store.apply_transaction(txn))
-                {
-                    tracing::error!(pg = %self.id, "cannot persist the PG log: {e}");
-                    return;
-                }
-                self.state = State::Active;
-                self.ctx.stats_changed.notify_one();
-                tracing::debug!(pg = %self.id, epoch = interval_start, "active");
-                self.drain_waiting().await;
-            }
+            Ok(keys) => self.activate_members(plan, keys.into_iter().collect()),
             Err(e) => {
-                tracing::warn!(pg = %self.id, "recovery failed, peering again: {e}");
-                self.state = State::Peering;
-                self.peer_logs.clear();
-                self.peers_pending = self.replicas();
-                for p in self.peers_pending.clone() {
-                    self.query_peer(p, Duration::from_millis(500));
-                }
-                if self.peers_pending.is_empty() {
-                    self.decide();
-                }
+                tracing::warn!(pg = %self.id, "listing the PG for a backfill failed: {e}");
+                self.repeer_soon(Duration::from_millis(500));
             }
         }
+    }
+
+    /// Adopts the authoritative log with our missing set, and sends every
+    /// replica the same log with its own missing set. `all` lists every
+    /// object of the PG: a backfilled member lacks each of them.
+    fn activate_members(&mut self, plan: RecoveryPlan, all: BTreeSet<ObjectKey>) {
+        let me = self.whoami();
+        let lu = plan.auth_info.last_update;
+        let missing_of = |m: &MemberRecovery| {
+            if m.backfill {
+                MissingSet::from_map(all.iter().map(|k| (k.clone(), lu)).collect())
+            } else {
+                MissingSet::from_map(m.missing.clone())
+            }
+        };
+        let mut acts = Vec::new();
+        for osd in self.shards() {
+            let m = plan.members.get(&osd).cloned().unwrap_or_default();
+            acts.push(Activation {
+                osd,
+                backfill: m.backfill,
+                missing: missing_of(&m),
+            });
+        }
+        let mut info = plan.auth_info;
+        info.last_epoch_started = self.interval_start;
+        let mut txn = Transaction::new();
+        let mine = acts.iter().position(|a| a.osd == me);
+        let own = mine.map(|i| acts.remove(i));
+        if own.as_ref().is_some_and(|a| a.backfill) {
+            txn.remove_collection(self.coll);
+            txn.create_collection(self.coll);
+            self.log = PgLog::default();
+            self.missing = MissingSet::default();
+        }
+        self.log
+            .replace(info, plan.auth_log.clone(), self.coll, &mut txn);
+        let own_missing = own.map(|a| a.missing).unwrap_or_default();
+        self.missing.replace(own_missing, self.coll, &mut txn);
+        if let Err(e) = tokio::task::block_in_place(|| self.ctx.store.apply_transaction(txn)) {
+            tracing::error!(pg = %self.id, "cannot persist the PG log: {e}");
+            self.reload_log();
+            return self.repeer_soon(Duration::from_secs(1));
+        }
+        let Some(map) = self.map.clone() else { return };
+        self.recovery_generation += 1;
+        self.recovery = Some(RecoveryState::new(
+            self.recovery_generation,
+            me,
+            &self.missing,
+            acts.iter().map(|a| (a.osd, a.backfill, &a.missing)),
+        ));
+        self.plan = Some(plan);
+        let log: Vec<Vec<u8>> = self.log.entries().map(LogEntry::encode).collect();
+        let ctx = Arc::clone(&self.ctx);
+        let events = self.events.clone();
+        let (pg, interval_start) = (self.id, self.interval_start);
+        let encoded_info = info.encode();
+        tokio::spawn(async move {
+            let mut result = Ok(());
+            for a in acts {
+                let msg = PgInfo {
+                    pool: pg.pool,
+                    pg_seed: pg.seed,
+                    epoch: map.epoch.0,
+                    info: encoded_info.clone(),
+                    log: log.clone(),
+                    activate: true,
+                    interval_start,
+                    missing: a.missing.encode(),
+                    backfill: a.backfill,
+                };
+                if let Err(e) = send_activation(&ctx, &map, a.osd, msg).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let _ = events.send(PgEvent::Activated {
+                interval_start,
+                result,
+            });
+        });
+    }
+
+    /// Every replica holds the authoritative log: serve I/O, and recover.
+    pub(super) async fn activated(&mut self, interval_start: u32, result: Result<(), String>) {
+        if interval_start != self.interval_start || self.state != State::Activating {
+            return;
+        }
+        if let Err(e) = result {
+            tracing::warn!(pg = %self.id, "activation failed, peering again: {e}");
+            return self.repeer_soon(Duration::from_millis(500));
+        }
+        self.state = State::Active;
+        self.ctx.stats_changed.notify_one();
+        tracing::debug!(pg = %self.id, epoch = interval_start, "active");
+        if self.recovery.as_ref().is_some_and(RecoveryState::is_done) {
+            self.recovery = None;
+            self.plan = None;
+            self.clean();
+        }
+        self.start_recovery();
+        self.drain_waiting().await;
+    }
+}
+
+/// The intervals in a `pg past-intervals` answer.
+fn parse_intervals(v: &serde_json::Value) -> Result<Vec<PastInterval>, String> {
+    let list = v["intervals"].as_array().ok_or("past intervals: no list")?;
+    let osds = |x: &serde_json::Value| -> Vec<i32> {
+        x.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o.as_i64().and_then(|o| i32::try_from(o).ok()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let epoch = |x: &serde_json::Value| -> Result<u32, String> {
+        x.as_u64()
+            .and_then(|e| u32::try_from(e).ok())
+            .ok_or_else(|| format!("past intervals: bad epoch {x}"))
+    };
+    list.iter()
+        .map(|i| {
+            Ok(PastInterval {
+                first: epoch(&i["first"])?,
+                last: epoch(&i["last"])?,
+                up: osds(&i["up"]),
+                acting: osds(&i["acting"]),
+                primary: i["primary"]
+                    .as_i64()
+                    .and_then(|p| i32::try_from(p).ok())
+                    .unwrap_or(-1),
+                maybe_went_rw: i["maybe_went_rw"].as_bool().unwrap_or(true),
+            })
+        })
+        .collect()
+}
+
+impl Pg {
+    /// Nothing left to recover: a `pg_temp` is no longer needed.
+    pub(super) fn clean(&mut self) {
+        if self.acting != self.up && self.up.len() >= self.acting.len() {
+            self.request_pg_temp(Vec::new());
+        }
+    }
+}
+
+async fn send_activation(ctx: &OsdCtx, map: &OsdMap, osd: i32, msg: PgInfo) -> Result<(), String> {
+    let conn = ctx.peer(map, osd).await?;
+    let reply = conn
+        .request_with_timeout(msg, Bytes::new(), ctx.cfg.peer_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    match reply.msg {
+        Message::RepOpReply(r) if r.code != 0 => Err(format!("osd.{osd}: {}", r.message)),
+        _ => Ok(()),
     }
 }
 
@@ -306,205 +794,8 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
     Ok(MemberLog {
         info: parsed,
         entries: entries.map_err(|e| e.to_string())?,
+        missing: MissingSet::decode(&info.missing).map_err(|e| e.to_string())?,
     })
-}
-
-/// How far a PG's recovery has got: object copies to make and made.
-#[derive(Debug)]
-pub struct RecoveryProgress {
-    total: std::sync::atomic::AtomicU64,
-    done: std::sync::atomic::AtomicU64,
-    started: std::time::Instant,
-}
-
-impl RecoveryProgress {
-    fn new(total: u64) -> Arc<RecoveryProgress> {
-        Arc::new(RecoveryProgress {
-            total: total.into(),
-            done: 0.into(),
-            started: std::time::Instant::now(),
-        })
-    }
-
-    fn add(&self, n: u64) {
-        self.done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Copies still to make, and the rate so far (copies per second).
-    pub fn left_and_rate(&self) -> (u64, u64) {
-        let done = self.done.load(std::sync::atomic::Ordering::Relaxed);
-        let total = self.total.load(std::sync::atomic::Ordering::Relaxed);
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
-        (total.saturating_sub(done), (done as f64 / secs) as u64)
-    }
-}
-
-/// A recovery job for one interval.
-struct Recovery {
-    ctx: Arc<OsdCtx>,
-    map: Arc<OsdMap>,
-    pg: PgId,
-    coll: CollectionId,
-    interval_start: u32,
-    replicas: Vec<i32>,
-    progress: Arc<RecoveryProgress>,
-}
-
-impl Recovery {
-    async fn run(self, plan: RecoveryPlan) -> Result<(PgInfoData, Vec<LogEntry>), String> {
-        let me = self.ctx.whoami;
-        // The primary first: it is the source of every push after.
-        if let Some(need) = plan.members.get(&me) {
-            if plan.auth == me {
-                return Err("the authoritative member lacks objects".into());
-            }
-            let src = self.ctx.peer(&self.map, plan.auth).await?;
-            if need.backfill {
-                self.backfill_from(&src).await?;
-            } else {
-                for key in &need.objects {
-                    self.pull(&src, key).await?;
-                }
-            }
-        }
-        let info = plan.auth_info;
-        for &r in &self.replicas {
-            let conn = self.ctx.peer(&self.map, r).await?;
-            if let Some(need) = plan.members.get(&r) {
-                if need.backfill {
-                    self.backfill_to(&conn).await?;
-                } else {
-                    for key in &need.objects {
-                        self.push(&conn, key, false).await?;
-                    }
-                }
-            }
-            let act = PgInfo {
-                pool: self.pg.pool,
-                pg_seed: self.pg.seed,
-                epoch: self.map.epoch.0,
-                info: info.encode(),
-                log: plan.auth_log.iter().map(LogEntry::encode).collect(),
-                activate: true,
-                interval_start: self.interval_start,
-            };
-            self.request_ok(&conn, act.into(), Bytes::new()).await?;
-        }
-        Ok((info, plan.auth_log))
-    }
-
-    async fn request_ok(
-        &self,
-        conn: &Connection,
-        msg: Message,
-        data: Bytes,
-    ) -> Result<Message, String> {
-        let reply = conn
-            .request_with_timeout(msg, data, self.ctx.cfg.peer_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        match reply.msg {
-            Message::RepOpReply(r) if r.code != 0 => Err(format!("{}: {}", conn.peer(), r.message)),
-            m => Ok(m),
-        }
-    }
-
-    async fn pull(&self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::pull_object(&self.ctx, self.pg, self.map.epoch.0, src, key).await?;
-        self.progress.add(1);
-        Ok(())
-    }
-
-    async fn push(&self, dst: &Connection, key: &ObjectKey, reset: bool) -> Result<(), String> {
-        recovery::push_object(&self.ctx, self.pg, self.map.epoch.0, dst, key, reset).await?;
-        self.progress.add(1);
-        Ok(())
-    }
-
-    /// Every object of our copy, in pages.
-    fn local_objects(&self) -> Result<Vec<ObjectKey>, String> {
-        let mut out = Vec::new();
-        let mut cursor: Option<ObjectKey> = None;
-        loop {
-            let page = tokio::task::block_in_place(|| {
-                self.ctx
-                    .store
-                    .list_objects(&self.coll, cursor.as_ref(), 1024)
-            })
-            .map_err(|e| e.to_string())?;
-            out.extend(
-                page.objects
-                    .into_iter()
-                    .filter(|k| k.name.first() != Some(&0)),
-            );
-            match page.next {
-                Some(n) => cursor = Some(n),
-                None => return Ok(out),
-            }
-        }
-    }
-
-    async fn backfill_to(&self, dst: &Connection) -> Result<(), String> {
-        let reset = PgPush {
-            pool: self.pg.pool,
-            pg_seed: self.pg.seed,
-            epoch: self.map.epoch.0,
-            reset: true,
-            ..PgPush::default()
-        };
-        self.request_ok(dst, reset.into(), Bytes::new()).await?;
-        for key in self.local_objects()? {
-            self.push(dst, &key, false).await?;
-        }
-        Ok(())
-    }
-
-    async fn backfill_from(&self, src: &Connection) -> Result<(), String> {
-        let mut theirs = BTreeSet::new();
-        let mut cursor: Option<(u32, Vec<u8>)> = None;
-        loop {
-            let list = PgList {
-                pool: self.pg.pool,
-                pg_seed: self.pg.seed,
-                epoch: self.map.epoch.0,
-                has_cursor: cursor.is_some(),
-                cursor_hash: cursor.as_ref().map_or(0, |c| c.0),
-                cursor_name: cursor.as_ref().map(|c| c.1.clone()).unwrap_or_default(),
-                max: 1024,
-            };
-            let reply = src
-                .request_with_timeout(list, Bytes::new(), self.ctx.cfg.peer_timeout)
-                .await
-                .map_err(|e| e.to_string())?;
-            let Message::PgListReply(page) = reply.msg else {
-                return Err("bad listing reply".into());
-            };
-            if page.code != 0 {
-                return Err(format!("listing {}: {}", src.peer(), page.message));
-            }
-            let pool = self.map.pool(self.pg.pool).ok_or("the pool is gone")?;
-            for (ns, name) in page.nspaces.iter().zip(&page.names) {
-                let key = crate::object::object_key(pool, ns, name).map_err(|e| e.to_string())?;
-                theirs.insert(key);
-            }
-            if !page.more {
-                break;
-            }
-            cursor = Some((page.next_hash, page.next_name));
-        }
-        for key in self.local_objects()? {
-            if !theirs.contains(&key) {
-                let mut t = Transaction::new();
-                t.remove(self.coll, key);
-                tokio::task::block_in_place(|| self.ctx.store.apply_transaction(t))
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        for key in &theirs {
-            self.pull(src, key).await?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -534,10 +825,16 @@ mod tests {
                     epoch: tail.0,
                     v: tail.1,
                 },
+                last_epoch_started: 1,
                 ..PgInfoData::default()
             },
             entries,
+            missing: MissingSet::default(),
         }
+    }
+
+    fn names(m: &MemberRecovery) -> Vec<Vec<u8>> {
+        m.missing.keys().map(|k| k.name.clone()).collect()
     }
 
     #[test]
@@ -546,31 +843,47 @@ mod tests {
         let logs = BTreeMap::from([(0, l.clone()), (1, l.clone()), (2, l)]);
         let p = plan_recovery(0, &logs, &[0, 1, 2]);
         assert_eq!(p.auth, 0);
-        assert!(p.members.is_empty());
+        assert!(
+            p.members
+                .values()
+                .all(|m| !m.backfill && m.missing.is_empty())
+        );
+        assert_eq!(p.sources(&ObjectKey::new(1, "a"), &[2]), vec![2, 0, 1]);
     }
 
     #[test]
-    fn a_lagging_replica_gets_the_newer_objects() {
-        let full = member((0, 0), vec![e(1, 1, "a"), e(1, 2, "b"), e(2, 3, "c")]);
+    fn a_lagging_replica_misses_the_newer_objects_at_their_newest_versions() {
+        let full = member(
+            (0, 0),
+            vec![e(1, 1, "a"), e(1, 2, "b"), e(2, 3, "c"), e(2, 4, "b")],
+        );
         let behind = member((0, 0), vec![e(1, 1, "a")]);
         let logs = BTreeMap::from([(0, full), (1, behind)]);
         let p = plan_recovery(0, &logs, &[0, 1]);
         let need = &p.members[&1];
         assert!(!need.backfill);
-        let names: Vec<_> = need.objects.iter().map(|k| k.name.clone()).collect();
-        assert_eq!(names, vec![b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(names(need), vec![b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(
+            need.missing[&ObjectKey::new(1, "b")],
+            Version { epoch: 2, v: 4 }
+        );
+        assert!(p.members[&0].missing.is_empty());
+        // Only osd.0 can be a source for b.
+        assert_eq!(p.sources(&ObjectKey::new(1, "b"), &[1]), vec![0]);
     }
 
     #[test]
-    fn a_lagging_primary_pulls_from_the_newest_member() {
+    fn a_lagging_primary_misses_what_the_newest_member_has() {
         let full = member((0, 0), vec![e(1, 1, "a"), e(2, 2, "b")]);
         let behind = member((0, 0), vec![e(1, 1, "a")]);
         let logs = BTreeMap::from([(0, behind), (3, full)]);
         let p = plan_recovery(0, &logs, &[0, 1]);
         assert_eq!(p.auth, 3);
-        assert_eq!(p.members[&0].objects.len(), 1);
-        // osd.1 answered nothing: it is backfilled.
+        assert_eq!(names(&p.members[&0]), vec![b"b".to_vec()]);
+        // osd.1 answered nothing: it is backfilled, and is no source.
         assert!(p.members[&1].backfill);
+        assert_eq!(p.sources(&ObjectKey::new(1, "a"), &[0, 1]), vec![0, 3]);
+        assert_eq!(p.sources(&ObjectKey::new(1, "b"), &[0, 1]), vec![3]);
     }
 
     #[test]
@@ -581,12 +894,41 @@ mod tests {
         let ancient = member((0, 0), vec![e(1, 1, "z")]);
         let logs = BTreeMap::from([(0, auth), (1, divergent), (2, ancient)]);
         let p = plan_recovery(0, &logs, &[0, 1, 2]);
-        let names: Vec<_> = p.members[&1]
-            .objects
-            .iter()
-            .map(|k| k.name.clone())
-            .collect();
-        assert_eq!(names, vec![b"b".to_vec(), b"x".to_vec()]);
+        assert_eq!(names(&p.members[&1]), vec![b"b".to_vec(), b"x".to_vec()]);
         assert!(p.members[&2].backfill);
+        assert!(p.members[&2].missing.is_empty());
+    }
+
+    #[test]
+    fn a_new_empty_member_is_backfilled_even_when_the_log_reaches_back() {
+        let auth = member((0, 0), vec![e(1, 1, "a"), e(1, 2, "b")]);
+        let mut fresh = member((0, 0), vec![]);
+        fresh.info.last_epoch_started = 0;
+        let logs = BTreeMap::from([(0, auth), (4, fresh.clone())]);
+        let p = plan_recovery(0, &logs, &[0, 4]);
+        assert!(p.members[&4].backfill);
+        // Before the PG has data, a new member needs nothing.
+        let logs = BTreeMap::from([(0, fresh.clone()), (4, fresh)]);
+        assert!(!plan_recovery(0, &logs, &[0, 4]).members[&4].backfill);
+    }
+
+    #[test]
+    fn a_persisted_missing_set_carries_over_and_rules_out_a_source() {
+        // osd.1 has the newest log but had not yet recovered "a" when the
+        // interval changed; osd.2 still has it.
+        let mut auth = member((0, 0), vec![e(1, 1, "a"), e(1, 2, "b")]);
+        auth.missing = MissingSet::from_map(BTreeMap::from([(
+            ObjectKey::new(1, "a"),
+            Version { epoch: 1, v: 1 },
+        )]));
+        let other = member((0, 0), vec![e(1, 1, "a"), e(1, 2, "b")]);
+        let behind = member((0, 0), vec![]);
+        let logs = BTreeMap::from([(0, behind), (1, auth), (2, other)]);
+        let p = plan_recovery(0, &logs, &[0, 1, 2]);
+        assert_eq!(p.auth, 1);
+        assert_eq!(names(&p.members[&1]), vec![b"a".to_vec()]);
+        assert_eq!(names(&p.members[&0]), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(p.sources(&ObjectKey::new(1, "a"), &[0, 1, 2]), vec![2]);
+        assert_eq!(p.sources(&ObjectKey::new(1, "b"), &[0, 1, 2]), vec![1, 2]);
     }
 }

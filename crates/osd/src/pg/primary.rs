@@ -84,7 +84,19 @@ impl Pg {
         }
     }
 
-    async fn execute(&mut self, op: ClientOp) {
+    /// The object `op` is for, when the op must wait for its recovery.
+    fn blocked_on(&self, op: &ClientOp) -> Option<shoal_objectstore::ObjectKey> {
+        let rs = self.recovery.as_ref()?;
+        let pool = self.pool.as_ref()?;
+        let key = object::object_key(pool, &op.msg.nspace, &op.msg.oid).ok()?;
+        let mutating = exec::is_mutating(&op.msg.ops);
+        rs.blocks(self.whoami(), &key, mutating).then_some(key)
+    }
+
+    pub(super) async fn execute(&mut self, op: ClientOp) {
+        if let Some(key) = self.blocked_on(&op) {
+            return self.wait_for_object(key, op);
+        }
         let epoch = self.epoch();
         let ClientOp {
             msg,
@@ -199,6 +211,7 @@ impl Pg {
         }
         OsdCounters::add(&self.ctx.counters.write_ops, 1);
         OsdCounters::add(&self.ctx.counters.write_bytes, data.len() as u64);
+        self.ctx.note_written(data.len() as u64);
         let removed = outcome.txn.ops().last().is_some_and(is_remove);
         let entry = LogEntry {
             version,
@@ -273,7 +286,9 @@ impl Pg {
             objects_delta: delta.0,
             bytes_delta: delta.1,
         };
-        let replicas = self.replicas();
+        // Backfill targets get every change too: they hold the objects
+        // already copied (a change to one not copied yet waits for it).
+        let replicas = self.other_shards();
         for r in &replicas {
             self.send_rep(*r, version, rep.clone(), rep_data.clone())
                 .await;
@@ -480,8 +495,8 @@ impl Pg {
                 .await;
             return;
         }
-        if !from_osd && self.state != State::Active {
-            let m = format!("pg {} is not active", self.id);
+        if !from_osd && (self.state != State::Active || !self.missing.is_empty()) {
+            let m = format!("pg {} is not active, or its primary is recovering", self.id);
             let _ = responder
                 .reply(fail(OsdErrorCode::Again, m), Bytes::new())
                 .await;

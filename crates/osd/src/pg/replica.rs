@@ -10,6 +10,7 @@ use super::{Pg, State};
 use crate::codec;
 use crate::ctx::OsdCounters;
 use crate::log::{LogEntry, PgInfoData, PgLog};
+use crate::missing::MissingSet;
 use crate::recovery;
 
 fn answer(r: Responder, code: OsdErrorCode, epoch: u32, message: String) {
@@ -59,17 +60,22 @@ impl Pg {
         }
     }
 
-    fn stale(&self, interval_start: u32) -> bool {
-        interval_start < self.interval_start
+    /// A primary's message is stale when the primary had not yet seen the
+    /// map in which our interval began (members may see an interval begin
+    /// at different epochs: one that first hears of the PG later starts
+    /// its interval later; a primary that has seen our first epoch and
+    /// still sends is in the same interval as we are).
+    fn stale(&self, sender_epoch: u32) -> bool {
+        sender_epoch < self.interval_start
     }
 
     /// A change from the primary, applied atomically with its log entry.
     pub(super) async fn rep_op(&mut self, msg: RepOp, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
-        if self.stale(msg.interval_start) {
+        if self.stale(msg.epoch) {
             let m = format!(
-                "replication from interval {} but pg {} changed in epoch {}",
-                msg.interval_start, self.id, self.interval_start
+                "replication from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
             );
             return answer(responder, OsdErrorCode::StaleEpoch, epoch, m);
         }
@@ -98,6 +104,7 @@ impl Pg {
         self.log
             .append(entry, self.ctx.cfg.log_limits, self.coll, &mut txn);
         OsdCounters::add(&self.ctx.counters.rep_ops, 1);
+        self.ctx.note_written(data.len() as u64);
         self.apply_then_ack(txn, responder);
     }
 
@@ -111,6 +118,8 @@ impl Pg {
             log: self.log.entries().map(LogEntry::encode).collect(),
             activate: false,
             interval_start: msg.interval_start,
+            missing: self.missing.encode(),
+            backfill: false,
         };
         tokio::spawn(async move {
             let _ = responder.reply(reply, Bytes::new()).await;
@@ -120,16 +129,19 @@ impl Pg {
     /// The primary's authoritative log: ours becomes the same.
     pub(super) async fn activate(&mut self, msg: PgInfo, responder: Responder) {
         let epoch = self.epoch();
-        if self.stale(msg.interval_start) {
-            let m = format!("activation for an old interval {}", msg.interval_start);
+        if self.stale(msg.epoch) {
+            let m = format!(
+                "activation from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
             return answer(responder, OsdErrorCode::StaleEpoch, epoch, m);
         }
         let decoded = PgInfoData::decode(&msg.info).and_then(|info| {
             let entries: Result<Vec<LogEntry>, _> =
                 msg.log.iter().map(|b| LogEntry::decode(b)).collect();
-            Ok((info, entries?))
+            Ok((info, entries?, MissingSet::decode(&msg.missing)?))
         });
-        let (mut info, entries) = match decoded {
+        let (mut info, entries, missing) = match decoded {
             Ok(d) => d,
             Err(e) => {
                 return answer(
@@ -142,8 +154,17 @@ impl Pg {
         };
         info.last_epoch_started = msg.interval_start;
         let mut txn = Transaction::new();
+        if msg.backfill {
+            // Our copy is too old for the log: start from an empty one,
+            // and lack every object until the primary pushes it.
+            txn.remove_collection(self.coll);
+            txn.create_collection(self.coll);
+            self.log = PgLog::default();
+            self.missing = MissingSet::default();
+        }
         self.log.replace(info, entries, self.coll, &mut txn);
-        if self.acting.contains(&self.whoami()) {
+        self.missing.replace(missing, self.coll, &mut txn);
+        if self.shards().contains(&self.whoami()) {
             self.state = State::ReplicaActive;
         }
         self.apply_then_ack(txn, responder);
@@ -152,34 +173,14 @@ impl Pg {
     /// Recovery: install the primary's copy of an object.
     pub(super) async fn push(&mut self, msg: PgPush, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
-        let mut txn = Transaction::new();
-        if msg.reset {
-            // Backfill starts from an empty copy of the PG.
-            txn.remove_collection(self.coll);
-            txn.create_collection(self.coll);
-            self.log = PgLog::default();
-            self.log.persist_info(self.coll, &mut txn);
-            if let Err(e) = tokio::task::block_in_place(|| self.ctx.store.apply_transaction(txn)) {
-                return answer(
-                    responder,
-                    crate::exec::store_error_code(&e),
-                    epoch,
-                    e.to_string(),
-                );
-            }
-            txn = Transaction::new();
-            if msg.name.is_empty() {
-                return answer(responder, OsdErrorCode::Ok, epoch, String::new());
-            }
-        }
         let built = tokio::task::block_in_place(|| {
             recovery::install_txn(self.ctx.store.as_ref(), self.coll, &msg, data)
         });
         match built {
-            Ok(t) => {
-                for op in t.ops() {
-                    txn.push(op.clone());
-                }
+            Ok(txn) => {
+                // The transaction takes the object out of the persisted set.
+                self.missing
+                    .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
                 OsdCounters::add(&self.ctx.counters.recovered, 1);
                 self.apply_then_ack(txn, responder);
             }

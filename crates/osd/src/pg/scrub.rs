@@ -17,7 +17,7 @@ use shoal_net::{Connection, Responder};
 use shoal_objectstore::{ObjectKey, Transaction};
 use shoal_proto::{Message, OsdErrorCode, PgCommand, PgCommandReply, PgScrub, PgScrubMap};
 
-use super::{Pg, PgEvent, State};
+use super::{Pg, PgEvent};
 use crate::object::pg_meta_key;
 use crate::recovery;
 use crate::scrub::{Inconsistency, compare, summarize};
@@ -127,8 +127,8 @@ impl Pg {
                 command_reply(OsdErrorCode::WrongPrimary, epoch, m, Value::Null),
             );
         }
-        if self.state != State::Active {
-            let m = format!("pg {} is not active", self.id);
+        if !self.active_clean() {
+            let m = format!("pg {} is not active+clean", self.id);
             return send(
                 responder,
                 command_reply(OsdErrorCode::Again, epoch, m, Value::Null),
@@ -159,13 +159,16 @@ impl Pg {
 
     /// The periodic check: starts a scrub when one is due.
     pub(super) fn scrub_tick(&mut self, now_ms: u64, every_ms: u64, deep_every_ms: u64) {
-        if !self.is_primary() || self.state != State::Active || self.scrub.is_some() {
+        if !self.is_primary() || !self.active_clean() || self.scrub.is_some() {
             return;
         }
+        // As Ceph's flags: they hold scheduled scrubs, not asked-for ones.
+        let flag = |f: &str| self.map.as_ref().is_some_and(|m| m.has_flag(f));
+        let (noscrub, nodeep) = (flag("noscrub"), flag("nodeep-scrub"));
         let rec = &self.scrub_record;
-        if now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
+        if !nodeep && now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
             self.start_scrub(true, false, None);
-        } else if now_ms.saturating_sub(rec.stamp_ms) >= every_ms {
+        } else if !noscrub && now_ms.saturating_sub(rec.stamp_ms) >= every_ms {
             self.start_scrub(false, false, None);
         }
     }
@@ -187,8 +190,8 @@ impl Pg {
         if job.interval_start != self.interval_start || !self.is_primary() {
             return self.abort_scrub("the PG changed interval");
         }
-        if self.state != State::Active {
-            return self.abort_scrub("the PG is not active");
+        if !self.active_clean() {
+            return self.abort_scrub("the PG is not active+clean");
         }
         if !self.inflight.is_empty() {
             // Wait until every member has every change.
@@ -305,7 +308,7 @@ impl Pg {
     }
 
     async fn push_one(&mut self, dst: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, false).await
+        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key).await
     }
 
     fn finish_scrub(&mut self) {
@@ -429,6 +432,8 @@ impl Pg {
                 "bytes": info.bytes,
             },
             "log_entries": self.log.len(),
+            "missing": self.missing_json(),
+            "peering": self.peering_json(),
             "ops_waiting": self.waiting.len(),
             "ops_in_flight": self.inflight.len(),
             "scrub": {

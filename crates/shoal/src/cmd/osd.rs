@@ -63,7 +63,8 @@ pub enum OsdCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
-    /// Set a cluster flag: noout, noin, nodown, noup.
+    /// Set a cluster flag: noout, noin, nodown, noup, nobackfill, norecover,
+    /// noscrub, nodeep-scrub.
     Set {
         /// The flag.
         flag: String,

@@ -212,6 +212,8 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
             peer_timeout: Duration::from_millis(o.osd_peer_timeout_ms),
             list_max: 1024,
             full_ratio: f64::from(o.osd_full_ratio_pct.min(100)) / 100.0,
+            recovery_max_active: o.osd_recovery_max_active.max(1) as usize,
+            max_backfills: o.osd_max_backfills.max(1) as usize,
         },
         heartbeat_interval: Duration::from_millis(o.osd_heartbeat_interval_ms),
         heartbeat_grace: Duration::from_millis(o.osd_heartbeat_grace_ms),

@@ -66,13 +66,15 @@ fn plain(v: &Value) -> String {
             .collect();
         out.push_str(&states.join("\n             "));
         out.push('\n');
-        let degraded = p["num_objects_degraded"].as_u64().unwrap_or(0);
-        if degraded > 0 {
-            let copies = p["num_object_copies"].as_u64().unwrap_or(1).max(1);
-            out.push_str(&format!(
-                "             {degraded}/{copies} objects degraded ({:.3}%)\n",
-                degraded as f64 * 100.0 / copies as f64
-            ));
+        let copies = p["num_object_copies"].as_u64().unwrap_or(1).max(1);
+        for what in ["degraded", "misplaced"] {
+            let n = p[format!("num_objects_{what}")].as_u64().unwrap_or(0);
+            if n > 0 {
+                out.push_str(&format!(
+                    "             {n}/{copies} objects {what} ({:.3}%)\n",
+                    n as f64 * 100.0 / copies as f64
+                ));
+            }
         }
         let left = p["recovery_objects_left"].as_u64().unwrap_or(0);
         if left > 0 {

@@ -1,0 +1,202 @@
+//! A PG's intervals: the runs of consecutive map epochs in which its up set,
+//! acting set, primary and pool size stay the same. Peering must hear from
+//! a member of every past interval that may have taken writes — one whose
+//! acting set reached `min_size` and whose primary's `up_thru` (in the
+//! interval's last map) reached the interval's first epoch, as a primary
+//! only goes active once the monitors have recorded that (Ceph's
+//! `maybe_went_rw`).
+//!
+//! [`IntervalHistory`] is fed the maps of consecutive epochs and cuts them
+//! into intervals; it is pure, so the monitors (who keep the map history)
+//! compute a PG's past intervals on an OSD's request.
+
+use crate::{OsdMap, PgId};
+
+/// One interval of a PG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastInterval {
+    /// Its first epoch.
+    pub first: u32,
+    /// Its last epoch.
+    pub last: u32,
+    /// The up set.
+    pub up: Vec<i32>,
+    /// The acting set.
+    pub acting: Vec<i32>,
+    /// The acting primary (-1 if none).
+    pub primary: i32,
+    /// Whether the PG may have gone active (and taken writes) in it.
+    pub maybe_went_rw: bool,
+}
+
+/// What must stay equal within an interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    up: Vec<i32>,
+    acting: Vec<i32>,
+    primary: i32,
+    size: u32,
+    min_size: u32,
+}
+
+#[derive(Debug)]
+struct Open {
+    key: Key,
+    first: u32,
+    last: u32,
+    /// The primary's `up_thru` in the newest map of the interval.
+    primary_up_thru: u32,
+}
+
+impl Open {
+    fn close(self) -> PastInterval {
+        let k = self.key;
+        let maybe_went_rw = k.primary >= 0
+            && k.acting.iter().filter(|o| **o >= 0).count() >= k.min_size.max(1) as usize
+            && self.primary_up_thru >= self.first;
+        PastInterval {
+            first: self.first,
+            last: self.last,
+            up: k.up,
+            acting: k.acting,
+            primary: k.primary,
+            maybe_went_rw,
+        }
+    }
+}
+
+/// Cuts a run of consecutive maps into a PG's intervals.
+#[derive(Debug)]
+pub struct IntervalHistory {
+    pg: PgId,
+    open: Option<Open>,
+    closed: Vec<PastInterval>,
+}
+
+impl IntervalHistory {
+    /// An empty history of `pg`.
+    pub fn new(pg: PgId) -> IntervalHistory {
+        IntervalHistory {
+            pg,
+            open: None,
+            closed: Vec::new(),
+        }
+    }
+
+    /// Adds the map of the next epoch (epochs must be consecutive).
+    pub fn push(&mut self, map: &OsdMap) {
+        let epoch = map.epoch.0;
+        let key = map.pool(self.pg.pool).and_then(|pool| {
+            let m = map.pg_to_up_acting(self.pg).ok()?;
+            Some(Key {
+                up: m.up,
+                acting: m.acting,
+                primary: m.acting_primary,
+                size: pool.size,
+                min_size: pool.min_size,
+            })
+        });
+        match (&mut self.open, key) {
+            (Some(open), Some(key)) if open.key == key => {
+                open.last = epoch;
+                open.primary_up_thru = map.up_thru(key.primary);
+            }
+            (open, key) => {
+                if let Some(o) = open.take() {
+                    self.closed.push(o.close());
+                }
+                *open = key.map(|key| Open {
+                    primary_up_thru: map.up_thru(key.primary),
+                    key,
+                    first: epoch,
+                    last: epoch,
+                });
+            }
+        }
+    }
+
+    /// Every interval seen, oldest first (the last one still open, ending
+    /// at the newest map pushed).
+    pub fn finish(mut self) -> Vec<PastInterval> {
+        if let Some(o) = self.open.take() {
+            self.closed.push(o.close());
+        }
+        self.closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Incremental, Pool};
+    use shoal_crush::{BuildSpec, build_map};
+
+    fn cluster() -> OsdMap {
+        let crush = build_map(&BuildSpec::hosts(4, 1, None)).unwrap();
+        let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
+        let mut inc = Incremental::next(&map);
+        inc.new_max_osd = Some(4);
+        for o in 0..4 {
+            inc.new_osds.insert(o);
+            inc.new_up.insert(o, format!("127.0.0.1:{}", 6800 + o));
+            inc.new_weight.insert(o, crate::WEIGHT_IN);
+        }
+        inc.new_pools
+            .insert(1, Pool::replicated(1, "rbd", 3, 2, 1, 0));
+        map.apply(&inc).unwrap();
+        map
+    }
+
+    fn step(map: &mut OsdMap, f: impl FnOnce(&mut Incremental)) {
+        let mut inc = Incremental::next(map);
+        f(&mut inc);
+        map.apply(&inc).unwrap();
+    }
+
+    #[test]
+    fn intervals_cut_where_the_acting_set_changes_and_rw_needs_up_thru() {
+        let pg = PgId { pool: 1, seed: 0 };
+        let mut map = cluster();
+        let mut h = IntervalHistory::new(pg);
+        h.push(&map); // e1
+        let first = map.pg_to_up_acting(pg).unwrap();
+        let p = first.acting_primary;
+        step(&mut map, |i| {
+            i.new_up_thru.insert(p, 1);
+        });
+        h.push(&map); // e2: same interval, primary's up_thru reaches it
+        let victim = first.acting[1];
+        step(&mut map, |i| {
+            i.new_down.insert(victim);
+        });
+        h.push(&map); // e3: new interval, no up_thru yet
+        step(&mut map, |_| {});
+        h.push(&map); // e4
+        let iv = h.finish();
+        assert_eq!(iv.len(), 2, "{iv:?}");
+        assert_eq!((iv[0].first, iv[0].last), (1, 2));
+        assert!(iv[0].maybe_went_rw);
+        assert_eq!(iv[0].acting, first.acting);
+        assert_eq!((iv[1].first, iv[1].last), (3, 4));
+        assert!(!iv[1].acting.contains(&victim));
+        // Its primary never had its up_thru recorded: no writes possible.
+        assert!(!iv[1].maybe_went_rw);
+    }
+
+    #[test]
+    fn an_interval_below_min_size_took_no_writes() {
+        let pg = PgId { pool: 1, seed: 0 };
+        let mut map = cluster();
+        let m = map.pg_to_up_acting(pg).unwrap();
+        step(&mut map, |i| {
+            i.new_down.insert(m.acting[1]);
+            i.new_down.insert(m.acting[2]);
+            i.new_up_thru.insert(m.acting_primary, 2);
+        });
+        let mut h = IntervalHistory::new(pg);
+        h.push(&map);
+        let iv = h.finish();
+        assert_eq!(iv[0].acting.len(), 1, "{iv:?}");
+        assert!(!iv[0].maybe_went_rw);
+    }
+}

@@ -1,0 +1,512 @@
+//! Recovery while the PG is active: the primary copies each object an
+//! acting member lacks (its own missing objects pulled from a member that
+//! has them, then pushed to every replica that lacks them), one object at
+//! a time per slot. Ops on an object that is missing wait for that object
+//! alone, which jumps the queue; ops on every other object go on.
+//!
+//! Throttles, as Ceph's: at most `recovery_max_active` objects in flight
+//! per PG and per OSD (`OsdCtx::recovery_slots`), and at most
+//! `max_backfills` PGs of an OSD backfilling at once
+//! (`OsdCtx::backfill_slots`): a PG waiting for that reservation is
+//! `backfill_wait`, and recovers only its members that are not backfilled.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use shoal_maps::{OsdMap, PgId};
+use shoal_objectstore::ObjectKey;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{ClientOp, Pg, PgEvent};
+use crate::ctx::OsdCtx;
+use crate::missing::MissingSet;
+use crate::recovery;
+
+/// How long a failed object recovery waits before it is tried again.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// How far a PG's recovery has got: object copies to make and made.
+#[derive(Debug)]
+pub struct RecoveryProgress {
+    total: AtomicU64,
+    done: AtomicU64,
+    started: Instant,
+}
+
+impl RecoveryProgress {
+    fn new(total: u64) -> Arc<RecoveryProgress> {
+        Arc::new(RecoveryProgress {
+            total: total.into(),
+            done: 0.into(),
+            started: Instant::now(),
+        })
+    }
+
+    fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Copies still to make, and the rate so far (copies per second).
+    pub fn left_and_rate(&self) -> (u64, u64) {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        (total.saturating_sub(done), (done as f64 / secs) as u64)
+    }
+}
+
+/// Background recovery held by the map's flags.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hold {
+    norecover: bool,
+    nobackfill: bool,
+}
+
+impl Hold {
+    fn of(map: &OsdMap) -> Hold {
+        Hold {
+            norecover: map.has_flag("norecover"),
+            nobackfill: map.has_flag("nobackfill"),
+        }
+    }
+}
+
+/// The backfill reservation of a PG.
+#[derive(Debug)]
+enum Reservation {
+    /// No member is backfilled.
+    NotNeeded,
+    /// Waiting for a slot.
+    Waiting,
+    /// Holding one (released when the PG is clean or changes interval).
+    Held(#[allow(dead_code)] OwnedSemaphorePermit),
+}
+
+/// What the primary still has to recover in this interval.
+#[derive(Debug)]
+pub(crate) struct RecoveryState {
+    /// Which recovery of the PG this is: events of an earlier one (the PG
+    /// may peer again within an interval) are told apart by it.
+    generation: u64,
+    /// The acting members (primary included) lacking each object.
+    missing_on: BTreeMap<ObjectKey, BTreeSet<i32>>,
+    /// Acting members being backfilled.
+    backfill: BTreeSet<i32>,
+    /// Objects being recovered now.
+    active: BTreeSet<ObjectKey>,
+    /// Objects an op waits for: recovered first.
+    urgent: VecDeque<ObjectKey>,
+    /// Objects whose recovery failed, retried after `RETRY_DELAY`.
+    deferred: BTreeSet<ObjectKey>,
+    /// Objects no member holds: they stay missing (Ceph's "unfound").
+    unfound: BTreeSet<ObjectKey>,
+    /// Where the scan for the next object to recover is.
+    cursor: Option<ObjectKey>,
+    retry_scheduled: bool,
+    reservation: Reservation,
+    progress: Arc<RecoveryProgress>,
+}
+
+impl RecoveryState {
+    /// The state for the missing sets handed out at activation: `own` is
+    /// the primary's, `replicas` each replica's (with whether it is
+    /// backfilled).
+    pub(crate) fn new<'a>(
+        generation: u64,
+        me: i32,
+        own: &MissingSet,
+        replicas: impl Iterator<Item = (i32, bool, &'a MissingSet)>,
+    ) -> RecoveryState {
+        let mut missing_on: BTreeMap<ObjectKey, BTreeSet<i32>> = BTreeMap::new();
+        for k in own.objects().keys() {
+            missing_on.entry(k.clone()).or_default().insert(me);
+        }
+        let mut backfill = BTreeSet::new();
+        for (osd, bf, set) in replicas {
+            if bf {
+                backfill.insert(osd);
+            }
+            for k in set.objects().keys() {
+                missing_on.entry(k.clone()).or_default().insert(osd);
+            }
+        }
+        let copies = missing_on.values().map(|s| s.len() as u64).sum();
+        RecoveryState {
+            generation,
+            missing_on,
+            reservation: if backfill.is_empty() {
+                Reservation::NotNeeded
+            } else {
+                Reservation::Waiting
+            },
+            backfill,
+            active: BTreeSet::new(),
+            urgent: VecDeque::new(),
+            deferred: BTreeSet::new(),
+            unfound: BTreeSet::new(),
+            cursor: None,
+            retry_scheduled: false,
+            progress: RecoveryProgress::new(copies),
+        }
+    }
+
+    /// Nothing is left to recover.
+    pub(crate) fn is_done(&self) -> bool {
+        self.missing_on.is_empty()
+    }
+
+    /// Whether an op on `key` must wait: the primary lacks it, or (for a
+    /// change) some acting member does.
+    pub(crate) fn blocks(&self, me: i32, key: &ObjectKey, mutating: bool) -> bool {
+        self.missing_on
+            .get(key)
+            .is_some_and(|on| mutating || on.contains(&me))
+    }
+
+    /// Object copies still to make.
+    pub(crate) fn copies_left(&self) -> u64 {
+        self.missing_on.values().map(|s| s.len() as u64).sum()
+    }
+
+    /// Copies made per second, so far.
+    pub(crate) fn rate(&self) -> u64 {
+        self.progress.left_and_rate().1
+    }
+
+    /// Objects each acting member still lacks.
+    pub(crate) fn missing_per_member(&self) -> BTreeMap<i32, u64> {
+        let mut out = BTreeMap::new();
+        for on in self.missing_on.values() {
+            for o in on {
+                *out.entry(*o).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Members being backfilled.
+    pub(crate) fn backfill_targets(&self) -> &BTreeSet<i32> {
+        &self.backfill
+    }
+
+    /// Objects no member holds.
+    pub(crate) fn unfound(&self) -> &BTreeSet<ObjectKey> {
+        &self.unfound
+    }
+
+    /// Ceph's words for where recovery is: `backfill_wait`, `backfilling`,
+    /// `recovery_wait` (held by the `norecover` flag) or `recovering`.
+    pub(crate) fn state_word(&self, map: Option<&OsdMap>) -> &'static str {
+        let flag = |f: &str| map.is_some_and(|m| m.has_flag(f));
+        match self.reservation {
+            Reservation::Waiting => "backfill_wait",
+            Reservation::Held(_) if flag("nobackfill") => "backfill_wait",
+            Reservation::Held(_) => "backfilling",
+            Reservation::NotNeeded if flag("norecover") => "recovery_wait",
+            Reservation::NotNeeded => "recovering",
+        }
+    }
+
+    /// The members of `on` that may be recovered now (backfill targets
+    /// wait for the reservation and `nobackfill`).
+    fn targets(&self, on: &BTreeSet<i32>, hold: Hold) -> BTreeSet<i32> {
+        let reserved = !matches!(self.reservation, Reservation::Waiting);
+        on.iter()
+            .copied()
+            .filter(|o| !self.backfill.contains(o) || (reserved && !hold.nobackfill))
+            .filter(|o| self.backfill.contains(o) || !hold.norecover)
+            .collect()
+    }
+
+    /// The next object to recover, its targets, and whether an op waits
+    /// for it (then every member that lacks it gets it now, whatever the
+    /// throttles and flags).
+    fn next(&mut self, hold: Hold) -> Option<(ObjectKey, BTreeSet<i32>, bool)> {
+        while let Some(k) = self.urgent.pop_front() {
+            if let Some(on) = self.missing_on.get(&k)
+                && !self.active.contains(&k)
+                && !self.deferred.contains(&k)
+                && !self.unfound.contains(&k)
+            {
+                return Some((k.clone(), on.clone(), true));
+            }
+        }
+        let start = match &self.cursor {
+            Some(c) => std::ops::Bound::Excluded(c.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut found = None;
+        for (k, on) in self.missing_on.range((start, std::ops::Bound::Unbounded)) {
+            self.cursor = Some(k.clone());
+            if self.active.contains(k) || self.deferred.contains(k) || self.unfound.contains(k) {
+                continue;
+            }
+            let t = self.targets(on, hold);
+            if !t.is_empty() {
+                found = Some((k.clone(), t, false));
+                break;
+            }
+        }
+        found
+    }
+}
+
+impl Pg {
+    /// Starts recovering (after activation): reserve a backfill slot when a
+    /// member is backfilled, and fill the recovery slots.
+    pub(super) fn start_recovery(&mut self) {
+        let Some(rs) = self.recovery.as_mut() else {
+            return;
+        };
+        if matches!(rs.reservation, Reservation::Waiting) {
+            let slots = Arc::clone(&self.ctx.backfill_slots);
+            match Arc::clone(&slots).try_acquire_owned() {
+                Ok(p) => rs.reservation = Reservation::Held(p),
+                Err(_) => {
+                    let events = self.events.clone();
+                    let generation = rs.generation;
+                    tokio::spawn(async move {
+                        if let Ok(permit) = slots.acquire_owned().await {
+                            let _ = events.send(PgEvent::BackfillReserved { generation, permit });
+                        }
+                    });
+                }
+            }
+        }
+        self.pump();
+    }
+
+    /// A backfill slot is ours.
+    pub(super) fn backfill_reserved(&mut self, generation: u64, permit: OwnedSemaphorePermit) {
+        if let Some(rs) = self.recovery.as_mut()
+            && rs.generation == generation
+            && matches!(rs.reservation, Reservation::Waiting)
+        {
+            rs.reservation = Reservation::Held(permit);
+            rs.cursor = None;
+            self.ctx.stats_changed.notify_one();
+            self.pump();
+        }
+    }
+
+    /// An op waits for `key`: recover it next.
+    pub(super) fn wait_for_object(&mut self, key: ObjectKey, op: ClientOp) {
+        self.waiting_for_object
+            .entry(key.clone())
+            .or_default()
+            .push_back(op);
+        if let Some(rs) = self.recovery.as_mut() {
+            // A failed object stays deferred until the retry: a peer that
+            // refuses at once must not make this a busy loop.
+            rs.urgent.push_back(key);
+        }
+        self.pump();
+    }
+
+    /// Fills the recovery slots.
+    pub(super) fn pump(&mut self) {
+        let max = self.ctx.cfg.recovery_max_active.max(1);
+        let me = self.whoami();
+        let acting = self.acting.clone();
+        let Some(map) = self.map.clone() else { return };
+        let hold = Hold::of(&map);
+        loop {
+            let Some(rs) = self.recovery.as_mut() else {
+                return;
+            };
+            if rs.active.len() >= max {
+                return;
+            }
+            let Some((targets, key, urgent)) = rs.next(hold).map(|(k, t, u)| (t, k, u)) else {
+                return;
+            };
+            let pull_from = if targets.contains(&me) {
+                let plan = self.plan.as_ref();
+                match plan.and_then(|p| p.sources(&key, &acting).into_iter().find(|o| *o != me)) {
+                    Some(src) => Some(src),
+                    None => {
+                        tracing::warn!(pg = %self.id, object = ?key, "no member holds the object: unfound");
+                        rs.unfound.insert(key);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            rs.active.insert(key.clone());
+            let job = ObjectRecovery {
+                ctx: Arc::clone(&self.ctx),
+                map: Arc::clone(&map),
+                pg: self.id,
+                key,
+                pull_from,
+                push_to: targets.into_iter().filter(|o| *o != me).collect(),
+                throttled: !urgent,
+            };
+            let events = self.events.clone();
+            let generation = rs.generation;
+            tokio::spawn(async move {
+                let key = job.key.clone();
+                let (done, error) = job.run(me).await;
+                let _ = events.send(PgEvent::ObjectRecovered {
+                    generation,
+                    key,
+                    done,
+                    error,
+                });
+            });
+        }
+    }
+
+    /// An object recovery ended: `done` lists the members that now hold
+    /// the object.
+    pub(super) async fn object_recovered(
+        &mut self,
+        generation: u64,
+        key: ObjectKey,
+        done: BTreeSet<i32>,
+        error: Option<String>,
+    ) {
+        // Our copy is in the store whichever recovery made it.
+        if done.contains(&self.whoami()) {
+            self.missing.remove(&key);
+        }
+        let Some(rs) = self
+            .recovery
+            .as_mut()
+            .filter(|r| r.generation == generation)
+        else {
+            return;
+        };
+        rs.active.remove(&key);
+        rs.progress.add(done.len() as u64);
+        let mut complete = false;
+        if let Some(on) = rs.missing_on.get_mut(&key) {
+            on.retain(|o| !done.contains(o));
+            if on.is_empty() {
+                rs.missing_on.remove(&key);
+                complete = true;
+            }
+        }
+        if let Some(e) = error {
+            tracing::debug!(pg = %self.id, object = ?key, "recovery of an object failed: {e}");
+            rs.deferred.insert(key.clone());
+            if !rs.retry_scheduled {
+                rs.retry_scheduled = true;
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_DELAY).await;
+                    let _ = events.send(PgEvent::RecoveryRetry { generation });
+                });
+            }
+        }
+        if rs.is_done() {
+            tracing::debug!(pg = %self.id, "recovered: clean");
+            self.recovery = None;
+            self.plan = None;
+            self.ctx.stats_changed.notify_one();
+            self.clean();
+        }
+        if complete || !self.missing.contains(&key) {
+            self.run_waiting_for(&key).await;
+        }
+        self.pump();
+    }
+
+    /// A new map in the same interval: flags may have changed.
+    pub(super) fn recovery_map_changed(&mut self) {
+        if let Some(rs) = self.recovery.as_mut() {
+            rs.cursor = None;
+        }
+        self.pump();
+    }
+
+    /// Failed recoveries are tried again.
+    pub(super) fn recovery_retry(&mut self, generation: u64) {
+        if let Some(rs) = self
+            .recovery
+            .as_mut()
+            .filter(|r| r.generation == generation)
+        {
+            rs.retry_scheduled = false;
+            rs.deferred.clear();
+            rs.cursor = None;
+            rs.urgent.extend(self.waiting_for_object.keys().cloned());
+        }
+        self.pump();
+    }
+
+    /// Runs, in arrival order, the ops that waited for `key`.
+    async fn run_waiting_for(&mut self, key: &ObjectKey) {
+        let Some(ops) = self.waiting_for_object.remove(key) else {
+            return;
+        };
+        for op in ops {
+            self.execute(op).await;
+        }
+    }
+
+    /// Client ops waiting for an object go back to the PG's queue (a new
+    /// interval, or the primary role is gone).
+    pub(super) fn requeue_object_waiters(&mut self) {
+        for (_, ops) in std::mem::take(&mut self.waiting_for_object) {
+            self.waiting.extend(ops);
+        }
+    }
+}
+
+/// One object recovered for some members of the acting set.
+struct ObjectRecovery {
+    ctx: Arc<OsdCtx>,
+    map: Arc<OsdMap>,
+    pg: PgId,
+    key: ObjectKey,
+    /// The primary lacks the object: pull it from this member first.
+    pull_from: Option<i32>,
+    /// Replicas that lack it.
+    push_to: Vec<i32>,
+    /// Takes one of the OSD's recovery slots (an object an op waits for
+    /// does not wait for a slot).
+    throttled: bool,
+}
+
+impl ObjectRecovery {
+    async fn run(self, me: i32) -> (BTreeSet<i32>, Option<String>) {
+        let mut done = BTreeSet::new();
+        let _permit = if self.throttled {
+            Arc::clone(&self.ctx.recovery_slots)
+                .acquire_owned()
+                .await
+                .ok()
+        } else {
+            None
+        };
+        // The primary first: it is the source of every push after.
+        let steps = self
+            .pull_from
+            .map(|src| (src, me, true))
+            .into_iter()
+            .chain(self.push_to.iter().map(|dst| (*dst, *dst, false)));
+        for (peer, holder, pull) in steps {
+            if let Err(e) = self.copy(peer, pull).await {
+                let dir = if pull { "pull from" } else { "push to" };
+                return (done, Some(format!("{dir} osd.{peer}: {e}")));
+            }
+            done.insert(holder);
+        }
+        (done, None)
+    }
+
+    /// Pulls the object from `peer`, or pushes ours to it.
+    async fn copy(&self, peer: i32, pull: bool) -> Result<(), String> {
+        let conn = self.ctx.peer(&self.map, peer).await?;
+        let (ctx, pg, epoch, key) = (&self.ctx, self.pg, self.map.epoch.0, &self.key);
+        if pull {
+            recovery::pull_object(ctx, pg, epoch, &conn, key).await
+        } else {
+            recovery::push_object(ctx, pg, epoch, &conn, key).await
+        }
+    }
+}

@@ -335,7 +335,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     println!(
         "\nShoal dev cluster is up in {}.\n\n  export SHOAL_CONF={}\n  shoal status\n  \
          echo hello > hello.txt && shoal rados -p rbd put hello hello.txt\n  \
-         shoal rados -p rbd get hello -\n  shoal bench -p rbd 10 write\n  \
+         shoal rados -p rbd get hello -\n  shoal bench -p rbd 5 write\n  \
          shoal dev down --dir {}\n",
         dir.display(),
         conf.display(),

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use shoal_config::Config;
@@ -193,10 +194,7 @@ impl Client {
         let renew = auth.spawn_renewal(monc.clone(), false);
         let mut map = monc.subscribe_osdmap(sink);
         let wait = map.wait_for(|m| m.is_some());
-        if tokio::time::timeout_at(deadline.into(), wait)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout_at(deadline, wait).await.is_err() {
             renew.abort();
             return Err(Error::Timeout(
                 opts.op_timeout,
@@ -264,7 +262,7 @@ impl Client {
     pub(crate) async fn wait_epoch(&self, epoch: u32, deadline: Instant) {
         let mut rx = self.inner.map.clone();
         let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
-        let _ = tokio::time::timeout_at(deadline.into(), wait).await;
+        let _ = tokio::time::timeout_at(deadline, wait).await;
     }
 
     /// Runs `op` on object `oid` (namespace `nspace`) of pool `pool`.
@@ -299,7 +297,7 @@ impl Client {
             let op = self.inner.ops.acquire().await;
             (op, self.inner.bytes.acquire_many(bytes).await)
         };
-        let Ok(_permits) = tokio::time::timeout_at(deadline.into(), permits).await else {
+        let Ok(_permits) = tokio::time::timeout_at(deadline, permits).await else {
             let why = "waiting for room among the ops in flight".to_string();
             return Err(whole(Error::Timeout(timeout, why)));
         };
@@ -390,6 +388,7 @@ impl Client {
         let request = conn.request_with_timeout(msg.clone(), data.clone(), remaining);
         let moved = self.pg_moves(pg, map.epoch.0, primary);
         let reply = tokio::select! {
+            biased;
             r = request => r,
             why = moved => return Attempt::Retry(why),
         };

@@ -2,7 +2,8 @@
 //! `query`), sent to its primary with the same resend rules as ops.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;

@@ -5,9 +5,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -29,7 +30,7 @@ use crate::error::{ErrorCode, MonError};
 /// repairs by subscribing again from what it has.
 #[derive(Debug, Default)]
 pub struct UpdateSink {
-    queues: Mutex<HashMap<String, VecDeque<(u64, Bytes)>>>,
+    queues: Mutex<BTreeMap<String, VecDeque<(u64, Bytes)>>>,
     notify: Notify,
 }
 

@@ -8,11 +8,12 @@
 //! committed. Without a quorum, a command fails with `NoQuorum` within the
 //! command timeout instead of hanging.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use openraft::{BasicNode, ChangeMembers, Config, SnapshotPolicy};
@@ -100,10 +101,10 @@ impl Default for OsdLiveness {
 #[derive(Default)]
 struct Liveness {
     since: Option<Instant>,
-    beacons: HashMap<i32, Instant>,
-    down_since: HashMap<i32, Instant>,
+    beacons: BTreeMap<i32, Instant>,
+    down_since: BTreeMap<i32, Instant>,
     /// target -> reporter -> (when, immediate)
-    reports: HashMap<i32, HashMap<i32, (Instant, bool)>>,
+    reports: BTreeMap<i32, BTreeMap<i32, (Instant, bool)>>,
     boots: Vec<(Boot, tokio::sync::oneshot::Sender<Result<Value, MonError>>)>,
 }
 

@@ -66,9 +66,9 @@ impl TicketAuth {
         const SECRETS_EVERY: Duration = Duration::from_secs(5);
         let auth = self.clone();
         tokio::spawn(async move {
-            let mut ticket_due = std::time::Instant::now();
+            let mut ticket_due = tokio::time::Instant::now();
             loop {
-                let now = std::time::Instant::now();
+                let now = tokio::time::Instant::now();
                 let mut wait = SECRETS_EVERY;
                 if now >= ticket_due {
                     ticket_due = match auth.refresh_ticket(&monc).await {
@@ -83,7 +83,8 @@ impl TicketAuth {
                 if secrets && auth.refresh_secrets(&monc).await.is_err() {
                     wait = Duration::from_secs(1);
                 }
-                let until_ticket = ticket_due.saturating_duration_since(std::time::Instant::now());
+                let until_ticket =
+                    ticket_due.saturating_duration_since(tokio::time::Instant::now());
                 let wait = if secrets {
                     wait.min(until_ticket)
                 } else {

@@ -4,7 +4,7 @@
 //! [`Dispatcher`], and the bookkeeping that binds them (pending requests by
 //! transaction id, the in-flight byte budget, the dispatch budget).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,11 +136,12 @@ type Waiter = oneshot::Sender<Result<Reply, NetError>>;
 
 #[derive(Default)]
 struct Pending {
-    waiters: HashMap<u64, Waiter>,
+    waiters: BTreeMap<u64, Waiter>,
     closed: Option<String>,
 }
 
 pub(crate) struct ConnInner {
+    id: u64,
     peer: PeerInfo,
     label: String,
     config: Arc<NetConfig>,
@@ -166,6 +167,11 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
+    /// This connection's number, unique within its messenger.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
     /// The peer.
     pub fn peer(&self) -> &PeerInfo {
         &self.inner.peer
@@ -439,14 +445,21 @@ fn reply_from_reader(conn: &Connection, tid: u64, msg: Message, data: Bytes) {
     }
 }
 
-/// Starts the reader and writer tasks of an established connection.
-/// `leftover` holds bytes already read past the handshake. `on_closed` runs
-/// once, when the reader ends, with the reason.
+/// The two halves of an established stream.
+pub(crate) type Halves = (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+);
+
+/// Starts the reader and writer tasks of an established connection,
+/// number `id` of its messenger. `leftover` holds bytes already read past
+/// the handshake. `on_closed` runs once, when the reader ends, with the
+/// reason.
 pub(crate) fn spawn(
+    id: u64,
     peer: PeerInfo,
     config: Arc<NetConfig>,
-    read: Box<dyn AsyncRead + Unpin + Send>,
-    write: Box<dyn AsyncWrite + Unpin + Send>,
+    (read, write): Halves,
     leftover: BytesMut,
     dispatcher: Arc<dyn Dispatcher>,
     on_closed: impl FnOnce(&Connection, &str) + Send + 'static,
@@ -459,6 +472,7 @@ pub(crate) fn spawn(
     let inflight_max = u32::try_from(config.inflight_bytes_max).unwrap_or(u32::MAX >> 1);
     let (phase, phase_rx) = watch::channel(Phase::Open);
     let inner = Arc::new(ConnInner {
+        id,
         label: peer.to_string(),
         peer,
         inflight: Arc::new(Semaphore::new(inflight_max as usize)),
@@ -585,8 +599,9 @@ async fn read_loop(
             buf.reserve(READ_CHUNK);
         }
         let n = tokio::select! {
-            r = r.read_buf(&mut buf) => r.map_err(|e| inner.closed_error(&format!("read failed: {e}")))?,
+            biased;
             _ = phase.changed() => return Ok(()),
+            r = r.read_buf(&mut buf) => r.map_err(|e| inner.closed_error(&format!("read failed: {e}")))?,
         };
         if n == 0 {
             return Err(inner.closed_error("peer closed the connection"));
@@ -716,10 +731,10 @@ mod tests {
         let closed = Arc::new(Mutex::new(None));
         let seen = closed.clone();
         let (conn, _, _) = spawn(
+            1,
             peer(),
             Arc::new(NetConfig::default()),
-            Box::new(r),
-            Box::new(w),
+            (Box::new(r), Box::new(w)),
             BytesMut::new(),
             Arc::new(|_: Incoming| {}),
             move |_, reason| *seen.lock().unwrap() = Some(reason.to_string()),

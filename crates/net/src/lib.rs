@@ -21,6 +21,7 @@ mod error;
 mod handshake;
 mod keyring;
 mod messenger;
+pub mod runtime;
 mod ticket;
 mod transport;
 
@@ -30,8 +31,9 @@ pub use conn::{Connection, Dispatcher, Incoming, PeerInfo, PendingReply, Reply, 
 pub use error::{HandshakeError, NetError};
 pub use keyring::{Keyring, KeyringEntry, KeyringError};
 pub use messenger::{Messenger, MessengerStats};
-pub use ticket::{ServiceSecrets, TICKET_BYTES_MAX, Ticket, TicketError, now_ms};
-pub use transport::{BoxListener, MemNetwork, Stream, TcpTransport, Transport};
+pub use runtime::now_ms;
+pub use ticket::{ServiceSecrets, TICKET_BYTES_MAX, Ticket, TicketError};
+pub use transport::{BoxListener, Listener, MemNetwork, Stream, TcpTransport, Transport};
 
 /// Feature bits this build supports. Peers use the intersection.
 pub const FEATURES_SUPPORTED: u64 = FEATURE_BASE;

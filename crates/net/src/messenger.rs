@@ -3,7 +3,7 @@
 //! to peers by address, keeps at most one connection per peer address, and
 //! shuts everything down cleanly.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -52,8 +52,8 @@ struct Inner {
     auth: Arc<dyn AuthProvider>,
     dispatcher: Arc<dyn Dispatcher>,
     listen: Mutex<Option<SocketAddr>>,
-    peers: Mutex<HashMap<SocketAddr, PeerSlot>>,
-    conns: Mutex<HashMap<u64, Tracked>>,
+    peers: Mutex<BTreeMap<SocketAddr, PeerSlot>>,
+    conns: Mutex<BTreeMap<u64, Tracked>>,
     next_conn: AtomicU64,
     tasks: Mutex<JoinSet<()>>,
     shutdown: watch::Sender<bool>,
@@ -97,8 +97,8 @@ impl Messenger {
                 auth,
                 dispatcher,
                 listen: Mutex::new(None),
-                peers: Mutex::new(HashMap::new()),
-                conns: Mutex::new(HashMap::new()),
+                peers: Mutex::new(BTreeMap::new()),
+                conns: Mutex::new(BTreeMap::new()),
                 next_conn: AtomicU64::new(1),
                 tasks: Mutex::new(JoinSet::new()),
                 shutdown: watch::channel(false).0,
@@ -194,7 +194,9 @@ impl Messenger {
     /// requests still waiting for replies, and waits for all tasks to end.
     pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
-        let tracked: Vec<Tracked> = lock(&self.inner.conns).drain().map(|(_, t)| t).collect();
+        let tracked: Vec<Tracked> = std::mem::take(&mut *lock(&self.inner.conns))
+            .into_values()
+            .collect();
         lock(&self.inner.peers).clear();
         let mut handles = Vec::new();
         for t in tracked {
@@ -220,7 +222,10 @@ impl Messenger {
 /// Up to +50 % random jitter, so peers that failed together do not retry in
 /// lockstep.
 fn jitter(d: Duration) -> Duration {
-    let r = crate::auth::random_bytes()[0] as u32;
+    let r = match crate::runtime::simulated_random() {
+        Some(x) => (x & 0xff) as u32,
+        None => crate::auth::random_bytes()[0] as u32,
+    };
     d + d * r / 512
 }
 
@@ -281,10 +286,10 @@ impl Inner {
         // before the close hook can try to remove it.
         let mut conns = lock(&self.conns);
         let (conn, reader, writer) = conn::spawn(
+            id,
             peer,
             Arc::clone(&self.config),
-            stream.read,
-            stream.write,
+            (stream.read, stream.write),
             leftover,
             Arc::clone(&self.dispatcher),
             move |_, reason| {
@@ -358,8 +363,9 @@ async fn accept_loop(
 ) {
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            biased;
             _ = stop.changed() => return,
+            r = listener.accept() => r,
         };
         let Some(inner) = weak.upgrade() else { return };
         match accepted {

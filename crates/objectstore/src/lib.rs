@@ -1,12 +1,14 @@
 //! The OSD's object store: the [`ObjectStore`] contract (collections of objects with
 //! data, xattrs and omap, changed by atomic, ordered, durable [`Transaction`]s),
-//! [`MemStore`] (in memory) and [`BlockStore`] (the default on disk: a data device with
+//! [`MemStore`] (in memory), [`CrashStore`] (in memory, losing on a simulated crash what
+//! the contract allows) and [`BlockStore`] (the default on disk: a data device with
 //! an extent allocator and per-block crc32c, metadata in redb).
 //!
 //! This crate must not depend on the network, the OSD or any async runtime: durability
 //! is signalled by a [`CommitTicket`] that any runtime can wait on or hook.
 
 pub mod block;
+mod crash;
 pub mod error;
 pub mod model;
 pub mod testsuite;
@@ -21,6 +23,7 @@ mod transaction;
 mod validate;
 
 pub use block::BlockStore;
+pub use crash::CrashStore;
 pub use error::{Error, Result};
 pub use memstore::MemStore;
 pub use store::ObjectStore;

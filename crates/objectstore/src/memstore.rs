@@ -49,6 +49,14 @@ impl MemStore {
         }
     }
 
+    /// A copy of everything in the store, sharing nothing with it.
+    pub fn snapshot(&self) -> MemStore {
+        Self {
+            colls: RwLock::new(self.read_lock().clone()),
+            capacity_bytes: self.capacity_bytes,
+        }
+    }
+
     fn read_lock(&self) -> RwLockReadGuard<'_, Collections> {
         self.colls.read().unwrap_or_else(PoisonError::into_inner)
     }

@@ -115,3 +115,70 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Store-wide space figures.
     fn statfs(&self) -> Result<StatFs>;
 }
+
+/// A shared store is a store (a test can keep a handle while the code
+/// under test owns another).
+impl<S: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<S> {
+    fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
+        (**self).queue_transaction(txn)
+    }
+    fn apply_transaction(&self, txn: Transaction) -> Result<()> {
+        (**self).apply_transaction(txn)
+    }
+    fn flush(&self) -> Result<()> {
+        (**self).flush()
+    }
+    fn list_collections(&self) -> Result<Vec<CollectionId>> {
+        (**self).list_collections()
+    }
+    fn collection_exists(&self, c: &CollectionId) -> Result<bool> {
+        (**self).collection_exists(c)
+    }
+    fn list_objects(
+        &self,
+        c: &CollectionId,
+        start: Option<&ObjectKey>,
+        max: usize,
+    ) -> Result<Listing> {
+        (**self).list_objects(c, start, max)
+    }
+    fn exists(&self, c: &CollectionId, o: &ObjectKey) -> Result<bool> {
+        (**self).exists(c, o)
+    }
+    fn stat(&self, c: &CollectionId, o: &ObjectKey) -> Result<ObjectStat> {
+        (**self).stat(c, o)
+    }
+    fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
+        (**self).read(c, o, offset, len)
+    }
+    fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
+        (**self).getxattr(c, o, name)
+    }
+    fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
+        (**self).getxattrs(c, o)
+    }
+    fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes> {
+        (**self).omap_get_header(c, o)
+    }
+    fn omap_get_values(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        keys: &[Bytes],
+    ) -> Result<BTreeMap<Bytes, Bytes>> {
+        (**self).omap_get_values(c, o, keys)
+    }
+    fn omap_range(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        (**self).omap_range(c, o, start, end, max)
+    }
+    fn statfs(&self) -> Result<StatFs> {
+        (**self).statfs()
+    }
+}

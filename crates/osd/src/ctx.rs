@@ -69,6 +69,30 @@ impl OsdCounters {
     }
 }
 
+/// A change the primary acknowledged to its client: durable on every
+/// member of the acting set (and every backfill target).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckedWrite {
+    /// The primary.
+    pub osd: i32,
+    /// The PG.
+    pub pg: shoal_maps::PgId,
+    /// The epoch the primary's interval began.
+    pub interval_start: u32,
+    /// The change's version.
+    pub version: crate::log::Version,
+    /// The client's request.
+    pub reqid: crate::log::ReqId,
+}
+
+/// What a harness may watch an OSD do: the deterministic simulation's
+/// invariant checkers. Calls are made from the PG's actor, so they must be
+/// quick and must not block.
+pub trait Observer: Send + Sync + std::fmt::Debug {
+    /// A primary acknowledged a client's change.
+    fn write_acked(&self, w: &AckedWrite);
+}
+
 /// Shared by every PG of an OSD.
 #[derive(Debug)]
 pub struct OsdCtx {
@@ -96,6 +120,8 @@ pub struct OsdCtx {
     pub written_since_check: AtomicU64,
     /// Check the store's space now (set after `SPACE_CHECK_BYTES` written).
     pub space_check: tokio::sync::Notify,
+    /// Who watches (simulation only).
+    pub observer: Option<Arc<dyn Observer>>,
     /// The newest `up_thru` asked of the monitors and not refused.
     pub up_thru_asked: std::sync::Mutex<u32>,
 }

@@ -2,7 +2,7 @@
 //! map, follows it, runs one actor per PG it holds, routes every message
 //! to its PG, heartbeats its peers, and reports beacons and statistics.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -56,6 +56,9 @@ pub struct OsdOptions {
     pub scrub_interval: Duration,
     /// Deep-scrub each PG at least this often.
     pub deep_scrub_interval: Duration,
+    /// Who watches the OSD's acknowledged writes (the simulation's
+    /// checkers; `None` in a daemon).
+    pub observer: Option<Arc<dyn crate::ctx::Observer>>,
 }
 
 /// A running OSD.
@@ -73,7 +76,9 @@ pub(crate) struct Inner {
     pub(crate) addr: SocketAddr,
     sink: Arc<UpdateSink>,
     map: watch::Receiver<Option<Arc<OsdMap>>>,
-    pgs: Mutex<HashMap<PgId, mpsc::UnboundedSender<PgEvent>>>,
+    pgs: Mutex<BTreeMap<PgId, mpsc::UnboundedSender<PgEvent>>>,
+    /// Per connection, messages waiting for a newer map (in arrival order).
+    held: Mutex<BTreeMap<u64, VecDeque<Held>>>,
     /// OSDs sharing a PG with us in the current map.
     pub(crate) peers: Mutex<BTreeSet<i32>>,
     stopping: AtomicBool,
@@ -158,6 +163,7 @@ impl Osd {
             written_since_check: std::sync::atomic::AtomicU64::new(0),
             space_check: tokio::sync::Notify::new(),
             up_thru_asked: std::sync::Mutex::new(0),
+            observer: opts.observer.clone(),
         });
         let inner = Arc::new(Inner {
             ctx,
@@ -166,7 +172,8 @@ impl Osd {
             addr,
             sink,
             map,
-            pgs: Mutex::new(HashMap::new()),
+            pgs: Mutex::new(BTreeMap::new()),
+            held: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
         });
@@ -201,6 +208,21 @@ impl Osd {
         self.inner.pg_stats().await
     }
 
+    /// Dies at once, as a killed process: every task of the daemon stops
+    /// where it is, nothing is flushed and nobody is told. (In a process
+    /// the kernel would also close its sockets: the caller cuts it off the
+    /// network first, and gives a restart the store as a crash left it.)
+    pub fn crash(self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        for t in &self.tasks {
+            t.abort();
+        }
+        let pgs = std::mem::take(&mut *lock(&self.inner.pgs));
+        for tx in pgs.into_values() {
+            let _ = tx.send(PgEvent::Crash);
+        }
+    }
+
     /// Stops: refuses new ops, lets every PG answer what it has queued,
     /// flushes the store and closes the connections.
     pub async fn stop(self) {
@@ -209,7 +231,7 @@ impl Osd {
         for t in &self.tasks {
             t.abort();
         }
-        let pgs: Vec<_> = lock(&inner.pgs).drain().collect();
+        let pgs: Vec<_> = std::mem::take(&mut *lock(&inner.pgs)).into_iter().collect();
         for (_, tx) in pgs {
             let (done, wait) = oneshot::channel();
             if tx.send(PgEvent::Stop(done)).is_ok() {
@@ -217,7 +239,7 @@ impl Osd {
             }
         }
         let store = Arc::clone(&inner.ctx.store);
-        let _ = tokio::task::spawn_blocking(move || store.flush()).await;
+        let _ = shoal_net::runtime::offload(move || store.flush()).await;
         // Tell the monitors we are going, so peers and clients move on now
         // rather than after the heartbeat grace (Ceph's mark-me-down).
         let me = inner.opts.id;
@@ -317,7 +339,7 @@ impl Inner {
         }
     }
 
-    fn apply_map(&self, map: &Arc<OsdMap>) {
+    fn apply_map(self: &Arc<Self>, map: &Arc<OsdMap>) {
         let me = self.opts.id;
         let weights = map.crush_weights();
         let mut ws = shoal_crush::Workspace::default();
@@ -367,28 +389,41 @@ impl Inner {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
+        // A pool absent from this map may exist in a newer one: a peer that
+        // saw the newer map already made us open its PG (route). Only a
+        // pool the newest map lacks too is gone.
+        let newest = self.current_map();
         for (pg, tx) in pgs {
             let _ = tx.send(PgEvent::Map(Arc::clone(map)));
-            if map.pool(pg.pool).is_none() {
+            let gone = |m: &OsdMap| m.pool(pg.pool).is_none();
+            if gone(map) && newest.as_deref().is_none_or(gone) {
                 self.remove_pg(pg, tx);
             }
         }
     }
 
     /// The pool is gone: stop the PG and delete its objects.
-    fn remove_pg(&self, pg: PgId, tx: mpsc::UnboundedSender<PgEvent>) {
+    fn remove_pg(self: &Arc<Self>, pg: PgId, tx: mpsc::UnboundedSender<PgEvent>) {
         lock(&self.pgs).remove(&pg);
-        let store = Arc::clone(&self.ctx.store);
+        let inner = Arc::clone(self);
         tokio::spawn(async move {
             let (done, wait) = oneshot::channel();
             if tx.send(PgEvent::Stop(done)).is_ok() {
                 let _ = wait.await;
             }
+            // Under the PG table's lock, so no new actor for the PG opens
+            // the collection while it goes; one that opened it meanwhile
+            // (the pool is back in a newer map) keeps it.
+            let pgs = lock(&inner.pgs);
+            if pgs.contains_key(&pg) {
+                return;
+            }
             let coll = crate::object::collection(pg);
             let mut t = shoal_objectstore::Transaction::new();
             t.remove_collection(coll);
-            let r = tokio::task::spawn_blocking(move || store.apply_transaction(t)).await;
-            if let Ok(Err(e)) = r {
+            let r = shoal_net::runtime::blocking(|| inner.ctx.store.apply_transaction(t));
+            drop(pgs);
+            if let Err(e) = r {
                 tracing::warn!(%pg, "removing the PG of a deleted pool: {e}");
             }
         });
@@ -489,21 +524,81 @@ impl Inner {
             from_osd,
         };
         let have = self.current_map().map_or(0, |m| m.epoch.0);
-        if epoch <= have {
+        let conn = inc.conn.id();
+        let mut held = lock(&self.held);
+        let queue = held.get_mut(&conn);
+        if queue.is_none() && epoch <= have {
+            drop(held);
             self.route(pool, seed, routed);
             return;
         }
-        // The sender has a newer map: act on it once we have it too.
-        tokio::spawn(async move {
-            let mut rx = self.map.clone();
-            let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
-            let _ = tokio::time::timeout(Duration::from_secs(10), wait).await;
-            self.route(pool, seed, routed);
-        });
+        // The sender has a newer map: act on it once we have it too. Later
+        // messages of the connection wait behind it, so a PG sees each
+        // sender's messages in the order sent (a replica must apply
+        // changes in order).
+        let m = Held {
+            epoch,
+            pool,
+            seed,
+            routed,
+            until: tokio::time::Instant::now() + MAP_WAIT,
+        };
+        match queue {
+            Some(q) => q.push_back(m),
+            None => {
+                held.insert(conn, VecDeque::from([m]));
+                drop(held);
+                tokio::spawn(self.release_held(conn));
+            }
+        }
+    }
+
+    /// Routes the messages held for connection `conn`, in order, as the
+    /// maps they need arrive (or their wait runs out).
+    async fn release_held(self: Arc<Self>, conn: u64) {
+        let mut rx = self.map.clone();
+        loop {
+            let (ready, wait) = {
+                let mut held = lock(&self.held);
+                let Some(q) = held.get_mut(&conn) else { return };
+                let have = self.current_map().map_or(0, |m| m.epoch.0);
+                let now = tokio::time::Instant::now();
+                match q.front() {
+                    None => {
+                        held.remove(&conn);
+                        return;
+                    }
+                    Some(f) if f.epoch <= have || f.until <= now => (q.pop_front(), None),
+                    Some(f) => (None, Some((f.epoch, f.until))),
+                }
+            };
+            if let Some(m) = ready {
+                self.route(m.pool, m.seed, m.routed);
+                continue;
+            }
+            if let Some((epoch, until)) = wait {
+                let newer = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= epoch));
+                let _ = tokio::time::timeout_at(until, newer).await;
+            }
+        }
     }
 }
 
+/// How long a message from a newer map waits for it.
+const MAP_WAIT: Duration = Duration::from_secs(10);
+
+/// A message waiting for the map its sender had.
+#[derive(Debug)]
+struct Held {
+    epoch: u32,
+    pool: u64,
+    seed: u32,
+    routed: Routed,
+    until: tokio::time::Instant,
+}
+
 /// A message on its way to a PG.
+#[derive(Debug)]
 struct Routed {
     msg: Message,
     data: bytes::Bytes,

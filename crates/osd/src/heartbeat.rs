@@ -3,9 +3,10 @@
 //! (at once when its process is gone: the connection is refused), the
 //! periodic PG statistics report, and the full-store watch.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use shoal_mon::{Command, OsdStatfs, PgStatReport};
@@ -24,8 +25,8 @@ enum Beat {
 
 impl Inner {
     pub(crate) async fn heartbeats(self: Arc<Self>) {
-        let mut last_ok: HashMap<i32, Instant> = HashMap::new();
-        let mut reported: HashMap<i32, Instant> = HashMap::new();
+        let mut last_ok: BTreeMap<i32, Instant> = BTreeMap::new();
+        let mut reported: BTreeMap<i32, Instant> = BTreeMap::new();
         let grace = self.opts.heartbeat_grace;
         loop {
             tokio::time::sleep(self.opts.heartbeat_interval).await;
@@ -117,7 +118,7 @@ impl Inner {
             self.ctx
                 .written_since_check
                 .store(0, std::sync::atomic::Ordering::Relaxed);
-            if let Ok(Ok(s)) = tokio::task::spawn_blocking(move || store.statfs()).await {
+            if let Ok(Ok(s)) = shoal_net::runtime::offload(move || store.statfs()).await {
                 let used = s.total_bytes.saturating_sub(s.free_bytes) as f64;
                 let full = used > s.total_bytes as f64 * self.ctx.cfg.full_ratio;
                 let was = self
@@ -139,6 +140,7 @@ impl Inner {
             // At the interval, or soon after a PG changes state (debounced).
             let changed = self.ctx.stats_changed.notified();
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(self.opts.stats_interval) => {}
                 _ = changed => tokio::time::sleep(Duration::from_millis(200)).await,
             }
@@ -146,7 +148,7 @@ impl Inner {
                 continue;
             };
             let store = Arc::clone(&self.ctx.store);
-            let statfs = match tokio::task::spawn_blocking(move || store.statfs()).await {
+            let statfs = match shoal_net::runtime::offload(move || store.statfs()).await {
                 Ok(Ok(s)) => OsdStatfs {
                     total_bytes: s.total_bytes,
                     used_bytes: s.total_bytes.saturating_sub(s.free_bytes),

@@ -122,12 +122,31 @@ pub fn install_txn(
 
 /// Pulls `key` of PG `pg` from the member at `src` and installs its copy
 /// in our store (`epoch`: our map epoch, for the peer's checks).
+/// Whether a copy's existence agrees with what the log says of the object
+/// (`Some(true)`: its newest change wrote it; `Some(false)`: deleted it).
+/// A source that lacks an object the log says exists must not make a
+/// member delete its copy.
+fn agrees(exists: bool, expect: Option<bool>, key: &ObjectKey, who: &str) -> Result<(), String> {
+    match expect {
+        Some(e) if e != exists => Err(format!(
+            "{who}'s copy of {} {} but the log says it {}",
+            String::from_utf8_lossy(&key.name),
+            if exists { "exists" } else { "is absent" },
+            if e { "exists" } else { "was deleted" }
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Pulls `key` of PG `pg` from the member at `src` into our store; `expect`
+/// is whether the log says it exists (checked, when known).
 pub async fn pull_object(
     ctx: &OsdCtx,
     pg: PgId,
     epoch: u32,
     src: &Connection,
     key: &ObjectKey,
+    expect: Option<bool>,
 ) -> Result<(), String> {
     let pull = PgPull {
         pool: pg.pool,
@@ -143,8 +162,9 @@ pub async fn pull_object(
     let Message::PgPush(push) = reply.msg else {
         return Err(format!("{} could not send an object", src.peer()));
     };
+    agrees(push.exists, expect, key, &src.peer().to_string())?;
     let coll = crate::object::collection(pg);
-    tokio::task::block_in_place(|| {
+    shoal_net::runtime::blocking(|| {
         let t = install_txn(ctx.store.as_ref(), coll, &push, reply.data)?;
         ctx.store.apply_transaction(t).map_err(|e| e.to_string())
     })?;
@@ -152,18 +172,21 @@ pub async fn pull_object(
     Ok(())
 }
 
-/// Pushes our copy of `key` of PG `pg` to the member at `dst`.
+/// Pushes our copy of `key` of PG `pg` to the member at `dst`; `expect` as
+/// for [`pull_object`].
 pub async fn push_object(
     ctx: &OsdCtx,
     pg: PgId,
     epoch: u32,
     dst: &Connection,
     key: &ObjectKey,
+    expect: Option<bool>,
 ) -> Result<(), String> {
     let coll = crate::object::collection(pg);
     let (mut push, data) =
-        tokio::task::block_in_place(|| read_object(ctx.store.as_ref(), coll, key))
+        shoal_net::runtime::blocking(|| read_object(ctx.store.as_ref(), coll, key))
             .map_err(|e| e.to_string())?;
+    agrees(push.exists, expect, key, &format!("osd.{}", ctx.whoami))?;
     push.pool = pg.pool;
     push.pg_seed = pg.seed;
     push.epoch = epoch;

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod simnet;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,7 +34,9 @@ pub fn net_cfg() -> NetConfig {
     }
 }
 
-fn mon_opts(data: PathBuf) -> MonitorOptions {
+/// A monitor's options for tests: short timeouts, the OSD as the failure
+/// domain, one reporter enough to mark an OSD down.
+pub fn mon_opts(data: PathBuf) -> MonitorOptions {
     MonitorOptions {
         data,
         net: net_cfg(),
@@ -241,6 +245,7 @@ impl Cluster {
             mon_timeout: Duration::from_secs(8),
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),
+            observer: None,
         };
         let osd = Osd::start(opts, store.clone(), Arc::new(self.net.clone()))
             .await

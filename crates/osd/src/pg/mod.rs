@@ -211,6 +211,8 @@ pub enum PgEvent {
     Stats(oneshot::Sender<Option<PgStat>>),
     /// Stop after answering what is queued.
     Stop(oneshot::Sender<()>),
+    /// Die now (the OSD was killed): answer nothing more.
+    Crash,
 }
 
 /// A PG's statistics as its primary sees them.
@@ -403,18 +405,23 @@ impl Pg {
             recovery_generation: 0,
             waiting_for_object: BTreeMap::new(),
         };
-        tokio::spawn(pg.run(rx));
+        // Log lines name the OSD (several share a process in tests).
+        let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
+        tokio::spawn(tracing::Instrument::instrument(pg.run(rx), span));
         Ok(tx)
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PgEvent>) {
         while let Some(ev) = rx.recv().await {
-            if let PgEvent::Stop(done) = ev {
-                self.stop().await;
-                let _ = done.send(());
-                return;
+            match ev {
+                PgEvent::Stop(done) => {
+                    self.stop().await;
+                    let _ = done.send(());
+                    return;
+                }
+                PgEvent::Crash => return,
+                ev => self.handle(ev).await,
             }
-            self.handle(ev).await;
         }
     }
 
@@ -487,7 +494,7 @@ impl Pg {
             PgEvent::Stats(tx) => {
                 let _ = tx.send(self.stat());
             }
-            PgEvent::Stop(_) => {}
+            PgEvent::Stop(_) | PgEvent::Crash => {}
         }
     }
 
@@ -538,6 +545,7 @@ impl Pg {
                 "backfill_targets": rs.backfill_targets().iter().collect::<Vec<_>>(),
                 "copies_left": rs.copies_left(),
                 "unfound": rs.unfound().len(),
+                "in_progress": rs.in_progress(),
             });
         }
         out
@@ -726,7 +734,7 @@ impl Pg {
             .await;
         }
         self.inflight.clear();
-        let _ = tokio::task::block_in_place(|| self.ctx.store.flush());
+        let _ = shoal_net::runtime::blocking(|| self.ctx.store.flush());
     }
 
     fn stat(&self) -> Option<PgStat> {

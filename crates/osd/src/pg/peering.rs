@@ -572,26 +572,32 @@ impl Pg {
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
         let (pg, coll, interval_start, auth) = (self.id, self.coll, self.interval_start, plan.auth);
-        let own_missing: Vec<ObjectKey> = self.missing.objects().keys().cloned().collect();
+        // The PG's objects are those the lister holds and those it lacks
+        // (a member mid-backfill holds few of them: listing its store alone
+        // would make the others look deleted — the simulation found this).
+        let lister = if primary_backfill { auth } else { me };
+        let lister_lacks: Vec<ObjectKey> = plan
+            .members
+            .get(&lister)
+            .map(|m| m.missing.keys().cloned().collect())
+            .unwrap_or_default();
         self.plan = Some(plan);
         tokio::spawn(async move {
-            let result = if primary_backfill {
+            let listed = if primary_backfill {
                 match ctx.peer(&map, auth).await {
                     Ok(src) => recovery::remote_objects(&ctx, &map, pg, &src).await,
                     Err(e) => Err(e),
                 }
             } else {
                 let store = Arc::clone(&ctx.store);
-                tokio::task::spawn_blocking(move || recovery::local_objects(store.as_ref(), coll))
+                shoal_net::runtime::offload(move || recovery::local_objects(store.as_ref(), coll))
                     .await
-                    .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
-                    .map(|mut keys| {
-                        // Objects we lack ourselves exist in the PG too.
-                        keys.extend(own_missing);
-                        keys
-                    })
             };
+            let result = listed.map(|mut keys| {
+                keys.extend(lister_lacks);
+                keys
+            });
             let _ = events.send(PgEvent::Listed {
                 interval_start,
                 result,
@@ -655,7 +661,7 @@ impl Pg {
             .replace(info, plan.auth_log.clone(), self.coll, &mut txn);
         let own_missing = own.map(|a| a.missing).unwrap_or_default();
         self.missing.replace(own_missing, self.coll, &mut txn);
-        if let Err(e) = tokio::task::block_in_place(|| self.ctx.store.apply_transaction(txn)) {
+        if let Err(e) = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn)) {
             tracing::error!(pg = %self.id, "cannot persist the PG log: {e}");
             self.reload_log();
             return self.repeer_soon(Duration::from_secs(1));

@@ -181,7 +181,7 @@ impl Pg {
             new_version: version.v,
             mtime_ms: shoal_net::now_ms(),
         };
-        let outcome = match tokio::task::block_in_place(|| exec::execute(input)) {
+        let outcome = match shoal_net::runtime::blocking(|| exec::execute(input)) {
             Ok(o) => o,
             Err(e) => {
                 let reply = OsdOpReply {
@@ -257,7 +257,7 @@ impl Pg {
         let log_bytes = entry.encode();
         self.log
             .append(entry, self.ctx.cfg.log_limits, self.coll, &mut txn);
-        let ticket = match tokio::task::block_in_place(|| self.ctx.store.queue_transaction(txn)) {
+        let ticket = match shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn)) {
             Ok(t) => t,
             Err(e) => {
                 // Nothing was applied: the store checks before it changes anything.
@@ -459,9 +459,18 @@ impl Pg {
             if !f.local_done || !f.waiting.is_empty() {
                 break;
             }
-            let f = entry.remove();
+            let (version, f) = entry.remove_entry();
             if let Some(id) = &f.reqid {
                 self.inflight_reqids.remove(id);
+                if let Some(obs) = &self.ctx.observer {
+                    obs.write_acked(&crate::ctx::AckedWrite {
+                        osd: self.whoami(),
+                        pg: self.id,
+                        interval_start: self.interval_start,
+                        version,
+                        reqid: id.clone(),
+                    });
+                }
             }
             let mut first = true;
             for r in f.responders {
@@ -506,7 +515,7 @@ impl Pg {
         let start = msg
             .has_cursor
             .then(|| shoal_objectstore::ObjectKey::new(msg.cursor_hash, msg.cursor_name.clone()));
-        let listing = tokio::task::block_in_place(|| {
+        let listing = shoal_net::runtime::blocking(|| {
             self.ctx
                 .store
                 .list_objects(&self.coll, start.as_ref(), max + 1)

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use shoal_maps::{OsdMap, PgId};
 use shoal_objectstore::ObjectKey;
@@ -196,6 +197,11 @@ impl RecoveryState {
         &self.unfound
     }
 
+    /// Objects being recovered now, and failed ones waiting for a retry.
+    pub(crate) fn in_progress(&self) -> (usize, usize) {
+        (self.active.len(), self.deferred.len())
+    }
+
     /// Ceph's words for where recovery is: `backfill_wait`, `backfilling`,
     /// `recovery_wait` (held by the `norecover` flag) or `recovering`.
     pub(crate) fn state_word(&self, map: Option<&OsdMap>) -> &'static str {
@@ -233,21 +239,30 @@ impl RecoveryState {
                 return Some((k.clone(), on.clone(), true));
             }
         }
-        let start = match &self.cursor {
-            Some(c) => std::ops::Bound::Excluded(c.clone()),
-            None => std::ops::Bound::Unbounded,
+        // From the cursor round to it again: objects skipped earlier (their
+        // targets waited for a reservation or a flag) are found once they
+        // may go.
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let (after, upto) = match &self.cursor {
+            Some(c) => (
+                self.missing_on.range((Excluded(c.clone()), Unbounded)),
+                self.missing_on.range((Unbounded, Included(c.clone()))),
+            ),
+            None => (
+                self.missing_on.range::<ObjectKey, _>(..),
+                self.missing_on
+                    .range((Unbounded, Excluded(ObjectKey::new(0, "")))),
+            ),
         };
-        let mut found = None;
-        for (k, on) in self.missing_on.range((start, std::ops::Bound::Unbounded)) {
-            self.cursor = Some(k.clone());
+        let found = after.chain(upto).find_map(|(k, on)| {
             if self.active.contains(k) || self.deferred.contains(k) || self.unfound.contains(k) {
-                continue;
+                return None;
             }
             let t = self.targets(on, hold);
-            if !t.is_empty() {
-                found = Some((k.clone(), t, false));
-                break;
-            }
+            (!t.is_empty()).then(|| (k.clone(), t, false))
+        });
+        if let Some((k, _, _)) = &found {
+            self.cursor = Some(k.clone());
         }
         found
     }
@@ -305,8 +320,13 @@ impl Pg {
         self.pump();
     }
 
-    /// Fills the recovery slots.
+    /// Fills the recovery slots (once active: before that, a replica may
+    /// not have taken its activation yet, which would replace the missing
+    /// set a push has just emptied — the simulation found this).
     pub(super) fn pump(&mut self) {
+        if self.state != super::State::Active {
+            return;
+        }
         let max = self.ctx.cfg.recovery_max_active.max(1);
         let me = self.whoami();
         let acting = self.acting.clone();
@@ -336,7 +356,15 @@ impl Pg {
                 None
             };
             rs.active.insert(key.clone());
+            // What the log says of the object, when it still names it.
+            let expect = self
+                .log
+                .entries()
+                .rev()
+                .find(|e| e.key == key)
+                .map(|e| e.op == crate::log::LogOp::Modify);
             let job = ObjectRecovery {
+                expect,
                 ctx: Arc::clone(&self.ctx),
                 map: Arc::clone(&map),
                 pg: self.id,
@@ -467,6 +495,9 @@ struct ObjectRecovery {
     pull_from: Option<i32>,
     /// Replicas that lack it.
     push_to: Vec<i32>,
+    /// Whether the log says the object exists (checked against every copy
+    /// moved).
+    expect: Option<bool>,
     /// Takes one of the OSD's recovery slots (an object an op waits for
     /// does not wait for a slot).
     throttled: bool,
@@ -504,9 +535,9 @@ impl ObjectRecovery {
         let conn = self.ctx.peer(&self.map, peer).await?;
         let (ctx, pg, epoch, key) = (&self.ctx, self.pg, self.map.epoch.0, &self.key);
         if pull {
-            recovery::pull_object(ctx, pg, epoch, &conn, key).await
+            recovery::pull_object(ctx, pg, epoch, &conn, key, self.expect).await
         } else {
-            recovery::push_object(ctx, pg, epoch, &conn, key).await
+            recovery::push_object(ctx, pg, epoch, &conn, key, self.expect).await
         }
     }
 }

@@ -29,7 +29,7 @@ impl Pg {
     /// thread, through the runtime).
     fn apply_then_ack(&mut self, txn: Transaction, responder: Responder) {
         let epoch = self.epoch();
-        let queued = tokio::task::block_in_place(|| self.ctx.store.queue_transaction(txn));
+        let queued = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn));
         match queued {
             Ok(ticket) => {
                 let rt = tokio::runtime::Handle::current();
@@ -90,9 +90,23 @@ impl Pg {
                 );
             }
         };
-        if entry.version <= self.log.info.last_update {
+        let last = self.log.info.last_update;
+        if entry.version <= last
+            && (entry.version <= self.log.info.log_tail
+                || self.log.entries().any(|e| e.version == entry.version))
+        {
             // Already applied (a resend after a reconnect).
             return answer(responder, OsdErrorCode::Ok, epoch, String::new());
+        }
+        if entry.version <= last || entry.version.v != last.v + 1 {
+            // Changes apply in order, each the one after our newest: a gap
+            // (or an older change we never had) means we missed one. The
+            // primary fails what is in flight and peers again.
+            let m = format!(
+                "pg {}: change {} out of order (ours ends at {last})",
+                self.id, entry.version
+            );
+            return answer(responder, OsdErrorCode::Again, epoch, m);
         }
         let mut txn = match codec::decode(self.coll, &msg.txn, &data) {
             Ok(t) => t,
@@ -173,7 +187,7 @@ impl Pg {
     /// Recovery: install the primary's copy of an object.
     pub(super) async fn push(&mut self, msg: PgPush, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
-        let built = tokio::task::block_in_place(|| {
+        let built = shoal_net::runtime::blocking(|| {
             recovery::install_txn(self.ctx.store.as_ref(), self.coll, &msg, data)
         });
         match built {
@@ -191,7 +205,7 @@ impl Pg {
     /// Recovery: send our copy of an object to the primary.
     pub(super) async fn pull(&mut self, msg: PgPull, responder: Responder) {
         let key = ObjectKey::new(msg.hash, msg.name.clone());
-        let read = tokio::task::block_in_place(|| {
+        let read = shoal_net::runtime::blocking(|| {
             recovery::read_object(self.ctx.store.as_ref(), self.coll, &key)
         });
         let epoch = self.epoch();

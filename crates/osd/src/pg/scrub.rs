@@ -217,7 +217,7 @@ impl Pg {
             Some(j) => (j.deep, j.cursor.clone()),
             None => return Ok(false),
         };
-        let page = tokio::task::block_in_place(|| {
+        let page = shoal_net::runtime::blocking(|| {
             self.ctx
                 .store
                 .list_objects(&self.coll, cursor.as_ref(), CHUNK)
@@ -228,7 +228,7 @@ impl Pg {
             .iter()
             .filter(|k| k.name.first() != Some(&0))
             .map(|k| {
-                tokio::task::block_in_place(|| {
+                shoal_net::runtime::blocking(|| {
                     summarize(self.ctx.store.as_ref(), &self.coll, k, deep)
                 })
             })
@@ -304,11 +304,11 @@ impl Pg {
     }
 
     async fn pull_one(&mut self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key).await
+        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key, None).await
     }
 
     async fn push_one(&mut self, dst: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key).await
+        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, None).await
     }
 
     fn finish_scrub(&mut self) {
@@ -338,7 +338,7 @@ impl Pg {
             pg_meta_key(),
             BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
         );
-        let _ = tokio::task::block_in_place(|| self.ctx.store.queue_transaction(t));
+        let _ = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(t));
         if !job.found.is_empty() {
             tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
                 "scrub found inconsistent objects");
@@ -376,7 +376,7 @@ impl Pg {
             .then(|| ObjectKey::new(msg.end_hash, msg.end_name.clone()));
         let mut objects = Vec::new();
         let mut cursor = start;
-        let result: Result<(), String> = tokio::task::block_in_place(|| {
+        let result: Result<(), String> = shoal_net::runtime::blocking(|| {
             loop {
                 let page = self
                     .ctx

@@ -197,6 +197,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         o.osd_host.clone()
     };
     let opts = OsdOptions {
+        observer: None,
         id: i32::try_from(id)?,
         key,
         mon_addrs: mon_addrs(&config)?,

@@ -1,0 +1,74 @@
+//! `shoal-sim`: run or replay simulation seeds.
+//!
+//! ```text
+//! shoal-sim --seed 42 --verbose     # replay one seed, printing its trace
+//! shoal-sim --seeds 0..1000         # a range; stops at the first failure
+//! ```
+
+use std::process::ExitCode;
+
+use shoal_sim::{SimConfig, run};
+
+fn usage() -> ExitCode {
+    eprintln!("usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S]");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let mut cfg = SimConfig::quick();
+    let mut seeds: Option<(u64, u64)> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--seed" => match args.next().and_then(|s| s.parse::<u64>().ok()) {
+                Some(s) => seeds = Some((s, s + 1)),
+                None => return usage(),
+            },
+            "--seeds" => {
+                let range = args.next().unwrap_or_default();
+                let parsed = range
+                    .split_once("..")
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+                match parsed {
+                    Some(r) => seeds = Some(r),
+                    None => return usage(),
+                }
+            }
+            "--faults-secs" => match args.next().and_then(|s| s.parse::<u64>().ok()) {
+                Some(s) => cfg.faults = std::time::Duration::from_secs(s),
+                None => return usage(),
+            },
+            "--verbose" => cfg.verbose = true,
+            _ => return usage(),
+        }
+    }
+    if let Ok(spec) = std::env::var("SHOAL_SIM_LOG") {
+        if let Err(e) = shoal_config::logging::init(&spec) {
+            eprintln!("SHOAL_SIM_LOG: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let Some((from, to)) = seeds else {
+        return usage();
+    };
+    for seed in from..to {
+        let started = std::time::Instant::now();
+        match run(seed, &cfg) {
+            Ok(r) => println!(
+                "seed {seed}: ok in {:.1} s ({} faults, {} ops answered, {} failed, {} writes acknowledged, {:.1} s virtual, digest {:016x})",
+                started.elapsed().as_secs_f64(),
+                r.faults,
+                r.ops.0,
+                r.ops.1,
+                r.acked,
+                r.virtual_ms as f64 / 1000.0,
+                r.digest
+            ),
+            Err(f) => {
+                eprintln!("{f}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

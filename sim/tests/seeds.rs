@@ -1,0 +1,93 @@
+//! The deterministic simulation in CI: 500 seeds (in ten tests, so nextest
+//! spreads them over the cores), and the same seed twice giving the same
+//! trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
+//! -- --ignored` runs N more seeds (thousands behind the flag); a failing
+//! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
+
+use shoal_sim::{SimConfig, run};
+
+/// Seeds `from..from + 50`; panics with the first failure's replay line.
+fn fifty(from: u64) {
+    let cfg = SimConfig::quick();
+    for seed in from..from + 50 {
+        if let Err(f) = run(seed, &cfg) {
+            panic!("{f}");
+        }
+    }
+}
+
+#[test]
+fn seeds_0_to_49() {
+    fifty(0);
+}
+
+#[test]
+fn seeds_50_to_99() {
+    fifty(50);
+}
+
+#[test]
+fn seeds_100_to_149() {
+    fifty(100);
+}
+
+#[test]
+fn seeds_150_to_199() {
+    fifty(150);
+}
+
+#[test]
+fn seeds_200_to_249() {
+    fifty(200);
+}
+
+#[test]
+fn seeds_250_to_299() {
+    fifty(250);
+}
+
+#[test]
+fn seeds_300_to_349() {
+    fifty(300);
+}
+
+#[test]
+fn seeds_350_to_399() {
+    fifty(350);
+}
+
+#[test]
+fn seeds_400_to_449() {
+    fifty(400);
+}
+
+#[test]
+fn seeds_450_to_499() {
+    fifty(450);
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let cfg = SimConfig::quick();
+    let a = run(7, &cfg).unwrap_or_else(|f| panic!("{f}"));
+    let b = run(7, &cfg).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(a, b, "seed 7 ran twice differently");
+    assert!(a.faults > 5 && a.acked > 50 && a.ops.0 > 100, "{a:?}");
+    let c = run(8, &cfg).unwrap_or_else(|f| panic!("{f}"));
+    assert_ne!(a.digest, c.digest, "another seed, another run");
+}
+
+#[test]
+#[ignore = "thousands of seeds: run with SHOAL_SIM_SEEDS=N (release build advised)"]
+fn many_seeds() {
+    let n: u64 = std::env::var("SHOAL_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5000);
+    let cfg = SimConfig::quick();
+    for seed in 1_000_000..1_000_000 + n {
+        if let Err(f) = run(seed, &cfg) {
+            panic!("{f}");
+        }
+    }
+}

@@ -90,6 +90,6 @@ print(f"| recovery throughput | {moved/secs/1e6:.1f} MB/s |")
 print(f"| 4 KiB write IOPS before | {base.get('iops', 0):.0f} |")
 print(f"| 4 KiB write IOPS during recovery (10 s from the kill) | {during.get('iops', 0):.0f} |")
 print(f"| raw disk, dd 4 MiB direct writes | {sys.argv[6]} |")
-print(f"| loopback TCP, iperf3 one stream | {sys.argv[7]} |")
+print(f"| loopback TCP, one stream | {sys.argv[7]} |")
 print(f"| daemon CPU during recovery | {sys.argv[8].rstrip(', ')} |")
 EOF

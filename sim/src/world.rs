@@ -607,7 +607,11 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         return Err(fail(&w, e));
     }
     if let Err(v) = history::check(&history) {
-        return Err(fail(&w, format!("history of {}: {}", v.object, v.why)));
+        let copies = object_report(&w, &v.object);
+        return Err(fail(
+            &w,
+            format!("history of {}: {}{copies}", v.object, v.why),
+        ));
     }
     if let Err(e) = invariants::replicas_identical(&w).await {
         return Err(fail(&w, e));
@@ -623,6 +627,45 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         acked: w.acks.all().len(),
         virtual_ms: w.now_ms(),
     })
+}
+
+/// What each OSD's store holds of `object`: its PG's newest log entry for
+/// it, whether it is in the missing set, and its data.
+fn object_report(w: &World, object: &str) -> String {
+    let Some(map) = w.newest_map() else {
+        return String::new();
+    };
+    let Some(pool) = map.pool(w.pool) else {
+        return String::new();
+    };
+    let pg = pool.object_pg(object, "");
+    let Ok(key) = shoal_osd::object::object_key(pool, "", object) else {
+        return String::new();
+    };
+    let coll = shoal_osd::object::collection(pg);
+    let mut out = format!("copies of {object} (pg {pg}):\n");
+    for (id, slot) in &w.osds {
+        let store = slot.store.as_ref();
+        let Some(log) = invariants::load_log(store, pg) else {
+            continue;
+        };
+        let newest = log.entries().rev().find(|e| e.key == key).map(|e| {
+            format!(
+                "{} {:?} {:?}",
+                e.version,
+                e.op,
+                e.reqid.as_ref().map(|r| r.tid)
+            )
+        });
+        let data = shoal_objectstore::ObjectStore::read(store, &coll, &key, 0, 1 << 20)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_else(|e| e.to_string());
+        out.push_str(&format!(
+            "  osd.{id}: log up to {} newest entry {newest:?} data {data:?}\n",
+            log.info.last_update
+        ));
+    }
+    out
 }
 
 /// `pg query` of the PG a liveness failure names, from its primary.

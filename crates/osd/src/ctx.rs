@@ -89,7 +89,8 @@ pub struct AckedWrite {
 /// invariant checkers. Calls are made from the PG's actor, so they must be
 /// quick and must not block.
 pub trait Observer: Send + Sync + std::fmt::Debug {
-    /// A primary acknowledged a client's change.
+    /// A primary acknowledged a client's change (or, again, a resent one
+    /// it found in its log).
     fn write_acked(&self, w: &AckedWrite);
 }
 

@@ -234,7 +234,8 @@ impl LogEntry {
 }
 
 impl Dup {
-    fn encode(&self) -> Vec<u8> {
+    /// The persisted and wire form.
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![FORMAT];
         put_version(&mut out, self.version);
         put_reqid(&mut out, &self.reqid);
@@ -242,7 +243,8 @@ impl Dup {
         out
     }
 
-    fn decode(b: &[u8]) -> Result<Dup, LogDecodeError> {
+    /// Decodes [`Dup::encode`]'s form.
+    pub fn decode(b: &[u8]) -> Result<Dup, LogDecodeError> {
         let mut r = Reader(b);
         if r.u8()? != FORMAT {
             return Err(LogDecodeError("unknown format"));
@@ -431,12 +433,20 @@ impl PgLog {
         txn.omap_set_keys(coll, meta, set);
     }
 
-    /// Replaces this log with `entries` from an authoritative member (after
-    /// recovery made the objects match), and persists it. Keeps dups.
+    /// The dups, oldest first.
+    pub fn dups(&self) -> impl Iterator<Item = &Dup> {
+        self.dups.iter()
+    }
+
+    /// Replaces this log with `entries` and `dups` from an authoritative
+    /// member, and persists it. The dups merge with ours (both name old
+    /// requests that were applied), the newest `dups_max` kept.
     pub fn replace(
         &mut self,
         info: PgInfoData,
         entries: Vec<LogEntry>,
+        dups: Vec<Dup>,
+        limits: LogLimits,
         coll: CollectionId,
         txn: &mut Transaction,
     ) {
@@ -445,16 +455,27 @@ impl PgLog {
             .entries
             .iter()
             .map(|e| key(LOG_PREFIX, e.version))
+            .chain(self.dups.iter().map(|d| key(DUP_PREFIX, d.version)))
             .collect();
         if !old.is_empty() {
             txn.omap_remove_keys(coll, meta.clone(), old);
         }
+        let mut merged: BTreeMap<Version, Dup> = std::mem::take(&mut self.dups)
+            .into_iter()
+            .chain(dups)
+            .map(|d| (d.version, d))
+            .collect();
+        while merged.len() > limits.dups_max {
+            merged.pop_first();
+        }
         self.entries.clear();
         self.reqids.clear();
-        for d in &self.dups {
-            self.reqids.insert(d.reqid.clone(), (d.version, d.code));
-        }
         let mut set = BTreeMap::new();
+        for d in merged.into_values() {
+            self.reqids.insert(d.reqid.clone(), (d.version, d.code));
+            set.insert(key(DUP_PREFIX, d.version), Bytes::from(d.encode()));
+            self.dups.push_back(d);
+        }
         for e in entries {
             set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
             self.push_entry(e);
@@ -590,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn replace_swaps_the_log_but_keeps_dups() {
+    fn replace_swaps_the_log_and_merges_dups() {
         let store = MemStore::new(1 << 30);
         let c = CollectionId::new(1, 0);
         let mut t = Transaction::new();
@@ -612,20 +633,45 @@ mod tests {
             log_tail: Version { epoch: 3, v: 1 },
             ..PgInfoData::default()
         };
+        // The authoritative member trimmed a request we never saw.
+        let theirs = Dup {
+            version: Version { epoch: 2, v: 0 },
+            reqid: ReqId {
+                entity: "client.admin".into(),
+                inc: 9,
+                tid: 40,
+            },
+            code: 0,
+        };
         let mut t = Transaction::new();
-        log.replace(info, auth.clone(), c, &mut t);
+        log.replace(info, auth.clone(), vec![theirs], limits, c, &mut t);
         store.apply_transaction(t).unwrap();
         let reloaded = PgLog::load(&omap(&store, c)).unwrap();
         assert_eq!(reloaded.entries().cloned().collect::<Vec<_>>(), auth);
         assert_eq!(reloaded.info, info);
-        // The dup of the trimmed entry 1 survives; entry 2's old request id does not.
+        // Our dup of the trimmed entry 1 survives, theirs is added; entry
+        // 2's old request id does not survive.
         let id = |tid| ReqId {
             entity: "client.admin".into(),
             inc: 9,
             tid,
         };
         assert!(reloaded.lookup(&id(1)).is_some());
+        assert!(reloaded.lookup(&id(40)).is_some());
         assert!(reloaded.lookup(&id(2)).is_none());
         assert!(reloaded.lookup(&id(52)).is_some());
+        assert_eq!(reloaded.dups().count(), 2);
+        // At most dups_max are kept, the newest.
+        let small = LogLimits {
+            entries_max: 2,
+            dups_max: 1,
+        };
+        let mut again = reloaded;
+        let mut t = Transaction::new();
+        again.replace(info, auth.clone(), Vec::new(), small, c, &mut t);
+        store.apply_transaction(t).unwrap();
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(reloaded.dups().count(), 1);
+        assert!(reloaded.lookup(&id(1)).is_some() && reloaded.lookup(&id(40)).is_none());
     }
 }

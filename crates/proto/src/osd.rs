@@ -514,6 +514,11 @@ pub struct PgInfo {
     /// up to date; it empties its copy first and is backfilled.
     #[prost(bool, tag = "9")]
     pub backfill: bool,
+    /// The request ids of trimmed entries (dups, each encoded by the OSD),
+    /// oldest first: they travel with the log, so a member that takes the
+    /// log still knows which old requests were applied.
+    #[prost(bytes = "vec", repeated, tag = "10")]
+    pub dups: Vec<Vec<u8>>,
 }
 
 /// Recovery: a whole object (or its absence) pushed to a member that lacks

@@ -269,7 +269,8 @@ pub struct SimHost {
 }
 
 enum Reach {
-    Ok(String, mpsc::UnboundedSender<Stream>),
+    /// The listening node, its incarnation, its backlog.
+    Ok(String, u64, mpsc::UnboundedSender<Stream>),
     Refused,
     Unreachable(Duration),
 }
@@ -280,11 +281,11 @@ impl SimHost {
         let Some(l) = st.listeners.get(&addr) else {
             return Reach::Refused;
         };
-        let (to, backlog) = (l.node.clone(), l.backlog.clone());
+        let (to, inc, backlog) = (l.node.clone(), l.incarnation, l.backlog.clone());
         if st.partitions.contains(&pair(&self.node, &to)) {
             return Reach::Unreachable(Duration::from_millis(st.rng.range(200, 1500)));
         }
-        Reach::Ok(to, backlog)
+        Reach::Ok(to, inc, backlog)
     }
 
     fn stream(&self, link: &Arc<Link>, forward: bool, peer_addr: SocketAddr) -> Stream {
@@ -319,8 +320,8 @@ impl Transport for SimHost {
             if !self.net.alive(&self.node, self.incarnation) {
                 return std::future::pending().await;
             }
-            let (to, backlog) = match self.reach(addr) {
-                Reach::Ok(to, b) => (to, b),
+            let (to, their_inc, backlog) = match self.reach(addr) {
+                Reach::Ok(to, inc, b) => (to, inc, b),
                 Reach::Refused => {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionRefused,
@@ -332,8 +333,12 @@ impl Transport for SimHost {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "host unreachable"));
                 }
             };
-            // The handshake's round trip.
+            // The handshake's round trip; a node killed meanwhile connects
+            // nowhere (its kernel would have closed the socket).
             tokio::time::sleep(self.net.delay(&self.node, &to)).await;
+            if !self.net.alive(&self.node, self.incarnation) {
+                return std::future::pending().await;
+            }
             let link = Arc::new(Link {
                 a: self.node.clone(),
                 b: to,
@@ -341,9 +346,12 @@ impl Transport for SimHost {
             });
             let local = {
                 let mut st = self.net.lock();
-                if st.partitions.contains(&pair(&link.a, &link.b))
-                    || !st.listeners.contains_key(&addr)
-                {
+                // The listener killed (or replaced) meanwhile resets.
+                let same = st
+                    .listeners
+                    .get(&addr)
+                    .is_some_and(|l| l.incarnation == their_inc);
+                if st.partitions.contains(&pair(&link.a, &link.b)) || !same {
                     return Err(io::Error::new(io::ErrorKind::ConnectionReset, "reset"));
                 }
                 st.links.push(Arc::downgrade(&link));

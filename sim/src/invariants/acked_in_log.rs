@@ -41,10 +41,12 @@ pub fn check(acks: &[AckedWrite], stores: &BTreeMap<i32, &dyn ObjectStore>) -> R
                 .any(|e| e.version == a.version && e.reqid.as_ref() == Some(&a.reqid))
         {
             return Err(format!(
-                "pg {}: acknowledged {} ({:?}) is missing from the authoritative log (osd.{}, {}..{}); {}",
+                "pg {}: acknowledged {} ({:?}, by osd.{} in the interval from e{}) is missing from the authoritative log (osd.{}, {}..{}); {}",
                 a.pg,
                 a.version,
                 a.reqid,
+                a.osd,
+                a.interval_start,
                 osd,
                 log.info.log_tail,
                 log.info.last_update,

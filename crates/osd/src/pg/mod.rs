@@ -276,6 +276,8 @@ enum State {
 /// A change being replicated, answered once durable everywhere.
 #[derive(Debug)]
 struct InFlight {
+    /// The object it changes.
+    key: shoal_objectstore::ObjectKey,
     reqid: Option<ReqId>,
     waiting: Vec<i32>,
     local_done: bool,
@@ -569,6 +571,9 @@ impl Pg {
             "past_intervals_rw": past,
             "probe_failed": self.peering.probe_failed,
             "waiting_up_thru": self.peering.waiting_up_thru,
+            "waiting_pg_temp": self.peering.waiting_pg_temp,
+            "peers_pending": self.peers_pending,
+            "peers_heard": self.peer_logs.keys().collect::<Vec<_>>(),
             "blocked_by": self.peering.blocked,
         })
     }
@@ -654,6 +659,11 @@ impl Pg {
             .map
             .as_ref()
             .is_some_and(|old| map.epoch.0 > old.epoch.0 + 1);
+        // An OSD that came up may hold what no member heard has (unfound).
+        let someone_up = self
+            .map
+            .as_ref()
+            .is_some_and(|old| map.osds().any(|(id, _)| map.is_up(id) && !old.is_up(id)));
         let changed = gap
             || m.up != self.up
             || m.acting != self.acting
@@ -667,6 +677,22 @@ impl Pg {
         if changed {
             self.up = m.up.clone();
             self.new_interval(m.up, m.acting, m.acting_primary).await;
+        } else if someone_up
+            && self.is_primary()
+            && self
+                .recovery
+                .as_ref()
+                .is_some_and(|r| !r.unfound().is_empty())
+        {
+            // Ceph searches the OSDs that might have unfound objects; we
+            // peer again, which hears every member of the previous acting
+            // set and of the past intervals that are up now.
+            self.fail_inflight(
+                shoal_proto::OsdErrorCode::Again,
+                "the PG peers again to find unfound objects",
+            )
+            .await;
+            self.start_peering().await;
         } else if self.recovery.is_some() {
             self.recovery_map_changed();
         } else if self.is_primary() {

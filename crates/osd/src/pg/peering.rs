@@ -5,7 +5,9 @@
 //! 2. ask the monitors for the PG's intervals since the newest epoch in
 //!    which a member saw it go active, and hear from at least one member of
 //!    every interval that may have taken writes (`maybe_went_rw`): probe
-//!    the ones not heard yet; with none of an interval's members up the PG
+//!    every member of those intervals that is up (Ceph's prior set; they
+//!    may also hold objects no one else has); with none of an interval's
+//!    members up the PG
 //!    is `down`, with some up but none answering it is `incomplete` — it
 //!    never serves what could be stale data;
 //! 3. have the monitors record our `up_thru` for this interval (so later
@@ -31,7 +33,7 @@ use shoal_proto::{Message, PgInfo, PgQuery};
 use super::recover::RecoveryState;
 use super::{Pg, PgEvent, State};
 use crate::ctx::OsdCtx;
-use crate::log::{LogEntry, PgInfoData, PgLog, Version};
+use crate::log::{Dup, LogEntry, PgInfoData, PgLog, Version};
 use crate::missing::MissingSet;
 use crate::recovery;
 
@@ -65,6 +67,8 @@ pub struct MemberLog {
     pub entries: Vec<LogEntry>,
     /// The objects it already knew it lacks (from an unfinished recovery).
     pub missing: MissingSet,
+    /// The request ids of its trimmed entries.
+    pub dups: Vec<Dup>,
 }
 
 /// What one member lacks to match the authoritative log.
@@ -86,6 +90,8 @@ pub struct RecoveryPlan {
     pub auth_info: PgInfoData,
     /// Its log.
     pub auth_log: Vec<LogEntry>,
+    /// Its dups.
+    pub auth_dups: Vec<Dup>,
     /// What each member lacks: every member that answered and every acting
     /// member (an acting member with nothing to recover has an empty entry).
     pub members: BTreeMap<i32, MemberRecovery>,
@@ -116,8 +122,9 @@ impl RecoveryPlan {
     }
 }
 
-/// Chooses the authoritative log among `logs` (the newest `last_update`;
-/// the primary `me` wins ties) and what each member of `logs` and of
+/// Chooses the authoritative log among `logs` (among the members that saw
+/// the newest activation — the highest `last_epoch_started` — the newest
+/// `last_update`; the primary `me` wins ties) and what each member of `logs` and of
 /// `acting` lacks to match it: the objects it already knew missing, those
 /// changed by authoritative entries newer than its `last_update`, and those
 /// of its own entries the authoritative log does not have (divergent
@@ -126,8 +133,18 @@ impl RecoveryPlan {
 /// went active (a new member) while the PG has data, is backfilled.
 pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -> RecoveryPlan {
     let empty = MemberLog::default();
+    // A log from before the newest activation may run past the point where
+    // that activation's history went another way: its extra entries are
+    // divergent however new they look (Ceph's find_best_info; the
+    // simulation found a write answered from such an entry, then lost).
+    let newest_les = logs
+        .values()
+        .map(|l| l.info.last_epoch_started)
+        .max()
+        .unwrap_or(0);
     let auth = logs
         .iter()
+        .filter(|(_, l)| l.info.last_epoch_started == newest_les)
         .max_by_key(|(osd, l)| (l.info.last_update, **osd == me, -**osd))
         .map_or(me, |(osd, _)| *osd);
     let auth_log = logs.get(&auth).unwrap_or(&empty);
@@ -182,6 +199,7 @@ pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -
         auth,
         auth_info: auth_log.info,
         auth_log: auth_log.entries.clone(),
+        auth_dups: auth_log.dups.clone(),
         members,
     }
 }
@@ -319,14 +337,16 @@ impl Pg {
         // A member worth a probe: up, not heard yet, not already silent.
         let probeable =
             |o: &i32| *o >= 0 && map.is_up(*o) && !heard.contains(o) && !failed.contains(o);
+        // Every member of those intervals that is up is heard (Ceph's prior
+        // set): besides telling whether each interval has a member heard,
+        // they may hold objects no one else has, and complete copies a new
+        // primary keeps serving (pg_temp) while new members are backfilled.
         let mut probe = BTreeSet::new();
         for iv in &past {
             let members: Vec<i32> = iv.acting.iter().copied().filter(|o| *o >= 0).collect();
-            if members.iter().any(|o| heard.contains(o)) {
-                continue;
-            }
             let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
-            if up.is_empty() {
+            probe.extend(up.iter().copied());
+            if up.is_empty() && !members.iter().any(|o| heard.contains(o)) {
                 let down = !members.iter().any(|o| map.is_up(*o));
                 let why = format!(
                     "interval {}-{} (acting {:?}) may have taken writes and {}",
@@ -348,13 +368,6 @@ impl Pg {
                 }
                 return;
             }
-            probe.extend(up);
-        }
-        // The newest such interval's members hold complete copies: hear
-        // them all, so a new primary can keep them serving (pg_temp)
-        // while new members are backfilled.
-        if let Some(last) = past.last() {
-            probe.extend(last.acting.iter().copied().filter(probeable));
         }
         if !probe.is_empty() {
             self.peers_pending = probe.iter().copied().collect();
@@ -552,6 +565,7 @@ impl Pg {
                 info: self.log.info,
                 entries: self.log.entries().cloned().collect(),
                 missing: self.missing.clone(),
+                dups: self.log.dups().cloned().collect(),
             },
         );
         let plan = plan_recovery(me, &logs, &self.shards());
@@ -657,8 +671,15 @@ impl Pg {
             self.log = PgLog::default();
             self.missing = MissingSet::default();
         }
-        self.log
-            .replace(info, plan.auth_log.clone(), self.coll, &mut txn);
+        let limits = self.ctx.cfg.log_limits;
+        self.log.replace(
+            info,
+            plan.auth_log.clone(),
+            plan.auth_dups.clone(),
+            limits,
+            self.coll,
+            &mut txn,
+        );
         let own_missing = own.map(|a| a.missing).unwrap_or_default();
         self.missing.replace(own_missing, self.coll, &mut txn);
         if let Err(e) = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn)) {
@@ -676,6 +697,7 @@ impl Pg {
         ));
         self.plan = Some(plan);
         let log: Vec<Vec<u8>> = self.log.entries().map(LogEntry::encode).collect();
+        let dups: Vec<Vec<u8>> = self.log.dups().map(Dup::encode).collect();
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
         let (pg, interval_start) = (self.id, self.interval_start);
@@ -693,6 +715,7 @@ impl Pg {
                     interval_start,
                     missing: a.missing.encode(),
                     backfill: a.backfill,
+                    dups: dups.clone(),
                 };
                 if let Err(e) = send_activation(&ctx, &map, a.osd, msg).await {
                     result = Err(e);
@@ -797,10 +820,12 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
     };
     let parsed = PgInfoData::decode(&info.info).map_err(|e| e.to_string())?;
     let entries: Result<Vec<LogEntry>, _> = info.log.iter().map(|b| LogEntry::decode(b)).collect();
+    let dups: Result<Vec<Dup>, _> = info.dups.iter().map(|b| Dup::decode(b)).collect();
     Ok(MemberLog {
         info: parsed,
         entries: entries.map_err(|e| e.to_string())?,
         missing: MissingSet::decode(&info.missing).map_err(|e| e.to_string())?,
+        dups: dups.map_err(|e| e.to_string())?,
     })
 }
 
@@ -836,6 +861,7 @@ mod tests {
             },
             entries,
             missing: MissingSet::default(),
+            dups: Vec::new(),
         }
     }
 
@@ -903,6 +929,22 @@ mod tests {
         assert_eq!(names(&p.members[&1]), vec![b"b".to_vec(), b"x".to_vec()]);
         assert!(p.members[&2].backfill);
         assert!(p.members[&2].missing.is_empty());
+    }
+
+    #[test]
+    fn a_log_from_before_the_newest_activation_loses_however_long() {
+        // osd.1 took 2'3 in interval 2, which never completed; interval 5
+        // went active with osd.0's log (up to 2'2) and did not take it.
+        let mut old = member((0, 0), vec![e(2, 1, "a"), e(2, 2, "b"), e(2, 3, "c")]);
+        old.info.last_epoch_started = 2;
+        let mut newest = member((0, 0), vec![e(2, 1, "a"), e(2, 2, "b")]);
+        newest.info.last_epoch_started = 5;
+        let logs = BTreeMap::from([(0, newest), (1, old)]);
+        let p = plan_recovery(1, &logs, &[1, 0]);
+        assert_eq!(p.auth, 0);
+        assert_eq!(p.auth_info.last_update, Version { epoch: 2, v: 2 });
+        // osd.1's 2'3 is divergent: "c" goes back to what the log says.
+        assert_eq!(names(&p.members[&1]), vec![b"c".to_vec()]);
     }
 
     #[test]

@@ -84,18 +84,35 @@ impl Pg {
         }
     }
 
-    /// The object `op` is for, when the op must wait for its recovery.
-    fn blocked_on(&self, op: &ClientOp) -> Option<shoal_objectstore::ObjectKey> {
-        let rs = self.recovery.as_ref()?;
+    /// The object `op` is for, when the op must wait: for the object's
+    /// recovery, or (a read) for the changes to it in flight. A read must
+    /// not see a change before every member has it: a crash of the primary
+    /// would lose it, and a later read would see the object go back.
+    fn blocked_on(&self, op: &ClientOp) -> Option<(shoal_objectstore::ObjectKey, bool)> {
         let pool = self.pool.as_ref()?;
         let key = object::object_key(pool, &op.msg.nspace, &op.msg.oid).ok()?;
         let mutating = exec::is_mutating(&op.msg.ops);
-        rs.blocks(self.whoami(), &key, mutating).then_some(key)
+        if let Some(rs) = &self.recovery
+            && rs.blocks(self.whoami(), &key, mutating)
+        {
+            return Some((key, true));
+        }
+        let uncommitted = !mutating && self.inflight.values().any(|f| f.key == key);
+        uncommitted.then_some((key, false))
     }
 
     pub(super) async fn execute(&mut self, op: ClientOp) {
-        if let Some(key) = self.blocked_on(&op) {
-            return self.wait_for_object(key, op);
+        match self.blocked_on(&op) {
+            Some((key, true)) => return self.wait_for_object(key, op),
+            Some((key, false)) => {
+                // Run again when the change in flight completes.
+                self.waiting_for_object
+                    .entry(key)
+                    .or_default()
+                    .push_back(op);
+                return;
+            }
+            None => {}
         }
         let epoch = self.epoch();
         let ClientOp {
@@ -131,8 +148,28 @@ impl Pg {
             tid: msg.tid,
         };
         if mutating {
+            // In flight first: its log entry is already in our log, but it
+            // is not an answer until every member has it (a crash of ours
+            // before then loses it — the simulation found this).
+            if let Some(v) = self.inflight_reqids.get(&reqid)
+                && let Some(f) = self.inflight.get_mut(v)
+            {
+                f.responders.push(responder);
+                return;
+            }
             if let Some((version, code)) = self.log.lookup(&reqid) {
                 // Already applied: the original result, not a second change.
+                if let Some(obs) = &self.ctx.observer
+                    && code == 0
+                {
+                    obs.write_acked(&crate::ctx::AckedWrite {
+                        osd: self.whoami(),
+                        pg: self.id,
+                        interval_start: self.interval_start,
+                        version,
+                        reqid: reqid.clone(),
+                    });
+                }
                 let reply = OsdOpReply {
                     code,
                     epoch,
@@ -141,12 +178,6 @@ impl Pg {
                     ..OsdOpReply::default()
                 };
                 let _ = responder.reply(reply, Bytes::new()).await;
-                return;
-            }
-            if let Some(v) = self.inflight_reqids.get(&reqid)
-                && let Some(f) = self.inflight.get_mut(v)
-            {
-                f.responders.push(responder);
                 return;
             }
         }
@@ -254,6 +285,7 @@ impl Pg {
         let mut txn = data_txn;
         self.apply_delta(delta);
         let reqid = entry.reqid.clone();
+        let key = entry.key.clone();
         let log_bytes = entry.encode();
         self.log
             .append(entry, self.ctx.cfg.log_limits, self.coll, &mut txn);
@@ -299,6 +331,7 @@ impl Pg {
         self.inflight.insert(
             version,
             InFlight {
+                key: key.clone(),
                 reqid,
                 waiting: replicas,
                 local_done: false,
@@ -428,16 +461,23 @@ impl Pg {
             return;
         }
         tracing::warn!(pg = %self.id, %version, osd = from, ?code, "replica refused a change: {e}");
+        let msg = format!("osd.{from} could not apply the change: {e}");
+        self.fail_inflight(code, &msg).await;
+        self.start_peering().await;
+    }
+
+    /// Fails every change in flight (its clients resend; the log
+    /// recognises what was applied), so peering starts from changes every
+    /// member has answered.
+    pub(super) async fn fail_inflight(&mut self, code: OsdErrorCode, why: &str) {
         let epoch = self.epoch();
         let failed: Vec<InFlight> = std::mem::take(&mut self.inflight).into_values().collect();
         self.inflight_reqids.clear();
         for f in failed {
             for r in f.responders {
-                let msg = format!("osd.{from} could not apply the change: {e}");
-                reply_error(r, code, epoch, msg).await;
+                reply_error(r, code, epoch, why.to_string()).await;
             }
         }
-        self.start_peering().await;
     }
 
     pub(super) async fn local_committed(&mut self, version: Version, r: Result<(), String>) {
@@ -482,6 +522,10 @@ impl Pg {
                 }
                 first = false;
                 let _ = r.reply(reply, data).await;
+            }
+            // Reads that waited for this change see it now.
+            if !self.inflight.values().any(|g| g.key == f.key) {
+                self.run_waiting_for(&f.key).await;
             }
         }
     }

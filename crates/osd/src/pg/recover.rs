@@ -467,7 +467,7 @@ impl Pg {
     }
 
     /// Runs, in arrival order, the ops that waited for `key`.
-    async fn run_waiting_for(&mut self, key: &ObjectKey) {
+    pub(super) async fn run_waiting_for(&mut self, key: &ObjectKey) {
         let Some(ops) = self.waiting_for_object.remove(key) else {
             return;
         };

@@ -9,7 +9,7 @@ use shoal_proto::{OsdErrorCode, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpRep
 use super::{Pg, State};
 use crate::codec;
 use crate::ctx::OsdCounters;
-use crate::log::{LogEntry, PgInfoData, PgLog};
+use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
 use crate::missing::MissingSet;
 use crate::recovery;
 
@@ -134,6 +134,7 @@ impl Pg {
             interval_start: msg.interval_start,
             missing: self.missing.encode(),
             backfill: false,
+            dups: self.log.dups().map(Dup::encode).collect(),
         };
         tokio::spawn(async move {
             let _ = responder.reply(reply, Bytes::new()).await;
@@ -153,9 +154,10 @@ impl Pg {
         let decoded = PgInfoData::decode(&msg.info).and_then(|info| {
             let entries: Result<Vec<LogEntry>, _> =
                 msg.log.iter().map(|b| LogEntry::decode(b)).collect();
-            Ok((info, entries?, MissingSet::decode(&msg.missing)?))
+            let dups: Result<Vec<Dup>, _> = msg.dups.iter().map(|b| Dup::decode(b)).collect();
+            Ok((info, entries?, dups?, MissingSet::decode(&msg.missing)?))
         });
-        let (mut info, entries, missing) = match decoded {
+        let (mut info, entries, dups, missing) = match decoded {
             Ok(d) => d,
             Err(e) => {
                 return answer(
@@ -176,7 +178,9 @@ impl Pg {
             self.log = PgLog::default();
             self.missing = MissingSet::default();
         }
-        self.log.replace(info, entries, self.coll, &mut txn);
+        let limits = self.ctx.cfg.log_limits;
+        self.log
+            .replace(info, entries, dups, limits, self.coll, &mut txn);
         self.missing.replace(missing, self.coll, &mut txn);
         if self.shards().contains(&self.whoami()) {
             self.state = State::ReplicaActive;

@@ -91,6 +91,8 @@ pub struct Report {
     pub acked: usize,
     /// Virtual time the run took, ms.
     pub virtual_ms: u64,
+    /// The words of the PG states seen during the faults.
+    pub states: std::collections::BTreeSet<String>,
 }
 
 /// A run that broke an invariant, lost or reordered data, or never healed.

@@ -55,14 +55,15 @@ fn main() -> ExitCode {
         let started = std::time::Instant::now();
         match run(seed, &cfg) {
             Ok(r) => println!(
-                "seed {seed}: ok in {:.1} s ({} faults, {} ops answered, {} failed, {} writes acknowledged, {:.1} s virtual, digest {:016x})",
+                "seed {seed}: ok in {:.1} s ({} faults, {} ops answered, {} failed, {} writes acknowledged, {:.1} s virtual, digest {:016x}; states {})",
                 started.elapsed().as_secs_f64(),
                 r.faults,
                 r.ops.0,
                 r.ops.1,
                 r.acked,
                 r.virtual_ms as f64 / 1000.0,
-                r.digest
+                r.digest,
+                r.states.iter().cloned().collect::<Vec<_>>().join(",")
             ),
             Err(f) => {
                 eprintln!("{f}");

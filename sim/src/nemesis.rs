@@ -180,8 +180,13 @@ pub async fn run(w: &mut World) -> Result<usize, String> {
     let end = Instant::now() + w.cfg.faults;
     let mut n = 0;
     while Instant::now() < end {
-        let pause = Duration::from_millis(w.rng.range(200, 2500));
-        tokio::time::sleep(pause).await;
+        // Between faults, look at the PGs' states every 250 ms.
+        let pause = Instant::now() + Duration::from_millis(w.rng.range(200, 2500));
+        while Instant::now() < pause {
+            let step = Duration::from_millis(250).min(pause - Instant::now());
+            tokio::time::sleep(step).await;
+            w.sample_states().await;
+        }
         w.settle_starts().await;
         let f = choose(w);
         // A fault the monitors must carry out fails while the nemesis has
@@ -191,6 +196,7 @@ pub async fn run(w: &mut World) -> Result<usize, String> {
         }
         n += 1;
         invariants::check(w).map_err(|e| format!("after {f:?}: {e}"))?;
+        w.sample_states().await;
     }
     Ok(n)
 }

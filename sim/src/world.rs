@@ -105,6 +105,9 @@ pub struct World {
     pub osds: BTreeMap<i32, OsdSlot>,
     /// The pool's id.
     pub pool: u64,
+    /// Every word of a PG state a primary reported during the faults
+    /// (`active`, `peering`, `backfilling`, `incomplete`, ...).
+    pub states: std::collections::BTreeSet<String>,
     dir: PathBuf,
     /// The monitors (None while one is down).
     pub mons: BTreeMap<String, Option<Monitor>>,
@@ -234,6 +237,7 @@ impl World {
             maps,
             osds: BTreeMap::new(),
             pool: 0,
+            states: Default::default(),
             dir,
             mons,
             admin,
@@ -532,6 +536,17 @@ impl World {
             .collect()
     }
 
+    /// Notes the states the running OSDs' primaries report now.
+    pub async fn sample_states(&mut self) {
+        for slot in self.osds.values() {
+            if let OsdState::Running(osd) = &slot.state {
+                for s in osd.pg_stats().await {
+                    self.states.extend(s.state.split('+').map(str::to_string));
+                }
+            }
+        }
+    }
+
     /// Marks OSD `id` out or in.
     pub async fn set_out(&mut self, id: i32, out: bool) -> Result<(), String> {
         let cmd = if out {
@@ -626,6 +641,7 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         ops: (answered, history.len() - answered),
         acked: w.acks.all().len(),
         virtual_ms: w.now_ms(),
+        states: std::mem::take(&mut w.states),
     })
 }
 

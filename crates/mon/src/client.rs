@@ -293,11 +293,14 @@ impl MonClient {
             let addr = self.mons[next % self.mons.len().max(1)];
             next += 1;
             let have = local.as_ref().map_or(0, |m| u64::from(m.epoch.0));
+            // Updates queued from an earlier subscription are superseded by
+            // this one's reply. What arrives while it is asked for is kept:
+            // the monitor may push the next epoch before its reply (the
+            // reply's older epochs are skipped when the queue is applied).
+            let _ = sink.drain("osdmap");
             let Some((conn, reply)) = self.subscribe_at(addr, "osdmap", have).await else {
                 continue;
             };
-            // Updates queued before this subscription are superseded by its reply.
-            let _ = sink.drain("osdmap");
             let mut ok = matches!(reply.msg, Message::MonUpdate(_))
                 && apply_update(&mut local, &reply.data, &tx, every);
             while ok && !conn.is_closed() && !tx.is_closed() {

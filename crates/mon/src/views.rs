@@ -231,6 +231,10 @@ pub fn apply_osdmap_update_each(
     if let Some(full) = update["full"].as_str() {
         let bytes = Secret::decode_base64(full).map_err(bad)?;
         let full = OsdMap::decode(&bytes).map_err(|e| bad(e.to_string()))?;
+        // A follower never goes back to an older map.
+        if map.as_ref().is_some_and(|m| m.epoch.0 >= full.epoch.0) {
+            return Ok(());
+        }
         each(&full);
         *map = Some(full);
         return Ok(());
@@ -298,4 +302,37 @@ pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Valu
         "HEALTH_WARN"
     };
     json!({ "status": status, "checks": checks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_crush::{BuildSpec, build_map};
+    use shoal_maps::Incremental;
+
+    fn full(m: &OsdMap) -> Value {
+        json!({ "epoch": m.epoch.0, "full": Secret::encode_base64(&m.encode()) })
+    }
+
+    #[test]
+    fn a_follower_skips_a_full_map_older_than_its_own() {
+        let crush = build_map(&BuildSpec::hosts(2, 1, None)).unwrap();
+        let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
+        let mut older = None;
+        for _ in 0..3 {
+            let inc = Incremental::next(&map);
+            map.apply(&inc).unwrap();
+            if map.epoch.0 == 2 {
+                older = Some(map.clone());
+            }
+        }
+        let older = older.unwrap();
+        let mut local = None;
+        let mut seen = Vec::new();
+        apply_osdmap_update_each(&mut local, &full(&map), &mut |m| seen.push(m.epoch.0)).unwrap();
+        // A queued update from before the subscription's reply: older.
+        apply_osdmap_update_each(&mut local, &full(&older), &mut |m| seen.push(m.epoch.0)).unwrap();
+        assert_eq!(local.map(|m| m.epoch.0), Some(3));
+        assert_eq!(seen, vec![3]);
+    }
 }

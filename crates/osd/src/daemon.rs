@@ -678,6 +678,29 @@ impl Inner {
                 return refuse(r, OsdErrorCode::PermissionDenied, e.message);
             }
         }
+        // A primary searching for unfound objects asks OSDs that may hold
+        // no copy of the PG: they say so without opening one.
+        if let Message::PgQuery(q) = &r.msg
+            && !lock(&self.pgs).contains_key(&pgid)
+            && !self
+                .ctx
+                .store
+                .collection_exists(&crate::object::collection(pgid))
+                .unwrap_or(true)
+        {
+            let reply = shoal_proto::PgInfo {
+                pool: pgid.pool,
+                pg_seed: pgid.seed,
+                epoch,
+                info: crate::log::PgInfoData::default().encode(),
+                interval_start: q.interval_start,
+                ..Default::default()
+            };
+            tokio::spawn(async move {
+                let _ = r.responder.reply(reply, bytes::Bytes::new()).await;
+            });
+            return;
+        }
         let tx = if r.from_osd {
             // A peer may make us a member of a PG we have not seen yet.
             match self.pg(pgid) {

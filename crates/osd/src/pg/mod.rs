@@ -156,6 +156,11 @@ pub enum PgEvent {
         /// The intervals, or why not.
         result: Result<Vec<shoal_maps::PastInterval>, String>,
     },
+    /// Unfound objects are still unfound: peer again, asking every OSD.
+    UnfoundSearch {
+        /// The recovery it belongs to.
+        generation: u64,
+    },
     /// Look again at a peering that waits (`incomplete`, `up_thru`).
     PeeringRetry {
         /// The interval.
@@ -321,6 +326,8 @@ pub struct Pg {
     recovery_generation: u64,
     /// Client ops waiting for a missing object.
     waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
+    /// Peering asks every up OSD (objects were unfound in this interval).
+    search_everywhere: bool,
 }
 
 impl std::fmt::Debug for Pg {
@@ -406,6 +413,7 @@ impl Pg {
             recovery: None,
             recovery_generation: 0,
             waiting_for_object: BTreeMap::new(),
+            search_everywhere: false,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -477,6 +485,7 @@ impl Pg {
                 result,
             } => self.past_intervals(interval_start, result),
             PgEvent::PeeringRetry { interval_start } => self.peering_retry(interval_start).await,
+            PgEvent::UnfoundSearch { generation } => self.unfound_search(generation).await,
             PgEvent::BackfillReserved { generation, permit } => {
                 self.backfill_reserved(generation, permit)
             }
@@ -714,6 +723,7 @@ impl Pg {
         self.acting = acting;
         self.primary = primary;
         self.interval_start = self.epoch();
+        self.search_everywhere = false;
         self.inflight.clear();
         self.inflight_reqids.clear();
         self.peer_logs.clear();

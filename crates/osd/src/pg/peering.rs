@@ -229,6 +229,15 @@ impl Pg {
                 peers.insert(*p);
             }
         }
+        if self.search_everywhere {
+            // Objects no member held: any up OSD may have a copy (one
+            // that left the PG's intervals long ago, say).
+            peers.extend(
+                map.osds()
+                    .map(|(o, _)| o)
+                    .filter(|o| *o != me && map.is_up(*o)),
+            );
+        }
         self.query_all(peers.into_iter().collect(), Duration::ZERO);
     }
 

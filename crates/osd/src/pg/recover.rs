@@ -27,6 +27,9 @@ use crate::recovery;
 
 /// How long a failed object recovery waits before it is tried again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// How long unfound objects wait before the PG peers again asking every
+/// OSD for them.
+const UNFOUND_SEARCH_DELAY: Duration = Duration::from_secs(3);
 
 /// How far a PG's recovery has got: object copies to make and made.
 #[derive(Debug)]
@@ -106,6 +109,7 @@ pub(crate) struct RecoveryState {
     /// Where the scan for the next object to recover is.
     cursor: Option<ObjectKey>,
     retry_scheduled: bool,
+    search_scheduled: bool,
     reservation: Reservation,
     progress: Arc<RecoveryProgress>,
 }
@@ -149,6 +153,7 @@ impl RecoveryState {
             unfound: BTreeSet::new(),
             cursor: None,
             retry_scheduled: false,
+            search_scheduled: false,
             progress: RecoveryProgress::new(copies),
         }
     }
@@ -349,6 +354,17 @@ impl Pg {
                     None => {
                         tracing::warn!(pg = %self.id, object = ?key, "no member holds the object: unfound");
                         rs.unfound.insert(key);
+                        // One wide search per interval; after it only an
+                        // OSD coming up can bring a copy.
+                        if !rs.search_scheduled && !self.search_everywhere {
+                            rs.search_scheduled = true;
+                            let events = self.events.clone();
+                            let generation = rs.generation;
+                            tokio::spawn(async move {
+                                tokio::time::sleep(UNFOUND_SEARCH_DELAY).await;
+                                let _ = events.send(PgEvent::UnfoundSearch { generation });
+                            });
+                        }
                         continue;
                     }
                 }
@@ -449,6 +465,25 @@ impl Pg {
             rs.cursor = None;
         }
         self.pump();
+    }
+
+    /// Objects are still unfound: peer again, asking every up OSD (what is
+    /// in flight fails first; clients resend).
+    pub(super) async fn unfound_search(&mut self, generation: u64) {
+        let still = self
+            .recovery
+            .as_ref()
+            .is_some_and(|r| r.generation == generation && !r.unfound.is_empty());
+        if !still || !self.is_primary() || self.state != super::State::Active {
+            return;
+        }
+        self.search_everywhere = true;
+        self.fail_inflight(
+            shoal_proto::OsdErrorCode::Again,
+            "the PG peers again to find unfound objects",
+        )
+        .await;
+        self.start_peering().await;
     }
 
     /// Failed recoveries are tried again.

@@ -446,6 +446,11 @@ impl World {
         let mut stats = BTreeMap::new();
         for (id, slot) in &self.osds {
             if let OsdState::Running(osd) = &slot.state {
+                // A restarted OSD boots (down, then up again if the map
+                // had its old process up): clean means after that.
+                if !map.is_up(*id) {
+                    return Some(format!("osd.{id} runs but is not up in e{}", map.epoch.0));
+                }
                 stats.insert(*id, osd.pg_stats().await);
             }
         }

@@ -140,6 +140,11 @@ pub enum Command {
         host: String,
         /// Its CRUSH weight if new to CRUSH, 16.16.
         weight: u32,
+        /// Drawn when the process started (Ceph's address nonce): a boot
+        /// with another nonce while the map says the OSD is up is a
+        /// restart, which the monitors mark down before up. 0: unknown.
+        #[serde(default)]
+        nonce: u64,
     },
     /// An OSD says it is alive.
     OsdBeacon {

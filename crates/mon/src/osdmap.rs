@@ -209,6 +209,9 @@ pub struct Boot {
     pub host: String,
     /// Its CRUSH weight if it is new to CRUSH (16.16, by capacity).
     pub weight: u32,
+    /// Drawn when its process started (0: unknown): see [`OsdMapState::boot_nonce`].
+    #[serde(default)]
+    pub nonce: u64,
 }
 
 /// The OSD map and its history, as the monitors keep them.
@@ -236,6 +239,12 @@ pub struct OsdMapState {
     /// Epochs between kept full maps.
     #[serde(default = "default_full_interval")]
     pub full_interval: u32,
+    /// The nonce each up OSD booted with. A boot with another nonce while
+    /// the OSD is up is a restarted process (within the heartbeat grace,
+    /// so nobody marked it down): it is marked down first, and up when it
+    /// boots again, so its PGs see a new interval and peer with it.
+    #[serde(default)]
+    pub boot_nonce: BTreeMap<i32, u64>,
 }
 
 fn default_history() -> u32 {
@@ -287,6 +296,7 @@ impl Default for OsdMapState {
             full_maps: BTreeMap::new(),
             history: default_history(),
             full_interval: default_full_interval(),
+            boot_nonce: BTreeMap::new(),
         }
     }
 }
@@ -406,6 +416,15 @@ impl OsdMapState {
             OsdChange::Batch { boots, .. } => {
                 for b in boots {
                     self.auto_out.remove(&b.id);
+                }
+                let booted: BTreeSet<i64> = out["booted"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_i64())
+                    .collect();
+                for b in boots.iter().filter(|b| booted.contains(&i64::from(b.id))) {
+                    self.boot_nonce.insert(b.id, b.nonce);
                 }
                 let marked = out["out"].as_array().into_iter().flatten();
                 self.auto_out
@@ -669,11 +688,21 @@ impl OsdMapState {
         let mut crush: Option<shoal_crush::CrushMap> = None;
         let mut max = map.max_osd();
         let mut booted = Vec::new();
+        let mut restarted = Vec::new();
         for b in boots {
             if b.id < 0 || b.id as u32 >= crate::osdmap::OSD_ID_MAX {
                 return Err(invalid(format!("bad OSD id {}", b.id)));
             }
             if self.flags.contains("noup") {
+                continue;
+            }
+            let known = self.boot_nonce.get(&b.id).copied().unwrap_or(0);
+            if map.is_up(b.id) && b.nonce != 0 && known != b.nonce && !self.flags.contains("nodown")
+            {
+                // A new process of an OSD the map has up: down now, up
+                // when it boots again into this map.
+                inc.new_down.insert(b.id);
+                restarted.push(b.id);
                 continue;
             }
             let new = !map.exists(b.id);
@@ -705,6 +734,9 @@ impl OsdMapState {
                 inc.new_down.insert(*id);
             }
         }
+        // A restart and a boot of the same OSD in one batch: down wins.
+        inc.new_up.retain(|id, _| !restarted.contains(id));
+        booted.retain(|id| !restarted.contains(id));
         let mut marked_out = Vec::new();
         for id in out {
             let is_in = map.osd(*id).is_some_and(|o| o.exists && o.weight > 0);
@@ -716,7 +748,12 @@ impl OsdMapState {
         if booted.is_empty() && inc.new_down.is_empty() && marked_out.is_empty() {
             return Err(invalid("nothing to change"));
         }
-        Ok(json!({ "booted": booted, "down": inc.new_down, "out": marked_out }))
+        Ok(json!({
+            "booted": booted,
+            "restarted": restarted,
+            "down": inc.new_down,
+            "out": marked_out,
+        }))
     }
 }
 
@@ -1035,6 +1072,62 @@ mod tests {
         assert!(!s.current().unwrap().has_flag("norecover"));
     }
 
+    fn boot(s: &mut OsdMapState, id: i32, nonce: u64) -> Value {
+        let b = Boot {
+            id,
+            addr: format!("127.0.0.1:{}", 6800 + id),
+            host: format!("h{id}"),
+            weight: WEIGHT_IN,
+            nonce,
+        };
+        s.apply(&OsdChange::Batch {
+            boots: vec![b],
+            down: Vec::new(),
+            out: Vec::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_restarted_osd_is_marked_down_before_it_is_up_again() {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("osd").unwrap(), 500, 100)
+            .unwrap();
+        for id in 0..3 {
+            boot(&mut s, id, 10 + id as u64);
+        }
+        assert!(s.current().unwrap().is_up(0));
+        // A retried boot of the same process changes nothing about up.
+        let r = boot(&mut s, 0, 10);
+        assert_eq!(r["restarted"], json!([]), "{r}");
+        assert!(s.current().unwrap().is_up(0));
+        // A new process while the map still has the old one up: down.
+        let before = s.epoch();
+        let r = boot(&mut s, 0, 99);
+        assert_eq!(r["restarted"], json!([0]), "{r}");
+        assert_eq!(r["booted"], json!([]), "{r}");
+        assert!(!s.current().unwrap().is_up(0));
+        assert_eq!(s.epoch(), before + 1);
+        // It boots again into that map: up, with its nonce recorded.
+        let r = boot(&mut s, 0, 99);
+        assert_eq!(r["booted"], json!([0]), "{r}");
+        assert!(s.current().unwrap().is_up(0));
+        assert_eq!(s.boot_nonce.get(&0), Some(&99));
+        // A boot that names no nonce (an older OSD) is taken as it is.
+        let r = boot(&mut s, 1, 0);
+        assert_eq!(r["restarted"], json!([]), "{r}");
+        assert!(s.current().unwrap().is_up(1));
+        // With nodown set, a restart cannot be marked down: it is booted.
+        s.apply(&OsdChange::Flag {
+            flag: "nodown".into(),
+            on: true,
+        })
+        .unwrap();
+        let r = boot(&mut s, 2, 77);
+        assert_eq!(r["booted"], json!([2]), "{r}");
+        assert!(s.current().unwrap().is_up(2));
+    }
+
     #[test]
     fn alive_records_up_thru_and_past_intervals_follow_the_history() {
         let mut s = OsdMapState::default();
@@ -1046,6 +1139,7 @@ mod tests {
                 addr: format!("127.0.0.1:{}", 6800 + id),
                 host: format!("h{id}"),
                 weight: WEIGHT_IN,
+                nonce: 0,
             })
             .collect();
         s.apply(&OsdChange::Batch {

@@ -193,6 +193,7 @@ pub(crate) mod tests {
                 addr: format!("127.0.0.1:{}", 6800 + id),
                 host: format!("h{id}"),
                 weight: 0x10000,
+                nonce: 0,
             })
             .collect();
         s.apply(&OsdChange::Batch {

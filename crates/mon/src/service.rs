@@ -625,12 +625,14 @@ impl Core {
                     addr,
                     host,
                     weight,
+                    nonce,
                 } => {
                     let boot = Boot {
                         id: *id,
                         addr: addr.clone(),
                         host: host.clone(),
                         weight: *weight,
+                        nonce: *nonce,
                     };
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     self.life_lock().boots.push((boot, tx));

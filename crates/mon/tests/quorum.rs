@@ -751,6 +751,7 @@ async fn osd_boot_failure_reports_beacons_auto_out_and_return() {
         addr: format!("127.0.0.1:{}", 6800 + id),
         host: format!("h{}", id / 2),
         weight: 0x10000,
+        nonce: 0,
     };
     // Four OSDs boot at once: they share (at most two) epochs.
     let mut joins = Vec::new();
@@ -904,6 +905,7 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
                 addr: format!("127.0.0.1:{}", 6800 + id),
                 host: format!("h{id}"),
                 weight: 0x10000,
+                nonce: 0,
             })
             .await
             .unwrap();

@@ -67,6 +67,21 @@ pub fn simulate_randomness(seed: u64) {
     RANDOM.with(|r| r.set(Some(seed)));
 }
 
+/// 64 random bits: the simulated randomness on a simulated thread, else
+/// the operating system's (through std's hasher keys; not for secrets).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    simulated_random().unwrap_or_else(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    })
+}
+
 /// The next 64 bits of this thread's simulated randomness (SplitMix64), or
 /// `None` on a thread that is not simulated.
 pub fn simulated_random() -> Option<u64> {

@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     /// OSDs sharing a PG with us in the current map.
     pub(crate) peers: Mutex<BTreeSet<i32>>,
     stopping: AtomicBool,
+    /// Drawn at start: tells the monitors this process from the last one.
+    nonce: u64,
 }
 
 /// Why an OSD could not start.
@@ -176,6 +178,7 @@ impl Osd {
             held: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
+            nonce: shoal_net::runtime::random_u64().max(1),
         });
         let _ = route.0.set(Arc::downgrade(&inner));
         inner.open_stored_pgs()?;
@@ -305,13 +308,16 @@ impl Inner {
     async fn follow_map(self: Arc<Self>, mut every: mpsc::UnboundedReceiver<Arc<OsdMap>>) {
         let mut booted_at = 0u32;
         let me = self.opts.id;
+        // This process boots at least once: a map that still has us up is
+        // our previous process's (the monitors mark it down, then us up).
         while let Some(map) = every.recv().await {
             self.apply_map(&map);
             let listed = map.osd(me).and_then(|i| i.addr.clone());
             let up_here = map.is_up(me) && listed.as_deref() == Some(&self.addr.to_string());
             // Boot once per map that says so, not for each map queued behind it.
             let newest = self.current_map().map_or(0, |m| m.epoch.0);
-            if !up_here && map.epoch.0 > booted_at && map.epoch.0 >= newest {
+            let first = booted_at == 0;
+            if (first || !up_here) && map.epoch.0 > booted_at && map.epoch.0 >= newest {
                 booted_at = map.epoch.0;
                 self.boot().await;
             }
@@ -324,6 +330,7 @@ impl Inner {
             addr: self.addr.to_string(),
             host: self.opts.host.clone(),
             weight: self.opts.weight,
+            nonce: self.nonce,
         };
         loop {
             match self.monc.command(&cmd).await {

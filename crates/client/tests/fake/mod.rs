@@ -322,6 +322,7 @@ pub async fn cluster(tag: &str, n: i32, pg_num: u32) -> (Cluster, Arc<Fakes>, Ve
             addr: addr.to_string(),
             host: format!("host{id}"),
             weight: 0x10000,
+            nonce: 0,
         };
         monc.command(&boot).await.unwrap();
         msgrs.push(msgr);

@@ -302,6 +302,7 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
                 addr: format!("127.0.0.1:{}", 20_000 + i),
                 host: format!("host{}", i / 20),
                 weight: 0x10000,
+                nonce: 0,
             };
             boots.push(tokio::spawn(async move { c.command(&cmd).await }));
         }

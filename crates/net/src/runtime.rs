@@ -68,17 +68,11 @@ pub fn simulate_randomness(seed: u64) {
 }
 
 /// 64 random bits: the simulated randomness on a simulated thread, else
-/// the operating system's (through std's hasher keys; not for secrets).
+/// the operating system's.
 pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
     simulated_random().unwrap_or_else(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        h.finish()
+        let b = crate::auth::random_bytes();
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
     })
 }
 

@@ -696,12 +696,7 @@ impl Pg {
             // Ceph searches the OSDs that might have unfound objects; we
             // peer again, which hears every member of the previous acting
             // set and of the past intervals that are up now.
-            self.fail_inflight(
-                shoal_proto::OsdErrorCode::Again,
-                "the PG peers again to find unfound objects",
-            )
-            .await;
-            self.start_peering().await;
+            self.peer_again_for_unfound().await;
         } else if self.recovery.is_some() {
             self.recovery_map_changed();
         } else if self.is_primary() {

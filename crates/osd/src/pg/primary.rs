@@ -37,6 +37,14 @@ fn concat(chunks: Vec<Bytes>) -> Bytes {
     }
 }
 
+/// Why a client op waits for its object.
+enum Blocked {
+    /// The object is missing here or on a member: it is recovered first.
+    Recovery(shoal_objectstore::ObjectKey),
+    /// A read, of an object with changes in flight: it runs once they are.
+    InFlight(shoal_objectstore::ObjectKey),
+}
+
 impl Pg {
     pub(super) async fn refuse_wrong_primary(&mut self, op: ClientOp) {
         let epoch = self.epoch();
@@ -88,23 +96,23 @@ impl Pg {
     /// recovery, or (a read) for the changes to it in flight. A read must
     /// not see a change before every member has it: a crash of the primary
     /// would lose it, and a later read would see the object go back.
-    fn blocked_on(&self, op: &ClientOp) -> Option<(shoal_objectstore::ObjectKey, bool)> {
+    fn blocked_on(&self, op: &ClientOp) -> Option<Blocked> {
         let pool = self.pool.as_ref()?;
         let key = object::object_key(pool, &op.msg.nspace, &op.msg.oid).ok()?;
         let mutating = exec::is_mutating(&op.msg.ops);
         if let Some(rs) = &self.recovery
             && rs.blocks(self.whoami(), &key, mutating)
         {
-            return Some((key, true));
+            return Some(Blocked::Recovery(key));
         }
         let uncommitted = !mutating && self.inflight.values().any(|f| f.key == key);
-        uncommitted.then_some((key, false))
+        uncommitted.then_some(Blocked::InFlight(key))
     }
 
     pub(super) async fn execute(&mut self, op: ClientOp) {
         match self.blocked_on(&op) {
-            Some((key, true)) => return self.wait_for_object(key, op),
-            Some((key, false)) => {
+            Some(Blocked::Recovery(key)) => return self.wait_for_object(key, op),
+            Some(Blocked::InFlight(key)) => {
                 // Run again when the change in flight completes.
                 self.waiting_for_object
                     .entry(key)

@@ -478,6 +478,12 @@ impl Pg {
             return;
         }
         self.search_everywhere = true;
+        self.peer_again_for_unfound().await;
+    }
+
+    /// Fails what is in flight (clients resend) and peers again, to hear
+    /// OSDs that may hold copies of unfound objects.
+    pub(super) async fn peer_again_for_unfound(&mut self) {
         self.fail_inflight(
             shoal_proto::OsdErrorCode::Again,
             "the PG peers again to find unfound objects",

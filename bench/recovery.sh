@@ -63,7 +63,7 @@ before="$(daemon_cpu)"
 kill -KILL "$(cat "$DIR/run/osd.0.pid")"
 "$SHOAL" osd out 0 >/dev/null
 t0=$(date +%s.%N)
-"$SHOAL" bench -p rbd 10 write -b 4096 -t 16 --format json > "$OUT/during.json" &
+"$SHOAL" bench -p rbd 10 write -b 4096 -t 16 --format json > "$OUT/during.json" 2> "$OUT/during.err" &
 BENCH=$!
 while ! "$SHOAL" pg stat --format json | python3 -c '
 import json,sys
@@ -74,7 +74,13 @@ sys.exit(0 if c==v["num_pgs"] else 1)'; do
 done
 t1=$(date +%s.%N)
 after="$(daemon_cpu)"
-wait "$BENCH" || true
+if ! wait "$BENCH"; then
+  # A write that fails (or times out) through an OSD loss is a bug, not a
+  # figure: say so and stop.
+  echo "recovery.sh: the 4 KiB writer failed during recovery:" >&2
+  cat "$OUT/during.err" >&2
+  exit 1
+fi
 CPU=$(join <(echo "$before" | sort) <(echo "$after" | sort) | awk '{printf "%s %.1f s, ", $1, $3-$2}')
 
 python3 - "$t0" "$t1" "$BYTES" "$base" "$(cat "$OUT/during.json" 2>/dev/null || echo '{}')" "$DISK_MBS" "$LOOP" "$CPU" <<'EOF'

@@ -49,6 +49,10 @@ pub struct Op {
     pub kind: Kind,
     /// When it was called (virtual ms).
     pub call_ms: u64,
+    /// When it ended, answered or failed (virtual ms).
+    pub end_ms: u64,
+    /// When each attempt was sent (virtual ms): the first, then resends.
+    pub sends_ms: Vec<u64>,
     /// How it ended.
     pub outcome: Outcome,
 }
@@ -258,6 +262,8 @@ mod tests {
             object: "o".into(),
             kind: Kind::Write(v.into()),
             call_ms: call,
+            end_ms: ret.unwrap_or(call + 100),
+            sends_ms: vec![call],
             outcome: match ret {
                 Some(at_ms) => Outcome::Ok { at_ms, read: None },
                 None => Outcome::Failed("timeout".into()),
@@ -271,6 +277,8 @@ mod tests {
             object: "o".into(),
             kind: Kind::Read,
             call_ms: call,
+            end_ms: ret,
+            sends_ms: vec![call],
             outcome: Outcome::Ok {
                 at_ms: ret,
                 read: v.map(str::to_string),

@@ -13,7 +13,9 @@
 //! objects. After every fault the invariant checkers (`invariants/`) run;
 //! at the end the faults stop, the cluster must reach active+clean, every
 //! object is read back, and the history checker ([`history`]) decides
-//! whether each object's reads and writes are linearizable. The trace's
+//! whether each object's reads and writes are linearizable, and the
+//! resend check ([`resends`]) that no op was left waiting on a PG interval
+//! that had ended. The trace's
 //! digest shows a seed replays exactly.
 //!
 //! Nothing depends on this crate: it only reads the daemons' public APIs
@@ -27,6 +29,7 @@
 pub mod history;
 pub mod invariants;
 pub mod nemesis;
+pub mod resends;
 pub mod trace;
 pub mod workload;
 pub mod world;

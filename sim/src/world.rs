@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::trace::Trace;
-use crate::workload::Workload;
+use crate::workload::{ClientLog, Workload};
 use crate::{Failure, Report, SimConfig, history, invariants, nemesis};
 
 /// The monitors' names, in order.
@@ -408,7 +408,7 @@ impl World {
     }
 
     /// Connects client `n`.
-    async fn client(&mut self, n: usize) -> Client {
+    async fn client(&mut self, n: usize) -> (Client, Arc<ClientLog>) {
         let name = format!("client.sim{n}");
         let key = self
             .key(&name, &[("mon", "allow r"), ("osd", "allow rw")])
@@ -418,7 +418,11 @@ impl World {
         o.client_inc = Some(self.rng.next_u64() >> 1);
         o.net = net_cfg();
         o.transport = self.net.host(&name);
-        Client::connect(o).await.unwrap()
+        let log = ClientLog::new(self.start);
+        o.observer = Some(log.clone());
+        let client = Client::connect(o).await.unwrap();
+        log.follow(&client);
+        (client, log)
     }
 
     /// Waits until every OSD is up in the map.
@@ -613,7 +617,7 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         return Err(fail(&w, e));
     }
     if let Err(e) = w.wait_clean(cfg.liveness).await {
-        let query = stuck_query(&w, &clients[0], &e).await;
+        let query = stuck_query(&w, &clients[0].0, &e).await;
         return Err(fail(&w, format!("liveness: {e}\n{query}")));
     }
     w.note("active+clean");
@@ -633,10 +637,14 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
             format!("history of {}: {}{copies}", v.object, v.why),
         ));
     }
+    let logs: Vec<Arc<ClientLog>> = clients.iter().map(|(_, l)| Arc::clone(l)).collect();
+    if let Err(e) = crate::resends::check(&history, &logs, w.pool) {
+        return Err(fail(&w, e));
+    }
     if let Err(e) = invariants::replicas_identical(&w).await {
         return Err(fail(&w, e));
     }
-    for c in &clients {
+    for (c, _) in &clients {
         c.shutdown().await;
     }
     Ok(Report {

@@ -47,6 +47,15 @@ pub struct ClientOptions {
     pub net: NetConfig,
     /// The network (TCP; in-memory in tests).
     pub transport: Arc<dyn Transport>,
+    /// Told of every attempt an op makes (the simulation checks resends).
+    pub observer: Option<Arc<dyn OpObserver>>,
+}
+
+/// Sees every attempt of every op as it is sent.
+pub trait OpObserver: Send + Sync {
+    /// Op `tid` on object `oid` is sent (again) with the client's map at
+    /// `epoch`.
+    fn sent(&self, tid: u64, oid: &str, epoch: u32);
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -74,6 +83,7 @@ impl ClientOptions {
             max_inflight_bytes: 256 << 20,
             net: NetConfig::default(),
             transport: Arc::new(TcpTransport),
+            observer: None,
         }
     }
 
@@ -235,6 +245,11 @@ impl Client {
             .ok_or_else(|| Error::Mon("no OSD map yet".into()))
     }
 
+    /// Follows the client's OSD map (`None` until the first arrives).
+    pub fn map_watch(&self) -> watch::Receiver<Option<Arc<OsdMap>>> {
+        self.inner.map.clone()
+    }
+
     pub(crate) fn inner_msgr(&self) -> &Messenger {
         &self.inner.msgr
     }
@@ -332,6 +347,9 @@ impl Client {
             let pg = p.object_pg(oid, nspace);
             msg.pg_seed = pg.seed;
             msg.epoch = map.epoch.0;
+            if let Some(obs) = &self.inner.opts.observer {
+                obs.sent(tid, oid, map.epoch.0);
+            }
             match self.send_once(&map, pg, &msg, &data, deadline).await {
                 Attempt::Done(reply, d) => {
                     return OpResult::from_reply(reply, d).map_err(whole);
@@ -377,20 +395,28 @@ impl Client {
         let Some(addr) = addr else {
             return Attempt::NewEpoch(map.epoch.0 + 1, format!("osd.{primary} has no address"));
         };
+        // Connecting and the request end with their answer, or when the
+        // PG starts a new interval (its primary drops what it had in
+        // flight), or at the deadline.
+        let moved = self.pg_changes_interval(pg, map);
+        tokio::pin!(moved);
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let conn = match tokio::time::timeout(remaining, self.inner.msgr.connect(addr)).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Attempt::Retry(format!("osd.{primary}: {e}")),
-            Err(_) => return Attempt::Retry(format!("osd.{primary}: connect timed out")),
+        let connect = tokio::time::timeout(remaining, self.inner.msgr.connect(addr));
+        let conn = tokio::select! {
+            biased;
+            c = connect => match c {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Attempt::Retry(format!("osd.{primary}: {e}")),
+                Err(_) => return Attempt::Retry(format!("osd.{primary}: connect timed out")),
+            },
+            why = &mut moved => return Attempt::Retry(why),
         };
-        // The request ends with its answer, or when the map moves the PG
-        // (the old primary drops what it had in flight), or at the deadline.
+        let remaining = deadline.saturating_duration_since(Instant::now());
         let request = conn.request_with_timeout(msg.clone(), data.clone(), remaining);
-        let moved = self.pg_moves(pg, map.epoch.0, primary);
         let reply = tokio::select! {
             biased;
             r = request => r,
-            why = moved => return Attempt::Retry(why),
+            why = &mut moved => return Attempt::Retry(why),
         };
         match reply {
             Ok(r) => match r.msg {
@@ -408,29 +434,24 @@ impl Client {
         }
     }
 
-    /// Resolves when a map newer than `epoch` changes the PG's primary or acting set.
-    async fn pg_moves(&self, pg: PgId, epoch: u32, primary: i32) -> String {
+    /// Resolves when a map newer than `sent` starts a new interval of `pg`
+    /// (Ceph's clients resend on every interval change, not only when the
+    /// primary moves): the primary drops the ops of the old interval.
+    async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
         let mut rx = self.inner.map.clone();
-        let before = self
-            .map()
-            .ok()
-            .and_then(|m| m.pg_to_up_acting(pg).ok())
-            .map(|m| m.acting);
+        let before = sent.pg_interval_key(pg);
         loop {
+            // Compare with the newest map first: it may have come before
+            // this future was first polled.
+            let newest = rx.borrow_and_update().clone();
+            if let Some(map) = newest
+                && map.epoch > sent.epoch
+                && map.pg_interval_key(pg) != before
+            {
+                return format!("pg {pg} changed interval in epoch {}", map.epoch.0);
+            }
             if rx.changed().await.is_err() {
                 std::future::pending::<()>().await;
-            }
-            let Some(map) = rx.borrow_and_update().clone() else {
-                continue;
-            };
-            if map.epoch.0 <= epoch {
-                continue;
-            }
-            let now = map.pg_to_up_acting(pg).ok();
-            let moved = now.as_ref().map(|m| m.acting_primary) != Some(primary)
-                || now.map(|m| m.acting) != before;
-            if moved {
-                return format!("pg {pg} changed in epoch {}", map.epoch.0);
             }
         }
     }

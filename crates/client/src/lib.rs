@@ -41,7 +41,7 @@ mod pool;
 
 pub mod blocking;
 
-pub use client::{Client, ClientOptions, OpOptions};
+pub use client::{Client, ClientOptions, OpObserver, OpOptions};
 pub use error::{Error, OpError, Result};
 pub use op::{ObjectStat, OmapPage, Op, OpResult};
 pub use pool::{ListCursor, ObjectEntry, Pool};

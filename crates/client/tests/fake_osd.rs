@@ -360,3 +360,40 @@ fn the_blocking_facade_runs_ops_outside_any_runtime() {
     drop(client);
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_op_is_resent_when_its_pg_changes_interval_though_the_primary_stays() {
+    let (c, fakes, _m) = cluster("fake-interval", 3, 8).await;
+    let client = connect(&c, options(&c), 3).await;
+    let pool = client.pool("rbd").unwrap();
+    pool.write_full("i", &b"1"[..]).await.unwrap();
+    let (_, primary) = primary_of(&client, "i");
+    // The primary stays silent (it dropped the op with the old interval);
+    // a min_size change (1 to 2) starts a new interval with the same primary and
+    // acting set: the client sends the op again, to the same primary.
+    fakes.fault(Fault::Hang);
+    let p = pool.clone();
+    let op = tokio::spawn(async move { p.read("i", 0, 0).await });
+    let sent = |n: usize| {
+        let fakes = fakes.clone();
+        async move {
+            while fakes.seen_for("i").len() < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    sent(2).await;
+    assert!(!op.is_finished());
+    c.command(Command::PoolSet {
+        name: "rbd".into(),
+        key: "min_size".into(),
+        value: "2".into(),
+    })
+    .await;
+    assert_eq!(&op.await.unwrap().unwrap()[..], b"1");
+    let seen = fakes.seen_for("i");
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen[1..].iter().all(|s| s.osd == primary), "{seen:?}");
+    assert!(seen[2].epoch > seen[1].epoch, "{seen:?}");
+    assert_one_request_id(&seen[1..], &client);
+}

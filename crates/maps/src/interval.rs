@@ -29,19 +29,43 @@ pub struct PastInterval {
     pub maybe_went_rw: bool,
 }
 
-/// What must stay equal within an interval.
+/// What stays equal within a PG's interval: a map that changes any of it
+/// starts a new interval, in which the PG peers again and drops the ops it
+/// had in flight. OSDs and clients decide by this one definition, so a
+/// client resends exactly when a primary may have dropped its op.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Key {
-    up: Vec<i32>,
-    acting: Vec<i32>,
-    primary: i32,
-    size: u32,
-    min_size: u32,
+pub struct IntervalKey {
+    /// The up set.
+    pub up: Vec<i32>,
+    /// The acting set.
+    pub acting: Vec<i32>,
+    /// The acting primary (-1 if none).
+    pub primary: i32,
+    /// The pool's size.
+    pub size: u32,
+    /// The pool's min_size.
+    pub min_size: u32,
+}
+
+impl OsdMap {
+    /// `pg`'s interval key in this map; `None` when its pool is gone or it
+    /// does not map.
+    pub fn pg_interval_key(&self, pg: PgId) -> Option<IntervalKey> {
+        let pool = self.pool(pg.pool)?;
+        let m = self.pg_to_up_acting(pg).ok()?;
+        Some(IntervalKey {
+            up: m.up,
+            acting: m.acting,
+            primary: m.acting_primary,
+            size: pool.size,
+            min_size: pool.min_size,
+        })
+    }
 }
 
 #[derive(Debug)]
 struct Open {
-    key: Key,
+    key: IntervalKey,
     first: u32,
     last: u32,
     /// The primary's `up_thru` in the newest map of the interval.
@@ -86,16 +110,7 @@ impl IntervalHistory {
     /// Adds the map of the next epoch (epochs must be consecutive).
     pub fn push(&mut self, map: &OsdMap) {
         let epoch = map.epoch.0;
-        let key = map.pool(self.pg.pool).and_then(|pool| {
-            let m = map.pg_to_up_acting(self.pg).ok()?;
-            Some(Key {
-                up: m.up,
-                acting: m.acting,
-                primary: m.acting_primary,
-                size: pool.size,
-                min_size: pool.min_size,
-            })
-        });
+        let key = map.pg_interval_key(self.pg);
         match (&mut self.open, key) {
             (Some(open), Some(key)) if open.key == key => {
                 open.last = epoch;

@@ -22,7 +22,7 @@ mod pool;
 pub use error::{MapError, Result};
 pub use hash::{cbits, pg_mask, stable_mod, str_hash_rjenkins};
 pub use incremental::Incremental;
-pub use interval::{IntervalHistory, PastInterval};
+pub use interval::{IntervalHistory, IntervalKey, PastInterval};
 pub use mapping::PgMapping;
 pub use osdmap::{OsdInfo, OsdMap, PRIMARY_AFFINITY_DEFAULT, WEIGHT_IN, WEIGHT_OUT};
 pub use pg::PgId;

@@ -4,6 +4,8 @@
 //! SIGKILLed and marked out, and a new OSD joins. At the end every PG is
 //! active+clean, every acknowledged write reads back, deep scrub finds
 //! nothing, and every object has three identical copies on its acting set.
+//! No write fails, and none waits longer than the heartbeat grace plus a
+//! few seconds.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -119,9 +121,36 @@ fn wait_active_clean(d: &Dev, max: Duration) {
 /// and one sent but not acknowledged (it may or may not have applied).
 type Ledger = Arc<Mutex<BTreeMap<u64, (u64, Option<u64>)>>>;
 
-async fn writer(client: Client, ledger: Ledger, stop: Arc<AtomicBool>) {
+/// Every write's latency, and the failures with why.
+#[derive(Default)]
+struct Latencies {
+    slowest: Duration,
+    slowest_op: String,
+    count: u64,
+    failures: Vec<String>,
+}
+
+type Record = Arc<Mutex<Latencies>>;
+
+async fn writer(client: Client, ledger: Ledger, record: Record, stop: Arc<AtomicBool>) {
     let pool = client.pool("rbd").unwrap();
     let mut generation = 0u64;
+    let done = |i: u64, generation: u64, r: Result<(), shoal_client::Error>, took: Duration| {
+        let mut rec = record.lock().unwrap();
+        rec.count += 1;
+        if took > rec.slowest {
+            rec.slowest = took;
+            rec.slowest_op = format!("o{i} generation {generation}");
+        }
+        match r {
+            Ok(()) => {
+                ledger.lock().unwrap().insert(i, (generation, None));
+            }
+            Err(e) => rec
+                .failures
+                .push(format!("o{i} generation {generation} after {took:?}: {e}")),
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
         generation += 1;
         let mut tasks = tokio::task::JoinSet::new();
@@ -129,23 +158,18 @@ async fn writer(client: Client, ledger: Ledger, stop: Arc<AtomicBool>) {
             ledger.lock().unwrap().entry(i).or_insert((0, None)).1 = Some(generation);
             let pool = pool.clone();
             tasks.spawn(async move {
-                (
-                    i,
-                    pool.write_full(&format!("o{i}"), body(i, generation)).await,
-                )
+                let start = Instant::now();
+                let r = pool.write_full(&format!("o{i}"), body(i, generation)).await;
+                (i, r, start.elapsed())
             });
             while tasks.len() >= 16 {
-                let (i, r) = tasks.join_next().await.unwrap().unwrap();
-                if r.is_ok() {
-                    ledger.lock().unwrap().insert(i, (generation, None));
-                }
+                let (i, r, took) = tasks.join_next().await.unwrap().unwrap();
+                done(i, generation, r, took);
             }
         }
         while let Some(r) = tasks.join_next().await {
-            let (i, r) = r.unwrap();
-            if r.is_ok() {
-                ledger.lock().unwrap().insert(i, (generation, None));
-            }
+            let (i, r, took) = r.unwrap();
+            done(i, generation, r, took);
         }
     }
 }
@@ -171,7 +195,13 @@ async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
     let client = Client::connect(o).await.unwrap();
     let ledger: Ledger = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let w = tokio::spawn(writer(client.clone(), ledger.clone(), stop.clone()));
+    let record = Record::default();
+    let w = tokio::spawn(writer(
+        client.clone(),
+        ledger.clone(),
+        record.clone(),
+        stop.clone(),
+    ));
     let pause = |s: u64| tokio::time::sleep(Duration::from_secs(s));
     pause(3).await;
     // An OSD dies mid-write and comes back.
@@ -192,6 +222,31 @@ async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
         .await
         .unwrap()
         .unwrap();
+    // No write fails, and none waits longer than failure detection (the
+    // dev cluster's heartbeat grace, 10 s, though a SIGKILL is reported at
+    // once) plus peering: a write in flight when a member of its PG dies
+    // is answered or resent as soon as the PG's next interval begins.
+    {
+        let rec = record.lock().unwrap();
+        assert!(
+            rec.failures.is_empty(),
+            "{} of {} writes failed: {:?}",
+            rec.failures.len(),
+            rec.count,
+            rec.failures
+        );
+        assert!(
+            rec.slowest < Duration::from_secs(15),
+            "the slowest of {} writes ({}) took {:?}",
+            rec.count,
+            rec.slowest_op,
+            rec.slowest
+        );
+        eprintln!(
+            "{} writes, the slowest ({}) in {:?}",
+            rec.count, rec.slowest_op, rec.slowest
+        );
+    }
     tokio::task::block_in_place(|| wait_active_clean(&d, Duration::from_secs(180)));
 
     // Every acknowledged write is there (or a later one sent meanwhile).

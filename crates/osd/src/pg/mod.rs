@@ -673,14 +673,17 @@ impl Pg {
             .map
             .as_ref()
             .is_some_and(|old| map.osds().any(|(id, _)| map.is_up(id) && !old.is_up(id)));
-        let changed = gap
-            || m.up != self.up
-            || m.acting != self.acting
-            || m.acting_primary != self.primary
-            || self
-                .pool
-                .as_ref()
-                .is_none_or(|p| p.size != pool.size || p.min_size != pool.min_size);
+        let key = |up: &[i32], acting: &[i32], primary: i32, pool: &shoal_maps::Pool| {
+            shoal_maps::IntervalKey {
+                up: up.to_vec(),
+                acting: acting.to_vec(),
+                primary,
+                size: pool.size,
+                min_size: pool.min_size,
+            }
+        };
+        let before = (self.pool.as_ref()).map(|p| key(&self.up, &self.acting, self.primary, p));
+        let changed = gap || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
         self.map = Some(map);
         self.pool = Some(pool);
         if changed {
@@ -719,8 +722,12 @@ impl Pg {
         self.primary = primary;
         self.interval_start = self.epoch();
         self.search_everywhere = false;
-        self.inflight.clear();
-        self.inflight_reqids.clear();
+        // What was in flight belongs to the old interval: its clients are
+        // told now (they resend, and the log recognises what was applied)
+        // rather than left to notice the interval change themselves.
+        let why = format!("pg {} changed in epoch {}", self.id, self.interval_start);
+        self.fail_inflight(shoal_proto::OsdErrorCode::StaleEpoch, &why)
+            .await;
         self.peer_logs.clear();
         self.peers_pending.clear();
         self.conns.clear();
@@ -733,6 +740,7 @@ impl Pg {
         tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
             primary, "new interval");
         if self.is_primary() {
+            self.refuse_stale_waiting(&why).await;
             self.start_peering().await;
         } else {
             self.state = if self.shards().contains(&me) {

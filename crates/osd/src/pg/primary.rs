@@ -1,6 +1,8 @@
 //! The primary's side of the write and read path: order, execute, log,
 //! replicate, and answer once every acting member has the change durable.
 
+use std::collections::VecDeque;
+
 use bytes::{Bytes, BytesMut};
 use shoal_net::Responder;
 use shoal_proto::{OsdErrorCode, OsdOpReply, PgList, PgListReply, RepOp};
@@ -80,6 +82,27 @@ impl Pg {
             return;
         }
         self.execute(op).await;
+    }
+
+    /// Answers the queued ops placed before the current interval: they
+    /// would be refused once the PG is active, and their clients resend
+    /// sooner when told now.
+    pub(super) async fn refuse_stale_waiting(&mut self, why: &str) {
+        let epoch = self.epoch();
+        let (stale, current): (VecDeque<ClientOp>, VecDeque<ClientOp>) =
+            std::mem::take(&mut self.waiting)
+                .into_iter()
+                .partition(|op| op.msg.epoch < self.interval_start);
+        self.waiting = current;
+        for op in stale {
+            reply_error(
+                op.responder,
+                OsdErrorCode::StaleEpoch,
+                epoch,
+                why.to_string(),
+            )
+            .await;
+        }
     }
 
     /// Runs the ops that waited for the PG to become active.

@@ -358,7 +358,12 @@ impl Client {
                 Attempt::NewEpoch(e, why) if e > map.epoch.0 => {
                     tracing::debug!(oid, tid, "waiting for epoch {e} to resend: {why}");
                     last = why;
-                    self.wait_epoch(e, deadline).await;
+                    // A map short of `e` that already moves the PG to a new
+                    // interval is reason enough to resend.
+                    tokio::select! {
+                        () = self.wait_epoch(e, deadline) => {}
+                        _ = self.pg_changes_interval(pg, &map) => {}
+                    }
                 }
                 // The OSD's map is no newer than ours: it is catching up (or
                 // the reply is wrong); a new map or a short pause, not a spin.

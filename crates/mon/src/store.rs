@@ -241,7 +241,10 @@ impl MonStore {
         let f = OpenOptions::new().write(true).open(&path).map_err(io_err)?;
         f.set_len(valid as u64).map_err(io_err)?;
         f.sync_all().map_err(io_err)?;
-        tracing::warn!(dropped = bytes.len() - valid, "cut a torn tail off the monitor log");
+        tracing::warn!(
+            dropped = bytes.len() - valid,
+            "cut a torn tail off the monitor log"
+        );
         Ok((bytes.len() - valid) as u64)
     }
 
@@ -568,7 +571,10 @@ mod tests {
         assert_eq!(MonStore::cut_torn_tail(&dir).unwrap(), 7);
         let mut s = MonStore::open(&dir).unwrap();
         assert_eq!(indexes(&mut s).await, vec![4, 5, 6, 7, 8]);
-        assert_eq!(std::fs::metadata(&log).unwrap().len(), torn.len() as u64 - 7);
+        assert_eq!(
+            std::fs::metadata(&log).unwrap().len(),
+            torn.len() as u64 - 7
+        );
         // And appends continue after the cut.
         s.append_to_log([entry(2, 9)]).await.unwrap();
         drop(s);

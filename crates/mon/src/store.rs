@@ -5,10 +5,14 @@
 //! - `log`: an append-only file of records `len u32 | crc32c u32 | JSON op`,
 //!   each op being an append of one entry, a truncation (conflicting
 //!   suffix) or a purge (prefix covered by a snapshot). Every call that
-//!   changes the log ends with one fsync. On open the file is replayed; a
-//!   torn or corrupt tail (a crash mid-write) is cut off at the last whole
-//!   record. When dead records dominate, the file is rewritten
-//!   (write temporary, fsync, rename, fsync the directory).
+//!   changes the log ends with one fsync. On open the file is replayed. Bytes
+//!   after the last whole record make the open fail, naming the file, and
+//!   leave it as it was: a write torn by a crash and a file cut short by
+//!   damage look the same, and dropping acknowledged entries would break
+//!   Raft's promise, so only an operator drops them
+//!   ([`MonStore::cut_torn_tail`], `shoal mon repair-log`). When dead records
+//!   dominate, the file is rewritten (write temporary, fsync, rename, fsync
+//!   the directory).
 //! - `vote` and `snapshot`: JSON, replaced atomically the same way.
 //!
 //! The state machine lives in memory and is rebuilt on start from the last
@@ -103,6 +107,35 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// `path` parsed as JSON, `None` when it does not exist; an error naming the
+/// file when it cannot be read or is not `what`.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+) -> Result<Option<T>, StorageError> {
+    match std::fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| read_err(format!("{}: not {what} ({e})", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(read_err(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// The whole log file (empty when it does not exist).
+fn read_log(path: &Path) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes)
+                .map_err(|e| read_err(format!("{}: {e}", path.display())))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(read_err(format!("{}: {e}", path.display()))),
+    }
+    Ok(bytes)
+}
+
 fn encode_record(op: &LogOp) -> Result<Vec<u8>, StorageError> {
     let body = serde_json::to_vec(op).map_err(io_err)?;
     let mut rec = Vec::with_capacity(body.len() + 8);
@@ -137,40 +170,33 @@ fn decode_records(bytes: &[u8]) -> (Vec<LogOp>, usize) {
 
 impl MonStore {
     /// Opens (or creates) the storage under `dir/raft`, replaying the log.
+    /// A vote or snapshot that does not parse, or a log with bytes after its
+    /// last whole record, is an error naming the file; nothing is changed.
     pub fn open(dir: &Path) -> Result<MonStore, StorageError> {
         let dir = dir.join("raft");
         std::fs::create_dir_all(&dir).map_err(io_err)?;
-        let vote = match std::fs::read(dir.join("vote")) {
-            Ok(b) => Some(serde_json::from_slice(&b).map_err(read_err)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(read_err(e)),
-        };
-        let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join("snapshot")) {
-            Ok(b) => Some(serde_json::from_slice(&b).map_err(read_err)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(read_err(e)),
-        };
+        let vote = read_json(&dir.join("vote"), "a Raft vote")?;
+        let snapshot: Option<StoredSnapshot> =
+            read_json(&dir.join("snapshot"), "a monitor snapshot")?;
         let path = dir.join("log");
-        let mut bytes = Vec::new();
-        if path.exists() {
-            File::open(&path)
-                .and_then(|mut f| f.read_to_end(&mut bytes))
-                .map_err(read_err)?;
-        }
+        let bytes = read_log(&path)?;
         let (ops, valid) = decode_records(&bytes);
+        if valid < bytes.len() {
+            return Err(read_err(format!(
+                "{}: {} bytes after the last whole record (at offset {valid}) do not \
+                 form a record: the log was cut short or damaged, or a write was torn \
+                 by a crash; the monitor left it as it is. If this monitor crashed \
+                 while writing, `shoal mon repair-log` drops the tail; otherwise \
+                 rebuild this monitor from its peers",
+                path.display(),
+                bytes.len() - valid
+            )));
+        }
         let log_file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(io_err)?;
-        if valid < bytes.len() {
-            tracing::warn!(
-                dropped = bytes.len() - valid,
-                "cutting a torn tail off the monitor log"
-            );
-            log_file.set_len(valid as u64).map_err(io_err)?;
-            log_file.sync_all().map_err(io_err)?;
-        }
         let (state, last_applied, membership) = match &snapshot {
             Some(s) => (
                 s.state.clone(),
@@ -200,6 +226,26 @@ impl MonStore {
             state: Arc::new(RwLock::new(state)),
             applied: Arc::new(tokio::sync::watch::channel(version).0),
         })
+    }
+
+    /// Drops the bytes after the last whole record of `dir/raft/log` (a write
+    /// torn by a crash), for an operator who knows that is what they are.
+    /// Returns how many bytes were dropped.
+    pub fn cut_torn_tail(dir: &Path) -> Result<u64, StorageError> {
+        let path = dir.join("raft").join("log");
+        let bytes = read_log(&path)?;
+        let (_, valid) = decode_records(&bytes);
+        if valid == bytes.len() {
+            return Ok(0);
+        }
+        let f = OpenOptions::new().write(true).open(&path).map_err(io_err)?;
+        f.set_len(valid as u64).map_err(io_err)?;
+        f.sync_all().map_err(io_err)?;
+        tracing::warn!(
+            dropped = bytes.len() - valid,
+            "cut a torn tail off the monitor log"
+        );
+        Ok((bytes.len() - valid) as u64)
     }
 
     /// The replicated state, for reading.
@@ -512,15 +558,23 @@ mod tests {
         assert_eq!(st.last_purged_log_id.map(|l| l.index), Some(3));
         assert_eq!(st.last_log_id.map(|l| l.leader_id.term), Some(2));
         drop(s);
-        // A crash mid-append leaves half a record: it is cut off, the rest stays.
+        // A crash mid-append leaves half a record: the open refuses and
+        // changes nothing; the operator's repair cuts it off, the rest stays.
         let log = dir.join("raft/log");
         let mut f = OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
         drop(f);
-        let before = std::fs::metadata(&log).unwrap().len();
+        let torn = std::fs::read(&log).unwrap();
+        let e = MonStore::open(&dir).unwrap_err().to_string();
+        assert!(e.contains("raft/log") && e.contains("7 bytes after"), "{e}");
+        assert_eq!(std::fs::read(&log).unwrap(), torn);
+        assert_eq!(MonStore::cut_torn_tail(&dir).unwrap(), 7);
         let mut s = MonStore::open(&dir).unwrap();
         assert_eq!(indexes(&mut s).await, vec![4, 5, 6, 7, 8]);
-        assert_eq!(std::fs::metadata(&log).unwrap().len(), before - 7);
+        assert_eq!(
+            std::fs::metadata(&log).unwrap().len(),
+            torn.len() as u64 - 7
+        );
         // And appends continue after the cut.
         s.append_to_log([entry(2, 9)]).await.unwrap();
         drop(s);

@@ -67,6 +67,21 @@ pub enum Error {
     /// The store is not formatted, or formatted with an unknown version.
     #[error("not a Shoal object store: {0}")]
     NotFormatted(String),
+    /// A file of the store is missing, damaged, of another format or of another store;
+    /// found while opening it, before anything was written.
+    #[error("{}: {reason}", file.display())]
+    Damaged {
+        /// The file (or directory) at fault.
+        file: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Another process (or another open in this one) holds the store.
+    #[error("{}: store in use by another process (its lock file is held)", file.display())]
+    Locked {
+        /// The lock file.
+        file: std::path::PathBuf,
+    },
 }
 
 impl Error {
@@ -74,7 +89,11 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            Error::Poisoned(_) | Error::Io { .. } | Error::Meta { .. } | Error::Corrupt(_)
+            Error::Poisoned(_)
+                | Error::Io { .. }
+                | Error::Meta { .. }
+                | Error::Corrupt(_)
+                | Error::Damaged { .. }
         )
     }
 
@@ -82,6 +101,23 @@ impl Error {
         Error::Io {
             context: context.into(),
             source,
+        }
+    }
+
+    /// `file` is damaged: `reason` says how.
+    pub(crate) fn damaged(file: &std::path::Path, reason: impl Into<String>) -> Self {
+        Error::Damaged {
+            file: file.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Name `file` as the place of any error found while opening it (errors that already
+    /// name their file, or a held lock, stay as they are).
+    pub(crate) fn in_file(file: &std::path::Path) -> impl Fn(Error) -> Error + '_ {
+        move |e| match e {
+            Error::Damaged { .. } | Error::Locked { .. } => e,
+            other => Error::damaged(file, other.to_string()),
         }
     }
 

@@ -1,6 +1,8 @@
 //! `shoal store mkfs|fsck|stat PATH`: the functions behind the subcommands. Each opens
-//! the store directory itself; none may run while an OSD has the store open (redb's
-//! file lock refuses it).
+//! the store directory itself; none may run while an OSD has the store open (the store's
+//! lock file refuses it). `fsck` and `stat` never write: both files are checked before
+//! they are trusted, redb's own writes at open stay in memory, and a panic of redb on a
+//! damaged file comes back as [`Error::Damaged`] naming the file.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,7 +10,8 @@ use std::path::{Path, PathBuf};
 pub use crate::block::MkfsOptions;
 use crate::block::device::FileDevice;
 pub use crate::block::fsck::FsckReport;
-use crate::block::{self, BLOCK, BlockStore, META_FILE, store_paths};
+use crate::block::guard::{StoreFiles, StoreLock, catch_panic, panicked};
+use crate::block::{self, BLOCK, BlockStore, META_FILE};
 use crate::error::{Error, Result};
 
 /// What `stat` reports about a store directory.
@@ -80,33 +83,54 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<StatReport> {
     stat(path)
 }
 
-fn open_db(path: &Path) -> Result<(FileDevice, redb::Database)> {
-    let (data, meta) = store_paths(path);
-    if !meta.exists() {
-        return Err(Error::NotFormatted(format!(
-            "{} is missing",
-            meta.display()
-        )));
+/// A store opened for reading only, with its shared lock.
+struct ReadOnly {
+    _lock: StoreLock,
+    files: StoreFiles,
+    dev: FileDevice,
+    db: redb::Database,
+}
+
+fn open_read_only(path: &Path) -> Result<ReadOnly> {
+    let lock = StoreLock::acquire(path, false)?;
+    let files = StoreFiles::of(path);
+    files.check()?;
+    let dev = FileDevice::open_read_only(&files.data)
+        .map_err(|e| Error::damaged(&files.data, format!("cannot open it: {e}")))?;
+    let db = block::open_db_read_only(&files.meta)?;
+    Ok(ReadOnly {
+        _lock: lock,
+        files,
+        dev,
+        db,
+    })
+}
+
+impl ReadOnly {
+    /// Run `f` on the open store; a panic of redb inside it names the metadata file.
+    fn read<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        catch_panic(|| f(self))
+            .map_err(|p| panicked(&self.files.meta, p))?
+            .map_err(Error::in_file(&self.files.meta))
     }
-    let dev = FileDevice::open(&data, false).map_err(|e| Error::io("opening the data file", e))?;
-    let db = redb::Database::open(&meta).map_err(|e| Error::meta("opening the metadata", e))?;
-    Ok((dev, db))
 }
 
 /// Check every metadata cross-reference; with `deep`, every block checksum too.
 pub fn fsck(path: &Path, deep: bool) -> Result<FsckReport> {
-    let (dev, db) = open_db(path)?;
-    block::fsck::fsck(&dev, &db, deep)
+    let s = open_read_only(path)?;
+    s.read(|s| block::fsck::fsck(&s.dev, &s.db, deep))
 }
 
 /// Capacity, usage and counts of a store, read without changing it.
 pub fn stat(path: &Path) -> Result<StatReport> {
-    let (dev, db) = open_db(path)?;
-    let report = block::fsck::fsck(&dev, &db, false)?;
+    let s = open_read_only(path)?;
+    let (report, stored_bytes) = s.read(|s| {
+        let report = block::fsck::fsck(&s.dev, &s.db, false)?;
+        Ok((report, block::stored_bytes(&s.db)?))
+    })?;
     let direct_io =
         FileDevice::open(&path.join(block::DATA_FILE), true).is_ok_and(|d| d.is_direct());
     let b = BLOCK as u64;
-    let stored_bytes = block::stored_bytes(&db)?;
     Ok(StatReport {
         path: path.to_path_buf(),
         format_version: block::FORMAT_VERSION,

@@ -269,7 +269,7 @@ fn mkfs_refuses_existing_store_and_stat_reports() {
     assert!(tool::fsck(&d.0, true).unwrap().is_clean());
     assert!(matches!(
         tool::stat(&d.0.join("nope")),
-        Err(Error::NotFormatted(_))
+        Err(Error::Damaged { .. })
     ));
 }
 

@@ -92,6 +92,16 @@ impl FileDevice {
         })
     }
 
+    /// Open `path` for reading only (buffered): the read-only tools, and the checks made
+    /// before a store is trusted. Writes through it fail.
+    pub fn open_read_only(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        Ok(Self {
+            file,
+            direct: false,
+        })
+    }
+
     /// Create (or extend) a file of `len` bytes with its space reserved.
     pub fn create(path: &Path, len: u64) -> io::Result<()> {
         let file = OpenOptions::new()

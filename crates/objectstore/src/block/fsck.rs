@@ -250,13 +250,15 @@ fn verify_blocks(
                 if let Some(d) = overlay.get(&pb) {
                     buf.copy_from_slice(d);
                 } else if let Err(e) = dev.read_at(pb * BLOCK as u64, &mut buf) {
-                    r.errors.push(format!("{c}/{o}: reading block {pb}: {e}"));
+                    r.errors
+                        .push(format!("{c}/{o}: reading block {pb} of the data file: {e}"));
                     continue;
                 }
                 r.blocks_verified += 1;
                 if crc32c::crc32c(&buf) != *want {
-                    r.errors
-                        .push(format!("{c}/{o}: checksum mismatch in block {pb}"));
+                    r.errors.push(format!(
+                        "{c}/{o}: checksum mismatch in block {pb} of the data file"
+                    ));
                 }
             }
         }

@@ -13,7 +13,8 @@ use crate::types::{CollectionId, ObjectKey};
 
 pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
-/// Format facts: `format` (u64), `total_blocks` (u64).
+/// Format facts: `format` (u64), `total_blocks` (u64); once an OSD owns the store,
+/// `fsid` (its cluster's, UTF-8) and `osd_id` (u64).
 pub(crate) const SUPER: Table = TableDefinition::new("super");
 /// Collection id -> empty.
 pub(crate) const COLLS: Table = TableDefinition::new("colls");
@@ -44,10 +45,26 @@ pub(crate) struct Onode {
     pub meta: ObjMeta,
 }
 
+/// Whose a store is: written by `shoal osd mkfs`, checked at every open by the OSD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreIdentity {
+    /// The cluster's fsid.
+    pub fsid: String,
+    /// The OSD's id.
+    pub osd_id: u32,
+}
+
+impl std::fmt::Display for StoreIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "osd.{} of cluster {}", self.osd_id, self.fsid)
+    }
+}
+
 /// Everything `open` reads.
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
     pub total_blocks: u64,
+    pub identity: Option<StoreIdentity>,
     pub colls: BTreeMap<CollectionId, BTreeMap<ObjectKey, Onode>>,
     pub free: Vec<(u64, u64)>,
     /// (seq, device block, data)
@@ -77,10 +94,47 @@ pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
     Ok(total)
 }
 
+/// The owner recorded in the format record, if any.
+pub(crate) fn read_identity(txn: &redb::ReadTransaction) -> Result<Option<StoreIdentity>> {
+    let t = txn.open_table(SUPER).map_err(me("open super"))?;
+    let fsid = t.get(&b"fsid"[..]).map_err(me("read super"))?;
+    let id = t.get(&b"osd_id"[..]).map_err(me("read super"))?;
+    match (fsid, id) {
+        (None, None) => Ok(None),
+        (Some(f), Some(i)) => {
+            let fsid = std::str::from_utf8(f.value())
+                .map_err(|_| Error::Corrupt("the recorded fsid is not UTF-8".into()))?
+                .to_string();
+            let id = codec::u64_value(i.value(), "osd_id")?;
+            let osd_id = u32::try_from(id)
+                .map_err(|_| Error::Corrupt(format!("recorded OSD id {id} out of range")))?;
+            Ok(Some(StoreIdentity { fsid, osd_id }))
+        }
+        _ => Err(Error::Corrupt(
+            "the format record has only half of the OSD identity".into(),
+        )),
+    }
+}
+
+/// Record the owner in the format record.
+pub(crate) fn write_identity(db: &redb::Database, id: &StoreIdentity) -> Result<()> {
+    let mut w = db.begin_write().map_err(me("begin identity"))?;
+    w.set_durability(redb::Durability::Immediate);
+    {
+        let mut s = w.open_table(SUPER).map_err(me("open super"))?;
+        s.insert(&b"fsid"[..], id.fsid.as_bytes())
+            .map_err(me("write super"))?;
+        s.insert(&b"osd_id"[..], &u64::from(id.osd_id).to_be_bytes()[..])
+            .map_err(me("write super"))?;
+    }
+    w.commit().map_err(me("commit identity"))
+}
+
 pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
     let txn = db.begin_read().map_err(me("begin read"))?;
     let mut out = Loaded {
         total_blocks: read_super(&txn)?,
+        identity: read_identity(&txn)?,
         ..Loaded::default()
     };
     for row in txn

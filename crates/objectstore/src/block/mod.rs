@@ -24,7 +24,9 @@ pub mod device;
 mod extent;
 pub mod fault;
 pub mod fsck;
+pub(crate) mod guard;
 mod meta;
+mod staged;
 mod state;
 mod store;
 
@@ -37,8 +39,12 @@ use self::alloc::FreeList;
 use self::apply::State;
 use self::commit::{Committer, Queued};
 use self::device::{Device, FileDevice, MetaOnDevice};
+pub use self::guard::LOCK_FILE;
+use self::guard::{StoreFiles, StoreLock, catch_panic, panicked};
 pub(crate) use self::meta::FORMAT_VERSION;
+pub use self::meta::StoreIdentity;
 use self::meta::{ALL_TABLES, DEFERRED, FREE, OBJECTS, Onode, SUPER, me};
+use self::staged::{Staged, StagedHandle};
 use crate::error::{Error, Result};
 use crate::types::{CollectionId, ObjectKey};
 
@@ -92,11 +98,17 @@ impl Default for MkfsOptions {
 pub struct OpenOptions {
     /// Try `O_DIRECT` for the data device.
     pub direct_io: bool,
+    /// The owner the store must record (an OSD opening its own store); `None` accepts
+    /// any store.
+    pub identity: Option<StoreIdentity>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self { direct_io: true }
+        Self {
+            direct_io: true,
+            identity: None,
+        }
     }
 }
 
@@ -111,6 +123,7 @@ pub(crate) struct Shared {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) db: redb::Database,
     pub(crate) counters: Counters,
+    identity: Mutex<Option<StoreIdentity>>,
 }
 
 impl Shared {
@@ -185,6 +198,8 @@ pub struct BlockStore {
     shared: Arc<Shared>,
     committer: Option<JoinHandle<()>>,
     direct_io: bool,
+    /// Held for the store's life (dropped after the committer has stopped).
+    _lock: Option<StoreLock>,
 }
 
 impl std::fmt::Debug for BlockStore {
@@ -205,14 +220,19 @@ fn label(total_blocks: u64) -> Vec<u8> {
     b
 }
 
+/// The data device must be labelled for the same number of blocks as the metadata
+/// records, and be at least that long.
 pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<()> {
-    let mut b = vec![0u8; BLOCK];
-    dev.read_at(0, &mut b)
-        .map_err(|e| Error::io("reading the label", e))?;
-    if b != label(total_blocks) {
-        return Err(Error::NotFormatted(
-            "data device label does not match the metadata".into(),
-        ));
+    let len = dev
+        .len()
+        .map_err(|e| Error::io("sizing the data device", e))?;
+    let label = guard::check_data_device(dev, len).map_err(Error::NotFormatted)?;
+    if label.total_blocks != total_blocks {
+        return Err(Error::NotFormatted(format!(
+            "the data file's label records {} blocks, the metadata {total_blocks}: \
+             they belong to different stores",
+            label.total_blocks
+        )));
     }
     Ok(())
 }
@@ -223,10 +243,38 @@ fn open_db_on(meta: Arc<dyn Device>) -> Result<redb::Database> {
         .map_err(me("open metadata"))
 }
 
+/// Open redb on `meta` with every write staged in memory (see `staged.rs`).
+fn open_db_staged(meta: Arc<dyn Device>) -> Result<(redb::Database, StagedHandle)> {
+    let (backend, handle) =
+        Staged::new(meta).map_err(|e| Error::io("sizing the metadata file", e))?;
+    let db = redb::Builder::new()
+        .create_with_backend(backend)
+        .map_err(me("opening the metadata"))?;
+    Ok((db, handle))
+}
+
+/// Open redb on the metadata file for reading only: nothing redb writes (recovery flag,
+/// repair after a crash) reaches the file.
+pub(crate) fn open_db_read_only(meta: &Path) -> Result<redb::Database> {
+    let dev = FileDevice::open_read_only(meta)
+        .map_err(|e| Error::damaged(meta, format!("cannot open the metadata file: {e}")))?;
+    catch_panic(|| open_db_staged(Arc::new(dev)).map(|(db, _)| db))
+        .map_err(|p| panicked(meta, p))?
+        .map_err(Error::in_file(meta))
+}
+
+/// Names of the two devices, for errors.
+#[derive(Debug, Clone)]
+struct Names {
+    data: PathBuf,
+    meta: PathBuf,
+}
+
 impl BlockStore {
     /// Format a store directory: `PATH/block` (data) and `PATH/meta.redb` (metadata).
     pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         std::fs::create_dir_all(path).map_err(|e| Error::io("creating the store directory", e))?;
+        let _lock = StoreLock::acquire(path, true)?;
         let data = path.join(DATA_FILE);
         let meta = path.join(META_FILE);
         if meta.exists() {
@@ -287,44 +335,88 @@ impl BlockStore {
         w.commit().map_err(me("commit mkfs"))
     }
 
-    /// Open a formatted store directory.
+    /// Open a formatted store directory. Everything is checked before anything is
+    /// written: a missing, short, damaged or foreign file gives [`Error::Damaged`] naming
+    /// it and is left as it was; a store another process holds gives [`Error::Locked`].
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
-        let data = path.join(DATA_FILE);
-        let meta = path.join(META_FILE);
-        if !meta.exists() {
-            return Err(Error::NotFormatted(format!(
-                "{} is missing",
-                meta.display()
-            )));
-        }
-        let dev = FileDevice::open(&data, opts.direct_io)
-            .map_err(|e| Error::io("opening the data file", e))?;
+        let lock = StoreLock::acquire(path, true)?;
+        let files = StoreFiles::of(path);
+        files.check()?;
+        let dev = FileDevice::open(&files.data, opts.direct_io)
+            .map_err(|e| Error::damaged(&files.data, format!("cannot open it: {e}")))?;
+        let meta = FileDevice::open(&files.meta, false)
+            .map_err(|e| Error::damaged(&files.meta, format!("cannot open it: {e}")))?;
         let direct = dev.is_direct();
-        let db = redb::Database::open(&meta).map_err(me("open metadata"))?;
-        let mut s = Self::open_with(Arc::new(dev), db)?;
+        let names = Names {
+            data: files.data,
+            meta: files.meta,
+        };
+        let mut s = Self::open_checked(Arc::new(dev), Arc::new(meta), opts, &names)?;
         s.direct_io = direct;
+        s._lock = Some(lock);
         Ok(s)
     }
 
     /// Open a store on given devices (tests and tools).
     pub fn open_on(data: Arc<dyn Device>, meta: Arc<dyn Device>) -> Result<Self> {
-        let db = open_db_on(meta)?;
-        Self::open_with(data, db)
+        let names = Names {
+            data: PathBuf::from("data device"),
+            meta: PathBuf::from("metadata device"),
+        };
+        Self::open_checked(data, meta, &OpenOptions::default(), &names)
     }
 
-    fn open_with(dev: Arc<dyn Device>, db: redb::Database) -> Result<Self> {
-        let loaded = meta::load(&db)?;
-        let dev_blocks = dev
-            .len()
-            .map_err(|e| Error::io("sizing the data device", e))?
-            / BLOCK as u64;
-        if dev_blocks < loaded.total_blocks {
-            return Err(Error::Corrupt(format!(
-                "data device has {dev_blocks} blocks, metadata says {}",
-                loaded.total_blocks
-            )));
+    /// Open with metadata writes staged, check everything, and only then let redb's
+    /// writes reach the file. A panic of redb on a damaged file is caught here.
+    fn open_checked(
+        dev: Arc<dyn Device>,
+        meta: Arc<dyn Device>,
+        opts: &OpenOptions,
+        names: &Names,
+    ) -> Result<Self> {
+        let (db, handle, loaded) = catch_panic(|| {
+            let (db, handle) = open_db_staged(meta).map_err(Error::in_file(&names.meta))?;
+            let loaded = meta::load(&db).map_err(Error::in_file(&names.meta))?;
+            Ok::<_, Error>((db, handle, loaded))
+        })
+        .map_err(|p| panicked(&names.meta, p))??;
+        if let Some(want) = &opts.identity {
+            match &loaded.identity {
+                Some(have) if have == want => {}
+                Some(have) => {
+                    return Err(Error::damaged(
+                        &names.meta,
+                        format!("this store belongs to {have}, not to {want}"),
+                    ));
+                }
+                None => {
+                    return Err(Error::damaged(
+                        &names.meta,
+                        format!("this store records no owner; {want} expects its own store"),
+                    ));
+                }
+            }
         }
-        check_label(&*dev, loaded.total_blocks)?;
+        let dev_bytes = dev
+            .len()
+            .map_err(|e| Error::damaged(&names.data, format!("cannot size it: {e}")))?;
+        if dev_bytes / (BLOCK as u64) < loaded.total_blocks {
+            return Err(Error::damaged(
+                &names.data,
+                format!(
+                    "the data file is {dev_bytes} bytes, the metadata records {} blocks of {BLOCK}",
+                    loaded.total_blocks
+                ),
+            ));
+        }
+        check_label(&*dev, loaded.total_blocks).map_err(Error::in_file(&names.data))?;
+        handle
+            .commit()
+            .map_err(|e| Error::io("writing the metadata staged at open", e))?;
+        Self::start(dev, db, loaded)
+    }
+
+    fn start(dev: Arc<dyn Device>, db: redb::Database, loaded: meta::Loaded) -> Result<Self> {
         replay_deferred(&*dev, &db, &loaded.deferred)?;
         let free = FreeList::from_runs(loaded.free.iter().copied())
             .ok_or_else(|| Error::Corrupt("persisted free list overlaps itself".into()))?;
@@ -346,6 +438,7 @@ impl BlockStore {
             dev,
             db,
             counters: Counters::default(),
+            identity: Mutex::new(loaded.identity),
         });
         let committer = Committer {
             shared: shared.clone(),
@@ -360,7 +453,38 @@ impl BlockStore {
             shared,
             committer: Some(handle),
             direct_io: false,
+            _lock: None,
         })
+    }
+
+    /// The owner the store records, if any.
+    pub fn identity(&self) -> Option<StoreIdentity> {
+        self.shared
+            .identity
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Record the store's owner (once, by `shoal osd mkfs`). Refuses to change an owner
+    /// already recorded.
+    pub fn set_identity(&self, id: &StoreIdentity) -> Result<()> {
+        let mut have = self
+            .shared
+            .identity
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &*have {
+            Some(h) if h == id => Ok(()),
+            Some(h) => Err(Error::InvalidArgument(format!(
+                "the store already belongs to {h}"
+            ))),
+            None => {
+                meta::write_identity(&self.shared.db, id)?;
+                *have = Some(id.clone());
+                Ok(())
+            }
+        }
     }
 
     /// Event counters.
@@ -416,8 +540,12 @@ pub fn fsck_on(
     meta: Arc<dyn Device>,
     deep: bool,
 ) -> Result<fsck::FsckReport> {
-    let db = open_db_on(meta)?;
-    fsck::fsck(&*data, &db, deep)
+    let names = PathBuf::from("metadata device");
+    catch_panic(|| {
+        let (db, _) = open_db_staged(meta)?;
+        fsck::fsck(&*data, &db, deep)
+    })
+    .map_err(|p| panicked(&names, p))?
 }
 
 /// Write every deferred record in place (idempotent), sync, then drop the records.

@@ -53,6 +53,17 @@ enum MonSub {
         #[arg(long)]
         fsid: Option<String>,
     },
+    /// Drop the bytes after the last whole record of a stopped monitor's
+    /// Raft log: a write torn by a crash. (A monitor refuses to start with
+    /// such a tail, since a log cut short by damage looks the same.)
+    RepairLog {
+        /// The monitor's name: `a` for mon.a.
+        #[arg(long)]
+        id: String,
+        /// Data directory (default: the mon_data option).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// Add a monitor (already made with `mkfs` and running) to the quorum.
     Add {
         /// Its name.
@@ -112,6 +123,14 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 data.display(),
                 ring.display()
             );
+            Ok(())
+        }
+        Some(MonSub::RepairLog { id, data }) => {
+            let entity = EntityName::new(EntityType::Mon, id.clone())?;
+            let config = ctx.config_for(&entity)?;
+            let data = data_dir(data, &config.options.mon_data)?;
+            let dropped = shoal_mon::MonStore::cut_torn_tail(&data)?;
+            println!("mon.{id}: dropped {dropped} bytes after the last whole log record");
             Ok(())
         }
         Some(MonSub::Add { name, addr, format }) => {

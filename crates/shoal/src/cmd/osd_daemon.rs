@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 use shoal_mon::Command;
 use shoal_net::{Keyring, KeyringEntry, NetConfig, Secret};
-use shoal_objectstore::block::{MkfsOptions, OpenOptions};
+use shoal_objectstore::block::{MkfsOptions, OpenOptions, StoreIdentity};
 use shoal_objectstore::{BlockStore, MemStore, ObjectStore};
 use shoal_osd::ctx::PgConfig;
 use shoal_osd::daemon::{Osd, OsdOptions};
@@ -131,23 +131,39 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
         },
     );
     ring.save(&dir.join("keyring"))?;
+    let status = mon_command(ctx, &Command::Status)?;
+    let fsid = status["fsid"]
+        .as_str()
+        .filter(|f| !f.is_empty())
+        .context("the monitors report no cluster fsid (not bootstrapped yet?)")?
+        .to_string();
     if args.store == StoreKind::Block {
         let opts = MkfsOptions {
             data_bytes: config.options.osd_store_bytes,
         };
-        shoal_objectstore::tool::mkfs(&dir.join(STORE_DIR), &opts)?;
+        let path = dir.join(STORE_DIR);
+        shoal_objectstore::tool::mkfs(&path, &opts)?;
+        // The store records whose it is, so it is never opened by another OSD
+        // or in another cluster.
+        let store = BlockStore::open(&path, &OpenOptions::default())?;
+        store.set_identity(&StoreIdentity {
+            fsid: fsid.clone(),
+            osd_id: args.id,
+        })?;
     }
     let store = match args.store {
         StoreKind::Block => "block",
         StoreKind::Mem => "mem",
     };
-    let meta = json!({ "id": args.id, "store": store, "format": 1 });
+    let meta = json!({ "id": args.id, "store": store, "format": 1, "fsid": fsid });
     std::fs::write(dir.join(META_FILE), format!("{meta:#}\n"))?;
     println!("created {entity} in {} ({store} store)", dir.display());
     Ok(())
 }
 
-fn open_store(dir: &Path, config: &shoal_config::Config) -> anyhow::Result<Arc<dyn ObjectStore>> {
+/// Reads `osd.json`, which must be osd.`id`'s: the first check of a data
+/// directory, before its key or its store is trusted.
+fn read_osd_json(dir: &Path, id: u32) -> anyhow::Result<serde_json::Value> {
     let meta_path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&meta_path).with_context(|| {
         format!(
@@ -157,13 +173,39 @@ fn open_store(dir: &Path, config: &shoal_config::Config) -> anyhow::Result<Arc<d
     })?;
     let meta: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", meta_path.display()))?;
+    match meta["id"].as_u64() {
+        Some(have) if have == u64::from(id) => Ok(meta),
+        Some(have) => bail!(
+            "{} belongs to osd.{have}, not osd.{id}: wrong --id or --data",
+            meta_path.display()
+        ),
+        None => bail!("{}: no OSD id recorded", meta_path.display()),
+    }
+}
+
+/// Opens the OSD's store; a BlockStore must record the same OSD and cluster
+/// as `osd.json`.
+fn open_store(
+    dir: &Path,
+    id: u32,
+    meta: &serde_json::Value,
+    config: &shoal_config::Config,
+) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    // Directories made before the fsid was recorded open without the check.
+    let identity = meta["fsid"].as_str().map(|fsid| StoreIdentity {
+        fsid: fsid.to_string(),
+        osd_id: id,
+    });
     Ok(match meta["store"].as_str() {
         Some("block") => Arc::new(BlockStore::open(
             &dir.join(STORE_DIR),
-            &OpenOptions::default(),
+            &OpenOptions {
+                identity,
+                ..OpenOptions::default()
+            },
         )?),
         Some("mem") => Arc::new(MemStore::new(config.options.osd_store_bytes)),
-        other => bail!("{}: unknown store {other:?}", meta_path.display()),
+        other => bail!("{}: unknown store {other:?}", dir.join(META_FILE).display()),
     })
 }
 
@@ -173,13 +215,14 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     shoal_config::logging::init(&config.options.log_level)?;
     let o = &config.options;
     let dir = data_dir(data, &o.osd_data, id)?;
+    let meta = read_osd_json(&dir, id)?;
     let ring = Keyring::load(&dir.join("keyring"))?;
     let key = ring
         .get(&entity)
         .with_context(|| format!("{} has no key for {entity}", dir.join("keyring").display()))?
         .key
         .clone();
-    let store = open_store(&dir, &config)?;
+    let store = open_store(&dir, id, &meta, &config)?;
     let bind: SocketAddr = if o.public_addr.is_empty() {
         "127.0.0.1:0".parse()?
     } else {

@@ -1,10 +1,13 @@
-//! [`MonClient`]: how tools and daemons send commands to the monitors. It
-//! tries each monitor in turn (starting with the last that answered) until
-//! one answers or the timeout passes.
+//! [`MonClient`]: how tools and daemons reach the monitors. A client keeps
+//! a session with one monitor; without one (at start, or when its monitor
+//! fails) it hunts: it connects to the monitors in parallel, asks each
+//! whether it is in a quorum, and takes the first that says yes. Monitors
+//! that failed are remembered and asked last ([`Hunting`]), so a dead
+//! monitor never makes a client wait for its connect timeout while
+//! another monitor answers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -14,14 +17,16 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use serde_json::Value;
 use shoal_maps::OsdMap;
-use shoal_net::{Dispatcher, Incoming};
+use shoal_net::{Connection, Dispatcher, Incoming};
 use shoal_net::{Messenger, Secret, ServiceSecrets, Ticket};
 use shoal_proto::{Message, MonCommand, MonCommandReply};
 use shoal_proto::{MonSubscribe, MonUpdate};
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
 
 use crate::command::Command;
 use crate::error::{ErrorCode, MonError};
+use crate::hunt::{Hunting, Plan};
 
 /// Collects the updates monitors push to a messenger: give it to the
 /// messenger as its dispatcher (or call [`UpdateSink::offer`] from yours).
@@ -83,19 +88,61 @@ pub struct MonClient {
     msgr: Messenger,
     mons: Arc<Vec<SocketAddr>>,
     timeout: Duration,
-    last_good: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
+
+/// What the clones of one client share: the session and what hunting
+/// learned.
+#[derive(Debug)]
+struct Shared {
+    hunting: Mutex<Hunting>,
+    session: Mutex<Option<Session>>,
+    /// Held while hunting, so concurrent callers share one hunt.
+    hunt: tokio::sync::Mutex<()>,
+}
+
+/// The monitor a client talks to, and its connection.
+#[derive(Debug, Clone)]
+struct Session {
+    index: usize,
+    conn: Connection,
+}
+
+/// How long a monitor without a quorum may hold a hunting probe, waiting
+/// for one (an election in progress ends well within it).
+const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 impl MonClient {
     /// A client reaching `mons` through `msgr`; each command gives up after
     /// `timeout`.
     pub fn new(msgr: Messenger, mons: Vec<SocketAddr>, timeout: Duration) -> Self {
+        let n = mons.len();
         MonClient {
             msgr,
             mons: Arc::new(mons),
             timeout,
-            last_good: Arc::default(),
+            shared: Arc::new(Shared {
+                hunting: Mutex::new(Hunting::new(n)),
+                session: Mutex::new(None),
+                hunt: tokio::sync::Mutex::new(()),
+            }),
         }
+    }
+
+    /// The monitor of the current session, if there is one.
+    pub fn session_addr(&self) -> Option<SocketAddr> {
+        self.current().map(|s| self.mons[s.index])
+    }
+
+    /// Whether the monitor at `addr` is remembered dead (it failed within
+    /// the last 30 s, so hunts ask it last).
+    pub fn remembers_dead(&self, addr: SocketAddr) -> bool {
+        let now = Instant::now();
+        let h = lock(&self.shared.hunting);
+        self.mons
+            .iter()
+            .position(|a| *a == addr)
+            .is_some_and(|i| h.is_dead(i, now))
     }
 
     /// Sends `cmd` and returns its JSON output.
@@ -109,35 +156,161 @@ impl MonClient {
         let json = serde_json::to_string(cmd)
             .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
         let deadline = Instant::now() + self.timeout;
-        let start = self.last_good.load(Ordering::Relaxed);
         let mut last = String::new();
-        let mut attempt = 0usize;
         while Instant::now() < deadline {
-            let i = (start + attempt) % self.mons.len();
-            attempt += 1;
-            let addr = self.mons[i];
-            match self.try_one(addr, &json, deadline).await {
+            let s = match self.session(deadline).await {
+                Ok(s) => s,
+                Err(e) => {
+                    last = e;
+                    break;
+                }
+            };
+            let addr = self.mons[s.index];
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let cmd = MonCommand {
+                command: json.clone(),
+            };
+            match s
+                .conn
+                .request_with_timeout(cmd, Bytes::new(), remaining)
+                .await
+            {
                 // A monitor that is catching up asks us to try again (another one).
-                Ok(r) if r.code == ErrorCode::Again as u32 => {
-                    last = format!("mon at {addr}: {}", r.output);
+                Ok(reply) => match reply.msg {
+                    Message::MonCommandReply(r) if r.code == ErrorCode::Again as u32 => {
+                        last = format!("mon at {addr}: {}", r.output);
+                        self.end_session(&s, true);
+                    }
+                    // Its monitor lost the quorum: the next command hunts
+                    // for one in it. This one is not sent again, as the
+                    // change may still commit.
+                    Message::MonCommandReply(r) if r.code == ErrorCode::NoQuorum as u32 => {
+                        self.end_session(&s, true);
+                        return reply_to_result(r);
+                    }
+                    Message::MonCommandReply(r) => return reply_to_result(r),
+                    other => {
+                        last = format!(
+                            "mon at {addr}: unexpected reply {}",
+                            other.msg_type().name()
+                        );
+                        self.end_session(&s, true);
+                    }
+                },
+                Err(e) => {
+                    last = format!("mon at {addr}: {e}");
+                    self.end_session(&s, true);
                 }
-                Ok(r) => {
-                    self.last_good.store(i, Ordering::Relaxed);
-                    return reply_to_result(r);
-                }
-                Err(e) => last = format!("mon at {addr}: {e}"),
-            }
-            if attempt % self.mons.len() == 0 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         Err(MonError::new(
             ErrorCode::NoQuorum,
             format!(
-                "no monitor answered within {:?}; last error: {last}",
+                "no quorum: no monitor answered within {:?}; last error: {last}",
                 self.timeout
             ),
         ))
+    }
+
+    /// The session, if there is one and its connection is open (a closed
+    /// one ends the session and counts as a failure of its monitor).
+    fn current(&self) -> Option<Session> {
+        let mut cur = lock(&self.shared.session);
+        let s = cur.as_ref()?;
+        if !s.conn.is_closed() {
+            return Some(s.clone());
+        }
+        let i = s.index;
+        *cur = None;
+        drop(cur);
+        lock(&self.shared.hunting).failed(i, Instant::now());
+        None
+    }
+
+    /// Ends session `s` (unless another one replaced it already); its
+    /// monitor is asked last in the next hunts when it `failed`.
+    fn end_session(&self, s: &Session, failed: bool) {
+        let mut cur = lock(&self.shared.session);
+        if cur.as_ref().is_some_and(|c| c.conn.id() == s.conn.id()) {
+            *cur = None;
+        }
+        drop(cur);
+        if failed {
+            lock(&self.shared.hunting).failed(s.index, Instant::now());
+        }
+    }
+
+    /// The current session, or a new one hunted for until `deadline`.
+    async fn session(&self, deadline: Instant) -> Result<Session, String> {
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let _hunting = self.shared.hunt.lock().await;
+        // Another caller may have found one while we waited.
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        loop {
+            let last = match self.hunt_round(deadline).await {
+                Ok(s) => {
+                    *lock(&self.shared.session) = Some(s.clone());
+                    return Ok(s);
+                }
+                Err(e) => e,
+            };
+            let pause = lock(&self.shared.hunting).round_failed();
+            if Instant::now() + pause >= deadline {
+                return Err(last);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One hunting round: probes the monitors of the plan in parallel (those
+    /// remembered dead after the others); the first in a quorum wins.
+    async fn hunt_round(&self, deadline: Instant) -> Result<Session, String> {
+        let Plan { first, later } = lock(&self.shared.hunting).plan(Instant::now());
+        if first.is_empty() {
+            return Err("no monitors configured (set mon_host)".into());
+        }
+        let mut probes = JoinSet::new();
+        let spawn = |probes: &mut JoinSet<_>, i: usize| {
+            let (msgr, addr) = (self.msgr.clone(), self.mons[i]);
+            probes.spawn(async move { (i, probe(&msgr, addr, deadline).await) });
+        };
+        for &i in &first {
+            spawn(&mut probes, i);
+        }
+        let mut later = Some(later).filter(|l| !l.is_empty());
+        let stagger = tokio::time::sleep(Hunting::STAGGER);
+        tokio::pin!(stagger);
+        let mut last: String;
+        loop {
+            tokio::select! {
+                Some(done) = probes.join_next() => {
+                    match done {
+                        Ok((i, Ok(conn))) => {
+                            lock(&self.shared.hunting).answered(i);
+                            return Ok(Session { index: i, conn });
+                        }
+                        Ok((i, Err(e))) => {
+                            lock(&self.shared.hunting).failed(i, Instant::now());
+                            last = format!("mon at {}: {e}", self.mons[i]);
+                        }
+                        Err(e) => last = format!("a probe ended: {e}"),
+                    }
+                    if probes.is_empty() {
+                        match later.take() {
+                            Some(l) => l.into_iter().for_each(|i| spawn(&mut probes, i)),
+                            None => return Err(last),
+                        }
+                    }
+                }
+                _ = &mut stagger, if later.is_some() => {
+                    later.take().into_iter().flatten().for_each(|i| spawn(&mut probes, i));
+                }
+            }
+        }
     }
 
     /// Asks for a ticket to `service` (e.g. `osd`) for this client, whose
@@ -197,17 +370,14 @@ impl MonClient {
                 }
             }
         };
-        let mut next = self.last_good.load(Ordering::Relaxed);
         while !tx.is_closed() {
-            let addr = self.mons[next % self.mons.len().max(1)];
-            next += 1;
-            let Some((conn, reply)) = self.subscribe_at(addr, &what, have).await else {
+            let Some((session, reply)) = self.subscribe_once(&what, have).await else {
                 continue;
             };
             let Message::MonUpdate(u) = reply.msg else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
+            let conn = session.conn;
             publish(u.version, &reply.data, &mut have);
             // Follow pushes until the monitor goes away or nobody listens.
             while !conn.is_closed() && !tx.is_closed() {
@@ -224,31 +394,27 @@ impl MonClient {
         }
     }
 
-    /// Subscribes to `what` at the monitor at `addr`; on failure waits a
-    /// moment (so a caller cycling through monitors does not spin).
-    async fn subscribe_at(
-        &self,
-        addr: SocketAddr,
-        what: &str,
-        have: u64,
-    ) -> Option<(shoal_net::Connection, shoal_net::Reply)> {
+    /// Subscribes to `what` at the session's monitor; on failure ends the
+    /// session and waits a moment (so a caller retrying does not spin).
+    async fn subscribe_once(&self, what: &str, have: u64) -> Option<(Session, shoal_net::Reply)> {
         let sub = MonSubscribe {
             what: what.to_string(),
             have,
         };
-        let attempt = async {
-            let conn = self.msgr.connect(addr).await.ok()?;
-            let r = conn
-                .request_with_timeout(sub, Bytes::new(), self.timeout)
-                .await
-                .ok()?;
-            Some((conn, r))
-        };
-        let got = attempt.await;
-        if got.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let s = self.session(Instant::now() + self.timeout).await.ok()?;
+        match s
+            .conn
+            .request_with_timeout(sub, Bytes::new(), self.timeout)
+            .await
+        {
+            Ok(r) if matches!(r.msg, Message::MonUpdate(_)) => Some((s, r)),
+            // Refused (say, a monitor not caught up) or failed: try another.
+            _ => {
+                self.end_session(&s, true);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                None
+            }
         }
-        got
     }
 
     /// Follows the OSD map for as long as the returned receiver lives: the
@@ -288,21 +454,18 @@ impl MonClient {
     ) {
         let every = every.as_ref();
         let mut local: Option<OsdMap> = None;
-        let mut next = self.last_good.load(Ordering::Relaxed);
         while !tx.is_closed() {
-            let addr = self.mons[next % self.mons.len().max(1)];
-            next += 1;
             let have = local.as_ref().map_or(0, |m| u64::from(m.epoch.0));
             // Updates queued from an earlier subscription are superseded by
             // this one's reply. What arrives while it is asked for is kept:
             // the monitor may push the next epoch before its reply (the
             // reply's older epochs are skipped when the queue is applied).
             let _ = sink.drain("osdmap");
-            let Some((conn, reply)) = self.subscribe_at(addr, "osdmap", have).await else {
+            let Some((session, reply)) = self.subscribe_once("osdmap", have).await else {
                 continue;
             };
-            let mut ok = matches!(reply.msg, Message::MonUpdate(_))
-                && apply_update(&mut local, &reply.data, &tx, every);
+            let conn = session.conn;
+            let mut ok = apply_update(&mut local, &reply.data, &tx, every);
             while ok && !conn.is_closed() && !tx.is_closed() {
                 let notified = sink.notify.notified();
                 let pending = sink.drain("osdmap");
@@ -314,10 +477,8 @@ impl MonClient {
                     .iter()
                     .all(|(_, data)| apply_update(&mut local, data, &tx, every));
             }
-            if !ok {
-                // A gap or a bad update: subscribe again from what we have.
-                next -= 1;
-            }
+            // A gap or a bad update: the loop subscribes again, from what we
+            // have, at the same monitor while its session lasts.
         }
     }
 
@@ -339,31 +500,50 @@ impl MonClient {
         }
         Ok(out)
     }
+}
 
-    async fn try_one(
-        &self,
-        addr: SocketAddr,
-        json: &str,
-        deadline: Instant,
-    ) -> Result<MonCommandReply, String> {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let conn = tokio::time::timeout(remaining, self.msgr.connect(addr))
-            .await
-            .map_err(|_| "connect timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        let cmd = MonCommand {
-            command: json.to_string(),
-        };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let reply = conn
-            .request_with_timeout(cmd, Bytes::new(), remaining)
-            .await
-            .map_err(|e| e.to_string())?;
-        match reply.msg {
-            Message::MonCommandReply(r) => Ok(r),
-            other => Err(format!("unexpected reply {}", other.msg_type().name())),
-        }
+/// Connects to the monitor at `addr` (one attempt) and asks whether it is
+/// in a quorum; the connection when it is.
+async fn probe(
+    msgr: &Messenger,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<Connection, String> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let conn = tokio::time::timeout(remaining, msgr.connect_once(addr))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    // Half of what is left at most, so that "no quorum" arrives before the
+    // caller's deadline and can be reported.
+    let wait = PROBE_WAIT.min(remaining / 2);
+    let hunt = Command::MonHunt {
+        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    };
+    let cmd = MonCommand {
+        command: serde_json::to_string(&hunt).map_err(|e| e.to_string())?,
+    };
+    // The monitor answers within `wait`; the rest is for the round trip.
+    let reply = conn
+        .request_with_timeout(cmd, Bytes::new(), remaining)
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = match reply.msg {
+        Message::MonCommandReply(r) => r,
+        other => return Err(format!("unexpected reply {}", other.msg_type().name())),
+    };
+    let v = reply_to_result(r).map_err(|e| e.message)?;
+    if v["in_quorum"].as_bool() == Some(true) {
+        Ok(conn)
+    } else {
+        Err(format!("not in a quorum: {v}"))
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section here leaves its value whole, even on panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Applies one `osdmap` update to `local` and publishes the result; false

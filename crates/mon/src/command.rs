@@ -19,6 +19,14 @@ pub enum Command {
     Status,
     /// The monitor map and quorum.
     MonStat,
+    /// A client hunting for a monitor asks: are you in a quorum (do you
+    /// know a leader, and know me)? Answered by the monitor itself, at once
+    /// when it is, else as soon as it is or after `wait_ms`:
+    /// `{"mon": NAME, "in_quorum": BOOL}`. Needs no capability.
+    MonHunt {
+        /// How long a monitor without a quorum may hold the answer.
+        wait_ms: u64,
+    },
     /// Health: the status and every check that is not OK.
     Health,
     /// Adds a monitor to the quorum.
@@ -305,6 +313,7 @@ impl Command {
             self,
             Command::Status
                 | Command::MonStat
+                | Command::MonHunt { .. }
                 | Command::Health
                 | Command::AuthLs
                 | Command::AuthGet { .. }

@@ -12,6 +12,7 @@
 mod client;
 mod command;
 mod error;
+mod hunt;
 mod mkfs;
 mod network;
 mod osdmap;
@@ -28,7 +29,7 @@ pub use client::{MonClient, Subscription, UpdateSink};
 pub use command::{Command, MonCaps, OsdCaps, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
 pub use mkfs::{MonMeta, mkfs, new_fsid};
-pub use network::MonNetwork;
+pub use network::{MonNetwork, PeerContact};
 pub use osdmap::{Boot, OsdChange, OsdMapState, PoolSpec, failure_domains, initial_crush};
 pub use pgstats::{OsdStatfs, PgStatEntry, PgStatReport, PgStats};
 pub use service::{Monitor, MonitorOptions, OsdLiveness};

@@ -3,7 +3,10 @@
 //! openraft's request; the reply's data part is the JSON of the response or
 //! of the remote Raft error.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::BasicNode;
@@ -19,6 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use shoal_net::{Messenger, NetError};
 use shoal_proto::{Message, MonRaft, MonRaftReply};
+use tokio::time::Instant;
 
 use crate::types::TypeConfig;
 
@@ -27,16 +31,46 @@ pub(crate) const RPC_APPEND: u32 = 1;
 pub(crate) const RPC_VOTE: u32 = 2;
 pub(crate) const RPC_SNAPSHOT: u32 = 3;
 
+/// When each peer monitor last answered one of our Raft RPCs. A leader
+/// sends every follower a heartbeat each tick, so on the leader this is
+/// the quorum as it stands, known without asking anyone.
+#[derive(Debug, Default)]
+pub struct PeerContact {
+    heard: Mutex<BTreeMap<u64, Instant>>,
+}
+
+impl PeerContact {
+    fn heard(&self, node: u64) {
+        let mut h = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        h.insert(node, Instant::now());
+    }
+
+    /// Whether `node` answered within `window` before now.
+    pub fn heard_within(&self, node: u64, window: Duration) -> bool {
+        let h = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        h.get(&node).is_some_and(|t| t.elapsed() <= window)
+    }
+}
+
 /// Creates one RPC client per target monitor.
 #[derive(Clone, Debug)]
 pub struct MonNetwork {
     msgr: Messenger,
+    contact: Arc<PeerContact>,
 }
 
 impl MonNetwork {
     /// Raft RPCs through `msgr`.
     pub fn new(msgr: Messenger) -> Self {
-        MonNetwork { msgr }
+        MonNetwork {
+            msgr,
+            contact: Arc::default(),
+        }
+    }
+
+    /// When each peer last answered an RPC of this network's.
+    pub fn contact(&self) -> Arc<PeerContact> {
+        Arc::clone(&self.contact)
     }
 }
 
@@ -46,6 +80,7 @@ pub struct MonPeer {
     msgr: Messenger,
     target: u64,
     addr: Result<SocketAddr, String>,
+    contact: Arc<PeerContact>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for MonNetwork {
@@ -55,6 +90,7 @@ impl RaftNetworkFactory<TypeConfig> for MonNetwork {
         MonPeer {
             msgr: self.msgr.clone(),
             target,
+            contact: Arc::clone(&self.contact),
             addr: node
                 .addr
                 .parse()
@@ -98,6 +134,8 @@ impl MonPeer {
         let Message::MonRaftReply(MonRaftReply { error }) = reply.msg else {
             return Err(unreachable(&"unexpected reply to a Raft RPC"));
         };
+        // An answer, even a refusal, shows the peer is up and reachable.
+        self.contact.heard(self.target);
         let bad = |e: serde_json::Error| RPCError::Network(NetworkError::new(&e));
         if error {
             let e: RaftError<u64, E> = serde_json::from_slice(&reply.data).map_err(bad)?;

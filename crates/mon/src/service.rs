@@ -24,14 +24,14 @@ use shoal_net::{
 };
 use shoal_proto::{
     ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe,
-    MonUpdate, Ping,
+    MonUpdate,
 };
 use shoal_types::{EntityName, EntityType};
 
 use crate::command::{Command, parse_mon_caps};
 use crate::error::{ErrorCode, MonError};
 use crate::mkfs::MonMeta;
-use crate::network::{MonNetwork, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
+use crate::network::{MonNetwork, PeerContact, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::osdmap::{Boot, OsdChange};
 use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 use crate::store::MonStore;
@@ -46,7 +46,10 @@ pub struct MonitorOptions {
     pub net: NetConfig,
     /// Raft heartbeat interval.
     pub heartbeat: Duration,
-    /// Raft election timeout (the lower bound; the upper is twice it).
+    /// Raft election timeout: the lower bound of each monitor's randomised
+    /// timeout, whose upper bound is 1.5 times this. A follower calls an
+    /// election when it has not heard from the leader for the leader's
+    /// lease (the upper bound) plus its own timeout.
     pub election_timeout: Duration,
     /// Log entries between snapshots.
     pub snapshot_every: u64,
@@ -124,6 +127,8 @@ struct Core {
     opts: MonitorOptions,
     subs: std::sync::Mutex<Vec<Subscriber>>,
     life: std::sync::Mutex<Liveness>,
+    /// When each peer last answered our Raft RPCs (the quorum, on a leader).
+    contact: Arc<PeerContact>,
 }
 
 /// A connection following part of the state.
@@ -263,6 +268,20 @@ fn to_reply(r: Result<Value, MonError>) -> MonCommandReply {
     }
 }
 
+fn election_timeout_min_ms(opts: &MonitorOptions) -> u64 {
+    u64::try_from(opts.election_timeout.as_millis()).unwrap_or(u64::MAX / 2)
+}
+
+/// The upper bound of the randomised election timeout, which openraft also
+/// takes as the leader's lease: a follower waits this long plus its own
+/// timeout after the last heartbeat before it calls an election. Half the
+/// lower bound again (rather than twice it) keeps a failover under
+/// 3 × `election_timeout` while the spread still separates candidates.
+fn election_timeout_max_ms(opts: &MonitorOptions) -> u64 {
+    let min = election_timeout_min_ms(opts);
+    min + (min / 2).max(1)
+}
+
 impl Monitor {
     /// Starts the monitor in `opts.data`, listening on its address from the
     /// initial monitors (or `listen` when given).
@@ -307,8 +326,8 @@ impl Monitor {
         let config = Config {
             cluster_name: "shoal-mon".into(),
             heartbeat_interval: opts.heartbeat.as_millis() as u64,
-            election_timeout_min: opts.election_timeout.as_millis() as u64,
-            election_timeout_max: 2 * opts.election_timeout.as_millis() as u64,
+            election_timeout_min: election_timeout_min_ms(&opts),
+            election_timeout_max: election_timeout_max_ms(&opts),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
             max_in_snapshot_log_to_keep: 64,
             ..Config::default()
@@ -317,7 +336,9 @@ impl Monitor {
         .map_err(internal)?;
         let id = node_id(&meta.name);
         let (log, sm) = openraft::storage::Adaptor::new(store);
-        let raft = Raft::new(id, Arc::new(config), MonNetwork::new(msgr.clone()), log, sm)
+        let network = MonNetwork::new(msgr.clone());
+        let contact = network.contact();
+        let raft = Raft::new(id, Arc::new(config), network, log, sm)
             .await
             .map_err(internal)?;
         let core = Arc::new(Core {
@@ -330,6 +351,7 @@ impl Monitor {
             opts,
             subs: std::sync::Mutex::new(Vec::new()),
             life: std::sync::Mutex::new(Liveness::default()),
+            contact,
         });
         tokio::spawn(osd_tick(Arc::downgrade(&core)));
         let _ = slot.set(Arc::clone(&core));
@@ -524,6 +546,9 @@ impl Core {
     async fn command(&self, caller: &EntityName, json: &str) -> Result<Value, MonError> {
         let cmd: Command = serde_json::from_str(json)
             .map_err(|e| MonError::new(ErrorCode::InvalidArgument, format!("bad command: {e}")))?;
+        if let Command::MonHunt { wait_ms } = cmd {
+            return Ok(self.hunted(caller, Duration::from_millis(wait_ms)).await);
+        }
         self.wait_caught_up(caller).await?;
         self.check_caps(caller, &cmd)?;
         if let Some(id) = cmd.speaks_for_osd() {
@@ -548,7 +573,8 @@ impl Core {
         let deadline = Instant::now() + self.opts.command_timeout;
         let mut last = String::from("no leader elected");
         while Instant::now() < deadline {
-            let outcome = match self.raft.current_leader().await {
+            let leader = self.raft.current_leader().await;
+            let outcome = match leader {
                 Some(l) if l == self.id => self.lead(&cmd, deadline).await,
                 Some(l) => self.forward(l, json, deadline).await,
                 None => Err(Retry("no leader elected".into())),
@@ -557,7 +583,11 @@ impl Core {
                 Ok(r) => return r,
                 Err(Retry(why)) => last = why,
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Try again as soon as another leader is known (an election
+            // ended), or after a moment if the failure was passing.
+            let pause =
+                Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
+            let _ = tokio::time::timeout(pause, self.leader_other_than(leader)).await;
         }
         Err(MonError::new(
             ErrorCode::NoQuorum,
@@ -566,6 +596,67 @@ impl Core {
                 self.me, self.opts.command_timeout
             ),
         ))
+    }
+
+    /// Returns once this monitor knows a leader other than `from` (or none
+    /// when `from` is none: once it knows one).
+    async fn leader_other_than(&self, from: Option<u64>) {
+        let mut m = self.raft.metrics();
+        let _ = m.wait_for(|m| m.current_leader != from).await;
+        if m.has_changed().is_err() {
+            // Raft stopped: nothing will change; let the caller's timeout end it.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Whether this monitor can serve `caller` now: it knows a leader and
+    /// has the caller in its auth database. A client hunting for a monitor
+    /// asks this of several at once and keeps the first that says yes; one
+    /// that cannot yet holds the answer until it can, up to `wait` (so the
+    /// end of an election answers the hunt, not the client's next try).
+    async fn hunted(&self, caller: &EntityName, wait: Duration) -> Value {
+        let deadline = Instant::now() + wait.min(self.opts.command_timeout);
+        let mut metrics = self.raft.metrics();
+        let lease_ms = election_timeout_max_ms(&self.opts);
+        loop {
+            let (leader, quorum_ack_ms) = {
+                let m = metrics.borrow_and_update();
+                (m.current_leader, m.millis_since_quorum_ack)
+            };
+            // A leader cut off from the others keeps its title (openraft
+            // 0.9 does not step down); it leads a quorum only while a
+            // quorum acknowledges it within the lease.
+            let leads = |l: u64| l != self.id || quorum_ack_ms.is_some_and(|ms| ms <= lease_ms);
+            let leader = leader.filter(|l| leads(*l));
+            let knows_caller = caller.ty() == EntityType::Mon
+                || read_state(&self.state)
+                    .auth
+                    .contains_key(&caller.to_string());
+            let in_quorum = leader.is_some() && knows_caller;
+            // Applying an entry changes the metrics too, so a caller that
+            // arrives in the auth database wakes this as well.
+            if in_quorum
+                || !matches!(
+                    tokio::time::timeout_at(deadline, metrics.changed()).await,
+                    Ok(Ok(()))
+                )
+            {
+                return json!({
+                    "mon": self.meta.name,
+                    "in_quorum": in_quorum,
+                    "leader": leader.and_then(|l| self.name_of(l)),
+                });
+            }
+        }
+    }
+
+    /// The name of the monitor with Raft node id `id`.
+    fn name_of(&self, id: u64) -> Option<String> {
+        read_state(&self.state)
+            .mons
+            .iter()
+            .find(|(_, m)| m.id == id)
+            .map(|(n, _)| n.clone())
     }
 
     async fn forward(&self, leader: u64, json: &str, deadline: Instant) -> Outcome {
@@ -585,11 +676,19 @@ impl Core {
             .and_then(|a| a.parse::<SocketAddr>().ok())
             .ok_or_else(|| Retry(format!("leader {leader} has no known address")))?;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let conn = self
-            .msgr
-            .connect(addr)
-            .await
-            .map_err(|e| Retry(e.to_string()))?;
+        // One attempt, abandoned when another leader is elected: a dead
+        // leader must cost its election, not our connect backoff or timeout.
+        let conn = tokio::select! {
+            c = tokio::time::timeout(remaining, self.msgr.connect_once(addr)) => match c {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(Retry(e.to_string())),
+                Err(_) => return Err(Retry(format!("leader at {addr}: connect timed out"))),
+            },
+            _ = self.leader_other_than(Some(leader)) => {
+                return Err(Retry("the leader changed".into()));
+            }
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
         let cmd = MonCommand {
             command: json.to_string(),
         };
@@ -892,16 +991,17 @@ impl Core {
         }
     }
 
-    /// Status: which monitors answer a ping now form the quorum view.
+    /// Status. It runs on the leader (reads do), whose heartbeats reach
+    /// every follower each tick: the monitors that answered one within the
+    /// leader's lease form the quorum. Nobody is asked anything more, so a
+    /// dead monitor costs `status` nothing.
     async fn status(&self, state: &MonState) -> Value {
         let mut mons = Vec::new();
         let mut quorum = Vec::new();
+        let lease = Duration::from_millis(election_timeout_max_ms(&self.opts));
+        let window = lease.max(self.opts.heartbeat * 4);
         for (name, info) in &state.mons {
-            let up = if info.id == self.id {
-                true
-            } else {
-                self.ping(&info.addr).await
-            };
+            let up = info.id == self.id || self.contact.heard_within(info.id, window);
             if up {
                 quorum.push(name.clone());
             }
@@ -933,24 +1033,6 @@ impl Core {
                 "service_secret": state.service_secrets.keys().next_back(),
             },
         })
-    }
-
-    async fn ping(&self, addr: &str) -> bool {
-        let Ok(addr) = addr.parse() else { return false };
-        let probe = async {
-            let conn = self.msgr.connect(addr).await.ok()?;
-            let ping = Ping {
-                seq: 0,
-                echo: false,
-            };
-            conn.request_with_timeout(ping, Bytes::new(), Duration::from_millis(300))
-                .await
-                .ok()
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_millis(500), probe).await,
-            Ok(Some(_))
-        )
     }
 }
 

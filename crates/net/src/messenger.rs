@@ -143,6 +143,22 @@ impl Messenger {
     /// The connection to the peer listening at `addr`, established (with
     /// retries and exponential backoff) if there is none.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
+        self.connect_attempts(addr, self.inner.config.reconnect_attempts)
+            .await
+    }
+
+    /// [`Messenger::connect`] with a single attempt: for a caller that
+    /// races several peers and does its own retrying (monitor hunting), so
+    /// a dead peer costs one refused or timed-out connect, not a backoff.
+    pub async fn connect_once(&self, addr: SocketAddr) -> Result<Connection, NetError> {
+        self.connect_attempts(addr, 1).await
+    }
+
+    async fn connect_attempts(
+        &self,
+        addr: SocketAddr,
+        attempts: u32,
+    ) -> Result<Connection, NetError> {
         let slot = lock(&self.inner.peers).entry(addr).or_default().clone();
         let mut current = slot.lock().await;
         if let Some(c) = current.as_ref().filter(|c| !c.is_closed()) {
@@ -160,7 +176,7 @@ impl Messenger {
                     *current = Some(c.clone());
                     return Ok(c);
                 }
-                Err(e) if !e.is_transient() || attempt >= cfg.reconnect_attempts => return Err(e),
+                Err(e) if !e.is_transient() || attempt >= attempts => return Err(e),
                 Err(e) => {
                     tracing::debug!(%addr, attempt, "connect failed, retrying in {delay:?}: {e}");
                     tokio::time::sleep(jitter(delay)).await;

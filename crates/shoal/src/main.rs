@@ -2,6 +2,25 @@
 //! configuration, sets up logging and dispatches to one module per
 //! subcommand; the real work lives in the library crates.
 
+#![deny(clippy::print_stdout)] // Standard output goes through cmd::out.
+
+/// `print!` for commands: a closed pipe ends the process quietly (`cmd::out`).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::out::print_fmt(format_args!($($arg)*))
+    };
+}
+
+/// `println!` for commands: a closed pipe ends the process quietly (`cmd::out`).
+macro_rules! outln {
+    () => {
+        $crate::cmd::out::print_fmt(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::out::print_fmt(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod cmd;
 
 use std::path::PathBuf;

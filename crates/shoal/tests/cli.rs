@@ -426,3 +426,21 @@ fn ceph_spellings_parse() {
     let o = shoal(&["osd", "out", "host.3"]);
     assert!(text(&o).1.contains("3 or osd.3"), "{}", text(&o).1);
 }
+
+#[test]
+fn format_goes_anywhere() {
+    for args in [
+        &["--format", "json", "osd", "dump"][..],
+        &["-f", "json", "status"],
+        &["osd", "-f", "json", "tree"],
+        &["--format=json", "pg", "dump"],
+        &["osd", "pool", "--format", "plain", "ls"],
+        &["health", "--format", "json", "detail"],
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        let (_, err) = text(&o);
+        assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
+    }
+    let o = shoal(&["-f", "xml", "status"]);
+    assert!(text(&o).1.contains("xml"), "{}", text(&o).1);
+}

@@ -7,12 +7,16 @@
 //! type, item and rule name maps; the tunables; device classes and the shadow
 //! table. Only what placement needs is kept; straw (v1) and tree buckets and
 //! weight sets (choose_args) are refused rather than mapped differently.
+//! Maps above Shoal's limits ([`crate::limits`]: tries tunables, bucket
+//! size, rule steps, device ids, depth), which Ceph would accept, are
+//! refused with [`CrushError::Limit`].
 
 use std::collections::BTreeMap;
 
 use crate::codec::Reader;
 use crate::error::{CrushError, Result};
-use crate::map::{Bucket, BucketAlg, CrushMap, MAX_BUCKETS, Rule, Step, Tunables};
+use crate::limits::MAX_BUCKETS;
+use crate::map::{Bucket, BucketAlg, CrushMap, Rule, Step, Tunables};
 
 /// First four bytes of a Ceph binary CRUSH map (`CRUSH_MAGIC`, little-endian).
 pub const CEPH_CRUSH_MAGIC: [u8; 4] = [0x00, 0x00, 0x01, 0x00];

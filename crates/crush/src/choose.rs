@@ -96,6 +96,7 @@ impl Choose<'_> {
             let mut collide = false;
             if size != 0 {
                 let fb = self.local_fallback_retries;
+                self.count_step();
                 let item = if fb > 0 && flocal >= (size >> 1) && flocal > fb {
                     perm_choose(inb, self.x, r)
                 } else {
@@ -283,6 +284,7 @@ impl Choose<'_> {
             if size == 0 {
                 return false;
             }
+            self.count_step();
             let item = bucket_choose(inb, self.x, r);
             if item >= self.map.max_devices {
                 return set_none(out, out2);

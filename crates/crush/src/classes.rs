@@ -41,7 +41,7 @@ impl CrushMap {
         used: &BTreeSet<i32>,
         depth: usize,
     ) -> Result<i32> {
-        if depth > crate::map::MAX_DEPTH {
+        if depth > crate::limits::MAX_DEPTH {
             return Err(CrushError::Invalid("bucket hierarchy has a cycle".into()));
         }
         let class_name = self

@@ -4,7 +4,10 @@
 //! eight tunables (u32), then length-prefixed lists of devices, types,
 //! buckets (shadow buckets included, with their class), rules, classes and
 //! the class -> shadow-bucket table. Decoding checks every count against the
-//! input left and validates the result, so hostile bytes give an error.
+//! input left and validates the result, so hostile bytes give an error; a
+//! map above the limits of [`crate::limits`] (tunables, rule steps, bucket
+//! size, device ids, depth) is refused with [`CrushError::Limit`], so any
+//! map that decodes maps in bounded time.
 
 use std::collections::BTreeMap;
 

@@ -20,6 +20,17 @@ pub enum CrushError {
     /// A binary encoding could not be decoded.
     #[error("decode: {0}")]
     Decode(String),
+    /// A number in the map above the limit that keeps mapping bounded
+    /// (see [`crate::limits`]).
+    #[error("{what} {value} is above the limit of {max}")]
+    Limit {
+        /// Which number: `choose_total_tries`, `bucket size`, ...
+        what: &'static str,
+        /// The map's value.
+        value: u64,
+        /// The largest value accepted.
+        max: u64,
+    },
     /// A rule id that the map does not have.
     #[error("no rule {0}")]
     NoSuchRule(u32),

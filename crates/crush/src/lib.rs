@@ -20,6 +20,7 @@ mod edit;
 mod encode;
 mod error;
 pub mod hash;
+pub mod limits;
 mod ln;
 mod ln_table;
 mod map;
@@ -30,6 +31,10 @@ mod tree;
 
 pub use build::{BuildSpec, build_map};
 pub use error::{CrushError, Result};
+pub use limits::{
+    MAX_BUCKET_ITEMS, MAX_CHOOSE_TRIES, MAX_DEPTH, MAX_DEVICES, MAX_LOCAL_TRIES, MAX_REPLICAS,
+    MAX_RULE_STEPS,
+};
 pub use ln::crush_ln;
 pub use map::{
     Bucket, BucketAlg, CrushMap, Device, ITEM_NONE, RULE_ERASURE, RULE_REPLICATED, Rule, Step,

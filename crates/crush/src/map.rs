@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{CrushError, Result};
+use crate::limits::{MAX_BUCKETS, too_many_items};
 
 /// Placeholder Ceph puts in a result position it could not fill (indep rules).
 pub const ITEM_NONE: i32 = 0x7fff_ffff;
@@ -221,14 +222,6 @@ pub struct CrushMap {
     pub(crate) max_devices: i32,
 }
 
-/// Limits that keep hostile input from allocating without bound: items per
-/// bucket, and bucket slots (`-1 - id`).
-pub const MAX_ITEMS: usize = 1 << 20;
-/// Most bucket slots a map may have.
-pub const MAX_BUCKETS: usize = 1 << 18;
-/// Deepest bucket hierarchy accepted (Ceph's default has 12 levels of types).
-pub const MAX_DEPTH: usize = 64;
-
 impl CrushMap {
     /// An empty map with the given tunables.
     pub fn new(tunables: Tunables) -> Self {
@@ -268,11 +261,14 @@ impl CrushMap {
                 bucket.id
             )));
         }
-        if bucket.items.len() != bucket.weights.len() || bucket.items.len() > MAX_ITEMS {
+        if bucket.items.len() != bucket.weights.len() {
             return Err(CrushError::Invalid(format!(
                 "bucket {} items/weights",
                 bucket.id
             )));
+        }
+        if bucket.items.len() > crate::limits::MAX_BUCKET_ITEMS {
+            return Err(too_many_items(bucket.items.len()));
         }
         let idx = (-1 - i64::from(bucket.id)) as usize;
         if idx >= MAX_BUCKETS {
@@ -432,7 +428,8 @@ impl CrushMap {
         })
     }
 
-    /// Checks references and acyclicity and computes `max_devices`.
+    /// Checks references, acyclicity and the limits that keep mapping
+    /// bounded ([`crate::limits`]), and computes `max_devices`.
     pub fn finalize(&mut self) -> Result<()> {
         let mut max_dev = self.devices.keys().next_back().map_or(0, |m| m + 1);
         for b in self.buckets() {
@@ -448,6 +445,7 @@ impl CrushMap {
             }
         }
         self.max_devices = max_dev;
-        self.check_acyclic()
+        self.check_acyclic()?;
+        self.check_limits()
     }
 }

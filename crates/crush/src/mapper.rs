@@ -4,6 +4,8 @@
 //! `r` values fed to the hash, collision and rejection order), because any
 //! difference changes some mappings.
 
+use std::cell::Cell;
+
 use crate::hash::hash32_2;
 use crate::map::{CrushMap, Step};
 
@@ -13,6 +15,15 @@ pub struct Workspace {
     a: Vec<i32>,
     b: Vec<i32>,
     c: Vec<i32>,
+    steps: u64,
+}
+
+impl Workspace {
+    /// Bucket choices the last [`CrushMap::do_rule_with`] made with this
+    /// workspace: the measure [`CrushMap::max_steps`] bounds.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
 }
 
 /// Parameters fixed for one choose step.
@@ -24,6 +35,8 @@ pub(crate) struct Choose<'a> {
     pub(crate) local_fallback_retries: u32,
     pub(crate) vary_r: u32,
     pub(crate) stable: bool,
+    /// Bucket choices made so far (see [`Workspace::steps`]).
+    pub(crate) steps: Cell<u64>,
 }
 
 impl CrushMap {
@@ -48,6 +61,7 @@ impl CrushMap {
         out: &mut Vec<i32>,
     ) {
         out.clear();
+        ws.steps = 0;
         let Some(rule) = self.rules.get(&rule) else {
             return;
         };
@@ -79,6 +93,7 @@ impl CrushMap {
                     }
                     let ch = knobs.choose(self, weights, x);
                     let osize = ch.step(step, &knobs, &w[..wsize], o, c, result_max);
+                    ws.steps = ws.steps.saturating_add(ch.steps.get());
                     std::mem::swap(w, o);
                     wsize = osize;
                 }
@@ -155,6 +170,7 @@ impl RuleKnobs {
             local_fallback_retries: self.local_fallback,
             vary_r: self.vary_r,
             stable: self.stable != 0,
+            steps: Cell::new(0),
         }
     }
 }
@@ -223,6 +239,12 @@ pub(crate) fn is_out(weights: &[u32], item: i32, x: u32) -> bool {
 }
 
 impl Choose<'_> {
+    /// Counts one bucket choice.
+    #[inline]
+    pub(crate) fn count_step(&self) {
+        self.steps.set(self.steps.get().saturating_add(1));
+    }
+
     /// The type of an item: 0 for devices; None for a dangling bucket id.
     #[inline]
     pub(crate) fn item_type(&self, item: i32) -> Option<i32> {

@@ -4,7 +4,16 @@
 use std::collections::BTreeSet;
 
 use crate::error::{CrushError, Result};
-use crate::map::{CrushMap, MAX_DEPTH};
+use crate::limits::MAX_DEPTH;
+use crate::map::CrushMap;
+
+fn too_deep(depth: usize) -> CrushError {
+    CrushError::Limit {
+        what: "bucket hierarchy depth",
+        value: depth as u64,
+        max: MAX_DEPTH as u64,
+    }
+}
 
 impl CrushMap {
     /// Fails on a cycle or on a hierarchy deeper than [`MAX_DEPTH`], so that
@@ -33,9 +42,7 @@ impl CrushMap {
                         }
                         0 => {
                             if stack.len() >= MAX_DEPTH {
-                                return Err(CrushError::Invalid(
-                                    "bucket hierarchy too deep".into(),
-                                ));
+                                return Err(too_deep(stack.len() + 1));
                             }
                             depth[idx(child)] = u32::MAX;
                             stack.push((child, 0));
@@ -51,7 +58,7 @@ impl CrushMap {
                         .max()
                         .unwrap_or(0);
                     if h as usize >= MAX_DEPTH {
-                        return Err(CrushError::Invalid("bucket hierarchy too deep".into()));
+                        return Err(too_deep(h as usize + 1));
                     }
                     depth[idx(id)] = h + 1;
                     stack.pop();

@@ -24,7 +24,10 @@ fn very_deep_hierarchy_is_an_error_not_a_stack_overflow() {
         ));
     }
     t.push_str("rule r {\n id 0\n type replicated\n step take b499\n step chooseleaf firstn 0 type host\n step emit\n}\n");
-    assert!(parse(&t).is_err());
+    assert!(matches!(
+        parse(&t),
+        Err(shoal_crush::CrushError::Limit { .. })
+    ));
 }
 
 #[test]
@@ -98,9 +101,12 @@ proptest! {
         if let Ok(map) = parse(&text) {
             // Whatever parses can be mapped, printed and encoded.
             let w = shoal_crush::tester::default_weights(&map);
+            let mut ws = shoal_crush::Workspace::default();
+            let mut out = Vec::new();
             for r in map.rules().map(|r| r.id).collect::<Vec<_>>() {
                 for x in 0..16 {
-                    let _ = map.do_rule(r, x, 3, &w);
+                    map.do_rule_with(&mut ws, r, x, 3, &w, &mut out);
+                    prop_assert!(ws.steps() <= map.max_steps(r, 3));
                 }
             }
             let _ = shoal_crush::text::print(&map);

@@ -4,7 +4,12 @@
 //! (u8, now 1); integers are little-endian and fixed width; every list is
 //! length-prefixed and its length is checked against the bytes left; the
 //! CRUSH map is nested as length-prefixed `shoal-crush` encoding. Decoding
-//! never panics: malformed input is a [`MapError::Decode`].
+//! never panics: malformed input is a [`MapError::Decode`]; a map above
+//! the limits that keep mapping bounded (`max_osd` at most
+//! [`crate::MAX_OSD_LIMIT`], pools of at most [`crate::MAX_POOL_SIZE`]
+//! members and [`crate::MAX_PG_NUM`] PGs, CRUSH as in
+//! [`shoal_crush::limits`]) is a [`MapError::Limit`] or a
+//! [`MapError::Crush`] holding a `CrushError::Limit`.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +19,7 @@ use shoal_types::Epoch;
 
 use crate::error::{MapError, Result};
 use crate::incremental::Incremental;
-use crate::osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap};
+use crate::osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, max_osd_limit};
 use crate::pg::PgId;
 use crate::pool::{Pool, PoolKind};
 
@@ -24,6 +29,14 @@ const VERSION: u8 = 1;
 
 fn de(e: shoal_crush::CrushError) -> MapError {
     MapError::Decode(e.to_string())
+}
+
+/// A nested CRUSH map's error: limits keep their type, the rest is `Decode`.
+fn de_crush(e: shoal_crush::CrushError) -> MapError {
+    match e {
+        e @ shoal_crush::CrushError::Limit { .. } => MapError::Crush(e),
+        e => de(e),
+    }
 }
 
 fn header(w: &mut Writer, magic: &[u8; 4]) {
@@ -97,7 +110,10 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         crush_rule,
         flags,
     };
-    p.validate().map_err(|e| MapError::Decode(e.to_string()))?;
+    p.validate().map_err(|e| match e {
+        e @ MapError::Limit { .. } => e,
+        e => MapError::Decode(e.to_string()),
+    })?;
     Ok(p)
 }
 
@@ -230,7 +246,7 @@ impl OsdMap {
         let epoch = Epoch(r.u32().map_err(de)?);
         let n = r.count(13).map_err(de)?;
         if n > MAX_OSD_LIMIT as usize {
-            return Err(MapError::Decode(format!("max_osd {n}")));
+            return Err(max_osd_limit(n as u64));
         }
         let mut osds = Vec::with_capacity(n);
         for _ in 0..n {
@@ -263,7 +279,7 @@ impl OsdMap {
         for _ in 0..r.count(16).map_err(de)? {
             pg_upmap_items.insert(get_pg(&mut r)?, get_pairs(&mut r)?);
         }
-        let crush = CrushMap::decode(r.bytes().map_err(de)?).map_err(de)?;
+        let crush = CrushMap::decode(r.bytes().map_err(de)?).map_err(de_crush)?;
         let (mut flags, mut up_thru) = (0, BTreeMap::new());
         while r.remaining() != 0 {
             match r.u8().map_err(de)? {
@@ -372,10 +388,14 @@ impl Incremental {
             ..Incremental::default()
         };
         if r.u8().map_err(de)? != 0 {
-            inc.new_max_osd = Some(r.u32().map_err(de)?);
+            let n = r.u32().map_err(de)?;
+            if n > MAX_OSD_LIMIT {
+                return Err(max_osd_limit(u64::from(n)));
+            }
+            inc.new_max_osd = Some(n);
         }
         if r.u8().map_err(de)? != 0 {
-            inc.new_crush = Some(CrushMap::decode(r.bytes().map_err(de)?).map_err(de)?);
+            inc.new_crush = Some(CrushMap::decode(r.bytes().map_err(de)?).map_err(de_crush)?);
         }
         for _ in 0..r.count(40).map_err(de)? {
             let p = get_pool(&mut r)?;

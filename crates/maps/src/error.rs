@@ -26,6 +26,17 @@ pub enum MapError {
     /// A value out of its allowed range.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A number in the map above the limit that keeps its memory and the
+    /// work of mapping it bounded (`max_osd`, a pool's `pg_num` or size).
+    #[error("{what} {value} is above the limit of {max}")]
+    Limit {
+        /// Which number.
+        what: &'static str,
+        /// The map's value.
+        value: u64,
+        /// The largest value accepted.
+        max: u64,
+    },
     /// Bytes that do not decode.
     #[error("decode: {0}")]
     Decode(String),

@@ -6,7 +6,7 @@ use shoal_crush::CrushMap;
 use shoal_types::Epoch;
 
 use crate::error::{MapError, Result};
-use crate::osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, WEIGHT_IN};
+use crate::osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, WEIGHT_IN, max_osd_limit};
 use crate::pg::PgId;
 use crate::pool::Pool;
 
@@ -86,7 +86,7 @@ impl OsdMap {
     fn apply_unchecked(&mut self, inc: &Incremental) -> Result<()> {
         if let Some(n) = inc.new_max_osd {
             if n > MAX_OSD_LIMIT {
-                return Err(MapError::Invalid(format!("max_osd {n}")));
+                return Err(max_osd_limit(u64::from(n)));
             }
             self.osds.resize(n as usize, OsdInfo::default());
         }

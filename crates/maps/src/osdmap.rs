@@ -15,8 +15,18 @@ pub const WEIGHT_IN: u32 = 0x1_0000;
 pub const WEIGHT_OUT: u32 = 0;
 /// Default primary affinity (1.0 in 16.16).
 pub const PRIMARY_AFFINITY_DEFAULT: u32 = 0x1_0000;
-/// Upper bound on `max_osd`, so hostile maps cannot allocate without limit.
-pub const MAX_OSD_LIMIT: u32 = 1 << 20;
+/// Largest `max_osd` a map may have (Ceph's `mon_max_osd` defaults to
+/// 10000): every map holds, and every mapping reads, one entry per slot.
+pub const MAX_OSD_LIMIT: u32 = 1 << 16;
+
+/// The error for a `max_osd` above [`MAX_OSD_LIMIT`].
+pub(crate) fn max_osd_limit(n: u64) -> MapError {
+    MapError::Limit {
+        what: "max_osd",
+        value: n,
+        max: u64::from(MAX_OSD_LIMIT),
+    }
+}
 
 /// What the map says about one OSD.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,7 +113,7 @@ impl OsdMap {
     /// An empty map at epoch 0 with `max_osd` OSD slots, none existing.
     pub fn new(fsid: [u8; 16], max_osd: u32, crush: CrushMap) -> Result<Self> {
         if max_osd > MAX_OSD_LIMIT {
-            return Err(MapError::Invalid(format!("max_osd {max_osd}")));
+            return Err(max_osd_limit(u64::from(max_osd)));
         }
         Ok(OsdMap {
             fsid,

@@ -7,8 +7,13 @@ use crate::pg::PgId;
 /// PGs do not land on the same OSDs. Set on every pool Ceph creates today.
 pub const FLAG_HASHPSPOOL: u64 = 1;
 
-/// Largest pool size (copies or k + m) a map may hold.
-pub const MAX_POOL_SIZE: u32 = 256;
+/// Largest pool size (copies or k + m) a map may hold: the result size
+/// CRUSH is asked for, which its work grows with ([`shoal_crush::limits`]).
+pub const MAX_POOL_SIZE: u32 = shoal_crush::MAX_REPLICAS as u32;
+
+/// Largest `pg_num` of a pool (Ceph's `mon_max_pool_pg_num`): OSDs and
+/// tools walk every PG of a pool.
+pub const MAX_PG_NUM: u32 = 1 << 16;
 
 /// How a pool keeps its objects safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,8 +92,18 @@ impl Pool {
 
     /// Checks the invariants every map keeps for its pools.
     pub fn validate(&self) -> crate::Result<()> {
+        let limit = |what, value: u32, max: u32| crate::MapError::Limit {
+            what,
+            value: u64::from(value),
+            max: u64::from(max),
+        };
+        if self.size > MAX_POOL_SIZE {
+            return Err(limit("pool size", self.size, MAX_POOL_SIZE));
+        }
+        if self.pg_num > MAX_PG_NUM {
+            return Err(limit("pg_num", self.pg_num, MAX_PG_NUM));
+        }
         let ok = self.size > 0
-            && self.size <= MAX_POOL_SIZE
             && self.min_size <= self.size
             && self.pg_num > 0
             && self.pgp_num > 0

@@ -2,8 +2,28 @@
 //! configuration, sets up logging and dispatches to one module per
 //! subcommand; the real work lives in the library crates.
 
+#![deny(clippy::print_stdout)] // Standard output goes through cmd::out.
+
+/// `print!` for commands: a closed pipe ends the process quietly (`cmd::out`).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::out::print_fmt(format_args!($($arg)*))
+    };
+}
+
+/// `println!` for commands: a closed pipe ends the process quietly (`cmd::out`).
+macro_rules! outln {
+    () => {
+        $crate::cmd::out::print_fmt(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::out::print_fmt(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod cmd;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -20,7 +40,7 @@ const VERSION: &str = concat!(
 /// Shoal: a self-healing distributed storage system in the family of Ceph.
 ///
 /// One executable runs the daemons, administers the cluster, moves data and
-/// measures it. Every command reads the same configuration file (--conf or
+/// measures it. `--format json` (or `-f json`) may go anywhere on the line. Every command reads the same configuration file (--conf or
 /// $SHOAL_CONF), whose options can be overridden with --set.
 #[derive(Debug, Parser)]
 #[command(name = "shoal", version = VERSION, propagate_version = true, max_term_width = 100)]
@@ -87,8 +107,37 @@ enum Command {
     Crush(cmd::crush::CrushCmd),
 }
 
+/// Moves every `--format VALUE`, `--format=VALUE` and `-f VALUE` (Ceph's
+/// short form) to the end of the command line, so it may be written
+/// anywhere (`shoal --format json osd dump`, `shoal osd -f json tree`) and
+/// still reach the command that prints, where clap knows it. Nothing after
+/// a `--` moves. A command that prints nothing still refuses `--format`.
+fn format_last(args: Vec<OsString>) -> Vec<OsString> {
+    let mut rest = Vec::with_capacity(args.len());
+    let mut format = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--" {
+            rest.push(a);
+            rest.extend(it.by_ref());
+            break;
+        }
+        if s == "--format" || s == "-f" {
+            format.push(OsString::from("--format"));
+            format.extend(it.next());
+        } else if s.starts_with("--format=") {
+            format.push(a);
+        } else {
+            rest.push(a);
+        }
+    }
+    rest.extend(format);
+    rest
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(format_last(std::env::args_os().collect()));
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -143,5 +192,25 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn format_moves_to_the_end_but_not_past_a_double_dash() {
+        let v = |s: &str| -> Vec<std::ffi::OsString> { s.split(' ').map(Into::into).collect() };
+        let moved = |s: &str| super::format_last(v(s));
+        assert_eq!(
+            moved("shoal --format json osd dump"),
+            v("shoal osd dump --format json")
+        );
+        assert_eq!(
+            moved("shoal -f json osd tree"),
+            v("shoal osd tree --format json")
+        );
+        assert_eq!(
+            moved("shoal osd --format=json pool ls"),
+            v("shoal osd pool ls --format=json")
+        );
+        assert_eq!(moved("shoal pg dump"), v("shoal pg dump"));
+        assert_eq!(moved("shoal x -- -f json"), v("shoal x -- -f json"));
     }
 }

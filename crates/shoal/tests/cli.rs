@@ -3,8 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
+mod common;
+
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+
+use common::Dev;
 
 fn shoal(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_shoal"))
@@ -230,4 +235,212 @@ fn every_monitor_action_takes_format() {
             assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
         }
     }
+}
+
+/// Runs `shoal ARGS` with its standard output a pipe whose reader has
+/// already gone (`shoal ARGS | head` once `head` has had enough): the
+/// first write meets EPIPE, whatever the timing. Returns the exit status
+/// and standard error.
+fn into_closed_pipe(
+    args: &[&str],
+    conf: Option<&std::path::Path>,
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.args(args).env_remove("SHOAL_CONF");
+    if let Some(c) = conf {
+        cmd.env("SHOAL_CONF", c);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `shoal ARGS | head -1`: the first line, then the pipe closes.
+fn head_1(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env_remove("SHOAL_CONF")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.is_empty(),
+        "{}: {err}",
+        out.status
+    );
+    line
+}
+
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    // Far more than a pipe buffer holds, so the writer must meet the
+    // closed pipe: 2000 devices in Ceph's text form, then their mappings.
+    let dir = scratch("pipe");
+    let map = dir.join("map");
+    let build = ["crush", "build", "--hosts", "200", "--osds-per-host", "10"];
+    let (status, err) = into_closed_pipe(&build, None);
+    assert!(status.success() && err.is_empty(), "{status}: {err}");
+    // The map is far larger than a pipe's buffer: `| head -1` meets the
+    // closed pipe as surely.
+    assert_eq!(head_1(&build), "# begin crush map\n");
+    let o = shoal(&[&build[..], &["-o", map.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o).1);
+    let test = [
+        "crush",
+        "test",
+        "-i",
+        map.to_str().unwrap(),
+        "--num-rep",
+        "3",
+        "--max-x",
+        "4999",
+        "--show-mappings",
+    ];
+    let (status, err) = into_closed_pipe(&test, None);
+    assert!(status.success() && err.is_empty(), "{status}: {err}");
+    let (status, err) = into_closed_pipe(&["config", "options"], None);
+    assert!(status.success() && err.is_empty(), "{status}: {err}");
+}
+
+#[test]
+fn pool_options_go_before_or_after_the_command() {
+    // Parsed (the error is the missing monitors, not the command line).
+    for args in [
+        &["bench", "-p", "rbd", "cleanup"][..],
+        &["bench", "cleanup", "-p", "rbd"],
+        &["bench", "-p", "rbd", "10", "write"],
+        &["bench", "10", "write", "-p", "rbd", "-t", "4"],
+        &["rados", "-p", "rbd", "ls"],
+        &["rados", "ls", "-p", "rbd"],
+        &["rados", "ls", "--pool", "rbd", "-N", "ns"],
+        &["rados", "-p", "rbd", "cleanup"],
+        &["rados", "stat", "obj", "-p", "rbd"],
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        let (_, err) = text(&o);
+        assert!(!o.status.success());
+        assert!(err.contains("mon_host"), "{args:?}: {err}");
+    }
+    for (args, want) in [
+        (&["bench", "cleanup"][..], "shoal bench -p POOL cleanup"),
+        (&["rados", "ls"], "shoal rados -p POOL"),
+        (&["bench", "-p", "rbd", "net"], "only object benchmarks"),
+    ] {
+        let o = shoal(args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success());
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_cleanup_in_either_order_and_ls_into_a_closed_pipe() {
+    let d = Dev::new("cli-order");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--store",
+        "mem",
+        "--osds",
+        "2",
+    ]);
+    let conf = d.0.join("shoal.conf");
+    for cleanup in [
+        &["bench", "-p", "rbd", "cleanup"][..],
+        &["bench", "cleanup", "-p", "rbd"],
+        &["rados", "-p", "rbd", "cleanup"],
+    ] {
+        d.ok(&[
+            "bench",
+            "-p",
+            "rbd",
+            "10",
+            "write",
+            "-b",
+            "4K",
+            "-t",
+            "4",
+            "--max-objects",
+            "40",
+            "--no-cleanup",
+        ]);
+        let listed = d.ok(&["rados", "ls", "-p", "rbd"]);
+        assert!(listed.lines().count() > 40, "{listed}");
+        // `rados ls | head`: quiet success.
+        let (status, err) = into_closed_pipe(&["rados", "-p", "rbd", "ls"], Some(&conf));
+        assert!(status.success() && err.is_empty(), "{status}: {err}");
+        let out = d.ok(cleanup);
+        assert!(out.contains("removed"), "{cleanup:?}: {out}");
+        assert_eq!(d.ok(&["rados", "-p", "rbd", "ls"]), "", "{cleanup:?}");
+    }
+}
+
+#[test]
+fn ceph_spellings_parse() {
+    for args in [
+        &["osd", "out", "osd.3"][..],
+        &["osd", "in", "3", "osd.4"],
+        &["osd", "pool", "create", "rbd", "64"],
+        &[
+            "osd",
+            "pool",
+            "delete",
+            "rbd",
+            "rbd",
+            "--yes-i-really-really-mean-it",
+        ],
+        &["osd", "pool", "rm", "rbd", "--yes-i-really-mean-it"],
+        &["auth", "list"],
+        &["pg", "dump"],
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        let (_, err) = text(&o);
+        assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
+    }
+    let o = shoal(&[
+        "osd",
+        "pool",
+        "delete",
+        "rbd",
+        "data",
+        "--yes-i-really-mean-it",
+    ]);
+    assert!(text(&o).1.contains("given twice alike"), "{}", text(&o).1);
+    let o = shoal(&["osd", "out", "host.3"]);
+    assert!(text(&o).1.contains("3 or osd.3"), "{}", text(&o).1);
+}
+
+#[test]
+fn format_goes_anywhere() {
+    for args in [
+        &["--format", "json", "osd", "dump"][..],
+        &["-f", "json", "status"],
+        &["osd", "-f", "json", "tree"],
+        &["--format=json", "pg", "dump"],
+        &["osd", "pool", "--format", "plain", "ls"],
+        &["health", "--format", "json", "detail"],
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        let (_, err) = text(&o);
+        assert!(err.starts_with("shoal: error:"), "{args:?}: {err}");
+    }
+    let o = shoal(&["-f", "xml", "status"]);
+    assert!(text(&o).1.contains("xml"), "{}", text(&o).1);
 }

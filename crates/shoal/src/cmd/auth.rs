@@ -14,6 +14,7 @@ use super::common::{Ctx, Format, mon_command, print};
 #[derive(Debug, Subcommand)]
 pub enum AuthCmd {
     /// List every entity with its capabilities.
+    #[command(alias = "list")]
     Ls {
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]

@@ -24,8 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 /// `shoal bench -p POOL SECONDS write|seq|rand`, or a named benchmark.
+/// `-p` may come before or after `cleanup` (`rados bench` users type
+/// `-p POOL` first), so subcommand names are recognised after options.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     #[command(subcommand)]
     sub: Option<BenchCmd>,
@@ -36,12 +37,9 @@ pub struct BenchArgs {
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum BenchCmd {
-    /// Remove the objects a `write --no-cleanup` run left.
-    Cleanup {
-        /// The pool.
-        #[arg(short = 'p', long)]
-        pool: String,
-    },
+    /// Remove the objects a `write --no-cleanup` run left (`-p POOL`
+    /// before or after `cleanup`).
+    Cleanup,
     /// The messenger over loopback beside raw TCP: 4 KiB request/response at
     /// queue depth 1 (latency), 4 KiB requests at queue depth 64 (ops/s,
     /// CPU per op), 4 MiB messages with 16 in flight (bandwidth).
@@ -70,11 +68,18 @@ pub struct NetArgs {
 
 /// Runs `shoal bench`.
 pub fn run(args: BenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
-    match args.sub {
-        Some(BenchCmd::Net(a)) => bench_net(a, &ctx.config),
-        Some(BenchCmd::Mon(a)) => super::bench_mon::run(a),
-        Some(BenchCmd::Cleanup { pool }) => super::bench_rados::run_cleanup(&pool, ctx),
-        None => super::bench_rados::run(args.rados, ctx),
+    let pool = args.rados.pool.as_deref();
+    match (args.sub, pool) {
+        (Some(BenchCmd::Cleanup), Some(pool)) => super::bench_rados::run_cleanup(pool, ctx),
+        (Some(BenchCmd::Cleanup), None) => {
+            anyhow::bail!("which pool? shoal bench -p POOL cleanup")
+        }
+        (Some(_), Some(pool)) => {
+            anyhow::bail!("-p {pool}: only object benchmarks and cleanup take a pool")
+        }
+        (Some(BenchCmd::Net(a)), None) => bench_net(a, &ctx.config),
+        (Some(BenchCmd::Mon(a)), None) => super::bench_mon::run(a),
+        (None, _) => super::bench_rados::run(args.rados, ctx),
     }
 }
 
@@ -152,15 +157,18 @@ fn median(rounds: &[[Figures; 3]]) -> [Figures; 3] {
 }
 
 fn print_plain(raw: &[Figures; 3], msg: &[Figures; 3], seconds: u64, rounds: u32) {
-    println!(
+    outln!(
         "shoal bench net: median of {rounds} rounds of {seconds} s, 127.0.0.1, one thread per side"
     );
-    println!(
+    outln!(
         "{:<44} {:>12} {:>12} {:>8}",
-        "measurement", "raw TCP", "messenger", "ratio"
+        "measurement",
+        "raw TCP",
+        "messenger",
+        "ratio"
     );
     let row = |name: &str, r: f64, m: f64| {
-        println!("{name:<44} {r:>12.2} {m:>12.2} {:>7.2}x", m / r);
+        outln!("{name:<44} {r:>12.2} {m:>12.2} {:>7.2}x", m / r);
     };
     row(
         "(a) 4 KiB req/resp QD1, p50 latency (us)",
@@ -205,7 +213,7 @@ fn print_json(raw: &[Figures; 3], msg: &[Figures; 3], seconds: u64, rounds: u32)
         "raw_tcp": side(raw),
         "messenger": side(msg),
     });
-    println!("{v}");
+    outln!("{v}");
 }
 
 fn percentiles(mut lat: Vec<Duration>) -> (f64, f64) {

@@ -368,38 +368,38 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
     })?;
     let _ = std::fs::remove_dir_all(&base);
     match a.format {
-        Format::Json => println!("{out}"),
+        Format::Json => outln!("{out}"),
         Format::Plain => {
-            println!(
+            outln!(
                 "shoal bench mon: {} monitors, in one process, store fsync'd",
                 out["mons"]
             );
-            println!(
+            outln!(
                 "(a) committed changes/s, {} writers:     {:>10.1}",
                 out["writers"],
                 out["commits_per_s"].as_f64().unwrap_or(0.0)
             );
-            println!(
+            outln!(
                 "(b) one change at a time, latency p50:   {:>10.2} ms",
                 out["change_latency_p50_ms"].as_f64().unwrap_or(0.0)
             );
-            println!(
+            outln!(
                 "(b) one change at a time, latency p99:   {:>10.2} ms",
                 out["change_latency_p99_ms"].as_f64().unwrap_or(0.0)
             );
-            println!(
+            outln!(
                 "(c) change committed, then seen by all {} subscribers: {:.1} ms (commit {:.1} ms)",
                 out["subscribers"],
                 out["fanout_all_received_ms"].as_f64().unwrap_or(0.0),
                 out["fanout_commit_ms"].as_f64().unwrap_or(0.0)
             );
             let f = |k: &str| out[k].as_f64().unwrap_or(0.0);
-            println!(
+            outln!(
                 "(d) osd pool create, latency p50 / p99:  {:>10.2} / {:.2} ms",
                 f("pool_create_p50_ms"),
                 f("pool_create_p99_ms")
             );
-            println!(
+            outln!(
                 "(e) one OSD-map epoch of a {n}-OSD cluster reaches all {n} OSDs: {:.1} ms (commit {:.1} ms)",
                 f("osdmap_epoch_all_received_ms"),
                 f("osdmap_epoch_commit_ms"),

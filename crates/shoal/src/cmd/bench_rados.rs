@@ -5,7 +5,6 @@
 //! objects and a metadata object for `seq` and `rand` to read.
 
 use std::future::Future;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,8 +31,8 @@ pub enum Mode {
 /// Options of `shoal bench -p POOL SECONDS MODE`.
 #[derive(Debug, Args)]
 pub struct RadosBenchArgs {
-    /// The pool.
-    #[arg(short = 'p', long)]
+    /// The pool (before or after the other words).
+    #[arg(short = 'p', long, global = true)]
     pub pool: Option<String>,
     /// How long to run, seconds.
     pub seconds: Option<u64>,
@@ -213,7 +212,7 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
     let payload = Bytes::from(vec![0x5au8; size]);
     let cpu0 = cpu_seconds();
     if plain {
-        println!(
+        outln!(
             "{} for up to {seconds} seconds, {size} byte objects, {concurrency} in flight",
             match mode {
                 Mode::Write => "writing",
@@ -221,7 +220,7 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
                 Mode::Rand => "reading at random",
             }
         );
-        println!("  sec Cur ops   started  finished  avg MB/s  cur MB/s last lat(s)  avg lat(s)");
+        outln!("  sec Cur ops   started  finished  avg MB/s  cur MB/s last lat(s)  avg lat(s)");
     }
     let mut workers = Vec::new();
     for w in 0..concurrency {
@@ -335,13 +334,13 @@ fn print_second(shared: &Shared, sec: u64, start: Instant) {
     let started = shared.started.load(Ordering::Relaxed);
     let finished = shared.finished.load(Ordering::Relaxed);
     let el = start.elapsed().as_secs_f64().max(1e-9);
-    println!(
+    outln!(
         "{sec:>5} {:>7} {started:>9} {finished:>9} {:>9.3} {:>9.3} {last_lat:>11.6} {avg_lat:>11.6}",
         started - finished,
         total_bytes as f64 / el / 1e6,
         cur_bytes as f64 / 1e6,
     );
-    let _ = std::io::stdout().flush();
+    super::out::flush();
 }
 
 fn report(
@@ -649,15 +648,15 @@ pub fn run(a: RadosBenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
         if mode == Mode::Write && !a.no_cleanup {
             let removed = cleanup(&io, &run_name, report.ops).await?;
             if plain {
-                println!("Cleaned up {removed} objects");
+                outln!("Cleaned up {removed} objects");
             }
         }
         client.shutdown().await;
         anyhow::Ok(report)
     })?;
     match a.format {
-        Format::Plain => print!("{}", report.plain()),
-        Format::Json => println!("{}", report.json()),
+        Format::Plain => out!("{}", report.plain()),
+        Format::Json => outln!("{}", report.json()),
     }
     if let Some(path) = &a.plot {
         std::fs::write(path, report.svg())
@@ -673,7 +672,7 @@ pub fn run_cleanup(pool: &str, ctx: &super::common::Ctx) -> anyhow::Result<()> {
         let (client, io) = connect(ctx, pool).await?;
         let (objects, _, run) = read_metadata(&io).await?;
         let removed = cleanup(&io, &run, objects).await?;
-        println!("removed {removed} objects of {run}");
+        outln!("removed {removed} objects of {run}");
         client.shutdown().await;
         anyhow::Ok(())
     })

@@ -111,8 +111,8 @@ pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
 /// Prints `v` as JSON, or with `plain` for people.
 pub fn print(format: Format, v: &Value, plain: impl FnOnce(&Value) -> String) {
     match format {
-        Format::Json => println!("{v}"),
-        Format::Plain => print!("{}", plain(v)),
+        Format::Json => outln!("{v}"),
+        Format::Plain => out!("{}", plain(v)),
     }
 }
 

@@ -56,10 +56,10 @@ pub enum ConfigCmd {
 /// Runs one `shoal config` subcommand.
 pub fn run(cmd: ConfigCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
-        ConfigCmd::Show => print!("{}", ctx.config.show()),
+        ConfigCmd::Show => out!("{}", ctx.config.show()),
         ConfigCmd::Options => {
             for o in Options::SCHEMA {
-                println!("{} ({})\n    {}", o.name, o.type_name, o.doc);
+                outln!("{} ({})\n    {}", o.name, o.type_name, o.doc);
             }
         }
         ConfigCmd::Set {

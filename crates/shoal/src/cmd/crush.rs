@@ -174,7 +174,7 @@ pub fn run(cmd: CrushCmd) -> anyhow::Result<()> {
             match output {
                 Some(o) => write_file(&o, text.as_bytes()),
                 None => {
-                    print!("{text}");
+                    out!("{text}");
                     Ok(())
                 }
             }
@@ -214,7 +214,7 @@ fn build(a: &BuildArgs) -> anyhow::Result<()> {
         Some(o) if a.text => write_file(o, print(&map).as_bytes()),
         Some(o) => write_file(o, &map.encode()),
         None => {
-            print!("{}", print(&map));
+            out!("{}", print(&map));
             Ok(())
         }
     }
@@ -267,15 +267,15 @@ fn test(a: &TestArgs) -> anyhow::Result<()> {
         if json {
             report.push(rule_json(&map, &u, &weights, max_affected, a, mappings));
         } else {
-            print!("{text}");
+            out!("{text}");
             text.clear();
             if a.show_utilization {
-                print!("{}", utilization_text(&map, &u, &weights, max_affected, a));
+                out!("{}", utilization_text(&map, &u, &weights, max_affected, a));
             }
         }
     }
     if json {
-        println!("{}", serde_json::to_string(&json!({ "rules": report }))?);
+        outln!("{}", serde_json::to_string(&json!({ "rules": report }))?);
     }
     Ok(())
 }
@@ -457,9 +457,9 @@ fn compare(a: &CompareArgs) -> anyhow::Result<()> {
             "changed_fraction": frac(m.changed_inputs, m.inputs),
             "moved_fraction": frac(m.moved_placements, m.placements),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
+        outln!(
             "rule {} num_rep {}: {} of {} inputs changed ({:.4}), {} of {} placements moved ({:.4})",
             a.rule,
             a.num_rep,
@@ -493,7 +493,7 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     let devices = map.devices().count();
-    println!(
+    outln!(
         "shoal:     {} mappings of {} replicas on {devices} OSDs in {secs:.3} s = {:.0} mappings/s (checksum {checksum})",
         a.inputs,
         a.num_rep,
@@ -509,7 +509,7 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
 fn crushtool_bench(map: &CrushMap, a: &BenchArgs) -> anyhow::Result<()> {
     use std::process::Command;
     if Command::new("crushtool").arg("--help").output().is_err() {
-        println!("crushtool: not installed (apt-get install ceph-base to compare)");
+        outln!("crushtool: not installed (apt-get install ceph-base to compare)");
         return Ok(());
     }
     let dir = std::env::temp_dir().join(format!("shoal-crush-bench-{}", std::process::id()));
@@ -550,7 +550,7 @@ fn crushtool_bench(map: &CrushMap, a: &BenchArgs) -> anyhow::Result<()> {
     if !st.success() {
         bail!("crushtool --test failed");
     }
-    println!(
+    outln!(
         "crushtool: {} mappings in {secs:.3} s = {:.0} mappings/s (crushtool --test, whole process)",
         a.inputs,
         f64::from(a.inputs) / secs

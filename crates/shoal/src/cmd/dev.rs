@@ -84,11 +84,11 @@ pub fn run(cmd: DevCmd) -> anyhow::Result<()> {
         DevCmd::Up(a) => up(a),
         DevCmd::Down { dir, wipe } => {
             let stopped = stop_all(&dir)?;
-            println!("stopped {stopped} daemons");
+            outln!("stopped {stopped} daemons");
             if wipe {
                 std::fs::remove_dir_all(&dir)
                     .with_context(|| format!("removing {}", dir.display()))?;
-                println!("removed {}", dir.display());
+                outln!("removed {}", dir.display());
             }
             Ok(())
         }
@@ -96,8 +96,8 @@ pub fn run(cmd: DevCmd) -> anyhow::Result<()> {
         DevCmd::Logs { dir, daemon, lines } => {
             for (name, _) in daemons(&dir)? {
                 if daemon.as_ref().is_none_or(|d| d == &name) {
-                    println!("==> {name} <==");
-                    print!("{}", tail(&log_path(&dir, &name), lines));
+                    outln!("==> {name} <==");
+                    out!("{}", tail(&log_path(&dir, &name), lines));
                 }
             }
             Ok(())
@@ -332,7 +332,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         return Err(e);
     }
     let conf = std::fs::canonicalize(dir.join(CONF))?;
-    println!(
+    outln!(
         "\nShoal dev cluster is up in {}.\n\n  export SHOAL_CONF={}\n  shoal status\n  \
          echo hello > hello.txt && shoal rados -p rbd put hello hello.txt\n  \
          shoal rados -p rbd get hello -\n  shoal bench -p rbd 5 write\n  \
@@ -344,7 +344,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.foreground {
         let rt = runtime()?;
         rt.block_on(super::mon::wait_for_signal())?;
-        println!("stopping...");
+        outln!("stopping...");
         stop_all(&dir)?;
         for (_, c) in started.iter_mut() {
             let _ = c.wait();
@@ -530,10 +530,10 @@ fn status(dir: &Path) -> anyhow::Result<()> {
             Some(p) => format!("stopped (was pid {p})"),
             None => "stopped".into(),
         };
-        println!("{name:<8} {state}");
+        outln!("{name:<8} {state}");
     }
     if dir.join(CONF).exists() {
-        println!(
+        outln!(
             "\nexport SHOAL_CONF={}",
             std::fs::canonicalize(dir.join(CONF))?.display()
         );

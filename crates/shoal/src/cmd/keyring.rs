@@ -46,7 +46,7 @@ pub fn run(cmd: KeyringCmd) -> anyhow::Result<()> {
                 k.add_generated(e);
             }
             k.save(&file)?;
-            println!("created {}", file.display());
+            outln!("created {}", file.display());
         }
         KeyringCmd::Add { file, entity } => {
             let mut k = Keyring::load(&file)?;
@@ -55,11 +55,11 @@ pub fn run(cmd: KeyringCmd) -> anyhow::Result<()> {
             }
             k.add_generated(entity.clone());
             k.save(&file).with_context(|| format!("adding {entity}"))?;
-            println!("added {entity} to {}", file.display());
+            outln!("added {entity} to {}", file.display());
         }
         KeyringCmd::List { file } => {
             for e in Keyring::load(&file)?.entities() {
-                println!("{e}");
+                outln!("{e}");
             }
         }
     }

@@ -13,6 +13,7 @@ pub mod keyring;
 pub mod mon;
 pub mod osd;
 pub mod osd_daemon;
+pub mod out;
 pub mod pg;
 pub mod rados;
 pub mod status;

@@ -118,7 +118,7 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 })
                 .collect::<anyhow::Result<_>>()?;
             let ring = mkfs(&data, &id, &initial, keyring.as_deref(), fsid)?;
-            println!(
+            outln!(
                 "created mon.{id} in {}; keyring {}",
                 data.display(),
                 ring.display()

@@ -29,8 +29,8 @@ pub enum OsdCmd {
     Create(FormatArg),
     /// Mark OSDs out: their data moves elsewhere.
     Out {
-        /// OSD ids.
-        #[arg(required = true)]
+        /// OSD ids (`3` or `osd.3`).
+        #[arg(required = true, value_parser = osd_id)]
         ids: Vec<i32>,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
@@ -38,8 +38,8 @@ pub enum OsdCmd {
     },
     /// Mark OSDs in.
     In {
-        /// OSD ids.
-        #[arg(required = true)]
+        /// OSD ids (`3` or `osd.3`).
+        #[arg(required = true, value_parser = osd_id)]
         ids: Vec<i32>,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
@@ -47,8 +47,8 @@ pub enum OsdCmd {
     },
     /// Mark OSDs down (a running OSD marks itself up again).
     Down {
-        /// OSD ids.
-        #[arg(required = true)]
+        /// OSD ids (`3` or `osd.3`).
+        #[arg(required = true, value_parser = osd_id)]
         ids: Vec<i32>,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
@@ -56,8 +56,8 @@ pub enum OsdCmd {
     },
     /// Remove OSDs (they must be down).
     Rm {
-        /// OSD ids.
-        #[arg(required = true)]
+        /// OSD ids (`3` or `osd.3`).
+        #[arg(required = true, value_parser = osd_id)]
         ids: Vec<i32>,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
@@ -154,6 +154,14 @@ pub enum CrushEditCmd {
     },
 }
 
+/// An OSD id as Ceph's tools take it: `3` or `osd.3`.
+fn osd_id(s: &str) -> Result<i32, String> {
+    s.strip_prefix("osd.")
+        .unwrap_or(s)
+        .parse::<i32>()
+        .map_err(|e| format!("{e} (an OSD id: 3 or osd.3)"))
+}
+
 /// `--format`.
 #[derive(Debug, Args)]
 pub struct FormatArg {
@@ -200,12 +208,16 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
-    /// Delete a pool and everything in it.
+    /// Delete a pool and everything in it (also as Ceph's
+    /// `delete NAME NAME --yes-i-really-really-mean-it`).
+    #[command(alias = "delete")]
     Rm {
         /// Name.
         name: String,
+        /// The name again, as Ceph asks for it; must match.
+        confirm: Option<String>,
         /// Confirms the deletion.
-        #[arg(long = "yes-i-really-mean-it")]
+        #[arg(long = "yes-i-really-mean-it", alias = "yes-i-really-really-mean-it")]
         sure: bool,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
@@ -420,7 +432,6 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
 }
 
 fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
-    use std::io::Write as _;
     let rt = super::common::runtime()?;
     rt.block_on(async {
         let sink = shoal_mon::UpdateSink::new();
@@ -447,13 +458,13 @@ fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
                 continue;
             }
             let start = *first.get_or_insert(epoch);
-            println!(
+            outln!(
                 "e{epoch}: {} pools, {} osds ({} up)",
                 map.pools().len(),
                 map.osds().filter(|(_, o)| o.exists).count(),
                 map.osds().filter(|(id, _)| map.is_up(*id)).count()
             );
-            let _ = std::io::stdout().flush();
+            super::out::flush();
             last = epoch;
             if count > 0 && epoch - start >= count {
                 break;
@@ -556,7 +567,15 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 out
             });
         }
-        PoolCmd::Rm { name, sure, format } => {
+        PoolCmd::Rm {
+            name,
+            confirm,
+            sure,
+            format,
+        } => {
+            if confirm.as_ref().is_some_and(|c| *c != name) {
+                anyhow::bail!("the pool name must be given twice alike: {name} {name}");
+            }
             let v = mon_command(
                 ctx,
                 &Command::PoolRm {

@@ -157,7 +157,7 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
     };
     let meta = json!({ "id": args.id, "store": store, "format": 1, "fsid": fsid });
     std::fs::write(dir.join(META_FILE), format!("{meta:#}\n"))?;
-    println!("created {entity} in {} ({store} store)", dir.display());
+    outln!("created {entity} in {} ({store} store)", dir.display());
     Ok(())
 }
 

@@ -22,11 +22,11 @@ const INFLIGHT: usize = 4;
 /// `shoal rados`.
 #[derive(Debug, Args)]
 pub struct RadosArgs {
-    /// The pool.
-    #[arg(short = 'p', long)]
-    pool: String,
+    /// The pool (before or after the command: `rados -p rbd ls`, `ls -p rbd`).
+    #[arg(short = 'p', long, global = true)]
+    pool: Option<String>,
     /// The namespace ("" for the default).
-    #[arg(short = 'N', long, default_value = "")]
+    #[arg(short = 'N', long, default_value = "", global = true)]
     namespace: String,
     /// This client instance's id in request ids (default: random). A
     /// restarted client given the same id resends without applying twice.
@@ -153,6 +153,9 @@ enum RadosCmd {
         /// Key.
         key: String,
     },
+    /// Remove the objects a `shoal bench ... write --no-cleanup` run left
+    /// (as `rados -p POOL cleanup`).
+    Cleanup,
     /// Test tool: append `N;` for N in 1..=COUNT, op N with request id N,
     /// one at a time (with --client-inc, a rerun after a kill resends).
     #[command(hide = true)]
@@ -167,12 +170,18 @@ enum RadosCmd {
 
 /// Runs `shoal rados`.
 pub fn run(a: RadosArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let Some(pool_name) = a.pool else {
+        bail!("which pool? shoal rados -p POOL COMMAND");
+    };
+    if let RadosCmd::Cleanup = a.cmd {
+        return super::bench_rados::run_cleanup(&pool_name, ctx);
+    }
     let rt = runtime()?;
     rt.block_on(async {
         let mut opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         opts.client_inc = a.client_inc;
         let client = Client::connect(opts).await?;
-        let pool = client.pool(&a.pool)?.with_namespace(&a.namespace);
+        let pool = client.pool(&pool_name)?.with_namespace(&a.namespace);
         let r = command(&pool, a.cmd).await;
         client.shutdown().await;
         r
@@ -180,7 +189,7 @@ pub fn run(a: RadosArgs, ctx: &Ctx) -> anyhow::Result<()> {
 }
 
 async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cmd::out::Stdout::lock();
     match cmd {
         RadosCmd::Put { obj, file } => {
             pool.write_full(&obj, Bytes::new()).await?;
@@ -270,6 +279,8 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
                 out.flush()?;
             }
         }
+        // Handled by `run` before connecting.
+        RadosCmd::Cleanup => {}
     }
     Ok(())
 }

@@ -67,11 +67,11 @@ pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
             let opts = MkfsOptions {
                 data_bytes: parse_size(&size)?,
             };
-            println!("{}", tool::mkfs(&path, &opts)?);
+            outln!("{}", tool::mkfs(&path, &opts)?);
         }
         StoreCmd::Fsck { path, deep } => {
             let report = tool::fsck(&path, deep)?;
-            println!("{report}");
+            outln!("{report}");
             if !report.is_clean() {
                 bail!(
                     "{} problems found in {}",
@@ -80,10 +80,10 @@ pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
                 );
             }
         }
-        StoreCmd::Stat { path } => println!("{}", tool::stat(&path)?),
+        StoreCmd::Stat { path } => outln!("{}", tool::stat(&path)?),
         StoreCmd::Ls { path } => {
             let store = BlockStore::open(&path, &OpenOptions::default())?;
-            let mut out = std::io::stdout().lock();
+            let mut out = crate::cmd::out::Stdout::lock();
             list_checksums(&store, &mut out)?;
         }
     }

@@ -339,10 +339,11 @@ fn silent_sockets() -> usize {
 }
 
 /// Waits until the listener holds `HANDSHAKES_MAX` silent sockets in their
-/// handshake and has refused the rest, and every hostile connection has
-/// filled the server's send budget.
-async fn wait_for_siege(server: &Messenger, silent: usize) {
-    let refused = silent.saturating_sub(HANDSHAKES_MAX as usize) as u64;
+/// handshake and has refused the rest (beyond the `refused_before` of
+/// earlier rounds), and every hostile connection has filled the server's
+/// send budget.
+async fn wait_for_siege(server: &Messenger, silent: usize, refused_before: u64) {
+    let refused = refused_before + silent.saturating_sub(HANDSHAKES_MAX as usize) as u64;
     let in_handshake = silent.min(HANDSHAKES_MAX as usize) as u64;
     wait_until(|| {
         let s = server.stats();
@@ -372,7 +373,7 @@ async fn hostile_pingers_and_silent_sockets_are_bounded_and_a_good_client_is_ser
     let rss_before = proc_status_bytes("VmRSS:");
     let silent = silent_sockets();
     let attack = Attack::start(bench.addr, silent).await;
-    wait_for_siege(&bench.server, silent).await;
+    wait_for_siege(&bench.server, silent, 0).await;
 
     // The well-behaved client is served while the siege holds.
     for seq in 0..REQUESTS {
@@ -457,8 +458,9 @@ async fn bench_good_client_throughput_under_attack() {
     for _ in 0..ROUNDS {
         quiet.push(throughput(&bench, window).await);
         let silent = silent_sockets();
+        let refused_before = bench.server.stats().connections_refused;
         let attack = Attack::start(bench.addr, silent).await;
-        wait_for_siege(&bench.server, silent).await;
+        wait_for_siege(&bench.server, silent, refused_before).await;
         sieged.push(throughput(&bench, window).await);
         attack.stop().await;
         // The next quiet round starts once the attack is gone.

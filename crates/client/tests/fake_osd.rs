@@ -11,7 +11,7 @@ mod fake;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use fake::{Fault, Seen, cluster};
@@ -29,17 +29,26 @@ fn options(c: &Cluster) -> ClientOptions {
     o
 }
 
+/// Waits until `cond` holds (polled). The deadline only guards against a
+/// hang; it is far above any wait a test expects.
+async fn wait_until(mut cond: impl FnMut() -> bool) {
+    let waiting = async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(120), waiting)
+        .await
+        .is_err()
+    {
+        panic!("condition not reached in 120 s");
+    }
+}
+
 /// A client whose map shows every OSD up.
 async fn connect(c: &Cluster, o: ClientOptions, n: i32) -> Client {
     let client = Client::connect(o).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (0..n).any(|id| !client.map().unwrap().is_up(id)) {
-        assert!(
-            Instant::now() < deadline,
-            "the client's map never showed {n} OSDs up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(|| (0..n).all(|id| client.map().unwrap().is_up(id))).await;
     let _ = c;
     client
 }
@@ -84,7 +93,10 @@ async fn ops_go_to_the_primary_with_the_epoch_and_distinct_request_ids() {
     assert!(primaries.len() > 1, "60 objects all on one primary");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On paused time: the whole cluster runs on one thread and the clock moves
+// only when every task waits, so "resent soon" is a bound on the client's
+// own timers, not on how busy the machine is.
+#[tokio::test(start_paused = true)]
 async fn stale_epoch_and_wrong_primary_resend_with_the_same_id_after_the_newer_map() {
     let (c, fakes, _m) = cluster("fake-stale", 2, 8).await;
     let client = connect(&c, options(&c), 2).await;
@@ -94,7 +106,10 @@ async fn stale_epoch_and_wrong_primary_resend_with_the_same_id_after_the_newer_m
     fakes.fault(Fault::Reply(OsdErrorCode::StaleEpoch, epoch + 1));
     let p = pool.clone();
     let op = tokio::spawn(async move { p.write_full("s", &b"1"[..]).await });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The client gets its refusal, then has a whole second (of paused time,
+    // so everything else runs first) to resend too early.
+    wait_until(|| fakes.seen_for("s").len() == 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!op.is_finished(), "resent before the map it was told about");
     assert_eq!(fakes.seen_for("s").len(), 1);
     c.create_pool("other", 8, 2).await;
@@ -107,9 +122,10 @@ async fn stale_epoch_and_wrong_primary_resend_with_the_same_id_after_the_newer_m
     let epoch = client.map().unwrap().epoch.0;
     fakes.fault(Fault::Reply(OsdErrorCode::WrongPrimary, epoch));
     fakes.fault(Fault::Reply(OsdErrorCode::WrongPrimary, epoch));
-    let t0 = Instant::now();
+    let t0 = tokio::time::Instant::now();
     pool.write_full("w", &b"2"[..]).await.unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(3));
+    // Not waiting for a newer map, which would take the 10 s op timeout.
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     let seen = fakes.seen_for("w");
     assert_eq!(seen.len(), 3);
     assert_one_request_id(&seen, &client);
@@ -143,7 +159,8 @@ async fn again_shutting_down_and_a_dropped_connection_resend_the_same_request() 
     assert!(seen.iter().all(|s| s.tid == 777));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On paused time, so the timeout's upper bound is exact (see above).
+#[tokio::test(start_paused = true)]
 async fn an_unanswered_op_times_out_and_one_waiting_on_a_moved_pg_follows_it() {
     let (c, fakes, _m) = cluster("fake-timeout", 3, 8).await;
     let client = connect(&c, options(&c), 3).await;
@@ -153,13 +170,17 @@ async fn an_unanswered_op_times_out_and_one_waiting_on_a_moved_pg_follows_it() {
         tid: None,
         timeout: Some(Duration::from_millis(600)),
     };
-    let t0 = Instant::now();
+    let t0 = tokio::time::Instant::now();
     let e = pool
         .operate_with("h", Op::new().stat(), o)
         .await
         .unwrap_err();
     assert!(matches!(e.error, Error::Timeout(..)), "{e:?}");
-    assert!(t0.elapsed() >= Duration::from_millis(550));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     // The primary stays silent, then the map marks it down: the op goes
     // to the new primary with the same id.
@@ -168,8 +189,9 @@ async fn an_unanswered_op_times_out_and_one_waiting_on_a_moved_pg_follows_it() {
     fakes.fault(Fault::Hang);
     let p = pool.clone();
     let op = tokio::spawn(async move { p.read("m", 0, 0).await });
+    wait_until(|| fakes.seen_for("m").len() == 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!op.is_finished());
+    assert!(!op.is_finished(), "a silent primary's op finished");
     c.command(Command::OsdDown { ids: vec![primary] }).await;
     assert_eq!(&op.await.unwrap().unwrap()[..], b"1");
     let seen = fakes.seen_for("m");

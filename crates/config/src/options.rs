@@ -158,6 +158,10 @@ options! {
     ms_inflight_bytes_max: u64 = 256u64 << 20;
     /// Requests received on one connection and not yet answered before the connection stops reading (backpressure).
     ms_dispatch_requests_max: u32 = 4096u32;
+    /// Accepted connections still in their handshake, per listening address, before new ones are refused.
+    ms_handshakes_max: u32 = 128u32;
+    /// Accepted connections (in their handshake or established), per listening address, before new ones are refused.
+    ms_connections_max: u32 = 4096u32;
     /// Time allowed for a connection's handshake and authentication, in milliseconds.
     ms_handshake_timeout_ms: u64 = 5_000u64;
     /// Time allowed to establish a TCP connection, in milliseconds.

@@ -14,6 +14,12 @@ pub struct NetConfig {
     pub inflight_bytes_max: u64,
     /// Unanswered received requests per connection before reading pauses.
     pub dispatch_requests_max: u32,
+    /// Accepted sockets in their handshake, per listener, before new ones
+    /// are refused.
+    pub handshakes_max: u32,
+    /// Accepted connections (in their handshake or established), per
+    /// listener, before new ones are refused.
+    pub connections_max: u32,
     /// Time allowed for the handshake.
     pub handshake_timeout: Duration,
     /// Time allowed for a TCP connect.
@@ -38,6 +44,8 @@ impl NetConfig {
             },
             inflight_bytes_max: o.ms_inflight_bytes_max.max(1),
             dispatch_requests_max: o.ms_dispatch_requests_max.max(1),
+            handshakes_max: o.ms_handshakes_max.max(1),
+            connections_max: o.ms_connections_max.max(1),
             handshake_timeout: Duration::from_millis(o.ms_handshake_timeout_ms),
             connect_timeout: Duration::from_millis(o.ms_connect_timeout_ms),
             request_timeout: Duration::from_millis(o.ms_request_timeout_ms),

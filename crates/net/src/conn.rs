@@ -404,18 +404,6 @@ impl ConnInner {
         self.push(head, data, permit)
     }
 
-    /// Queues a frame if the budget has room now; `Err` gives the data back.
-    fn try_enqueue(&self, msg: &Message, tid: u64, data: Bytes) -> Result<(), Bytes> {
-        let head = self.seal(msg, FrameFlags::REPLY, tid, &data);
-        match Arc::clone(&self.inflight).try_acquire_many_owned(self.cost(&head, &data)) {
-            Ok(permit) => {
-                let _ = self.push(head, data, permit);
-                Ok(())
-            }
-            Err(_) => Err(data),
-        }
-    }
-
     fn push(&self, head: Bytes, data: Bytes, permit: OwnedSemaphorePermit) -> Result<(), NetError> {
         self.out
             .send(OutFrame {
@@ -434,15 +422,19 @@ impl ConnInner {
     }
 }
 
-/// Sends a reply from the reader task without ever blocking it: if the send
-/// budget is full, a task waits for room instead.
-fn reply_from_reader(conn: &Connection, tid: u64, msg: Message, data: Bytes) {
-    if let Err(data) = conn.inner.try_enqueue(&msg, tid, data) {
-        let inner = Arc::clone(&conn.inner);
-        tokio::spawn(async move {
-            let _ = inner.enqueue(&msg, FrameFlags::REPLY, tid, data).await;
-        });
-    }
+/// Sends a reply the reader itself owes (a `Pong`, an `ErrorReply`) through
+/// the same send budget as every other frame. While the budget is full the
+/// reader waits here and reads nothing more, so a peer that sends requests
+/// but never reads the replies is pushed back by TCP: what it can make us
+/// hold is one frame in the receive buffer plus the budget, and no task is
+/// spawned per reply.
+async fn reply_from_reader(
+    conn: &Connection,
+    tid: u64,
+    msg: Message,
+    data: Bytes,
+) -> Result<(), NetError> {
+    conn.inner.enqueue(&msg, FrameFlags::REPLY, tid, data).await
 }
 
 /// The two halves of an established stream.
@@ -643,8 +635,7 @@ async fn on_frame(
     let msg = match Message::decode(h.msg_type, &frame.control) {
         Ok(Message::Ping(p)) if !one_way => {
             let data = if p.echo { frame.data } else { Bytes::new() };
-            reply_from_reader(conn, h.tid, Pong { seq: p.seq }.into(), data);
-            return Ok(());
+            return reply_from_reader(conn, h.tid, Pong { seq: p.seq }.into(), data).await;
         }
         Ok(m) if is_handshake(&m) => Err((
             ErrorReply::UNSUPPORTED,
@@ -664,12 +655,8 @@ async fn on_frame(
         Ok(m) => m,
         Err((code, message)) => {
             if !one_way {
-                reply_from_reader(
-                    conn,
-                    h.tid,
-                    ErrorReply { code, message }.into(),
-                    Bytes::new(),
-                );
+                let reply = ErrorReply { code, message }.into();
+                reply_from_reader(conn, h.tid, reply, Bytes::new()).await?;
             }
             return Ok(());
         }
@@ -709,6 +696,7 @@ fn is_handshake(m: &Message) -> bool {
 mod tests {
     use super::*;
     use shoal_proto::{Ping, encode_frame};
+    use tokio::io::AsyncWriteExt;
 
     fn peer() -> PeerInfo {
         PeerInfo {
@@ -726,20 +714,162 @@ mod tests {
         tokio::io::DuplexStream,
         Arc<Mutex<Option<String>>>,
     ) {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        pipe_conn_with(NetConfig::default())
+    }
+
+    fn pipe_conn_with(
+        config: NetConfig,
+    ) -> (
+        Connection,
+        tokio::io::DuplexStream,
+        Arc<Mutex<Option<String>>>,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
         let (r, w) = tokio::io::split(ours);
         let closed = Arc::new(Mutex::new(None));
         let seen = closed.clone();
         let (conn, _, _) = spawn(
             1,
             peer(),
-            Arc::new(NetConfig::default()),
+            Arc::new(config),
             (Box::new(r), Box::new(w)),
             BytesMut::new(),
             Arc::new(|_: Incoming| {}),
             move |_, reason| *seen.lock().unwrap() = Some(reason.to_string()),
         );
         (conn, theirs, closed)
+    }
+
+    const PIPE_BYTES: usize = 1 << 16;
+
+    /// Writes `frames` into `w` one by one, counting those fully written.
+    fn write_frames(
+        mut w: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        frames: Vec<Vec<u8>>,
+    ) -> Arc<std::sync::atomic::AtomicUsize> {
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = written.clone();
+        tokio::spawn(async move {
+            for f in frames {
+                if w.write_all(&f).await.is_err() {
+                    return;
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        written
+    }
+
+    /// On paused time the clock only moves once every task is idle, so
+    /// this returns when nothing can make progress any more.
+    async fn quiesce() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    fn alive_tasks() -> usize {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    }
+
+    /// Reads and decodes `n` frames from `r`.
+    async fn read_frames(
+        r: &mut tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        n: usize,
+    ) -> Vec<Frame> {
+        let mut decoder = FrameDecoder::new(NetConfig::default().limits);
+        let mut buf = BytesMut::new();
+        let mut frames = Vec::new();
+        while frames.len() < n {
+            while let Some(f) = decoder.decode(&mut buf).unwrap() {
+                frames.push(f);
+            }
+            if frames.len() < n {
+                assert!(r.read_buf(&mut buf).await.unwrap() > 0, "pipe closed");
+            }
+        }
+        frames
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_pings_and_never_reads_is_pushed_back_not_buffered() {
+        const PING_BYTES: usize = 256 * 1024;
+        const PINGS: usize = 64;
+        let budget_bytes = 4 * PING_BYTES;
+        let config = NetConfig {
+            inflight_bytes_max: budget_bytes as u64,
+            ..NetConfig::default()
+        };
+        let (conn, theirs, _) = pipe_conn_with(config);
+        let (mut their_r, their_w) = tokio::io::split(theirs);
+        let tasks_before = alive_tasks();
+        let frames = (0..PINGS)
+            .map(|i| {
+                let ping = Message::from(Ping {
+                    seq: i as u64,
+                    echo: true,
+                });
+                let (t, control) = (ping.msg_type() as u16, ping.encode_control());
+                let data = vec![i as u8; PING_BYTES];
+                encode_frame(t, FrameFlags::default(), i as u64 + 1, &control, &data).to_vec()
+            })
+            .collect();
+        let written = write_frames(their_w, frames);
+        quiesce().await;
+        // The pongs fill the pipe back (64 KiB) and then the budget (four
+        // pings' worth); the reader then stops, so the peer gets at most
+        // one more ping into the receive side before its writes block.
+        let sent = written.load(Ordering::SeqCst);
+        let fit = budget_bytes / PING_BYTES + 2;
+        assert!(
+            sent <= fit,
+            "the peer wrote {sent} pings, at most {fit} fit"
+        );
+        assert!(conn.queued_bytes() <= budget_bytes as u64);
+        assert_eq!(
+            alive_tasks(),
+            tasks_before + 1,
+            "only the peer's writer task was added"
+        );
+        // Once the peer reads, every ping gets its own echo, in order.
+        let pongs = read_frames(&mut their_r, PINGS).await;
+        for (i, f) in pongs.iter().enumerate() {
+            assert_eq!(f.header.tid, i as u64 + 1);
+            assert!(f.header.flags.contains(FrameFlags::REPLY));
+            assert_eq!(f.data.len(), PING_BYTES);
+            assert!(f.data.iter().all(|&b| b == i as u8));
+        }
+        assert_eq!(written.load(Ordering::SeqCst), PINGS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn error_replies_wait_for_the_send_budget_too() {
+        const FRAMES: usize = 20_000;
+        let config = NetConfig {
+            inflight_bytes_max: 4096,
+            ..NetConfig::default()
+        };
+        let (conn, theirs, _) = pipe_conn_with(config);
+        let (mut their_r, their_w) = tokio::io::split(theirs);
+        let tasks_before = alive_tasks();
+        // Message type 999 does not exist: each request earns an ErrorReply.
+        let frames = (0..FRAMES)
+            .map(|i| encode_frame(999, FrameFlags::default(), i as u64 + 1, b"", b"").to_vec())
+            .collect();
+        let written = write_frames(their_w, frames);
+        quiesce().await;
+        let sent = written.load(Ordering::SeqCst);
+        // Bounded by the two 64 KiB pipe directions and the 4 KiB budget,
+        // far below the 20 000 the peer tried to send.
+        assert!(sent < FRAMES / 4, "the peer wrote {sent} requests");
+        assert!(conn.queued_bytes() <= 4096);
+        assert_eq!(alive_tasks(), tasks_before + 1);
+        let replies = read_frames(&mut their_r, FRAMES).await;
+        for (i, f) in replies.iter().enumerate() {
+            assert_eq!(f.header.tid, i as u64 + 1);
+            let msg = Message::decode(f.header.msg_type, &f.control).unwrap();
+            assert!(matches!(msg, Message::ErrorReply(_)), "{msg:?}");
+        }
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@
 //! come from a keyring file; monitor-issued tickets plug in later. This crate
 //! knows nothing of monitors, OSDs or maps.
 
+mod admission;
 mod auth;
 mod config;
 mod conn;

@@ -1,7 +1,9 @@
 //! The [`Messenger`]: one per daemon or client. It listens, accepts and
 //! authenticates connections, opens (and re-opens, with backoff) connections
 //! to peers by address, keeps at most one connection per peer address, and
-//! shuts everything down cleanly.
+//! shuts everything down cleanly. Each listener admits at most
+//! `connections_max` accepted connections, `handshakes_max` of them in their
+//! handshake; sockets past either limit are closed at once.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,6 +17,7 @@ use shoal_types::EntityName;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::admission::{Admission, Admitted, ListenerLoad};
 use crate::auth::AuthProvider;
 use crate::config::NetConfig;
 use crate::conn::{self, Connection, Dispatcher, PeerInfo};
@@ -36,6 +39,9 @@ pub struct MessengerStats {
     pub handshake_failures: u64,
     /// Incoming connections that completed their handshake.
     pub connections_accepted: u64,
+    /// Accepted sockets closed at once because a listener was at its
+    /// `connections_max` or `handshakes_max`.
+    pub connections_refused: u64,
 }
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
@@ -60,6 +66,7 @@ struct Inner {
     handshakes_in_progress: AtomicU64,
     handshake_failures: AtomicU64,
     connections_accepted: AtomicU64,
+    connections_refused: AtomicU64,
 }
 
 /// A messenger. Clones share it.
@@ -105,6 +112,7 @@ impl Messenger {
                 handshakes_in_progress: AtomicU64::new(0),
                 handshake_failures: AtomicU64::new(0),
                 connections_accepted: AtomicU64::new(0),
+                connections_refused: AtomicU64::new(0),
             }),
         }
     }
@@ -135,7 +143,10 @@ impl Messenger {
         *lock(&self.inner.listen) = Some(local);
         let weak = Arc::downgrade(&self.inner);
         let stop = self.inner.shutdown.subscribe();
-        self.inner.spawn_tracked(accept_loop(weak, listener, stop));
+        let cfg = &self.inner.config;
+        let load = ListenerLoad::new(cfg.handshakes_max, cfg.connections_max);
+        self.inner
+            .spawn_tracked(accept_loop(weak, listener, load, stop));
         tracing::info!(entity = %self.inner.me, addr = %local, "listening");
         Ok(local)
     }
@@ -203,6 +214,7 @@ impl Messenger {
             handshakes_in_progress: i.handshakes_in_progress.load(Ordering::Relaxed),
             handshake_failures: i.handshake_failures.load(Ordering::Relaxed),
             connections_accepted: i.connections_accepted.load(Ordering::Relaxed),
+            connections_refused: i.connections_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -284,10 +296,18 @@ impl Inner {
                 });
             }
         };
-        Ok(self.start(stream, buf, est))
+        Ok(self.start(stream, buf, est, None))
     }
 
-    fn start(self: &Arc<Self>, stream: Stream, leftover: BytesMut, est: Established) -> Connection {
+    /// Starts an established connection. `place` is its place on the
+    /// listener that accepted it, given back when the connection ends.
+    fn start(
+        self: &Arc<Self>,
+        stream: Stream,
+        leftover: BytesMut,
+        est: Established,
+        place: Option<Admitted>,
+    ) -> Connection {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let peer = PeerInfo {
             name: est.peer,
@@ -309,6 +329,7 @@ impl Inner {
             leftover,
             Arc::clone(&self.dispatcher),
             move |_, reason| {
+                drop(place);
                 if let Some(inner) = weak.upgrade() {
                     tracing::debug!(entity = %inner.me, "connection closed: {reason}");
                     lock(&inner.conns).remove(&id);
@@ -327,7 +348,7 @@ impl Inner {
 
     /// Runs the acceptor's handshake on a new socket and, if it succeeds,
     /// starts the connection and makes it the one used to reach that peer.
-    async fn accept(self: Arc<Self>, mut stream: Stream) {
+    async fn accept(self: Arc<Self>, mut stream: Stream, mut place: Admitted) {
         let addr = stream.peer_addr;
         self.handshakes_in_progress.fetch_add(1, Ordering::Relaxed);
         let mut buf = BytesMut::with_capacity(4096);
@@ -337,6 +358,7 @@ impl Inner {
             Err(_) => Err(HandshakeError::Timeout),
         };
         self.handshakes_in_progress.fetch_sub(1, Ordering::Relaxed);
+        place.handshake_done();
         let est = match result {
             Ok(est) => est,
             Err(e) => {
@@ -358,7 +380,7 @@ impl Inner {
         };
         self.connections_accepted.fetch_add(1, Ordering::Relaxed);
         let listen = est.peer_listen;
-        let conn = self.start(stream, buf, est);
+        let conn = self.start(stream, buf, est, Some(place));
         // One connection per peer pair: if we have no live connection to
         // the peer's listening address, use this one to reach it.
         if let Some(listen) = listen {
@@ -375,6 +397,7 @@ impl Inner {
 async fn accept_loop(
     weak: Weak<Inner>,
     mut listener: BoxListener,
+    load: Arc<ListenerLoad>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -385,10 +408,26 @@ async fn accept_loop(
         };
         let Some(inner) = weak.upgrade() else { return };
         match accepted {
-            Ok(stream) => {
-                let fut = Arc::clone(&inner).accept(stream);
-                inner.spawn_tracked(fut);
-            }
+            Ok(stream) => match load.admit() {
+                Admission::Admitted {
+                    guard,
+                    after_refusing,
+                } => {
+                    if let Some(n) = after_refusing {
+                        tracing::info!(entity = %inner.me, "accepting connections again, after refusing {n}");
+                    }
+                    let fut = Arc::clone(&inner).accept(stream, guard);
+                    inner.spawn_tracked(fut);
+                }
+                Admission::Refused { why, first } => {
+                    inner.connections_refused.fetch_add(1, Ordering::Relaxed);
+                    // One line per episode: a flood must not flood the log too.
+                    if first {
+                        tracing::warn!(entity = %inner.me, peer = %stream.peer_addr, "refusing connections: {why}; further refusals are counted, not logged");
+                    }
+                    drop(stream);
+                }
+            },
             Err(e) => {
                 tracing::warn!(entity = %inner.me, "accept failed: {e}");
                 drop(inner);

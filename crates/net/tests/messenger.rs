@@ -88,14 +88,20 @@ fn client(k: Keyring, cfg: NetConfig) -> Messenger {
     )
 }
 
+/// A hang guard, far above any wait a test expects: tests wait for events,
+/// never for a time to pass.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Waits until `cond` holds (polled), failing only if it never does.
 async fn wait_for(mut cond: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if cond() {
-            return;
+    let waiting = async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    if tokio::time::timeout(HANG_GUARD, waiting).await.is_err() {
+        panic!("condition not reached in {HANG_GUARD:?}");
     }
-    panic!("condition not reached in 4 s");
 }
 
 #[tokio::test]
@@ -221,7 +227,15 @@ async fn reconnects_with_backoff_after_the_server_appears_and_after_it_restarts(
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let cli = client(k.clone(), config());
+    // Enough attempts to outlast any scheduling delay of the starter below:
+    // the test is that retries reach a server that appears, not how soon.
+    let cli = client(
+        k.clone(),
+        NetConfig {
+            reconnect_attempts: 1000,
+            ..config()
+        },
+    );
     let k2 = k.clone();
     let starter = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -325,9 +339,11 @@ async fn backpressure_bounds_queued_bytes_and_resumes() {
             conn.request(Pong { seq }, chunk).await
         }));
     }
-    // The server reads two requests and stops; kernel buffers fill; then
+    // The server reads two requests and stops; kernel buffers fill (the
+    // server's receive buffer does not grow while it reads nothing); then
     // the client's 1 MiB budget is spent and the remaining senders wait.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(|| held.lock().unwrap().len() == 2).await;
+    wait_for(|| conn.queued_bytes() + chunk.len() as u64 > 1 << 20).await;
     assert_eq!(
         held.lock().unwrap().len(),
         2,
@@ -493,10 +509,10 @@ async fn a_client_without_its_own_key_says_so() {
     srv.shutdown().await;
 }
 
-/// Reads what the server sends until it closes, within 3 s.
+/// Reads what the server sends until it closes.
 async fn read_until_closed(s: &mut tokio::net::TcpStream) -> Vec<u8> {
     let mut out = Vec::new();
-    let r = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
+    let r = tokio::time::timeout(HANG_GUARD, s.read_to_end(&mut out)).await;
     assert!(r.is_ok(), "server did not close the connection");
     out
 }
@@ -590,5 +606,73 @@ async fn truncated_handshake_random_bytes_and_silence_leak_nothing() {
     .await
     .unwrap();
     cli.shutdown().await;
+    srv.shutdown().await;
+}
+
+// ---- admission caps ----
+
+#[tokio::test]
+async fn a_listener_refuses_sockets_past_its_handshake_cap_until_one_finishes() {
+    let k = keyring();
+    let cfg = NetConfig {
+        handshakes_max: 2,
+        handshake_timeout: Duration::from_secs(600),
+        ..config()
+    };
+    let (srv, addr) = server(k.clone(), cfg, echo_dispatcher()).await;
+    let silent_a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _silent_b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    wait_for(|| srv.stats().handshakes_in_progress == 2).await;
+    // A third socket is closed at once, before any handshake.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(read_until_closed(&mut third).await.is_empty());
+    assert_eq!(srv.stats().connections_refused, 1);
+    // So is a real client, which gives up after its attempts.
+    let quick = NetConfig {
+        reconnect_attempts: 2,
+        ..config()
+    };
+    let e = client(k.clone(), quick).connect(addr).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(srv.stats().connections_refused, 3);
+    // One silent socket leaves: its place is free again.
+    drop(silent_a);
+    wait_for(|| srv.stats().handshakes_in_progress == 1).await;
+    let cli = client(k, config());
+    let conn = cli.connect(addr).await.unwrap();
+    conn.request(Ping::default(), Bytes::new()).await.unwrap();
+    assert_eq!(srv.stats().handshakes_in_progress, 1);
+    cli.shutdown().await;
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_listener_refuses_connections_past_its_cap_until_one_closes() {
+    let k = keyring();
+    let cfg = NetConfig {
+        connections_max: 2,
+        ..config()
+    };
+    let (srv, addr) = server(k.clone(), cfg, echo_dispatcher()).await;
+    let first = client(k.clone(), config());
+    first.connect(addr).await.unwrap();
+    let second = client(k.clone(), config());
+    second.connect(addr).await.unwrap();
+    let quick = NetConfig {
+        reconnect_attempts: 1,
+        ..config()
+    };
+    let third = client(k.clone(), quick);
+    let e = third.connect(addr).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(srv.stats().connections_refused, 1);
+    wait_for(|| srv.stats().connections == 2).await;
+    first.shutdown().await;
+    wait_for(|| srv.stats().connections == 1).await;
+    let conn = third.connect(addr).await.unwrap();
+    conn.request(Ping::default(), Bytes::new()).await.unwrap();
+    assert_eq!(srv.stats().connections_refused, 1);
+    third.shutdown().await;
+    second.shutdown().await;
     srv.shutdown().await;
 }

@@ -543,10 +543,12 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
     t.create_collection(c);
     s.apply_transaction(t).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reads_done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let obj = |i: u64| ObjectKey::new(i as u32, format!("r{i}"));
     let writers: Vec<_> = (0..2u64)
         .map(|w| {
-            let (s, stop) = (s.clone(), stop.clone());
+            let (s, stop, writes) = (s.clone(), stop.clone(), writes.clone());
             std::thread::spawn(move || {
                 let mut rng = shoal_objectstore::model::Rng::new(w);
                 while !stop.load(Ordering::Relaxed) {
@@ -561,13 +563,14 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
                         _ => t.truncate(c, o.clone(), 0).remove(c, o),
                     };
                     s.apply_transaction(t).unwrap();
+                    writes.fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
         .collect();
     let readers: Vec<_> = (0..2u64)
         .map(|r| {
-            let (s, stop) = (s.clone(), stop.clone());
+            let (s, stop, done) = (s.clone(), stop.clone(), reads_done.clone());
             std::thread::spawn(move || {
                 let mut rng = shoal_objectstore::model::Rng::new(100 + r);
                 let mut reads = 0u64;
@@ -581,6 +584,7 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
                                 );
                             }
                             reads += 1;
+                            done.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(Error::ObjectNotFound(..)) => {}
                         Err(e) => panic!("read failed: {e}"),
@@ -590,13 +594,25 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Run for an amount of work, not of time: a loaded machine only makes
+    // the test slower. The deadline only guards against a hang.
+    const WORK: u64 = 2000;
+    let hang_guard = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while reads_done.load(Ordering::Relaxed) < WORK || writes.load(Ordering::Relaxed) < WORK {
+        assert!(
+            std::time::Instant::now() < hang_guard,
+            "no progress: {} reads, {} writes",
+            reads_done.load(Ordering::Relaxed),
+            writes.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().unwrap();
     }
     let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
-    assert!(reads > 0);
+    assert!(reads >= WORK);
     assert_eq!(s.counters().checksum_errors.load(Ordering::Relaxed), 0);
     println!(
         "{reads} reads, {} redone under the lock after a block changed",
@@ -604,11 +620,29 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
     );
 }
 
-/// A device whose reads stall while `stall` is set (to hold a read open across commits).
+/// A device that holds the first read after `stall` is set until the test
+/// releases it (to hold a read open across commits). Later reads pass, so
+/// nothing else can wait on the held one.
 #[derive(Debug)]
 struct StallingReads {
     inner: Arc<MemDevice>,
     stall: std::sync::atomic::AtomicBool,
+    /// (a read is held, the test released it)
+    held: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl StallingReads {
+    /// Waits until a read is held.
+    fn wait_held(&self) {
+        let g = self.held.lock().unwrap();
+        drop(self.changed.wait_while(g, |(held, _)| !*held).unwrap());
+    }
+
+    fn release(&self) {
+        self.held.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
 }
 
 impl block::device::Device for StallingReads {
@@ -616,8 +650,15 @@ impl block::device::Device for StallingReads {
         self.inner.len()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        if self.stall.load(std::sync::atomic::Ordering::SeqCst) {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+        if self.stall.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let mut g = self.held.lock().unwrap();
+            g.0 = true;
+            self.changed.notify_all();
+            drop(
+                self.changed
+                    .wait_while(g, |(_, released)| !*released)
+                    .unwrap(),
+            );
         }
         self.inner.read_at(offset, buf)
     }
@@ -639,6 +680,8 @@ fn read_racing_block_reuse_is_redone_not_reported_as_corruption() {
     let data = Arc::new(StallingReads {
         inner: MemDevice::new(vec![0u8; 4 << 20], ctl.clone()),
         stall: false.into(),
+        held: Default::default(),
+        changed: Default::default(),
     });
     let meta = MemDevice::new(Vec::new(), ctl);
     BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
@@ -657,16 +700,16 @@ fn read_racing_block_reuse_is_redone_not_reported_as_corruption() {
         let (s, c, a) = (s.clone(), c, a.clone());
         std::thread::spawn(move || s.read(&c, &a, 0, 8192))
     };
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    // While the read stalls: free a's blocks, make that durable, reuse them for b.
+    data.wait_held();
+    // While the read is held: free a's blocks, make that durable, reuse them for b.
     let mut t = Transaction::new();
     t.remove(c, a.clone());
     s.apply_transaction(t).unwrap();
     let mut t = Transaction::new();
     t.write(c, b.clone(), 0, Bytes::from(vec![2u8; 8192]));
     s.apply_transaction(t).unwrap();
+    data.release();
     let got = reader.join().unwrap();
-    data.stall.store(false, Ordering::SeqCst);
     assert!(matches!(got, Err(Error::ObjectNotFound(..))), "{got:?}");
     assert_eq!(s.counters().checksum_errors.load(Ordering::Relaxed), 0);
     assert_eq!(s.counters().read_retries.load(Ordering::Relaxed), 1);

@@ -130,7 +130,7 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
             let config = ctx.config_for(&entity)?;
             let data = data_dir(data, &config.options.mon_data)?;
             let dropped = shoal_mon::MonStore::cut_torn_tail(&data)?;
-            println!("mon.{id}: dropped {dropped} bytes after the last whole log record");
+            outln!("mon.{id}: dropped {dropped} bytes after the last whole log record");
             Ok(())
         }
         Some(MonSub::Add { name, addr, format }) => {

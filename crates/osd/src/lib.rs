@@ -13,6 +13,7 @@
 //! monitors' client side, never on the client library.
 
 pub mod codec;
+pub mod copy;
 pub mod ctx;
 pub mod daemon;
 pub mod exec;

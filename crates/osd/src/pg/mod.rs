@@ -252,6 +252,8 @@ pub struct PgStat {
     /// Copies backfill targets lack while an acting member outside the up
     /// set holds them (Ceph's misplaced objects).
     pub misplaced: u64,
+    /// Objects whose recovery keeps failing, each with why.
+    pub recovery_stalled: Vec<String>,
 }
 
 /// Where a PG is in its interval.
@@ -375,6 +377,14 @@ impl Pg {
                 scrub_record = scrub::ScrubRecord::decode(b);
             }
             missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
+            // Copies a crash interrupted start again from their first step.
+            let mut t = Transaction::new();
+            let temps = crate::copy::remove_temps(store.as_ref(), coll, &mut t)
+                .map_err(|e| err(e.to_string()))?;
+            if temps > 0 {
+                tracing::info!(pg = %id, temps, "removing half-made object copies");
+                store.apply_transaction(t).map_err(|e| err(e.to_string()))?;
+            }
             PgLog::load(&omap).map_err(|e| err(e.to_string()))?
         } else {
             let log = PgLog::default();
@@ -557,6 +567,7 @@ impl Pg {
                 "copies_left": rs.copies_left(),
                 "unfound": rs.unfound().len(),
                 "in_progress": rs.in_progress(),
+                "stalled": rs.stalled(),
             });
         }
         out
@@ -836,6 +847,11 @@ impl Pg {
             recovery_per_s,
             degraded,
             misplaced,
+            recovery_stalled: self
+                .recovery
+                .as_ref()
+                .map(|r| r.stalled())
+                .unwrap_or_default(),
         })
     }
 }

@@ -674,6 +674,16 @@ impl Pg {
         let mut txn = Transaction::new();
         let mine = acts.iter().position(|a| a.osd == me);
         let own = mine.map(|i| acts.remove(i));
+        if !own.as_ref().is_some_and(|a| a.backfill) {
+            // Copies an earlier recovery left half made start again.
+            let temps = shoal_net::runtime::blocking(|| {
+                crate::copy::remove_temps(self.ctx.store.as_ref(), self.coll, &mut txn)
+            });
+            if let Err(e) = temps {
+                tracing::error!(pg = %self.id, "cannot list half-made copies: {e}");
+                return self.repeer_soon(Duration::from_secs(1));
+            }
+        }
         if own.as_ref().is_some_and(|a| a.backfill) {
             txn.remove_collection(self.coll);
             txn.create_collection(self.coll);

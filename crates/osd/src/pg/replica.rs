@@ -8,10 +8,10 @@ use shoal_proto::{OsdErrorCode, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpRep
 
 use super::{Pg, State};
 use crate::codec;
+use crate::copy;
 use crate::ctx::OsdCounters;
 use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
 use crate::missing::MissingSet;
-use crate::recovery;
 
 fn answer(r: Responder, code: OsdErrorCode, epoch: u32, message: String) {
     let reply = RepOpReply {
@@ -182,35 +182,58 @@ impl Pg {
         self.log
             .replace(info, entries, dups, limits, self.coll, &mut txn);
         self.missing.replace(missing, self.coll, &mut txn);
+        // Copies the previous primary left half made will not be finished.
+        if let Err(e) = shoal_net::runtime::blocking(|| {
+            copy::remove_temps(self.ctx.store.as_ref(), self.coll, &mut txn)
+        }) {
+            return answer(
+                responder,
+                crate::exec::store_error_code(&e),
+                epoch,
+                e.to_string(),
+            );
+        }
         if self.shards().contains(&self.whoami()) {
             self.state = State::ReplicaActive;
         }
         self.apply_then_ack(txn, responder);
     }
 
-    /// Recovery: install the primary's copy of an object.
+    /// Recovery: install one step of the primary's copy of an object.
     pub(super) async fn push(&mut self, msg: PgPush, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
         let built = shoal_net::runtime::blocking(|| {
-            recovery::install_txn(self.ctx.store.as_ref(), self.coll, &msg, data)
+            copy::install_step(self.ctx.store.as_ref(), self.coll, &msg, data)
         });
         match built {
             Ok(txn) => {
-                // The transaction takes the object out of the persisted set.
-                self.missing
-                    .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
-                OsdCounters::add(&self.ctx.counters.recovered, 1);
+                let (_, after) = copy::bounds(&msg);
+                if !msg.exists || copy::is_complete(&after) {
+                    // The transaction takes the object out of the persisted set.
+                    self.missing
+                        .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
+                    OsdCounters::add(&self.ctx.counters.recovered, 1);
+                }
                 self.apply_then_ack(txn, responder);
             }
-            Err(e) => answer(responder, OsdErrorCode::InvalidArgument, epoch, e),
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "refused a pushed step: {e}");
+                answer(responder, OsdErrorCode::InvalidArgument, epoch, e)
+            }
         }
     }
 
-    /// Recovery: send our copy of an object to the primary.
+    /// Recovery: send the next step of our copy of an object to the primary.
     pub(super) async fn pull(&mut self, msg: PgPull, responder: Responder) {
         let key = ObjectKey::new(msg.hash, msg.name.clone());
+        let before = msg.progress.clone().unwrap_or_else(copy::start);
+        let limits = self
+            .ctx
+            .cfg
+            .copy_limits
+            .narrowed(msg.data_bytes_max, msg.omap_bytes_max);
         let read = shoal_net::runtime::blocking(|| {
-            recovery::read_object(self.ctx.store.as_ref(), self.coll, &key)
+            copy::read_step(self.ctx.store.as_ref(), self.coll, &key, &before, limits)
         });
         let epoch = self.epoch();
         match read {

@@ -31,6 +31,9 @@ pub struct PgConfig {
     /// How much one step of an object copy (recovery, backfill, repair)
     /// may carry.
     pub copy_limits: crate::copy::StepLimits,
+    /// Bytes of log, dups and missing-set records per piece of a peering
+    /// answer or activation.
+    pub peering_piece_bytes: usize,
 }
 
 impl Default for PgConfig {
@@ -43,6 +46,7 @@ impl Default for PgConfig {
             recovery_max_active: 3,
             max_backfills: 1,
             copy_limits: crate::copy::StepLimits::default(),
+            peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
         }
     }
 }

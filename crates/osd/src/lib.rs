@@ -21,6 +21,7 @@ pub mod log;
 pub mod missing;
 pub mod object;
 pub mod pg;
+pub mod pieces;
 pub mod recovery;
 pub mod scrub;
 

@@ -2,6 +2,8 @@
 //! object from a peer or pushing ours to it, step by bounded step
 //! (`copy.rs`), and listing a PG's objects here or on a peer.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
@@ -100,6 +102,18 @@ pub async fn pull_object(
     Ok(())
 }
 
+/// How long the last step of a push may take: it renames the temporary
+/// copy over the object, which a store that keys omap entries by object
+/// name (the BlockStore) does by moving every entry, so its wait grows
+/// with the entries copied (one `peer_timeout` more per 100 000, at most
+/// 20 in all).
+pub fn last_step_timeout(peer_timeout: Duration, omap_entries: usize) -> Duration {
+    let extra = u32::try_from(omap_entries / 100_000)
+        .unwrap_or(u32::MAX)
+        .min(19);
+    peer_timeout.saturating_mul(1 + extra)
+}
+
 /// Pushes our copy of `key` of PG `pg` to the member at `dst`, step by
 /// step, each acknowledged (durable) before the next is read; `expect` as
 /// for [`pull_object`].
@@ -115,6 +129,7 @@ pub async fn push_object(
     let limits = ctx.cfg.copy_limits;
     let me = format!("osd.{}", ctx.whoami);
     let mut progress = copy::start();
+    let mut omap_entries = 0usize;
     loop {
         let (mut push, data) = shoal_net::runtime::blocking(|| {
             copy::read_step(ctx.store.as_ref(), coll, key, &progress, limits)
@@ -127,8 +142,13 @@ pub async fn push_object(
         push.pg_seed = pg.seed;
         push.epoch = epoch;
         let last = advance(&mut progress, &push, &me)?;
+        omap_entries += push.omap_keys.len();
+        let timeout = match last {
+            true => last_step_timeout(ctx.cfg.peer_timeout, omap_entries),
+            false => ctx.cfg.peer_timeout,
+        };
         let reply = dst
-            .request_with_timeout(push, data, ctx.cfg.peer_timeout)
+            .request_with_timeout(push, data, timeout)
             .await
             .map_err(|e| e.to_string())?;
         match reply.msg {
@@ -216,5 +236,19 @@ pub async fn remote_objects(
             return Ok(out);
         }
         cursor = Some((page.next_hash, page.next_name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_step_of_a_big_omap_may_take_longer() {
+        let t = Duration::from_secs(30);
+        assert_eq!(last_step_timeout(t, 0), t);
+        assert_eq!(last_step_timeout(t, 99_999), t);
+        assert_eq!(last_step_timeout(t, 1_000_000), t * 11);
+        assert_eq!(last_step_timeout(t, usize::MAX), t * 20);
     }
 }

@@ -699,8 +699,11 @@ fn same_everywhere(c: &Cluster, client: &RawClient, oid: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_too_big_for_one_frame_heals_in_steps_when_members_return_or_are_replaced() {
-    let c = Cluster::with_pool("bigheal", 4, 3, 8).await;
-    let mut c = c;
+    // Peering answers and activations go in pieces of 1 KiB: many of them.
+    let mut c = Cluster::with_pool_config("bigheal", 4, 3, 8, 1 << 30, |pg| {
+        pg.peering_piece_bytes = 1024;
+    })
+    .await;
     let mut client = RawClient::new(&c, "client.admin", c.admin_key.clone()).await;
     client
         .wait_map(|m| (0..4).all(|o| m.is_up(o)) && m.pool_by_name("rbd").is_some())

@@ -478,6 +478,9 @@ pub struct PgQuery {
     /// The first epoch of the primary's interval.
     #[prost(uint32, tag = "4")]
     pub interval_start: u32,
+    /// Which piece of the answer to send (0: the first); see [`PgInfo::more`].
+    #[prost(uint32, tag = "5")]
+    pub piece: u32,
 }
 
 /// A member's answer to [`PgQuery`] (or a primary's activation message to
@@ -519,6 +522,16 @@ pub struct PgInfo {
     /// log still knows which old requests were applied.
     #[prost(bytes = "vec", repeated, tag = "10")]
     pub dups: Vec<Vec<u8>>,
+    /// More pieces follow: a long log, many dups or a large missing set go
+    /// in pieces of bounded size, records in order (log, dups, missing),
+    /// each piece carrying `info`. A query asks for the next piece; an
+    /// activation's receiver acknowledges each piece and applies the
+    /// whole once the last arrives.
+    #[prost(bool, tag = "11")]
+    pub more: bool,
+    /// This piece's number (0: the first).
+    #[prost(uint32, tag = "12")]
+    pub piece: u32,
 }
 
 /// How far a copy of one object has got (Ceph's ObjectRecoveryProgress).

@@ -330,6 +330,9 @@ pub struct Pg {
     waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
     /// Peering asks every up OSD (objects were unfound in this interval).
     search_everywhere: bool,
+    /// Replica: the pieces of an activation received so far (its
+    /// interval, the next piece's number, the records).
+    activation_pieces: Option<(u32, u32, crate::pieces::Records)>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -424,6 +427,7 @@ impl Pg {
             recovery_generation: 0,
             waiting_for_object: BTreeMap::new(),
             search_everywhere: false,
+            activation_pieces: None,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);

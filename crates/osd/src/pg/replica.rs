@@ -12,6 +12,7 @@ use crate::copy;
 use crate::ctx::OsdCounters;
 use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
 use crate::missing::MissingSet;
+use crate::pieces::Records;
 
 fn answer(r: Responder, code: OsdErrorCode, epoch: u32, message: String) {
     let reply = RepOpReply {
@@ -122,27 +123,36 @@ impl Pg {
         self.apply_then_ack(txn, responder);
     }
 
-    /// The primary asks what we have.
+    /// The primary asks what we have (one piece of it).
     pub(super) async fn query(&mut self, msg: PgQuery, responder: Responder) {
+        let all = Records {
+            log: self.log.entries().map(LogEntry::encode).collect(),
+            dups: self.log.dups().map(Dup::encode).collect(),
+            missing: self.missing.encode(),
+        };
+        let (piece, more) = all.piece(msg.piece, self.ctx.cfg.peering_piece_bytes);
         let reply = PgInfo {
             pool: self.id.pool,
             pg_seed: self.id.seed,
             epoch: self.epoch(),
             info: self.log.info.encode(),
-            log: self.log.entries().map(LogEntry::encode).collect(),
+            log: piece.log,
             activate: false,
             interval_start: msg.interval_start,
-            missing: self.missing.encode(),
+            missing: piece.missing,
             backfill: false,
-            dups: self.log.dups().map(Dup::encode).collect(),
+            dups: piece.dups,
+            more,
+            piece: msg.piece,
         };
         tokio::spawn(async move {
             let _ = responder.reply(reply, Bytes::new()).await;
         });
     }
 
-    /// The primary's authoritative log: ours becomes the same.
-    pub(super) async fn activate(&mut self, msg: PgInfo, responder: Responder) {
+    /// The primary's authoritative log: ours becomes the same (once its
+    /// last piece is in).
+    pub(super) async fn activate(&mut self, mut msg: PgInfo, responder: Responder) {
         let epoch = self.epoch();
         if self.stale(msg.epoch) {
             let m = format!(
@@ -151,6 +161,34 @@ impl Pg {
             );
             return answer(responder, OsdErrorCode::StaleEpoch, epoch, m);
         }
+        if msg.more || msg.piece > 0 {
+            let piece = Records {
+                log: std::mem::take(&mut msg.log),
+                dups: std::mem::take(&mut msg.dups),
+                missing: std::mem::take(&mut msg.missing),
+            };
+            let mut so_far = match self.activation_pieces.take() {
+                _ if msg.piece == 0 => Records::default(),
+                Some((start, next, r)) if start == msg.interval_start && next == msg.piece => r,
+                _ => {
+                    let m = format!(
+                        "pg {}: activation piece {} out of order",
+                        self.id, msg.piece
+                    );
+                    return answer(responder, OsdErrorCode::Again, epoch, m);
+                }
+            };
+            so_far.extend(piece);
+            if msg.more {
+                let next = msg.piece.saturating_add(1);
+                self.activation_pieces = Some((msg.interval_start, next, so_far));
+                return answer(responder, OsdErrorCode::Ok, epoch, String::new());
+            }
+            msg.log = so_far.log;
+            msg.dups = so_far.dups;
+            msg.missing = so_far.missing;
+        }
+        self.activation_pieces = None;
         let decoded = PgInfoData::decode(&msg.info).and_then(|info| {
             let entries: Result<Vec<LogEntry>, _> =
                 msg.log.iter().map(|b| LogEntry::decode(b)).collect();

@@ -80,7 +80,7 @@ mod tests {
     fn records(log: usize, dups: usize, missing: usize, len: usize) -> Records {
         let mk = |tag: u8, n: usize| {
             (0..n)
-                .map(|i| vec![tag, (i % 256) as u8].repeat(len / 2))
+                .map(|i| [tag, (i % 256) as u8].repeat(len / 2))
                 .collect()
         };
         Records {

@@ -228,6 +228,10 @@ options! {
     osd_recovery_max_active: u32 = 3u32;
     /// PGs of an OSD backfilling at once (as Ceph's osd_max_backfills).
     osd_max_backfills: u32 = 1u32;
+    /// Most data bytes one step of an object copy (recovery, backfill, repair) carries (as Ceph's osd_recovery_max_chunk).
+    osd_recovery_max_chunk_bytes: u64 = 4u64 << 20;
+    /// Most bytes of xattrs, omap header and omap entries one step of an object copy carries; keep it well below ms_frame_control_bytes_max.
+    osd_recovery_max_omap_chunk_bytes: u64 = 512u64 << 10;
     /// Scrub (compare replicas' object metadata) each PG at least this often, in milliseconds.
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.

@@ -63,6 +63,10 @@ pub struct PgStatReport {
     /// set holds them (misplaced, not degraded).
     #[serde(default)]
     pub misplaced: u64,
+    /// Objects whose recovery keeps failing, each with why (the
+    /// `PG_RECOVERY_STALLED` health check).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery_stalled: Vec<String>,
 }
 
 /// The newest report of one PG, with who sent it and at which epoch.

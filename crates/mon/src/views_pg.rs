@@ -429,6 +429,9 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
             &affected,
         ));
     }
+    if let Some(c) = recovery_stalled(&rows) {
+        checks.push(c);
+    }
     let damaged: Vec<&PgRow> = rows.iter().filter(|r| has(r, "inconsistent")).collect();
     if !damaged.is_empty() {
         let mut objects: Vec<String> = Vec::new();
@@ -462,6 +465,38 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
         checks.push(pgs);
     }
     checks
+}
+
+/// `PG_RECOVERY_STALLED`: PGs whose recovery of some object keeps
+/// failing, naming each object and why, so an operator sees what holds a
+/// PG degraded rather than a recovery that never ends.
+fn recovery_stalled(rows: &[PgRow]) -> Option<Value> {
+    let mut objects: Vec<String> = Vec::new();
+    let mut pgs: Vec<&PgRow> = Vec::new();
+    for r in rows {
+        let stalled = r.entry.iter().flat_map(|e| &e.report.recovery_stalled);
+        let before = objects.len();
+        objects.extend(stalled.map(|o| format!("pg {} cannot recover object {o}", r.pgid)));
+        if objects.len() > before {
+            pgs.push(r);
+        }
+    }
+    if pgs.is_empty() {
+        return None;
+    }
+    let summary = format!(
+        "Recovery stalled: {} objects failing to recover in {}",
+        objects.len(),
+        count(pgs.len(), "")
+    );
+    let mut c = check("PG_RECOVERY_STALLED", summary.trim_end(), &pgs);
+    let more = objects.len().saturating_sub(HEALTH_DETAIL_MAX);
+    objects.truncate(HEALTH_DETAIL_MAX);
+    if more > 0 {
+        objects.push(format!("... and {more} more"));
+    }
+    c["detail"] = json!(objects);
+    Some(c)
 }
 
 fn count(n: usize, what: &str) -> String {
@@ -541,6 +576,11 @@ mod tests {
                 degraded: objects * (3 - acting(pgid).len() as u64)
                     + if state.contains("recovering") { 5 } else { 0 },
                 misplaced: if state.contains("remapped") { 4 } else { 0 },
+                recovery_stalled: if state.contains("recovering") && *objects > 100 {
+                    vec!["big-obj: push to osd.2: frame too large (3 failed tries in 7 s)".into()]
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let r = PgStats {
@@ -791,6 +831,40 @@ mod tests {
         assert!(
             !checks.iter().any(|c| c["code"] == "PG_DEGRADED"),
             "{checks:?}"
+        );
+    }
+
+    #[test]
+    fn a_stalled_recovery_is_a_health_warning_naming_the_object_and_why() {
+        let mut s = state();
+        let a = primary(&s, "1.3");
+        report(
+            &mut s,
+            a,
+            9000,
+            &[("1.3", "active+recovering+degraded", 200)],
+        );
+        let checks = pg_health(&s);
+        let stalled = checks
+            .iter()
+            .find(|c| c["code"] == "PG_RECOVERY_STALLED")
+            .unwrap_or_else(|| panic!("{checks:?}"));
+        assert_eq!(stalled["severity"], "HEALTH_WARN");
+        assert_eq!(
+            stalled["summary"],
+            "Recovery stalled: 1 objects failing to recover in 1 pg"
+        );
+        assert_eq!(
+            stalled["detail"][0],
+            "pg 1.3 cannot recover object big-obj: push to osd.2: frame too large (3 failed tries in 7 s)"
+        );
+        // A recovery that does not fail raises no such check.
+        let mut s = state();
+        report(&mut s, a, 9000, &[("1.3", "active+recovering+degraded", 2)]);
+        assert!(
+            !pg_health(&s)
+                .iter()
+                .any(|c| c["code"] == "PG_RECOVERY_STALLED")
         );
     }
 

@@ -28,6 +28,12 @@ pub struct PgConfig {
     pub recovery_max_active: usize,
     /// PGs of one OSD backfilling at once (Ceph's `osd_max_backfills`).
     pub max_backfills: usize,
+    /// How much one step of an object copy (recovery, backfill, repair)
+    /// may carry.
+    pub copy_limits: crate::copy::StepLimits,
+    /// Bytes of log, dups and missing-set records per piece of a peering
+    /// answer or activation.
+    pub peering_piece_bytes: usize,
 }
 
 impl Default for PgConfig {
@@ -39,6 +45,8 @@ impl Default for PgConfig {
             full_ratio: 0.95,
             recovery_max_active: 3,
             max_backfills: 1,
+            copy_limits: crate::copy::StepLimits::default(),
+            peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
         }
     }
 }

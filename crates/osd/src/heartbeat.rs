@@ -174,6 +174,7 @@ impl Inner {
                     recovery_per_s: s.recovery_per_s,
                     degraded: s.degraded,
                     misplaced: s.misplaced,
+                    recovery_stalled: s.recovery_stalled,
                 })
                 .collect();
             let cmd = Command::OsdPgStats {

@@ -13,6 +13,7 @@
 //! monitors' client side, never on the client library.
 
 pub mod codec;
+pub mod copy;
 pub mod ctx;
 pub mod daemon;
 pub mod exec;
@@ -20,6 +21,7 @@ pub mod log;
 pub mod missing;
 pub mod object;
 pub mod pg;
+pub mod pieces;
 pub mod recovery;
 pub mod scrub;
 

@@ -1,127 +1,18 @@
-//! Whole-object copies for recovery and repair: reading an object (data,
-//! xattrs, omap) into a [`PgPush`], the store transaction that installs a
-//! pushed copy, and pulling from or pushing to a peer.
+//! Object copies for recovery and repair, over the network: pulling an
+//! object from a peer or pushing ours to it, step by bounded step
+//! (`copy.rs`), and listing a PG's objects here or on a peer.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
-use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
-use shoal_proto::{Message, PgList, PgPull, PgPush};
+use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore};
+use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush};
 
+use crate::copy;
 use crate::ctx::{OsdCounters, OsdCtx};
-use crate::missing::MissingSet;
 
-/// Omap entries read per store call while copying an object.
-const OMAP_PAGE: usize = 4096;
-/// Bytes read per store call while copying an object.
-const READ_CHUNK: u64 = 4 << 20;
-
-/// Reads the whole of `key` (or its absence) into a push message and data.
-pub fn read_object(
-    store: &dyn ObjectStore,
-    coll: CollectionId,
-    key: &ObjectKey,
-) -> shoal_objectstore::Result<(PgPush, Bytes)> {
-    let mut push = PgPush {
-        hash: key.hash,
-        name: key.name.clone(),
-        ..PgPush::default()
-    };
-    if !store.exists(&coll, key)? {
-        return Ok((push, Bytes::new()));
-    }
-    push.exists = true;
-    let size = store.stat(&coll, key)?.size;
-    let mut data = BytesMut::with_capacity(usize::try_from(size).unwrap_or(0));
-    let mut off = 0;
-    while off < size {
-        let chunk = store.read(&coll, key, off, READ_CHUNK.min(size - off))?;
-        if chunk.is_empty() {
-            break;
-        }
-        off += chunk.len() as u64;
-        data.extend_from_slice(&chunk);
-    }
-    for (n, v) in store.getxattrs(&coll, key)? {
-        push.attrs.push(n);
-        push.attr_values.push(v.to_vec());
-    }
-    push.omap_header = store.omap_get_header(&coll, key)?.to_vec();
-    let mut after: Option<Bytes> = None;
-    loop {
-        let start = match &after {
-            Some(k) => Bound::Excluded(k.as_ref()),
-            None => Bound::Unbounded,
-        };
-        let page = store.omap_range(&coll, key, start, Bound::Unbounded, OMAP_PAGE)?;
-        let full = page.len() == OMAP_PAGE;
-        for (k, v) in page {
-            push.omap_keys.push(k.to_vec());
-            push.omap_values.push(v.to_vec());
-            after = Some(k);
-        }
-        if !full {
-            break;
-        }
-    }
-    Ok((push, data.freeze()))
-}
-
-/// The transaction that makes `coll`'s copy of the pushed object identical
-/// to the pushed one (removing it when the push says it does not exist),
-/// and takes the object out of the member's persisted missing set.
-pub fn install_txn(
-    store: &dyn ObjectStore,
-    coll: CollectionId,
-    push: &PgPush,
-    data: Bytes,
-) -> Result<Transaction, String> {
-    let key = ObjectKey::new(push.hash, push.name.clone());
-    let mut t = Transaction::new();
-    MissingSet::remove_txn(&key, coll, &mut t);
-    if store.exists(&coll, &key).map_err(|e| e.to_string())? {
-        t.remove(coll, key.clone());
-    }
-    if !push.exists {
-        return Ok(t);
-    }
-    if push.attrs.len() != push.attr_values.len() || push.omap_keys.len() != push.omap_values.len()
-    {
-        return Err("push: names and values differ in number".into());
-    }
-    t.touch(coll, key.clone());
-    if !data.is_empty() {
-        t.write(coll, key.clone(), 0, data);
-    }
-    if !push.attrs.is_empty() {
-        let attrs: BTreeMap<String, Bytes> = push
-            .attrs
-            .iter()
-            .cloned()
-            .zip(push.attr_values.iter().map(|v| Bytes::from(v.clone())))
-            .collect();
-        t.set_xattrs(coll, key.clone(), attrs);
-    }
-    if !push.omap_header.is_empty() {
-        t.omap_set_header(coll, key.clone(), Bytes::from(push.omap_header.clone()));
-    }
-    if !push.omap_keys.is_empty() {
-        let kv: BTreeMap<Bytes, Bytes> = push
-            .omap_keys
-            .iter()
-            .map(|k| Bytes::from(k.clone()))
-            .zip(push.omap_values.iter().map(|v| Bytes::from(v.clone())))
-            .collect();
-        t.omap_set_keys(coll, key, kv);
-    }
-    Ok(t)
-}
-
-/// Pulls `key` of PG `pg` from the member at `src` and installs its copy
-/// in our store (`epoch`: our map epoch, for the peer's checks).
 /// Whether a copy's existence agrees with what the log says of the object
 /// (`Some(true)`: its newest change wrote it; `Some(false)`: deleted it).
 /// A source that lacks an object the log says exists must not make a
@@ -138,8 +29,27 @@ fn agrees(exists: bool, expect: Option<bool>, key: &ObjectKey, who: &str) -> Res
     }
 }
 
-/// Pulls `key` of PG `pg` from the member at `src` into our store; `expect`
-/// is whether the log says it exists (checked, when known).
+/// Checks that a step answers where the copy is, and moves the copy on;
+/// `Ok(true)` when the copy is complete.
+fn advance(progress: &mut CopyProgress, push: &PgPush, who: &str) -> Result<bool, String> {
+    if push.before.as_ref().is_some_and(|b| b != progress) {
+        return Err(format!("{who} answered another step of the copy"));
+    }
+    let (_, after) = copy::bounds(push);
+    if !push.exists || copy::is_complete(&after) {
+        return Ok(true);
+    }
+    // A step that moves nothing would keep the copy going forever.
+    if after == *progress {
+        return Err(format!("{who} sent a step that copies nothing"));
+    }
+    *progress = after;
+    Ok(false)
+}
+
+/// Pulls `key` of PG `pg` from the member at `src` into our store, step by
+/// step (`epoch`: our map epoch, for the peer's checks); `expect` is
+/// whether the log says it exists (checked, when known).
 pub async fn pull_object(
     ctx: &OsdCtx,
     pg: PgId,
@@ -148,31 +58,64 @@ pub async fn pull_object(
     key: &ObjectKey,
     expect: Option<bool>,
 ) -> Result<(), String> {
-    let pull = PgPull {
-        pool: pg.pool,
-        pg_seed: pg.seed,
-        epoch,
-        hash: key.hash,
-        name: key.name.clone(),
-    };
-    let reply = src
-        .request_with_timeout(pull, Bytes::new(), ctx.cfg.peer_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
-    let Message::PgPush(push) = reply.msg else {
-        return Err(format!("{} could not send an object", src.peer()));
-    };
-    agrees(push.exists, expect, key, &src.peer().to_string())?;
     let coll = crate::object::collection(pg);
-    shoal_net::runtime::blocking(|| {
-        let t = install_txn(ctx.store.as_ref(), coll, &push, reply.data)?;
-        ctx.store.apply_transaction(t).map_err(|e| e.to_string())
-    })?;
+    let limits = ctx.cfg.copy_limits;
+    let who = src.peer().to_string();
+    let mut progress = copy::start();
+    loop {
+        let pull = PgPull {
+            pool: pg.pool,
+            pg_seed: pg.seed,
+            epoch,
+            hash: key.hash,
+            name: key.name.clone(),
+            progress: Some(progress.clone()),
+            data_bytes_max: limits.data_bytes_max,
+            omap_bytes_max: limits.omap_bytes_max,
+        };
+        let reply = src
+            .request_with_timeout(pull, Bytes::new(), ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Message::PgPush(push) = reply.msg else {
+            return Err(format!("{who} could not send an object"));
+        };
+        if progress.first {
+            agrees(push.exists, expect, key, &who)?;
+        }
+        let last = advance(&mut progress, &push, &who)?;
+        shoal_net::runtime::blocking(|| {
+            let t = copy::install_step(ctx.store.as_ref(), coll, &push, reply.data)?;
+            // Only the last step must be durable before the object counts
+            // as recovered; earlier ones are read back from the queue.
+            let queued = ctx.store.queue_transaction(t).map_err(|e| e.to_string())?;
+            if last {
+                queued.wait().map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        })?;
+        if last {
+            break;
+        }
+    }
     OsdCounters::add(&ctx.counters.recovered, 1);
     Ok(())
 }
 
-/// Pushes our copy of `key` of PG `pg` to the member at `dst`; `expect` as
+/// How long the last step of a push may take: it renames the temporary
+/// copy over the object, which a store that keys omap entries by object
+/// name (the BlockStore) does by moving every entry, so its wait grows
+/// with the entries copied (one `peer_timeout` more per 100 000, at most
+/// 20 in all).
+pub fn last_step_timeout(peer_timeout: Duration, omap_entries: usize) -> Duration {
+    let extra = u32::try_from(omap_entries / 100_000)
+        .unwrap_or(u32::MAX)
+        .min(19);
+    peer_timeout.saturating_mul(1 + extra)
+}
+
+/// Pushes our copy of `key` of PG `pg` to the member at `dst`, step by
+/// step, each acknowledged (durable) before the next is read; `expect` as
 /// for [`pull_object`].
 pub async fn push_object(
     ctx: &OsdCtx,
@@ -183,21 +126,45 @@ pub async fn push_object(
     expect: Option<bool>,
 ) -> Result<(), String> {
     let coll = crate::object::collection(pg);
-    let (mut push, data) =
-        shoal_net::runtime::blocking(|| read_object(ctx.store.as_ref(), coll, key))
-            .map_err(|e| e.to_string())?;
-    agrees(push.exists, expect, key, &format!("osd.{}", ctx.whoami))?;
-    push.pool = pg.pool;
-    push.pg_seed = pg.seed;
-    push.epoch = epoch;
-    let reply = dst
-        .request_with_timeout(push, data, ctx.cfg.peer_timeout)
-        .await
+    let limits = ctx.cfg.copy_limits;
+    let me = format!("osd.{}", ctx.whoami);
+    let mut progress = copy::start();
+    let mut omap_entries = 0usize;
+    loop {
+        let (mut push, data) = shoal_net::runtime::blocking(|| {
+            copy::read_step(ctx.store.as_ref(), coll, key, &progress, limits)
+        })
         .map_err(|e| e.to_string())?;
-    if let Message::RepOpReply(r) = reply.msg
-        && r.code != 0
-    {
-        return Err(format!("{}: {}", dst.peer(), r.message));
+        if progress.first {
+            agrees(push.exists, expect, key, &me)?;
+        }
+        push.pool = pg.pool;
+        push.pg_seed = pg.seed;
+        push.epoch = epoch;
+        let last = advance(&mut progress, &push, &me)?;
+        omap_entries += push.omap_keys.len();
+        let timeout = match last {
+            true => last_step_timeout(ctx.cfg.peer_timeout, omap_entries),
+            false => ctx.cfg.peer_timeout,
+        };
+        let reply = dst
+            .request_with_timeout(push, data, timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        match reply.msg {
+            Message::RepOpReply(r) if r.code == 0 => {}
+            Message::RepOpReply(r) => return Err(format!("{}: {}", dst.peer(), r.message)),
+            other => {
+                return Err(format!(
+                    "{} answered a push with {:?}",
+                    dst.peer(),
+                    other.msg_type()
+                ));
+            }
+        }
+        if last {
+            break;
+        }
     }
     OsdCounters::add(&ctx.counters.recovered, 1);
     Ok(())
@@ -275,63 +242,13 @@ pub async fn remote_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_objectstore::MemStore;
 
     #[test]
-    fn a_pushed_copy_is_identical_and_absence_removes() {
-        let a = MemStore::new(1 << 30);
-        let b = MemStore::new(1 << 30);
-        let c = CollectionId::new(1, 2);
-        let k = ObjectKey::new(7, "obj");
-        for s in [&a, &b] {
-            let mut t = Transaction::new();
-            t.create_collection(c);
-            s.apply_transaction(t).unwrap();
-        }
-        let mut t = Transaction::new();
-        t.write(c, k.clone(), 3, Bytes::from(vec![9u8; 10_000]))
-            .set_xattrs(
-                c,
-                k.clone(),
-                BTreeMap::from([("u.a".to_string(), Bytes::from_static(b"1"))]),
-            )
-            .omap_set_header(c, k.clone(), Bytes::from_static(b"hdr"))
-            .omap_set_keys(
-                c,
-                k.clone(),
-                (0..5000u32)
-                    .map(|i| {
-                        (
-                            Bytes::from(i.to_be_bytes().to_vec()),
-                            Bytes::from_static(b"v"),
-                        )
-                    })
-                    .collect(),
-            );
-        a.apply_transaction(t).unwrap();
-        // b holds a stale copy with an extra xattr that must go.
-        let mut t = Transaction::new();
-        t.write(c, k.clone(), 0, Bytes::from_static(b"old"))
-            .set_xattrs(
-                c,
-                k.clone(),
-                BTreeMap::from([("u.stale".to_string(), Bytes::from_static(b"x"))]),
-            );
-        b.apply_transaction(t).unwrap();
-        let (push, data) = read_object(&a, c, &k).unwrap();
-        b.apply_transaction(install_txn(&b, c, &push, data).unwrap())
-            .unwrap();
-        let (again, data2) = read_object(&b, c, &k).unwrap();
-        assert_eq!(again, push);
-        assert_eq!(data2.len(), 10_003);
-        // Absent at the source: removed at the destination.
-        let mut t = Transaction::new();
-        t.remove(c, k.clone());
-        a.apply_transaction(t).unwrap();
-        let (push, data) = read_object(&a, c, &k).unwrap();
-        assert!(!push.exists);
-        b.apply_transaction(install_txn(&b, c, &push, data).unwrap())
-            .unwrap();
-        assert!(!b.exists(&c, &k).unwrap());
+    fn the_last_step_of_a_big_omap_may_take_longer() {
+        let t = Duration::from_secs(30);
+        assert_eq!(last_step_timeout(t, 0), t);
+        assert_eq!(last_step_timeout(t, 99_999), t);
+        assert_eq!(last_step_timeout(t, 1_000_000), t * 11);
+        assert_eq!(last_step_timeout(t, usize::MAX), t * 20);
     }
 }

@@ -366,8 +366,8 @@ async fn wait_stats(c: &Cluster, what: &str, ok: impl Fn(&[shoal_osd::pg::PgStat
             .iter()
             .map(|s| {
                 format!(
-                    "{} {} up {:?} acting {:?} left {}",
-                    s.pgid, s.state, s.up, s.acting, s.recovery_left
+                    "{} {} up {:?} acting {:?} left {} stalled {:?}",
+                    s.pgid, s.state, s.up, s.acting, s.recovery_left, s.recovery_stalled
                 )
             })
             .collect();
@@ -608,5 +608,235 @@ async fn a_new_osd_is_backfilled_while_pg_temp_keeps_the_old_members_serving() {
                 "{oid} on osd.{o}"
             );
         }
+    }
+}
+
+/// Sets omap `keys` to `values`.
+fn omap_set(keys: Vec<Vec<u8>>, values: Vec<Vec<u8>>) -> OsdSubOp {
+    OsdSubOp {
+        keys,
+        values,
+        ..OsdSubOp::new(OpCode::OmapSetVals)
+    }
+}
+
+/// An object too big for one frame: `data_bytes` of data and 30 omap
+/// values of 60 KB (1.8 MB of omap, past the 1 MiB control limit), as the
+/// issue had it; written in ops that each fit a frame.
+async fn write_big(client: &RawClient, oid: &str, tid: u64, data_bytes: usize) {
+    let data: Bytes = (0..data_bytes).map(|i| (i % 253) as u8).collect();
+    let (r, _) = client
+        .op(oid, tid, vec![write_full(data.len())], data)
+        .await;
+    assert_eq!(r.code, 0, "{}", r.message);
+    for batch in 0..3u64 {
+        let keys = (0..10).map(|i| format!("k{:02}", batch * 10 + i).into_bytes());
+        let values = (0..10).map(|i| vec![(batch * 10 + i) as u8; 60_000]);
+        let op = omap_set(keys.collect(), values.collect());
+        let (r, _) = client
+            .op(oid, tid + 1 + batch, vec![op], Bytes::new())
+            .await;
+        assert_eq!(r.code, 0, "{}", r.message);
+    }
+}
+
+/// Everything of `oid` in `store`: data, xattrs, omap header and entries.
+type Copy = (
+    Bytes,
+    std::collections::BTreeMap<String, Bytes>,
+    Bytes,
+    Vec<(Bytes, Bytes)>,
+);
+
+fn full_copy(store: &MemStore, map: &OsdMap, oid: &str) -> Option<Copy> {
+    use std::ops::Bound::Unbounded;
+    let pool = map.pool_by_name("rbd").unwrap();
+    let coll = shoal_osd::object::collection(pool.object_pg(oid, ""));
+    let key = shoal_osd::object::object_key(pool, "", oid).unwrap();
+    if !store.exists(&coll, &key).unwrap() {
+        return None;
+    }
+    Some((
+        store.read(&coll, &key, 0, 1 << 30).unwrap(),
+        store.getxattrs(&coll, &key).unwrap(),
+        store.omap_get_header(&coll, &key).unwrap(),
+        store
+            .omap_range(&coll, &key, Unbounded, Unbounded, 1 << 20)
+            .unwrap(),
+    ))
+}
+
+/// No half-made copy is left in any PG of `store`.
+fn no_temps(store: &MemStore) {
+    for coll in store.list_collections().unwrap() {
+        let list = store.list_objects(&coll, None, 1 << 20).unwrap();
+        let temps: Vec<_> = list
+            .objects
+            .iter()
+            .filter(|k| k.name.starts_with(shoal_osd::copy::TEMP_PREFIX))
+            .collect();
+        assert!(temps.is_empty(), "{coll:?}: {temps:?}");
+    }
+}
+
+/// Every member of `oid`'s acting set holds the same whole copy of it,
+/// with 1.8 MB of omap.
+fn same_everywhere(c: &Cluster, client: &RawClient, oid: &str) {
+    let map = client.map();
+    let (_, acting) = client.primary(oid);
+    assert_eq!(acting.len(), 3, "{acting:?}");
+    let copies: Vec<_> = acting
+        .iter()
+        .map(|o| full_copy(&c.osds[o].1, &map, oid).unwrap_or_else(|| panic!("osd.{o}")))
+        .collect();
+    let omap_bytes: usize = copies[0].3.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert!(omap_bytes > 1_800_000, "{omap_bytes}");
+    for (o, copy) in acting.iter().zip(&copies) {
+        assert!(copy == &copies[0], "{oid} on osd.{o} differs");
+        no_temps(&c.osds[o].1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_too_big_for_one_frame_heals_in_steps_when_members_return_or_are_replaced() {
+    // Peering answers and activations go in pieces of 1 KiB: many of them.
+    let mut c = Cluster::with_pool_config("bigheal", 4, 3, 8, 1 << 30, |pg| {
+        pg.peering_piece_bytes = 1024;
+    })
+    .await;
+    let mut client = RawClient::new(&c, "client.admin", c.admin_key.clone()).await;
+    client
+        .wait_map(|m| (0..4).all(|o| m.is_up(o)) && m.pool_by_name("rbd").is_some())
+        .await;
+    write_all(&mut client, 20, 0, |i| format!("small {i}")).await;
+    // The primary misses the big object's writes: when it returns it
+    // pulls the object from a replica (6 MiB of data: two steps; 1.8 MB
+    // of omap: four).
+    let (p, _) = client.primary("big");
+    let store_p = c.stop_osd(p).await;
+    c.command(Command::OsdDown { ids: vec![p] }).await;
+    client.wait_map(|m| !m.is_up(p)).await;
+    write_big(&client, "big", 100, 6 << 20).await;
+    c.start_osd(p, store_p).await;
+    client.wait_map(|m| m.is_up(p)).await;
+    wait_stats(&c, "active+clean after the pull", |s| {
+        s.iter().all(|s| s.state == "active+clean")
+    })
+    .await;
+    assert_eq!(client.primary("big").0, p);
+    same_everywhere(&c, &client, "big");
+    // A replica is killed and marked out: another OSD takes its place and
+    // the primary pushes the object to it, step by step.
+    let (_, acting) = client.primary("big");
+    let r = acting[1];
+    c.stop_osd(r).await;
+    c.command(Command::OsdDown { ids: vec![r] }).await;
+    c.command(Command::OsdOut { ids: vec![r] }).await;
+    client
+        .wait_map(|m| !m.is_up(r) && m.osd(r).is_some_and(|o| o.weight == 0))
+        .await;
+    wait_stats(&c, "active+clean without the replica", |s| {
+        s.iter()
+            .all(|s| s.state == "active+clean" && !s.acting.contains(&r))
+    })
+    .await;
+    same_everywhere(&c, &client, "big");
+    for i in 0..20 {
+        let (r, data) = client
+            .op(&format!("o{i}"), 500 + i, vec![read_all()], Bytes::new())
+            .await;
+        assert_eq!((r.code, data), (0, Bytes::from(format!("small {i}"))));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_that_keeps_failing_is_reported_with_its_reason_then_heals() {
+    // Steps of up to 4 MiB of omap cannot be sent (the control part of a
+    // frame is limited to 1 MiB): every push of the big object fails.
+    let mut c = Cluster::with_pool_config("stalled", 3, 3, 8, 1 << 30, |pg| {
+        pg.copy_limits.omap_bytes_max = 4 << 20;
+    })
+    .await;
+    let mut client = RawClient::new(&c, "client.admin", c.admin_key.clone()).await;
+    client
+        .wait_map(|m| (0..3).all(|o| m.is_up(o)) && m.pool_by_name("rbd").is_some())
+        .await;
+    let (p, acting) = client.primary("big");
+    let r = *acting.iter().find(|o| **o != p).unwrap();
+    let store_r = c.stop_osd(r).await;
+    c.command(Command::OsdDown { ids: vec![r] }).await;
+    client.wait_map(|m| !m.is_up(r)).await;
+    write_big(&client, "big", 100, 1 << 20).await;
+    c.start_osd(r, store_r).await;
+    client.wait_map(|m| m.is_up(r)).await;
+    // The PG says which object is stuck and why, and so does health.
+    let pgid = client
+        .map()
+        .pool_by_name("rbd")
+        .unwrap()
+        .object_pg("big", "");
+    wait_stats(&c, "a stalled recovery", |s| {
+        s.iter().any(|s| {
+            s.pgid == pgid
+                && s.state.contains("degraded")
+                && s.recovery_stalled.len() == 1
+                && s.recovery_stalled[0].starts_with("big: push to osd.")
+                && s.recovery_stalled[0].contains("control part of 1800")
+        })
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = c.command(Command::Health).await;
+        let stalled = health["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["code"] == "PG_RECOVERY_STALLED")
+            .cloned();
+        if let Some(s) = stalled {
+            let line = s["detail"][0].as_str().unwrap();
+            assert!(
+                line.starts_with(&format!(
+                    "pg {pgid} cannot recover object big: push to osd."
+                )),
+                "{line}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no PG_RECOVERY_STALLED: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Fixed settings on the primary: it peers again and the copy goes
+    // through in steps that fit.
+    c.pg.copy_limits = shoal_osd::copy::StepLimits::default();
+    let store_p = c.stop_osd(p).await;
+    c.command(Command::OsdDown { ids: vec![p] }).await;
+    client.wait_map(|m| !m.is_up(p)).await;
+    c.start_osd(p, store_p).await;
+    client.wait_map(|m| m.is_up(p)).await;
+    wait_stats(&c, "active+clean", |s| {
+        s.iter()
+            .all(|s| s.state == "active+clean" && s.recovery_stalled.is_empty())
+    })
+    .await;
+    same_everywhere(&c, &client, "big");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = c.command(Command::Health).await;
+        let codes: Vec<_> = health["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["code"].clone())
+            .collect();
+        if !codes.iter().any(|c| c == "PG_RECOVERY_STALLED") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still stalled: {health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -23,7 +23,7 @@ pub use message::{
     Pong, RejectCode,
 };
 pub use osd::{
-    CmpOp, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, PgCommand,
-    PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub, PgScrubMap,
-    RepOp, RepOpReply, ScrubObject, TxnOp,
+    CmpOp, CopyProgress, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult,
+    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub,
+    PgScrubMap, RepOp, RepOpReply, ScrubObject, TxnOp,
 };

@@ -478,6 +478,9 @@ pub struct PgQuery {
     /// The first epoch of the primary's interval.
     #[prost(uint32, tag = "4")]
     pub interval_start: u32,
+    /// Which piece of the answer to send (0: the first); see [`PgInfo::more`].
+    #[prost(uint32, tag = "5")]
+    pub piece: u32,
 }
 
 /// A member's answer to [`PgQuery`] (or a primary's activation message to
@@ -519,10 +522,49 @@ pub struct PgInfo {
     /// log still knows which old requests were applied.
     #[prost(bytes = "vec", repeated, tag = "10")]
     pub dups: Vec<Vec<u8>>,
+    /// More pieces follow: a long log, many dups or a large missing set go
+    /// in pieces of bounded size, records in order (log, dups, missing),
+    /// each piece carrying `info`. A query asks for the next piece; an
+    /// activation's receiver acknowledges each piece and applies the
+    /// whole once the last arrives.
+    #[prost(bool, tag = "11")]
+    pub more: bool,
+    /// This piece's number (0: the first).
+    #[prost(uint32, tag = "12")]
+    pub piece: u32,
 }
 
-/// Recovery: a whole object (or its absence) pushed to a member that lacks
-/// its newest version. The object's data is the data part.
+/// How far a copy of one object has got (Ceph's ObjectRecoveryProgress).
+/// A copy is a sequence of steps; each moves the data after
+/// `data_recovered_to` and the omap entries after `omap_recovered_to`, a
+/// bounded amount of each, and the first one the xattrs and omap header.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CopyProgress {
+    /// Nothing is copied yet: the next step carries the xattrs and the omap
+    /// header, and the receiver starts a new temporary copy.
+    #[prost(bool, tag = "1")]
+    pub first: bool,
+    /// Data bytes copied, from offset 0.
+    #[prost(uint64, tag = "2")]
+    pub data_recovered_to: u64,
+    /// Every data byte is copied.
+    #[prost(bool, tag = "3")]
+    pub data_complete: bool,
+    /// The last omap key copied (when `omap_started`).
+    #[prost(bytes = "vec", tag = "4")]
+    pub omap_recovered_to: Vec<u8>,
+    /// Some omap entry is copied: `omap_recovered_to` is set.
+    #[prost(bool, tag = "5")]
+    pub omap_started: bool,
+    /// Every omap entry is copied.
+    #[prost(bool, tag = "6")]
+    pub omap_complete: bool,
+}
+
+/// Recovery: one step of a copy of an object (or its absence) pushed to a
+/// member that lacks its newest version. The step's data (bytes
+/// `before.data_recovered_to` up to `after.data_recovered_to`) is the data
+/// part. Without `before` and `after` the push is the whole object.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PgPush {
     /// Pool id.
@@ -558,10 +600,21 @@ pub struct PgPush {
     /// Omap values.
     #[prost(bytes = "vec", repeated, tag = "11")]
     pub omap_values: Vec<Vec<u8>>,
+    /// Where the copy was before this step (unset: nothing copied).
+    #[prost(message, optional, tag = "12")]
+    pub before: Option<CopyProgress>,
+    /// Where it is after this step (unset: complete). The copy is complete
+    /// when both its data and its omap are.
+    #[prost(message, optional, tag = "13")]
+    pub after: Option<CopyProgress>,
+    /// The object's size at the source.
+    #[prost(uint64, tag = "14")]
+    pub object_size: u64,
 }
 
-/// Recovery: the primary asks a member for its copy of one object; the
-/// answer is a [`PgPush`] (with `exists` false when the member has none).
+/// Recovery: the primary asks a member for the next step of a copy of one
+/// object; the answer is a [`PgPush`] (with `exists` false when the member
+/// has none), its `before` equal to `progress`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PgPull {
     /// Pool id.
@@ -579,6 +632,17 @@ pub struct PgPull {
     /// Object name (store key).
     #[prost(bytes = "vec", tag = "5")]
     pub name: Vec<u8>,
+    /// Where the copy is (unset: nothing copied yet).
+    #[prost(message, optional, tag = "6")]
+    pub progress: Option<CopyProgress>,
+    /// Most data bytes the step may carry (0: the sender's own limit);
+    /// the sender never exceeds its own limit either.
+    #[prost(uint64, tag = "7")]
+    pub data_bytes_max: u64,
+    /// Most bytes of xattrs, omap header and omap entries the step may
+    /// carry (0: the sender's own limit).
+    #[prost(uint64, tag = "8")]
+    pub omap_bytes_max: u64,
 }
 
 /// Lists the objects of one PG, in the store's hash order, from a cursor.

@@ -252,6 +252,8 @@ pub struct PgStat {
     /// Copies backfill targets lack while an acting member outside the up
     /// set holds them (Ceph's misplaced objects).
     pub misplaced: u64,
+    /// Objects whose recovery keeps failing, each with why.
+    pub recovery_stalled: Vec<String>,
 }
 
 /// Where a PG is in its interval.
@@ -328,6 +330,9 @@ pub struct Pg {
     waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
     /// Peering asks every up OSD (objects were unfound in this interval).
     search_everywhere: bool,
+    /// Replica: the pieces of an activation received so far (its
+    /// interval, the next piece's number, the records).
+    activation_pieces: Option<(u32, u32, crate::pieces::Records)>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -375,6 +380,14 @@ impl Pg {
                 scrub_record = scrub::ScrubRecord::decode(b);
             }
             missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
+            // Copies a crash interrupted start again from their first step.
+            let mut t = Transaction::new();
+            let temps = crate::copy::remove_temps(store.as_ref(), coll, &mut t)
+                .map_err(|e| err(e.to_string()))?;
+            if temps > 0 {
+                tracing::info!(pg = %id, temps, "removing half-made object copies");
+                store.apply_transaction(t).map_err(|e| err(e.to_string()))?;
+            }
             PgLog::load(&omap).map_err(|e| err(e.to_string()))?
         } else {
             let log = PgLog::default();
@@ -414,6 +427,7 @@ impl Pg {
             recovery_generation: 0,
             waiting_for_object: BTreeMap::new(),
             search_everywhere: false,
+            activation_pieces: None,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -557,6 +571,7 @@ impl Pg {
                 "copies_left": rs.copies_left(),
                 "unfound": rs.unfound().len(),
                 "in_progress": rs.in_progress(),
+                "stalled": rs.stalled(),
             });
         }
         out
@@ -844,6 +859,11 @@ impl Pg {
             recovery_per_s,
             degraded,
             misplaced,
+            recovery_stalled: self
+                .recovery
+                .as_ref()
+                .map(|r| r.stalled())
+                .unwrap_or_default(),
         })
     }
 }

@@ -35,6 +35,7 @@ use super::{Pg, PgEvent, State};
 use crate::ctx::OsdCtx;
 use crate::log::{Dup, LogEntry, PgInfoData, PgLog, Version};
 use crate::missing::MissingSet;
+use crate::pieces::{PIECES_MAX, Records};
 use crate::recovery;
 
 /// How long peering waits for a member of the previous interval that is
@@ -510,6 +511,7 @@ impl Pg {
             pg_seed: self.id.seed,
             epoch: map.epoch.0,
             interval_start: self.interval_start,
+            piece: 0,
         };
         let interval_start = self.interval_start;
         // A member of the previous interval only may be gone for good:
@@ -674,6 +676,16 @@ impl Pg {
         let mut txn = Transaction::new();
         let mine = acts.iter().position(|a| a.osd == me);
         let own = mine.map(|i| acts.remove(i));
+        if !own.as_ref().is_some_and(|a| a.backfill) {
+            // Copies an earlier recovery left half made start again.
+            let temps = shoal_net::runtime::blocking(|| {
+                crate::copy::remove_temps(self.ctx.store.as_ref(), self.coll, &mut txn)
+            });
+            if let Err(e) = temps {
+                tracing::error!(pg = %self.id, "cannot list half-made copies: {e}");
+                return self.repeer_soon(Duration::from_secs(1));
+            }
+        }
         if own.as_ref().is_some_and(|a| a.backfill) {
             txn.remove_collection(self.coll);
             txn.create_collection(self.coll);
@@ -725,6 +737,8 @@ impl Pg {
                     missing: a.missing.encode(),
                     backfill: a.backfill,
                     dups: dups.clone(),
+                    more: false,
+                    piece: 0,
                 };
                 if let Err(e) = send_activation(&ctx, &map, a.osd, msg).await {
                     result = Err(e);
@@ -803,37 +817,91 @@ impl Pg {
     }
 }
 
-async fn send_activation(ctx: &OsdCtx, map: &OsdMap, osd: i32, msg: PgInfo) -> Result<(), String> {
+/// Sends an activation in pieces of bounded size, each acknowledged
+/// before the next.
+async fn send_activation(
+    ctx: &OsdCtx,
+    map: &OsdMap,
+    osd: i32,
+    mut msg: PgInfo,
+) -> Result<(), String> {
     let conn = ctx.peer(map, osd).await?;
-    let reply = conn
-        .request_with_timeout(msg, Bytes::new(), ctx.cfg.peer_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
-    match reply.msg {
-        Message::RepOpReply(r) if r.code != 0 => Err(format!("osd.{osd}: {}", r.message)),
-        _ => Ok(()),
+    let all = Records {
+        log: std::mem::take(&mut msg.log),
+        dups: std::mem::take(&mut msg.dups),
+        missing: std::mem::take(&mut msg.missing),
+    };
+    for n in 0..PIECES_MAX {
+        let (piece, more) = all.piece(n, ctx.cfg.peering_piece_bytes);
+        let msg = PgInfo {
+            log: piece.log,
+            dups: piece.dups,
+            missing: piece.missing,
+            more,
+            piece: n,
+            ..msg.clone()
+        };
+        let reply = conn
+            .request_with_timeout(msg, Bytes::new(), ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        match reply.msg {
+            Message::RepOpReply(r) if r.code != 0 => {
+                return Err(format!("osd.{osd}: {}", r.message));
+            }
+            _ if !more => return Ok(()),
+            _ => {}
+        }
     }
+    Err(format!("the activation of osd.{osd} takes too many pieces"))
 }
 
+/// Asks a member for its info, log, dups and missing set, piece by piece.
 async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<MemberLog, String> {
     let conn = ctx.peer(map, osd).await?;
-    let reply = conn
-        .request_with_timeout(q, Bytes::new(), ctx.cfg.peer_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
-    let Message::PgInfo(info) = reply.msg else {
-        return Err(format!(
-            "osd.{osd} answered a query with {:?}",
-            reply.msg.msg_type()
-        ));
-    };
-    let parsed = PgInfoData::decode(&info.info).map_err(|e| e.to_string())?;
-    let entries: Result<Vec<LogEntry>, _> = info.log.iter().map(|b| LogEntry::decode(b)).collect();
-    let dups: Result<Vec<Dup>, _> = info.dups.iter().map(|b| Dup::decode(b)).collect();
+    let mut all = Records::default();
+    let mut info: Option<Vec<u8>> = None;
+    for n in 0..PIECES_MAX {
+        let q = PgQuery {
+            piece: n,
+            ..q.clone()
+        };
+        let reply = conn
+            .request_with_timeout(q, Bytes::new(), ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Message::PgInfo(piece) = reply.msg else {
+            return Err(format!(
+                "osd.{osd} answered a query with {:?}",
+                reply.msg.msg_type()
+            ));
+        };
+        // The pieces must describe one state of the member's copy.
+        if info.as_ref().is_some_and(|i| *i != piece.info) {
+            return Err(format!("osd.{osd}'s copy changed while it answered"));
+        }
+        info = Some(piece.info);
+        all.extend(Records {
+            log: piece.log,
+            dups: piece.dups,
+            missing: piece.missing,
+        });
+        if !piece.more {
+            let info = info.unwrap_or_default();
+            return member_log(&info, &all);
+        }
+    }
+    Err(format!("osd.{osd}'s answer takes too many pieces"))
+}
+
+fn member_log(info: &[u8], all: &Records) -> Result<MemberLog, String> {
+    let parsed = PgInfoData::decode(info).map_err(|e| e.to_string())?;
+    let entries: Result<Vec<LogEntry>, _> = all.log.iter().map(|b| LogEntry::decode(b)).collect();
+    let dups: Result<Vec<Dup>, _> = all.dups.iter().map(|b| Dup::decode(b)).collect();
     Ok(MemberLog {
         info: parsed,
         entries: entries.map_err(|e| e.to_string())?,
-        missing: MissingSet::decode(&info.missing).map_err(|e| e.to_string())?,
+        missing: MissingSet::decode(&all.missing).map_err(|e| e.to_string())?,
         dups: dups.map_err(|e| e.to_string())?,
     })
 }

@@ -601,8 +601,12 @@ impl Pg {
                     epoch,
                     ..PgListReply::default()
                 };
+                let mut bytes = 0usize;
                 for (taken, k) in l.objects.iter().enumerate() {
-                    if taken == max {
+                    // Names run to 2 KiB: a page stops short of the
+                    // control part's limit whatever they are.
+                    bytes += k.name.len() + 8;
+                    if taken == max || (taken > 0 && bytes > LIST_REPLY_BYTES_MAX) {
                         reply.more = true;
                         reply.next_hash = k.hash;
                         reply.next_name = k.name.clone();
@@ -627,6 +631,9 @@ impl Pg {
         let _ = responder.reply(reply, Bytes::new()).await;
     }
 }
+
+/// Bytes of names one listing page carries at most.
+const LIST_REPLY_BYTES_MAX: usize = 512 << 10;
 
 fn is_remove(op: &shoal_objectstore::Op) -> bool {
     matches!(op, shoal_objectstore::Op::Remove(..))

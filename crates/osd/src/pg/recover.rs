@@ -9,6 +9,12 @@
 //! `max_backfills` PGs of an OSD backfilling at once
 //! (`OsdCtx::backfill_slots`): a PG waiting for that reservation is
 //! `backfill_wait`, and recovers only its members that are not backfilled.
+//!
+//! A failed object recovery is logged when it first fails (and when its
+//! reason changes), tried again after a delay that doubles with each
+//! failure up to `RETRY_DELAY_MAX`, and reported in the PG's statistics
+//! (`recovery_stalled`), which the monitors turn into the
+//! `PG_RECOVERY_STALLED` health check, until it succeeds.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -25,8 +31,32 @@ use crate::ctx::OsdCtx;
 use crate::missing::MissingSet;
 use crate::recovery;
 
-/// How long a failed object recovery waits before it is tried again.
+/// How long a failed object recovery waits before it is tried again the
+/// first time; the delay doubles with each failure after that.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// The longest delay between two tries of a failing object recovery.
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(30);
+/// Most stalled objects one PG reports.
+const STALLED_REPORTED_MAX: usize = 10;
+
+/// The delay before try `attempts + 1` of a recovery that failed `attempts` times.
+pub(crate) fn retry_delay(attempts: u32) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(16);
+    RETRY_DELAY
+        .saturating_mul(1 << doublings)
+        .min(RETRY_DELAY_MAX)
+}
+
+/// Why an object's recovery keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The last failure's reason.
+    pub reason: String,
+    /// Failed tries so far.
+    pub attempts: u32,
+    /// When it first failed.
+    pub since: Instant,
+}
 /// How long unfound objects wait before the PG peers again asking every
 /// OSD for them.
 const UNFOUND_SEARCH_DELAY: Duration = Duration::from_secs(3);
@@ -102,13 +132,14 @@ pub(crate) struct RecoveryState {
     active: BTreeSet<ObjectKey>,
     /// Objects an op waits for: recovered first.
     urgent: VecDeque<ObjectKey>,
-    /// Objects whose recovery failed, retried after `RETRY_DELAY`.
-    deferred: BTreeSet<ObjectKey>,
+    /// Objects whose recovery failed, and when they are tried again.
+    deferred: BTreeMap<ObjectKey, Instant>,
+    /// Objects whose recovery failed and has not succeeded since.
+    failures: BTreeMap<ObjectKey, Failure>,
     /// Objects no member holds: they stay missing (Ceph's "unfound").
     unfound: BTreeSet<ObjectKey>,
     /// Where the scan for the next object to recover is.
     cursor: Option<ObjectKey>,
-    retry_scheduled: bool,
     search_scheduled: bool,
     reservation: Reservation,
     progress: Arc<RecoveryProgress>,
@@ -149,10 +180,10 @@ impl RecoveryState {
             backfill,
             active: BTreeSet::new(),
             urgent: VecDeque::new(),
-            deferred: BTreeSet::new(),
+            deferred: BTreeMap::new(),
+            failures: BTreeMap::new(),
             unfound: BTreeSet::new(),
             cursor: None,
-            retry_scheduled: false,
             search_scheduled: false,
             progress: RecoveryProgress::new(copies),
         }
@@ -207,6 +238,46 @@ impl RecoveryState {
         (self.active.len(), self.deferred.len())
     }
 
+    /// The objects whose recovery keeps failing, with why, for people
+    /// (at most `STALLED_REPORTED_MAX`, the oldest failures first).
+    pub(crate) fn stalled(&self) -> Vec<String> {
+        let mut f: Vec<(&ObjectKey, &Failure)> = self.failures.iter().collect();
+        f.sort_by_key(|(k, f)| (f.since, *k));
+        f.into_iter()
+            .take(STALLED_REPORTED_MAX)
+            .map(|(k, f)| {
+                format!(
+                    "{}: {} ({} failed tries in {} s)",
+                    String::from_utf8_lossy(&k.name).replace('\0', "/"),
+                    f.reason,
+                    f.attempts,
+                    f.since.elapsed().as_secs()
+                )
+            })
+            .collect()
+    }
+
+    /// Records a failed try of `key`; returns the delay before the next
+    /// one, and whether to log it (the first failure, or a new reason).
+    fn failed(&mut self, key: &ObjectKey, reason: String, now: Instant) -> (Duration, bool) {
+        let f = self.failures.entry(key.clone()).or_insert(Failure {
+            reason: String::new(),
+            attempts: 0,
+            since: now,
+        });
+        f.attempts += 1;
+        let log = f.reason != reason;
+        f.reason = reason;
+        let delay = retry_delay(f.attempts);
+        self.deferred.insert(key.clone(), now + delay);
+        (delay, log)
+    }
+
+    /// Failed objects whose delay is over may be tried again.
+    fn release_due(&mut self, now: Instant) {
+        self.deferred.retain(|_, at| *at > now);
+    }
+
     /// Ceph's words for where recovery is: `backfill_wait`, `backfilling`,
     /// `recovery_wait` (held by the `norecover` flag) or `recovering`.
     pub(crate) fn state_word(&self, map: Option<&OsdMap>) -> &'static str {
@@ -238,7 +309,7 @@ impl RecoveryState {
         while let Some(k) = self.urgent.pop_front() {
             if let Some(on) = self.missing_on.get(&k)
                 && !self.active.contains(&k)
-                && !self.deferred.contains(&k)
+                && !self.deferred.contains_key(&k)
                 && !self.unfound.contains(&k)
             {
                 return Some((k.clone(), on.clone(), true));
@@ -260,7 +331,8 @@ impl RecoveryState {
             ),
         };
         let found = after.chain(upto).find_map(|(k, on)| {
-            if self.active.contains(k) || self.deferred.contains(k) || self.unfound.contains(k) {
+            if self.active.contains(k) || self.deferred.contains_key(k) || self.unfound.contains(k)
+            {
                 return None;
             }
             let t = self.targets(on, hold);
@@ -435,16 +507,24 @@ impl Pg {
             }
         }
         if let Some(e) = error {
-            tracing::debug!(pg = %self.id, object = ?key, "recovery of an object failed: {e}");
-            rs.deferred.insert(key.clone());
-            if !rs.retry_scheduled {
-                rs.retry_scheduled = true;
-                let events = self.events.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_DELAY).await;
-                    let _ = events.send(PgEvent::RecoveryRetry { generation });
-                });
+            let (delay, log) = rs.failed(&key, e.clone(), Instant::now());
+            let object = String::from_utf8_lossy(&key.name).replace('\0', "/");
+            if log {
+                tracing::warn!(pg = %self.id, object, retry_in_ms = delay.as_millis() as u64,
+                    "recovery of an object failed: {e}");
+                self.ctx.stats_changed.notify_one();
+            } else {
+                tracing::debug!(pg = %self.id, object, "recovery of an object failed again: {e}");
             }
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = events.send(PgEvent::RecoveryRetry { generation });
+            });
+        } else if let Some(f) = rs.failures.remove(&key) {
+            tracing::info!(pg = %self.id, object = ?key, attempts = f.attempts,
+                "recovered an object after failed tries");
+            self.ctx.stats_changed.notify_one();
         }
         if rs.is_done() {
             tracing::debug!(pg = %self.id, "recovered: clean");
@@ -499,8 +579,7 @@ impl Pg {
             .as_mut()
             .filter(|r| r.generation == generation)
         {
-            rs.retry_scheduled = false;
-            rs.deferred.clear();
+            rs.release_due(Instant::now());
             rs.cursor = None;
             rs.urgent.extend(self.waiting_for_object.keys().cloned());
         }
@@ -580,5 +659,43 @@ impl ObjectRecovery {
         } else {
             recovery::push_object(ctx, pg, epoch, &conn, key, self.expect).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_delay_doubles_up_to_its_limit() {
+        let d: Vec<u64> = (1..=8).map(|a| retry_delay(a).as_secs()).collect();
+        assert_eq!(d, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_delay(u32::MAX), RETRY_DELAY_MAX);
+    }
+
+    #[test]
+    fn a_failing_object_is_logged_once_per_reason_deferred_and_reported() {
+        let key = ObjectKey::new(1, "big");
+        let own = MissingSet::from_map(BTreeMap::from([(key.clone(), Default::default())]));
+        let mut rs = RecoveryState::new(1, 0, &own, std::iter::empty());
+        let t0 = Instant::now();
+        let (d1, log1) = rs.failed(&key, "push to osd.2: too large".into(), t0);
+        let (d2, log2) = rs.failed(&key, "push to osd.2: too large".into(), t0);
+        let (d3, log3) = rs.failed(&key, "push to osd.2: timed out".into(), t0);
+        assert_eq!((log1, log2, log3), (true, false, true));
+        assert_eq!((d1.as_secs(), d2.as_secs(), d3.as_secs()), (1, 2, 4));
+        // Deferred until its delay is over, then offered again.
+        let hold = Hold::default();
+        assert!(rs.next(hold).is_none());
+        rs.release_due(t0 + Duration::from_secs(3));
+        assert!(rs.next(hold).is_none());
+        rs.release_due(t0 + Duration::from_secs(4));
+        assert_eq!(rs.next(hold).map(|n| n.0), Some(key.clone()));
+        let stalled = rs.stalled();
+        assert_eq!(stalled.len(), 1);
+        assert!(
+            stalled[0].starts_with("big: push to osd.2: timed out (3 failed tries in"),
+            "{stalled:?}"
+        );
     }
 }

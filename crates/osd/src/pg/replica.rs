@@ -8,10 +8,11 @@ use shoal_proto::{OsdErrorCode, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpRep
 
 use super::{Pg, State};
 use crate::codec;
+use crate::copy;
 use crate::ctx::OsdCounters;
 use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
 use crate::missing::MissingSet;
-use crate::recovery;
+use crate::pieces::Records;
 
 fn answer(r: Responder, code: OsdErrorCode, epoch: u32, message: String) {
     let reply = RepOpReply {
@@ -122,27 +123,36 @@ impl Pg {
         self.apply_then_ack(txn, responder);
     }
 
-    /// The primary asks what we have.
+    /// The primary asks what we have (one piece of it).
     pub(super) async fn query(&mut self, msg: PgQuery, responder: Responder) {
+        let all = Records {
+            log: self.log.entries().map(LogEntry::encode).collect(),
+            dups: self.log.dups().map(Dup::encode).collect(),
+            missing: self.missing.encode(),
+        };
+        let (piece, more) = all.piece(msg.piece, self.ctx.cfg.peering_piece_bytes);
         let reply = PgInfo {
             pool: self.id.pool,
             pg_seed: self.id.seed,
             epoch: self.epoch(),
             info: self.log.info.encode(),
-            log: self.log.entries().map(LogEntry::encode).collect(),
+            log: piece.log,
             activate: false,
             interval_start: msg.interval_start,
-            missing: self.missing.encode(),
+            missing: piece.missing,
             backfill: false,
-            dups: self.log.dups().map(Dup::encode).collect(),
+            dups: piece.dups,
+            more,
+            piece: msg.piece,
         };
         tokio::spawn(async move {
             let _ = responder.reply(reply, Bytes::new()).await;
         });
     }
 
-    /// The primary's authoritative log: ours becomes the same.
-    pub(super) async fn activate(&mut self, msg: PgInfo, responder: Responder) {
+    /// The primary's authoritative log: ours becomes the same (once its
+    /// last piece is in).
+    pub(super) async fn activate(&mut self, mut msg: PgInfo, responder: Responder) {
         let epoch = self.epoch();
         if self.stale(msg.epoch) {
             let m = format!(
@@ -151,6 +161,34 @@ impl Pg {
             );
             return answer(responder, OsdErrorCode::StaleEpoch, epoch, m);
         }
+        if msg.more || msg.piece > 0 {
+            let piece = Records {
+                log: std::mem::take(&mut msg.log),
+                dups: std::mem::take(&mut msg.dups),
+                missing: std::mem::take(&mut msg.missing),
+            };
+            let mut so_far = match self.activation_pieces.take() {
+                _ if msg.piece == 0 => Records::default(),
+                Some((start, next, r)) if start == msg.interval_start && next == msg.piece => r,
+                _ => {
+                    let m = format!(
+                        "pg {}: activation piece {} out of order",
+                        self.id, msg.piece
+                    );
+                    return answer(responder, OsdErrorCode::Again, epoch, m);
+                }
+            };
+            so_far.extend(piece);
+            if msg.more {
+                let next = msg.piece.saturating_add(1);
+                self.activation_pieces = Some((msg.interval_start, next, so_far));
+                return answer(responder, OsdErrorCode::Ok, epoch, String::new());
+            }
+            msg.log = so_far.log;
+            msg.dups = so_far.dups;
+            msg.missing = so_far.missing;
+        }
+        self.activation_pieces = None;
         let decoded = PgInfoData::decode(&msg.info).and_then(|info| {
             let entries: Result<Vec<LogEntry>, _> =
                 msg.log.iter().map(|b| LogEntry::decode(b)).collect();
@@ -182,35 +220,58 @@ impl Pg {
         self.log
             .replace(info, entries, dups, limits, self.coll, &mut txn);
         self.missing.replace(missing, self.coll, &mut txn);
+        // Copies the previous primary left half made will not be finished.
+        if let Err(e) = shoal_net::runtime::blocking(|| {
+            copy::remove_temps(self.ctx.store.as_ref(), self.coll, &mut txn)
+        }) {
+            return answer(
+                responder,
+                crate::exec::store_error_code(&e),
+                epoch,
+                e.to_string(),
+            );
+        }
         if self.shards().contains(&self.whoami()) {
             self.state = State::ReplicaActive;
         }
         self.apply_then_ack(txn, responder);
     }
 
-    /// Recovery: install the primary's copy of an object.
+    /// Recovery: install one step of the primary's copy of an object.
     pub(super) async fn push(&mut self, msg: PgPush, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
         let built = shoal_net::runtime::blocking(|| {
-            recovery::install_txn(self.ctx.store.as_ref(), self.coll, &msg, data)
+            copy::install_step(self.ctx.store.as_ref(), self.coll, &msg, data)
         });
         match built {
             Ok(txn) => {
-                // The transaction takes the object out of the persisted set.
-                self.missing
-                    .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
-                OsdCounters::add(&self.ctx.counters.recovered, 1);
+                let (_, after) = copy::bounds(&msg);
+                if !msg.exists || copy::is_complete(&after) {
+                    // The transaction takes the object out of the persisted set.
+                    self.missing
+                        .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
+                    OsdCounters::add(&self.ctx.counters.recovered, 1);
+                }
                 self.apply_then_ack(txn, responder);
             }
-            Err(e) => answer(responder, OsdErrorCode::InvalidArgument, epoch, e),
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "refused a pushed step: {e}");
+                answer(responder, OsdErrorCode::InvalidArgument, epoch, e)
+            }
         }
     }
 
-    /// Recovery: send our copy of an object to the primary.
+    /// Recovery: send the next step of our copy of an object to the primary.
     pub(super) async fn pull(&mut self, msg: PgPull, responder: Responder) {
         let key = ObjectKey::new(msg.hash, msg.name.clone());
+        let before = msg.progress.clone().unwrap_or_else(copy::start);
+        let limits = self
+            .ctx
+            .cfg
+            .copy_limits
+            .narrowed(msg.data_bytes_max, msg.omap_bytes_max);
         let read = shoal_net::runtime::blocking(|| {
-            recovery::read_object(self.ctx.store.as_ref(), self.coll, &key)
+            copy::read_step(self.ctx.store.as_ref(), self.coll, &key, &before, limits)
         });
         let epoch = self.epoch();
         match read {

@@ -447,3 +447,52 @@ impl Pg {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+    use shoal_objectstore::{CollectionId, MemStore, ObjectStore, Transaction};
+
+    #[test]
+    fn a_chunk_of_summaries_fits_a_frame_whatever_its_objects_hold() {
+        // An object with 2 MB of omap and 64 KiB of xattrs: its summary is
+        // two checksums, whatever it holds.
+        let s = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let k = ObjectKey::new(3, "huge");
+        let mut t = Transaction::new();
+        t.create_collection(c).set_xattrs(
+            c,
+            k.clone(),
+            [("u.x".to_string(), Bytes::from(vec![7u8; 64 << 10]))].into(),
+        );
+        let omap = (0..20_000u32)
+            .map(|i| {
+                (
+                    Bytes::from(i.to_be_bytes().to_vec()),
+                    Bytes::from(vec![1u8; 100]),
+                )
+            })
+            .collect();
+        t.omap_set_keys(c, k.clone(), omap);
+        s.apply_transaction(t).unwrap();
+        let one = crate::scrub::summarize(&s, &c, &k, true);
+        assert!(one.error.is_empty(), "{}", one.error);
+        assert!(one.encoded_len() < 64, "{}", one.encoded_len());
+        // A whole chunk of the longest names fits the 1 MiB control part.
+        let longest =
+            vec![b'n'; crate::object::NAME_BYTES_MAX + 1 + crate::object::NSPACE_BYTES_MAX];
+        let like = |i: usize| shoal_proto::ScrubObject {
+            hash: i as u32,
+            name: longest.clone(),
+            error: "checksum mismatch in block 12345 of the object".into(),
+            ..one.clone()
+        };
+        let map = PgScrubMap {
+            objects: (0..CHUNK).map(like).collect(),
+            ..PgScrubMap::default()
+        };
+        assert!(map.encoded_len() < 512 << 10, "{}", map.encoded_len());
+    }
+}

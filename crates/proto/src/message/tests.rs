@@ -138,14 +138,23 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgInfo::default()
             })
         }),
-        (any::<u32>(), bytes32(), any::<bool>()).prop_map(|(hash, name, exists)| {
-            Message::PgPush(PgPush {
-                hash,
-                name,
-                exists,
-                ..PgPush::default()
-            })
-        }),
+        (any::<u32>(), bytes32(), any::<bool>(), any::<u64>()).prop_map(
+            |(hash, name, exists, to)| {
+                Message::PgPush(PgPush {
+                    hash,
+                    after: exists.then(|| CopyProgress {
+                        data_recovered_to: to,
+                        omap_recovered_to: name.clone(),
+                        omap_started: true,
+                        ..CopyProgress::default()
+                    }),
+                    name,
+                    exists,
+                    object_size: to,
+                    ..PgPush::default()
+                })
+            }
+        ),
         (any::<u32>(), bytes32(), any::<u32>()).prop_map(|(cursor_hash, cursor_name, max)| {
             Message::PgList(PgList {
                 cursor_hash,
@@ -185,11 +194,19 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgCommandReply::default()
             })
         }),
-        (any::<u32>(), bytes32()).prop_map(|(hash, name)| Message::PgPull(PgPull {
-            hash,
-            name,
-            ..PgPull::default()
-        })),
+        (any::<u32>(), bytes32(), any::<u64>()).prop_map(|(hash, name, to)| {
+            Message::PgPull(PgPull {
+                hash,
+                progress: Some(CopyProgress {
+                    first: to % 2 == 0,
+                    data_recovered_to: to,
+                    ..CopyProgress::default()
+                }),
+                name,
+                data_bytes_max: to,
+                ..PgPull::default()
+            })
+        }),
         (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
             names: vec![name],
             more,

@@ -127,6 +127,14 @@ enum RadosCmd {
         /// Value.
         value: String,
     },
+    /// Set many omap values: one `KEY<TAB>VALUE` per line of FILE (`-`:
+    /// standard input), sent in ops of at most 256 KiB each.
+    Setomapvals {
+        /// Object.
+        obj: String,
+        /// The entries.
+        file: String,
+    },
     /// Print an omap value (or write it to FILE).
     Getomapval {
         /// Object.
@@ -245,6 +253,10 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
             pool.omap_set(&obj, &[(key.as_bytes(), value.as_bytes())])
                 .await?;
         }
+        RadosCmd::Setomapvals { obj, file } => {
+            let n = set_omap_vals(pool, &obj, &file).await?;
+            writeln!(out, "{n} omap values set")?;
+        }
         RadosCmd::Getomapval { obj, key, file } => {
             let got = pool.omap_get_vals_by_keys(&obj, &[key.as_bytes()]).await?;
             let Some(v) = got.get(key.as_bytes()) else {
@@ -331,6 +343,45 @@ fn hexdump(data: &[u8]) -> String {
     }
     s += &format!("{:08x}\n", data.len());
     s
+}
+
+/// Bytes of omap entries per op of `setomapvals`: well within a frame's
+/// control part.
+const OMAP_BATCH_BYTES: usize = 256 << 10;
+
+/// Sets the `KEY<TAB>VALUE` lines of `file` (`-`: stdin) as omap values of
+/// `obj`, in bounded ops; returns how many.
+async fn set_omap_vals(pool: &Pool, obj: &str, file: &str) -> anyhow::Result<u64> {
+    use std::io::BufRead;
+    let input: Box<dyn std::io::Read> = if file == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(file).with_context(|| format!("opening {file}"))?)
+    };
+    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let (mut bytes, mut total) = (0usize, 0u64);
+    for (i, line) in std::io::BufReader::new(input).split(b'\n').enumerate() {
+        let line = line.with_context(|| format!("reading {file}"))?;
+        if line.is_empty() {
+            continue;
+        }
+        let Some(tab) = line.iter().position(|b| *b == b'\t') else {
+            bail!("{file}:{}: no TAB between key and value", i + 1);
+        };
+        bytes += line.len();
+        batch.push((line[..tab].to_vec(), line[tab + 1..].to_vec()));
+        if bytes >= OMAP_BATCH_BYTES {
+            pool.omap_set(obj, &batch).await?;
+            total += batch.len() as u64;
+            batch.clear();
+            bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        pool.omap_set(obj, &batch).await?;
+        total += batch.len() as u64;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

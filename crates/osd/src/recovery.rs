@@ -2,6 +2,7 @@
 //! object from a peer or pushing ours to it, step by bounded step
 //! (`copy.rs`), and listing a PG's objects here or on a peer.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,6 +13,54 @@ use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush};
 
 use crate::copy;
 use crate::ctx::{OsdCounters, OsdCtx};
+
+/// Stops a copy that outlived the recovery that started it. The PG bumps
+/// the shared generation whenever it drops its recovery (a new interval,
+/// peering again); a pull installs its last step, and a push sends its
+/// last step, only while the copy's generation is still current — a pull
+/// under the lock, so a bump waits for an install under way and every
+/// install after it is refused. A stale copy would otherwise overwrite
+/// what a later recovery or a client wrote (the simulation found this).
+#[derive(Debug, Clone)]
+pub struct CopyFence {
+    current: Arc<Mutex<u64>>,
+    generation: u64,
+}
+
+impl CopyFence {
+    /// A fence that never moves, for copies made within one PG event
+    /// (scrub repair).
+    pub fn fixed() -> CopyFence {
+        CopyFence {
+            current: Arc::default(),
+            generation: 0,
+        }
+    }
+
+    /// A fence at the current generation of `current`.
+    pub fn at(current: &Arc<Mutex<u64>>) -> CopyFence {
+        let generation = *current.lock().unwrap_or_else(PoisonError::into_inner);
+        CopyFence {
+            current: Arc::clone(current),
+            generation,
+        }
+    }
+
+    /// Moves `current` on: every fence taken before refuses from now on.
+    pub fn bump(current: &Arc<Mutex<u64>>) {
+        *current.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// Holds the fence while the copy's generation is current.
+    fn hold(&self) -> Result<MutexGuard<'_, u64>, String> {
+        let g = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if *g == self.generation {
+            Ok(g)
+        } else {
+            Err("the PG's recovery started over: this copy is stale".into())
+        }
+    }
+}
 
 /// Whether a copy's existence agrees with what the log says of the object
 /// (`Some(true)`: its newest change wrote it; `Some(false)`: deleted it).
@@ -57,6 +106,7 @@ pub async fn pull_object(
     src: &Connection,
     key: &ObjectKey,
     expect: Option<bool>,
+    fence: &CopyFence,
 ) -> Result<(), String> {
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
@@ -86,13 +136,17 @@ pub async fn pull_object(
         let last = advance(&mut progress, &push, &who)?;
         shoal_net::runtime::blocking(|| {
             let t = copy::install_step(ctx.store.as_ref(), coll, &push, reply.data)?;
-            // Only the last step must be durable before the object counts
-            // as recovered; earlier ones are read back from the queue.
-            let queued = ctx.store.queue_transaction(t).map_err(|e| e.to_string())?;
             if last {
-                queued.wait().map_err(|e| e.to_string())?;
+                // The last step makes the copy visible: only while the
+                // copy is current, and durable before it counts as
+                // recovered.
+                let _held = fence.hold()?;
+                ctx.store.apply_transaction(t).map_err(|e| e.to_string())
+            } else {
+                // Earlier steps are read back from the queue.
+                ctx.store.queue_transaction(t).map_err(|e| e.to_string())?;
+                Ok(())
             }
-            Ok::<(), String>(())
         })?;
         if last {
             break;
@@ -124,6 +178,7 @@ pub async fn push_object(
     dst: &Connection,
     key: &ObjectKey,
     expect: Option<bool>,
+    fence: &CopyFence,
 ) -> Result<(), String> {
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
@@ -142,6 +197,9 @@ pub async fn push_object(
         push.pg_seed = pg.seed;
         push.epoch = epoch;
         let last = advance(&mut progress, &push, &me)?;
+        if last {
+            drop(fence.hold()?);
+        }
         omap_entries += push.omap_keys.len();
         let timeout = match last {
             true => last_step_timeout(ctx.cfg.peer_timeout, omap_entries),

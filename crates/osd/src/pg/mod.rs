@@ -326,6 +326,9 @@ pub struct Pg {
     recovery: Option<recover::RecoveryState>,
     /// How many recoveries this PG has started (tells their events apart).
     recovery_generation: u64,
+    /// Moved on whenever the recovery is dropped: copies still running
+    /// for an older one install nothing (`recovery::CopyFence`).
+    copy_fence: Arc<std::sync::Mutex<u64>>,
     /// Client ops waiting for a missing object.
     waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
     /// Peering asks every up OSD (objects were unfound in this interval).
@@ -425,6 +428,7 @@ impl Pg {
             peering: peering::PeeringProgress::default(),
             recovery: None,
             recovery_generation: 0,
+            copy_fence: Arc::default(),
             waiting_for_object: BTreeMap::new(),
             search_everywhere: false,
             activation_pieces: None,
@@ -748,6 +752,7 @@ impl Pg {
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
         self.recovery = None;
+        crate::recovery::CopyFence::bump(&self.copy_fence);
         self.plan = None;
         self.requeue_object_waiters();
         self.ctx.stats_changed.notify_one();

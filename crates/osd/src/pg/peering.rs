@@ -253,6 +253,7 @@ impl Pg {
     /// object go back to the PG's queue.
     fn reset_peering(&mut self) {
         self.recovery = None;
+        crate::recovery::CopyFence::bump(&self.copy_fence);
         self.plan = None;
         self.peering = PeeringProgress::default();
         self.requeue_object_waiters();

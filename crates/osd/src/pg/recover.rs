@@ -460,6 +460,7 @@ impl Pg {
                 pull_from,
                 push_to: targets.into_iter().filter(|o| *o != me).collect(),
                 throttled: !urgent,
+                fence: recovery::CopyFence::at(&self.copy_fence),
             };
             let events = self.events.clone();
             let generation = rs.generation;
@@ -621,6 +622,8 @@ struct ObjectRecovery {
     /// Takes one of the OSD's recovery slots (an object an op waits for
     /// does not wait for a slot).
     throttled: bool,
+    /// Refuses the copy once the PG's recovery started over.
+    fence: recovery::CopyFence,
 }
 
 impl ObjectRecovery {
@@ -655,9 +658,9 @@ impl ObjectRecovery {
         let conn = self.ctx.peer(&self.map, peer).await?;
         let (ctx, pg, epoch, key) = (&self.ctx, self.pg, self.map.epoch.0, &self.key);
         if pull {
-            recovery::pull_object(ctx, pg, epoch, &conn, key, self.expect).await
+            recovery::pull_object(ctx, pg, epoch, &conn, key, self.expect, &self.fence).await
         } else {
-            recovery::push_object(ctx, pg, epoch, &conn, key, self.expect).await
+            recovery::push_object(ctx, pg, epoch, &conn, key, self.expect, &self.fence).await
         }
     }
 }

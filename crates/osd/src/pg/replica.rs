@@ -240,6 +240,15 @@ impl Pg {
     /// Recovery: install one step of the primary's copy of an object.
     pub(super) async fn push(&mut self, msg: PgPush, data: Bytes, responder: Responder) {
         let epoch = self.epoch();
+        if msg.epoch < self.interval_start {
+            // A copy from an interval that ended may be older than what
+            // this interval wrote since.
+            let why = format!(
+                "push from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
+            return answer(responder, OsdErrorCode::StaleEpoch, epoch, why);
+        }
         let built = shoal_net::runtime::blocking(|| {
             copy::install_step(self.ctx.store.as_ref(), self.coll, &msg, data)
         });

@@ -304,11 +304,13 @@ impl Pg {
     }
 
     async fn pull_one(&mut self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key, None).await
+        let fence = recovery::CopyFence::fixed();
+        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key, None, &fence).await
     }
 
     async fn push_one(&mut self, dst: &Connection, key: &ObjectKey) -> Result<(), String> {
-        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, None).await
+        let fence = recovery::CopyFence::fixed();
+        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, None, &fence).await
     }
 
     fn finish_scrub(&mut self) {

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Dev, SHOAL};
-use serde_json::Value;
 use shoal_client::{Client, ClientOptions};
 
 const OBJECTS: u64 = 200;
@@ -29,24 +28,6 @@ fn body(i: u64, generation: u64) -> Bytes {
     let mut v = format!("object {i} generation {generation};").into_bytes();
     v.resize(len, (i ^ generation) as u8);
     Bytes::from(v)
-}
-
-fn pid(d: &Dev, name: &str) -> String {
-    std::fs::read_to_string(d.0.join("run").join(format!("{name}.pid")))
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-fn kill9(d: &Dev, name: &str) {
-    let p = pid(d, name);
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &p])
-            .status()
-            .unwrap()
-            .success()
-    );
 }
 
 /// Starts `shoal osd --id N` as `shoal dev` does (own process group, log,
@@ -76,26 +57,9 @@ fn start_osd(d: &Dev, id: u32) {
     std::mem::forget(child);
 }
 
-fn all_active_clean(d: &Dev) -> bool {
-    let out = d.run(&["pg", "stat", "--format", "json"]);
-    if !out.status.success() {
-        return false;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let total = v["num_pgs"].as_u64().unwrap_or(0);
-    let clean: u64 = v["num_pg_by_state"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["name"] == "active+clean")
-        .filter_map(|s| s["num"].as_u64())
-        .sum();
-    total > 0 && clean == total
-}
-
 fn wait_active_clean(d: &Dev, max: Duration) {
     let deadline = Instant::now() + max;
-    while !all_active_clean(d) {
+    while !d.all_active_clean() {
         if Instant::now() >= deadline {
             // Which PGs are stuck, and where their peering and recovery are.
             let dump = d.ok(&["pg", "dump"]);
@@ -205,12 +169,12 @@ async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
     let pause = |s: u64| tokio::time::sleep(Duration::from_secs(s));
     pause(3).await;
     // An OSD dies mid-write and comes back.
-    kill9(&d, "osd.1");
+    d.kill9("osd.1");
     pause(4).await;
     start_osd(&d, 1);
     pause(4).await;
     // Another dies and is marked out: its PGs move to the others.
-    kill9(&d, "osd.3");
+    d.kill9("osd.3");
     d.ok(&["osd", "out", "3"]);
     pause(4).await;
     // A new OSD joins.

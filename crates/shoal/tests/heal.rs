@@ -18,12 +18,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::Dev;
-use serde_json::Value;
 use shoal_client::{Client, ClientOptions, Pool};
 
 /// What one run writes.
@@ -58,38 +56,11 @@ fn small_body(i: u64) -> Bytes {
     Bytes::from(v)
 }
 
-fn kill9(d: &Dev, name: &str) {
-    let pid = std::fs::read_to_string(d.0.join("run").join(format!("{name}.pid"))).unwrap();
-    let ok = Command::new("kill")
-        .args(["-KILL", pid.trim()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {name}");
-}
-
-fn all_active_clean(d: &Dev) -> bool {
-    let out = d.run(&["pg", "stat", "--format", "json"]);
-    if !out.status.success() {
-        return false;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let total = v["num_pgs"].as_u64().unwrap_or(0);
-    let clean: u64 = v["num_pg_by_state"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["name"] == "active+clean")
-        .filter_map(|s| s["num"].as_u64())
-        .sum();
-    total > 0 && clean == total
-}
-
 /// Waits for every PG to be active+clean; a recovery that stalls on the
 /// way must say so in health (it fails the test at once).
 fn wait_active_clean(d: &Dev, max: Duration) {
     let deadline = Instant::now() + max;
-    while !all_active_clean(d) {
+    while !d.all_active_clean() {
         let health = d.json(&["health", "detail"]);
         let stalled = health["checks"]
             .as_array()
@@ -256,7 +227,7 @@ async fn run(tag: &str, size: Size) {
     // A replica of the omap object is killed and marked out.
     let m = tokio::task::block_in_place(|| d.json(&["osd", "map", "rbd", "omap"]));
     let victim = m["acting"][1].as_i64().unwrap();
-    kill9(&d, &format!("osd.{victim}"));
+    d.kill9(&format!("osd.{victim}"));
     tokio::task::block_in_place(|| d.ok(&["osd", "out", &victim.to_string()]));
     let started = Instant::now();
     tokio::task::block_in_place(|| wait_active_clean(&d, size.clean_within));

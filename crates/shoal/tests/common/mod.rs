@@ -89,6 +89,35 @@ impl Dev {
         a.extend(["--format", "json"]);
         serde_json::from_str(&self.ok(&a)).unwrap()
     }
+
+    /// SIGKILLs the daemon `name` (`osd.3`) started in this directory.
+    pub fn kill9(&self, name: &str) {
+        let pid = std::fs::read_to_string(self.0.join("run").join(format!("{name}.pid"))).unwrap();
+        let ok = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {name}");
+    }
+
+    /// Whether every PG is active+clean (false while the monitors do not answer).
+    pub fn all_active_clean(&self) -> bool {
+        let out = self.run(&["pg", "stat", "--format", "json"]);
+        if !out.status.success() {
+            return false;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let total = v["num_pgs"].as_u64().unwrap_or(0);
+        let clean: u64 = v["num_pg_by_state"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["name"] == "active+clean")
+            .filter_map(|s| s["num"].as_u64())
+            .sum();
+        total > 0 && clean == total
+    }
 }
 
 impl Drop for Dev {

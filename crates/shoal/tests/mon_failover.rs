@@ -19,25 +19,6 @@ use common::{Dev, SHOAL};
 /// took (4 to 10 s).
 const FAILOVER_MAX: Duration = Duration::from_secs(6);
 
-fn pid(d: &Dev, name: &str) -> u32 {
-    std::fs::read_to_string(d.0.join("run").join(format!("{name}.pid")))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn kill(d: &Dev, name: &str) {
-    let pid = pid(d, name).to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-}
-
 /// Starts `mon.NAME` again, as `shoal dev up` does (its pid file lets
 /// `dev down` stop it).
 fn restart(d: &Dev, mon: &str) {
@@ -101,7 +82,7 @@ fn a_command_right_after_a_leader_sigkill_completes_and_a_dead_monitor_is_report
     for i in 0..3 {
         let leader = quorum_of(&d, 3)["leader"].as_str().unwrap().to_string();
         let t = Instant::now();
-        kill(&d, &format!("mon.{leader}"));
+        d.kill9(&format!("mon.{leader}"));
         let pool = format!("lk{i}");
         d.ok(&[
             "osd",

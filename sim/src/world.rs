@@ -305,6 +305,7 @@ impl World {
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),
             observer: Some(observer),
+            op_shards: 1,
         }
     }
 

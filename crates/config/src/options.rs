@@ -232,6 +232,8 @@ options! {
     osd_recovery_max_chunk_bytes: u64 = 4u64 << 20;
     /// Most bytes of xattrs, omap header and omap entries one step of an object copy carries; keep it well below ms_frame_control_bytes_max.
     osd_recovery_max_omap_chunk_bytes: u64 = 512u64 << 10;
+    /// Op shards per OSD (as Ceph's osd_op_num_shards): threads with a single-threaded runtime each, PGs spread over them; 0 means one per core.
+    osd_op_num_shards: u32 = 0u32;
     /// Scrub (compare replicas' object metadata) each PG at least this often, in milliseconds.
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.

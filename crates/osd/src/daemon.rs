@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::ctx::{OsdCounters, OsdCtx, PgConfig};
 use crate::pg::{ClientOp, Pg, PgEvent, PgStat};
+use crate::shards::Shards;
 
 /// OSDs each OSD heartbeats at least, besides those it shares PGs with.
 const HEARTBEAT_MIN_PEERS: usize = 2;
@@ -59,6 +60,9 @@ pub struct OsdOptions {
     /// Who watches the OSD's acknowledged writes (the simulation's
     /// checkers; `None` in a daemon).
     pub observer: Option<Arc<dyn crate::ctx::Observer>>,
+    /// Op shards (`crate::shards`): 1 runs every PG on the runtime the
+    /// OSD starts on.
+    pub op_shards: usize,
 }
 
 /// A running OSD.
@@ -82,6 +86,8 @@ pub(crate) struct Inner {
     /// OSDs sharing a PG with us in the current map.
     pub(crate) peers: Mutex<BTreeSet<i32>>,
     stopping: AtomicBool,
+    /// The threads PGs run on.
+    shards: Shards,
     /// Drawn at start: tells the monitors this process from the last one.
     nonce: u64,
 }
@@ -101,6 +107,9 @@ pub enum OsdError {
     /// The store.
     #[error("object store: {0}")]
     Store(String),
+    /// The op shards' threads.
+    #[error("cannot start the op shard threads: {0}")]
+    Shards(String),
 }
 
 #[derive(Default)]
@@ -146,6 +155,8 @@ impl Osd {
             addr: opts.bind,
             why: e.to_string(),
         })?;
+        let shards =
+            Shards::start(opts.op_shards, opts.id).map_err(|e| OsdError::Shards(e.to_string()))?;
         let monc = MonClient::new(msgr.clone(), opts.mon_addrs.clone(), opts.mon_timeout);
         let sink = UpdateSink::new();
         let (map, every_map) = monc.subscribe_osdmap_every(Arc::clone(&sink));
@@ -178,6 +189,7 @@ impl Osd {
             held: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
+            shards,
             nonce: shoal_net::runtime::random_u64().max(1),
         });
         let _ = route.0.set(Arc::downgrade(&inner));
@@ -224,6 +236,8 @@ impl Osd {
         for tx in pgs.into_values() {
             let _ = tx.send(PgEvent::Crash);
         }
+        // Whatever still runs on the shard threads (copies, queries) dies too.
+        self.inner.shards.stop();
     }
 
     /// Stops: refuses new ops, lets every PG answer what it has queued,
@@ -253,6 +267,7 @@ impl Osd {
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), inner.monc.command(&going)).await;
         inner.ctx.msgr.shutdown().await;
+        inner.shards.stop();
     }
 }
 
@@ -291,8 +306,8 @@ impl Inner {
         {
             return Ok(tx.clone());
         }
-        let tx =
-            Pg::spawn(pg, Arc::clone(&self.ctx)).map_err(|e| OsdError::Store(e.to_string()))?;
+        let tx = Pg::spawn(pg, Arc::clone(&self.ctx), &self.shards)
+            .map_err(|e| OsdError::Store(e.to_string()))?;
         if let Some(map) = self.current_map() {
             let _ = tx.send(PgEvent::Map(map));
         }

@@ -24,5 +24,6 @@ pub mod pg;
 pub mod pieces;
 pub mod recovery;
 pub mod scrub;
+pub mod shards;
 
 mod heartbeat;

@@ -148,10 +148,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    // `shoal dev` writes its own configuration; $SHOAL_CONF may name the
-    // file of a cluster it is about to create again.
+    // `shoal dev` writes its own configuration (with the `--set`
+    // overrides in it, for every daemon); $SHOAL_CONF may name the file of
+    // a cluster it is about to create again.
     if let Command::Dev(c) = cli.command {
-        return cmd::dev::run(c);
+        return cmd::dev::run(c, &cli.set);
     }
     let config = Config::load(cli.conf.as_deref(), &cli.as_entity, &cli.set)?;
     let ctx = cmd::common::Ctx {

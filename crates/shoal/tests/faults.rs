@@ -141,7 +141,10 @@ async fn writer(client: Client, ledger: Ledger, record: Record, stop: Arc<Atomic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
     let d = Dev::new("faults");
+    // Two op shards per OSD: PGs on a thread of their own die with a SIGKILL too.
     d.ok(&[
+        "--set",
+        "osd_op_num_shards=2",
         "dev",
         "up",
         "--dir",

@@ -33,7 +33,12 @@ impl DevCluster {
         let dir = std::env::temp_dir().join(format!("shoal-osdproc-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let c = DevCluster { dir };
+        // Three op shards per OSD: PGs on threads of their own beside the
+        // messenger's (the daemon default is one per core; dev clusters
+        // take one).
         let out = c.shoal(&[
+            "--set",
+            "osd_op_num_shards=3",
             "dev",
             "up",
             "--dir",

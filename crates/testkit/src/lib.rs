@@ -246,6 +246,7 @@ impl Cluster {
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),
             observer: None,
+            op_shards: 1,
         };
         let osd = Osd::start(opts, store.clone(), Arc::new(self.net.clone()))
             .await

@@ -354,10 +354,11 @@ pub struct PgOpenError {
 
 impl Pg {
     /// Opens (creating its collection if needed) PG `id` and starts its
-    /// actor; returns the actor's event queue.
+    /// actor on its shard; returns the actor's event queue.
     pub fn spawn(
         id: PgId,
         ctx: Arc<OsdCtx>,
+        shards: &crate::shards::Shards,
     ) -> Result<mpsc::UnboundedSender<PgEvent>, PgOpenError> {
         let coll = collection(id);
         let err = |why: String| PgOpenError { pg: id, why };
@@ -435,7 +436,7 @@ impl Pg {
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
-        tokio::spawn(tracing::Instrument::instrument(pg.run(rx), span));
+        shards.spawn(id, tracing::Instrument::instrument(pg.run(rx), span));
         Ok(tx)
     }
 

@@ -23,6 +23,11 @@ use super::osd_daemon::StoreKind;
 #[derive(Debug, Subcommand)]
 pub enum DevCmd {
     /// Create (or restart) a local cluster and wait until it is healthy.
+    ///
+    /// Its configuration file is written for one machine: the failure
+    /// domain is the OSD, heartbeats and down-out are quicker, and each OSD
+    /// runs one op shard (they share the machine's cores). `--set
+    /// KEY=VALUE` options go into that file, for every daemon.
     Up(UpArgs),
     /// Stop every daemon of the local cluster.
     Down {
@@ -79,9 +84,9 @@ const CONF: &str = "shoal.conf";
 const MON_NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// Runs `shoal dev ...`.
-pub fn run(cmd: DevCmd) -> anyhow::Result<()> {
+pub fn run(cmd: DevCmd, set: &[String]) -> anyhow::Result<()> {
     match cmd {
-        DevCmd::Up(a) => up(a),
+        DevCmd::Up(a) => up(a, set),
         DevCmd::Down { dir, wipe } => {
             let stopped = stop_all(&dir)?;
             outln!("stopped {stopped} daemons");
@@ -167,26 +172,57 @@ fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
     Ok(child)
 }
 
-fn write_config(dir: &Path, mons: &[(String, SocketAddr)]) -> anyhow::Result<()> {
+/// Writes the cluster's configuration: one-machine settings, then the
+/// `--set` overrides (replacing a setting of the same name), checked by
+/// loading the file back.
+fn write_config(dir: &Path, mons: &[(String, SocketAddr)], set: &[String]) -> anyhow::Result<()> {
     let abs = std::fs::canonicalize(dir)?;
     let hosts: Vec<String> = mons.iter().map(|(n, a)| format!("{n}={a}")).collect();
-    let conf = format!(
-        "# Written by `shoal dev up`: a one-machine cluster, so the failure\n\
-         # domain is the OSD, as with Ceph's vstart.\n\
-         [global]\n\
-         mon_host = \"{hosts}\"\n\
-         keyring = \"{keyring}\"\n\
-         osd_crush_failure_domain = \"osd\"\n\
-         mon_osd_reporter_subtree_level = \"osd\"\n\
-         mon_osd_min_down_reporters = 1\n\
-         osd_heartbeat_grace_ms = 10000\n\
-         mon_osd_down_out_interval_ms = 60000\n\
-         osd_data = \"{data}/osd.$id\"\n",
-        hosts = hosts.join(","),
-        keyring = abs.join("keyring").display(),
-        data = abs.display(),
+    let quoted = |v: &str| format!("{v:?}");
+    // One machine: the failure domain is the OSD, as with Ceph's vstart;
+    // every OSD shares the machine's cores, so one op shard each.
+    let mut settings: Vec<(String, String)> = vec![
+        ("mon_host".into(), quoted(&hosts.join(","))),
+        (
+            "keyring".into(),
+            quoted(&abs.join("keyring").to_string_lossy()),
+        ),
+        ("osd_crush_failure_domain".into(), quoted("osd")),
+        ("mon_osd_reporter_subtree_level".into(), quoted("osd")),
+        ("mon_osd_min_down_reporters".into(), "1".into()),
+        ("osd_heartbeat_grace_ms".into(), "10000".into()),
+        ("mon_osd_down_out_interval_ms".into(), "60000".into()),
+        ("osd_op_num_shards".into(), "1".into()),
+        (
+            "osd_data".into(),
+            quoted(&format!("{}/osd.$id", abs.display())),
+        ),
+    ];
+    for kv in set {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--set {kv:?}: expected KEY=VALUE"))?;
+        let (k, v) = (k.trim().to_string(), v.trim());
+        let literal =
+            v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok() || v == "true" || v == "false";
+        let v = if literal { v.to_string() } else { quoted(v) };
+        match settings.iter_mut().find(|(name, _)| *name == k) {
+            Some(s) => s.1 = v,
+            None => settings.push((k, v)),
+        }
+    }
+    let mut conf = String::from(
+        "# Written by `shoal dev up`: a one-machine cluster (see `shoal dev up --help`).\n[global]\n",
     );
-    std::fs::write(dir.join(CONF), conf)?;
+    for (k, v) in settings {
+        conf.push_str(&format!("{k} = {v}\n"));
+    }
+    let path = dir.join(CONF);
+    std::fs::write(&path, conf)?;
+    if let Err(e) = Config::load(Some(&path), &EntityName::osd(0), &[]) {
+        let _ = std::fs::remove_file(&path);
+        bail!("the --set options make the configuration invalid: {e}");
+    }
     Ok(())
 }
 
@@ -317,11 +353,17 @@ fn wait_until(
     }
 }
 
-fn up(a: UpArgs) -> anyhow::Result<()> {
+fn up(a: UpArgs, set: &[String]) -> anyhow::Result<()> {
     let dir = a.dir.clone();
     let fresh = !dir.join(CONF).exists();
+    if !fresh && !set.is_empty() {
+        bail!(
+            "--set applies when `dev up` creates a cluster; {} exists: edit it instead",
+            dir.join(CONF).display()
+        );
+    }
     let mut started: BTreeMap<String, Child> = BTreeMap::new();
-    let result = up_inner(&a, fresh, &mut started);
+    let result = up_inner(&a, fresh, set, &mut started);
     if let Err(e) = result {
         // Leave nothing running.
         for (_, c) in started.iter_mut() {
@@ -353,7 +395,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn up_inner(a: &UpArgs, fresh: bool, started: &mut BTreeMap<String, Child>) -> anyhow::Result<()> {
+fn up_inner(
+    a: &UpArgs,
+    fresh: bool,
+    set: &[String],
+    started: &mut BTreeMap<String, Child>,
+) -> anyhow::Result<()> {
     let dir = &a.dir;
     if !(a.mons == 1 || a.mons == 3) {
         bail!("--mons must be 1 or 3");
@@ -387,7 +434,7 @@ fn up_inner(a: &UpArgs, fresh: bool, started: &mut BTreeMap<String, Child>) -> a
                 ))
             })
             .collect::<anyhow::Result<_>>()?;
-        write_config(dir, &mons)?;
+        write_config(dir, &mons, set)?;
         let first = &mons[0].0;
         for (n, _) in &mons {
             let data = dir.join(format!("mon.{n}"));

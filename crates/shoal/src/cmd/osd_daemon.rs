@@ -241,6 +241,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     };
     let opts = OsdOptions {
         observer: None,
+        op_shards: shoal_osd::shards::shards_for(o.osd_op_num_shards),
         id: i32::try_from(id)?,
         key,
         mon_addrs: mon_addrs(&config)?,
@@ -272,8 +273,9 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         scrub_interval: Duration::from_millis(o.osd_scrub_interval_ms),
         deep_scrub_interval: Duration::from_millis(o.osd_deep_scrub_interval_ms),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // Shard 0: the main thread runs the messenger and its share of PGs to
+    // completion, as every other shard thread does (shoal_osd::shards).
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {

@@ -99,13 +99,36 @@ pub struct Responder {
 }
 
 impl Responder {
-    /// Sends the reply, waiting for room in the connection's send budget.
+    /// Sends the reply: see [`Responder::send`]. Returns at once.
     pub async fn reply(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
-        let msg = msg.into();
-        self.conn
-            .inner
-            .enqueue(&msg, FrameFlags::REPLY, self.tid, data)
-            .await
+        self.send(msg, data)
+    }
+
+    /// Queues the reply without waiting. When the connection's send budget
+    /// is full, a task waits for room, holding this request's dispatch
+    /// slot: a peer that stops reading holds at most its
+    /// `dispatch_requests_max` replies here, and the caller (a PG serving
+    /// many clients) never waits on one slow reader.
+    pub fn send(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+        let inner = &self.conn.inner;
+        let head = inner.seal(&msg.into(), FrameFlags::REPLY, self.tid, &data);
+        inner.check_size(head.len() - HEADER_LEN, data.len())?;
+        let cost = inner.cost(&head, &data);
+        match Arc::clone(&inner.inflight).try_acquire_many_owned(cost) {
+            Ok(permit) => inner.push(head, data, permit),
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                Err(inner.closed_error(&inner.close_reason_or("closing")))
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                tokio::spawn(async move {
+                    let inner = &self.conn.inner;
+                    if let Ok(permit) = Arc::clone(&inner.inflight).acquire_many_owned(cost).await {
+                        let _ = inner.push(head, data, permit);
+                    }
+                });
+                Ok(())
+            }
+        }
     }
 
     /// Answers with an error code and message.

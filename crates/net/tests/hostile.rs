@@ -490,3 +490,88 @@ async fn bench_good_client_throughput_under_attack() {
         "under attack {s} requests, alone {q}: below 80 %"
     );
 }
+
+/// One task answers every request in arrival order, as a PG does: a reply
+/// to a peer that reads nothing must not hold up the replies to others.
+/// `Responder::reply` returns at once; a reply waiting for the slow peer's
+/// send budget waits in a task of its own, bounded by that peer's dispatch
+/// slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_answering_in_order_serves_a_good_client_while_a_peer_reads_nothing() {
+    const HOSTILE_REQUESTS: u64 = 16;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Incoming>();
+    let ordered: Arc<dyn Dispatcher> = Arc::new(move |inc: Incoming| {
+        let _ = tx.send(inc);
+    });
+    let answered = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&answered);
+    let answering = tokio::spawn(async move {
+        while let Some(inc) = rx.recv().await {
+            if let (Message::Pong(p), Some(r)) = (inc.msg, inc.responder) {
+                let _ = r.reply(Pong { seq: p.seq }, inc.data).await;
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let server = Messenger::new(
+        server_name(),
+        server_config(),
+        Arc::new(TcpTransport),
+        Arc::new(KeyringAuth::new(server_name(), keyring())),
+        ordered,
+    );
+    let addr = server.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+
+    // The slow peer: 16 echo requests of 4 MiB, far more than its socket
+    // buffers and the server's 8 MiB send budget hold, and it reads nothing.
+    let gate = Arc::new(Gate::default());
+    let slow = messenger(
+        hostile_name(0),
+        client_config(),
+        Arc::new(GatedTcp(gate.clone())),
+    );
+    let slow_conn = slow.connect(addr).await.unwrap();
+    gate.set_closed(true);
+    let data = Bytes::from(vec![0x5a; PING_BYTES]);
+    let mut slow_requests = Vec::new();
+    for seq in 0..HOSTILE_REQUESTS {
+        let pending = slow_conn.submit(Pong { seq }, data.clone()).await.unwrap();
+        slow_requests.push(pending);
+    }
+    // The server has taken them in and its budget toward the slow peer is spent.
+    wait_until(|| answered.load(Ordering::SeqCst) >= 3).await;
+    wait_until(|| {
+        server
+            .connections()
+            .iter()
+            .any(|c| c.queued_bytes() + PING_BYTES as u64 > SERVER_INFLIGHT_BYTES)
+    })
+    .await;
+
+    // The good client is answered by the same task meanwhile.
+    let good = messenger(good_name(), client_config(), Arc::new(TcpTransport));
+    let good_conn = good.connect(addr).await.unwrap();
+    let small = Bytes::from(vec![1u8; 4096]);
+    for seq in 1000..1050 {
+        let r = good_conn
+            .request(Pong { seq }, small.clone())
+            .await
+            .unwrap();
+        assert_eq!(r.msg, Message::Pong(Pong { seq }));
+    }
+    for c in server.connections() {
+        assert!(c.queued_bytes() <= SERVER_INFLIGHT_BYTES);
+    }
+
+    // Once it reads again the slow peer gets every reply.
+    gate.set_closed(false);
+    for (seq, p) in slow_requests.into_iter().enumerate() {
+        let r = p.wait(Duration::from_secs(60)).await.unwrap();
+        assert_eq!(r.msg, Message::Pong(Pong { seq: seq as u64 }));
+        assert_eq!(r.data.len(), PING_BYTES);
+    }
+    slow.shutdown().await;
+    good.shutdown().await;
+    server.shutdown().await;
+    answering.abort();
+}

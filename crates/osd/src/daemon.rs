@@ -2,7 +2,7 @@
 //! map, follows it, runs one actor per PG it holds, routes every message
 //! to its PG, heartbeats its peers, and reports beacons and statistics.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -88,6 +88,9 @@ pub(crate) struct Inner {
     stopping: AtomicBool,
     /// The threads PGs run on.
     shards: Shards,
+    /// Capabilities parsed, by their text (a client's caps are parsed
+    /// once, not on every op).
+    caps: Mutex<HashMap<String, Result<Arc<OsdCaps>, String>>>,
     /// Drawn at start: tells the monitors this process from the last one.
     nonce: u64,
 }
@@ -190,6 +193,7 @@ impl Osd {
             peers: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
             shards,
+            caps: Mutex::default(),
             nonce: shoal_net::runtime::random_u64().max(1),
         });
         let _ = route.0.set(Arc::downgrade(&inner));
@@ -271,7 +275,24 @@ impl Osd {
     }
 }
 
+/// Most distinct capability texts kept parsed.
+const CAPS_CACHED_MAX: usize = 1024;
+
 impl Inner {
+    /// The parsed form of capability text `text`.
+    fn caps(&self, text: &str) -> Result<Arc<OsdCaps>, String> {
+        let mut cache = lock(&self.caps);
+        if let Some(c) = cache.get(text) {
+            return c.clone();
+        }
+        let parsed = OsdCaps::parse(text).map(Arc::new).map_err(|e| e.message);
+        if cache.len() >= CAPS_CACHED_MAX {
+            cache.clear();
+        }
+        cache.insert(text.to_string(), parsed.clone());
+        parsed
+    }
+
     pub(crate) fn current_map(&self) -> Option<Arc<OsdMap>> {
         self.map.borrow().clone()
     }
@@ -693,11 +714,14 @@ impl Inner {
                 Message::PgCommand(_) => true,
                 _ => false,
             };
-            let caps = r.peer.caps.clone().unwrap_or_default();
-            let allowed = OsdCaps::parse(&caps)
-                .and_then(|c| c.check(&r.peer.name.to_string(), &p.name, write));
+            let allowed = self
+                .caps(r.peer.caps.as_deref().unwrap_or_default())
+                .and_then(|c| {
+                    c.check(&r.peer.name.to_string(), &p.name, write)
+                        .map_err(|e| e.message)
+                });
             if let Err(e) = allowed {
-                return refuse(r, OsdErrorCode::PermissionDenied, e.message);
+                return refuse(r, OsdErrorCode::PermissionDenied, e);
             }
         }
         // A primary searching for unfound objects asks OSDs that may hold

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use shoal_objectstore::block::{MkfsOptions, OpenOptions};
 use shoal_objectstore::{BlockStore, CollectionId, MemStore, ObjectKey, ObjectStore, Transaction};
 
-const C: CollectionId = CollectionId { pool: 1, seed: 0 };
+const C: CollectionId = CollectionId::new(1, 0);
 const OBJECTS: u32 = 64;
 const OBJECT_BYTES: usize = 1 << 20;
 

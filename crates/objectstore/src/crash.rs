@@ -198,7 +198,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    const C: CollectionId = CollectionId { pool: 1, seed: 0 };
+    const C: CollectionId = CollectionId::new(1, 0);
 
     fn put(s: &CrashStore, name: &str) -> CommitTicket {
         let mut t = Transaction::new();

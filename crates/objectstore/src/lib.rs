@@ -29,4 +29,4 @@ pub use memstore::MemStore;
 pub use store::ObjectStore;
 pub use ticket::CommitTicket;
 pub use transaction::{Op, Transaction};
-pub use types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
+pub use types::{COLLECTION_ID_BYTES, CollectionId, Listing, ObjectKey, ObjectStat, StatFs};

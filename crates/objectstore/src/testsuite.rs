@@ -16,7 +16,7 @@ fn ok<T>(r: Result<T>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
-const C: CollectionId = CollectionId { pool: 3, seed: 1 };
+const C: CollectionId = CollectionId::new(3, 1);
 
 fn obj(name: &str) -> ObjectKey {
     ObjectKey::new(0x1234, name)

@@ -118,7 +118,19 @@ impl ReadOnly {
 /// Check every metadata cross-reference; with `deep`, every block checksum too.
 pub fn fsck(path: &Path, deep: bool) -> Result<FsckReport> {
     let s = open_read_only(path)?;
-    s.read(|s| block::fsck::fsck(&s.dev, &s.db, deep))
+    let mut report = s.read(|s| block::fsck::fsck(&s.dev, &s.db, deep))?;
+    // Each line names the file its problem is in: the data file for what
+    // reading blocks found, the metadata file for everything else.
+    let data = path.join(block::DATA_FILE).display().to_string();
+    let meta = path.join(META_FILE).display().to_string();
+    for e in &mut report.errors {
+        *e = if e.contains("the data file") {
+            e.replace("the data file", &format!("the data file {data}"))
+        } else {
+            format!("{meta}: {e}")
+        };
+    }
+    Ok(report)
 }
 
 /// Capacity, usage and counts of a store, read without changing it.

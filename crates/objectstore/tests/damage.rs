@@ -169,20 +169,21 @@ fn damage(dir: &Path, file: &str, how: Damage) {
             splat(&mut bytes, at.saturating_sub(64).min(len - GARBAGE_BYTES));
         }
         Damage::OtherVersion if file == META_FILE => {
-            // The format record says version 2.
+            // The format record says version 1: a store from before object keys
+            // carried snapshot ids and collections shards.
             let db = redb::Database::open(&path).unwrap();
             let w = db.begin_write().unwrap();
             {
                 let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("super");
                 let mut t = w.open_table(def).unwrap();
-                t.insert(&b"format"[..], &2u64.to_be_bytes()[..]).unwrap();
+                t.insert(&b"format"[..], &1u64.to_be_bytes()[..]).unwrap();
             }
             w.commit().unwrap();
             return;
         }
         Damage::OtherVersion => {
-            // A well-formed label of version 2.
-            bytes[16..24].copy_from_slice(&2u64.to_be_bytes());
+            // A well-formed label of version 1 (the older layout).
+            bytes[16..24].copy_from_slice(&1u64.to_be_bytes());
             let crc = crc32c::crc32c(&bytes[..32]);
             bytes[32..36].copy_from_slice(&crc.to_be_bytes());
         }
@@ -294,6 +295,20 @@ fn a_truncated_metadata_file_is_refused_before_redb_asserts() {
     assert!(e.to_string().contains("meta.redb"), "{e}");
     assert!(e.to_string().contains("truncated"), "{e}");
     assert_eq!(snapshot(&d.0), before);
+}
+
+#[test]
+fn a_store_of_the_older_format_is_refused_saying_which_versions() {
+    // Format 1 had no snapshot id in object keys and no shard in collections.
+    for file in [DATA_FILE, META_FILE] {
+        let d = store_from_template("older");
+        damage(&d.0, file, Damage::OtherVersion);
+        let before = snapshot(&d.0);
+        let e = BlockStore::open(&d.0, &OpenOptions::default()).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("version 1") && m.contains('2'), "{file}: {m}");
+        assert_eq!(snapshot(&d.0), before);
+    }
 }
 
 #[test]

@@ -30,8 +30,19 @@ const CREATE_COLLECTION: u32 = 15;
 #[error("replicated transaction: {0}")]
 pub struct CodecError(pub String);
 
-fn obj(k: &ObjectKey) -> (u32, Vec<u8>) {
-    (k.hash, k.name.clone())
+/// An object key as wire fields (hash, name, snapshot: 0 for the head).
+fn obj(k: &ObjectKey) -> (u32, Vec<u8>, u64) {
+    let snap = if k.snap == ObjectKey::HEAD { 0 } else { k.snap };
+    (k.hash, k.name.clone(), snap)
+}
+
+/// Inverse of [`obj`].
+fn key(hash: u32, name: &[u8], snap: u64) -> ObjectKey {
+    ObjectKey {
+        hash,
+        name: name.to_vec(),
+        snap: if snap == 0 { ObjectKey::HEAD } else { snap },
+    }
 }
 
 /// Encodes `txn` (all in collection `coll`) as wire ops and a data part.
@@ -47,7 +58,7 @@ pub fn encode(
         }
         let mut w = TxnOp::default();
         let set_obj = |w: &mut TxnOp, k: &ObjectKey| {
-            (w.hash, w.name) = obj(k);
+            (w.hash, w.name, w.snap) = obj(k);
         };
         match op {
             Op::CreateCollection(_) => w.kind = CREATE_COLLECTION,
@@ -91,7 +102,7 @@ pub fn encode(
                     RENAME
                 };
                 set_obj(&mut w, src);
-                (w.dst_hash, w.dst_name) = obj(dst);
+                (w.dst_hash, w.dst_name, w.dst_snap) = obj(dst);
             }
             Op::SetXattrs(_, k, attrs) => {
                 w.kind = SET_XATTRS;
@@ -150,7 +161,7 @@ pub fn decode(coll: CollectionId, ops: &[TxnOp], data: &Bytes) -> Result<Transac
     let mut at = 0usize;
     let bad = |why: &str| CodecError(why.to_string());
     for w in ops {
-        let k = ObjectKey::new(w.hash, w.name.clone());
+        let k = key(w.hash, &w.name, w.snap);
         match w.kind {
             CREATE_COLLECTION => txn.create_collection(coll),
             TOUCH => txn.touch(coll, k),
@@ -165,8 +176,8 @@ pub fn decode(coll: CollectionId, ops: &[TxnOp], data: &Bytes) -> Result<Transac
             ZERO => txn.zero(coll, k, w.offset, w.length),
             TRUNCATE => txn.truncate(coll, k, w.offset),
             REMOVE => txn.remove(coll, k),
-            CLONE => txn.clone_object(coll, k, ObjectKey::new(w.dst_hash, w.dst_name.clone())),
-            RENAME => txn.rename(coll, k, ObjectKey::new(w.dst_hash, w.dst_name.clone())),
+            CLONE => txn.clone_object(coll, k, key(w.dst_hash, &w.dst_name, w.dst_snap)),
+            RENAME => txn.rename(coll, k, key(w.dst_hash, &w.dst_name, w.dst_snap)),
             SET_XATTRS => {
                 if w.attrs.len() != w.values.len() {
                     return Err(bad("xattr names and values differ in number"));
@@ -232,7 +243,7 @@ mod tests {
     fn every_op_kind_round_trips() {
         let c = CollectionId::new(2, 5);
         let a = ObjectKey::new(1, "a");
-        let b = ObjectKey::new(2, "b");
+        let b = ObjectKey::new(2, "b").clone_for(4);
         let mut t = Transaction::new();
         t.create_collection(c)
             .touch(c, a.clone())

@@ -103,7 +103,11 @@ pub fn temp_key(key: &ObjectKey) -> ObjectKey {
     name.extend_from_slice(TEMP_PREFIX);
     name.extend_from_slice(&key.hash.to_be_bytes());
     name.extend_from_slice(&key.name);
-    ObjectKey::new(0, name)
+    ObjectKey {
+        hash: 0,
+        name,
+        snap: key.snap,
+    }
 }
 
 fn is_temp(key: &ObjectKey) -> bool {

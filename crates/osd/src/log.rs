@@ -102,7 +102,8 @@ pub struct PgInfoData {
     pub bytes: u64,
 }
 
-pub(crate) const FORMAT: u8 = 1;
+/// Version of the PG log's records (2: object keys carry their snapshot id).
+pub(crate) const FORMAT: u8 = 2;
 
 /// Why a persisted or received log record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -191,6 +192,7 @@ impl LogEntry {
         });
         out.extend_from_slice(&self.key.hash.to_le_bytes());
         put_bytes(&mut out, &self.key.name);
+        out.extend_from_slice(&self.key.snap.to_le_bytes());
         out.extend_from_slice(&self.code.to_le_bytes());
         match &self.reqid {
             None => out.push(0),
@@ -216,6 +218,7 @@ impl LogEntry {
         };
         let hash = r.u32()?;
         let name = r.bytes()?.to_vec();
+        let snap = r.u64()?;
         let code = r.u32()?;
         let reqid = match r.u8()? {
             0 => None,
@@ -226,7 +229,7 @@ impl LogEntry {
         Ok(LogEntry {
             version,
             op,
-            key: ObjectKey::new(hash, name),
+            key: ObjectKey { hash, name, snap },
             reqid,
             code,
         })

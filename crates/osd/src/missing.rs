@@ -7,8 +7,9 @@
 //! ops on a missing object wait for that object alone.
 //!
 //! Persistent layout, in the omap of the PG's meta object:
-//! `miss.<hash BE u32><name>` → format byte 1, needed version (epoch u32
-//! LE, v u64 LE). Keys sort in hash order, the order a backfill scans.
+//! `miss.<object key>` (`ObjectKey::to_bytes`: hash, name, snapshot) →
+//! format byte, needed version (epoch u32 LE, v u64 LE). Keys sort in hash
+//! order, the order a backfill scans.
 
 use std::collections::BTreeMap;
 
@@ -27,10 +28,8 @@ pub struct MissingSet {
 }
 
 fn omap_key(k: &ObjectKey) -> Bytes {
-    let mut out = Vec::with_capacity(MISSING_PREFIX.len() + 4 + k.name.len());
-    out.extend_from_slice(MISSING_PREFIX);
-    out.extend_from_slice(&k.hash.to_be_bytes());
-    out.extend_from_slice(&k.name);
+    let mut out = MISSING_PREFIX.to_vec();
+    out.extend_from_slice(&k.to_bytes());
     Bytes::from(out)
 }
 
@@ -48,17 +47,15 @@ impl MissingSet {
             let Some(rest) = k.strip_prefix(MISSING_PREFIX) else {
                 continue;
             };
-            if rest.len() < 4 {
-                return Err(LogDecodeError("missing-set key too short"));
-            }
-            let hash = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+            let key =
+                ObjectKey::from_bytes(rest).ok_or(LogDecodeError("undecodable missing-set key"))?;
             let mut r = Reader(v);
             if r.u8()? != FORMAT {
                 return Err(LogDecodeError("unknown format"));
             }
             let need = r.version()?;
             r.done()?;
-            objects.insert(ObjectKey::new(hash, rest[4..].to_vec()), need);
+            objects.insert(key, need);
         }
         Ok(MissingSet { objects })
     }
@@ -123,7 +120,7 @@ impl MissingSet {
         self.objects.remove(key).is_some()
     }
 
-    /// Wire form: one record per object (format, version, hash, name).
+    /// Wire form: one record per object (format, version, hash, name, snapshot).
     pub fn encode(&self) -> Vec<Vec<u8>> {
         self.objects
             .iter()
@@ -133,6 +130,7 @@ impl MissingSet {
                 put_version(&mut out, *v);
                 out.extend_from_slice(&k.hash.to_le_bytes());
                 put_bytes(&mut out, &k.name);
+                out.extend_from_slice(&k.snap.to_le_bytes());
                 out
             })
             .collect()
@@ -149,8 +147,9 @@ impl MissingSet {
             let need = r.version()?;
             let hash = r.u32()?;
             let name = r.bytes()?.to_vec();
+            let snap = r.u64()?;
             r.done()?;
-            objects.insert(ObjectKey::new(hash, name), need);
+            objects.insert(ObjectKey { hash, name, snap }, need);
         }
         Ok(MissingSet { objects })
     }

@@ -446,6 +446,13 @@ pub struct TxnOp {
     /// A second object: name.
     #[prost(bytes = "vec", tag = "11")]
     pub dst_name: Vec<u8>,
+    /// The object's snapshot id; 0 for the object itself (snapshot ids
+    /// start at 1, as Ceph's do).
+    #[prost(uint64, tag = "12")]
+    pub snap: u64,
+    /// The destination's snapshot id (clone, rename); 0 for the object itself.
+    #[prost(uint64, tag = "13")]
+    pub dst_snap: u64,
 }
 
 /// A replica's answer to a [`RepOp`].

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::extent::{Extent, ExtentMap};
 use crate::error::{Error, Result};
 use crate::objmeta::ObjMeta;
-use crate::types::{CollectionId, ObjectKey};
+use crate::types::{COLLECTION_ID_BYTES, CollectionId, ObjectKey};
 
 pub(crate) const RECORD_VERSION: u8 = 1;
 
@@ -183,7 +183,7 @@ impl ObjectRecord {
     }
 }
 
-/// Key of an object record: collection, then the object key (hash, name).
+/// Key of an object record: collection, then the object key (hash, name, snapshot).
 pub(crate) fn object_key(c: &CollectionId, o: &ObjectKey) -> Vec<u8> {
     let mut k = c.to_bytes().to_vec();
     k.extend_from_slice(&o.to_bytes());
@@ -193,17 +193,18 @@ pub(crate) fn object_key(c: &CollectionId, o: &ObjectKey) -> Vec<u8> {
 pub(crate) fn parse_object_key(k: &[u8]) -> Result<(CollectionId, ObjectKey)> {
     let bad = || Error::Corrupt("bad object key".into());
     let c = CollectionId::from_bytes(k).ok_or_else(bad)?;
-    let o = ObjectKey::from_bytes(k.get(12..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let o = ObjectKey::from_bytes(k.get(COLLECTION_ID_BYTES..).ok_or_else(bad)?).ok_or_else(bad)?;
     Ok((c, o))
 }
 
 /// Prefix of every omap key of one object (the name is length-prefixed so no object's
-/// prefix is a prefix of another's).
+/// prefix is a prefix of another's; the snapshot id follows it).
 pub(crate) fn omap_prefix(c: &CollectionId, o: &ObjectKey) -> Vec<u8> {
     let mut k = c.to_bytes().to_vec();
     k.extend_from_slice(&o.hash.to_be_bytes());
     k.extend_from_slice(&(o.name.len() as u16).to_be_bytes());
     k.extend_from_slice(&o.name);
+    k.extend_from_slice(&o.snap.to_be_bytes());
     k
 }
 
@@ -212,12 +213,13 @@ pub(crate) fn parse_omap_key(k: &[u8]) -> Result<(CollectionId, ObjectKey, &[u8]
         b: k,
         what: "omap key",
     };
-    let c = CollectionId::from_bytes(r.take(12)?)
+    let c = CollectionId::from_bytes(r.take(COLLECTION_ID_BYTES)?)
         .ok_or_else(|| Error::Corrupt("bad omap key".into()))?;
     let hash = r.u32()?;
     let n = r.u16()? as usize;
     let name = r.take(n)?.to_vec();
-    Ok((c, ObjectKey { hash, name }, r.b))
+    let snap = r.u64()?;
+    Ok((c, ObjectKey { hash, name, snap }, r.b))
 }
 
 /// A deferred write record: the device block and its new 4 KiB contents.

@@ -93,7 +93,7 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
     {
         let (k, _) = row.map_err(me("scan colls"))?;
         match CollectionId::from_bytes(k.value()) {
-            Some(c) if k.value().len() == 12 => {
+            Some(c) if k.value().len() == crate::types::COLLECTION_ID_BYTES => {
                 colls.insert(c);
             }
             _ => r.errors.push("undecodable collection key".into()),

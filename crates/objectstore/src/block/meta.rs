@@ -30,7 +30,7 @@ pub(crate) const DEFERRED: Table = TableDefinition::new("deferred");
 pub(crate) const ALL_TABLES: [Table; 6] = [SUPER, COLLS, OBJECTS, OMAP, FREE, DEFERRED];
 
 /// Current on-disk format version.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 /// Map any redb error type to ours.
 pub(crate) fn me<E: Into<redb::Error>>(context: &'static str) -> impl Fn(E) -> Error {

@@ -2,7 +2,7 @@ use super::*;
 use prost::Message as _;
 use shoal_objectstore::MemStore;
 
-const C: CollectionId = CollectionId { pool: 1, seed: 2 };
+const C: CollectionId = CollectionId::new(1, 2);
 
 fn store() -> MemStore {
     let s = MemStore::new(1 << 30);

@@ -17,6 +17,7 @@ pub mod types;
 
 mod memstore;
 mod objmeta;
+mod rope;
 mod store;
 mod ticket;
 mod transaction;

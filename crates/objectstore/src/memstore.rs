@@ -1,13 +1,18 @@
 //! `MemStore`: every object in memory. For tests and memory-backed pools.
+//! Object data is a rope of shared buffers (`crate::rope`): a large write
+//! keeps the buffer it came in, a read hands out a slice of it. Space
+//! figures are kept as changes apply, so `statfs` costs nothing.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::objmeta::ObjMeta;
+use crate::rope::Rope;
 use crate::store::ObjectStore;
 use crate::ticket::CommitTicket;
 use crate::transaction::{Op, Transaction};
@@ -16,7 +21,7 @@ use crate::validate::{View, validate};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct MemObject {
-    data: Vec<u8>,
+    data: Rope,
     meta: ObjMeta,
 }
 
@@ -38,6 +43,10 @@ pub struct MemStore {
     colls: RwLock<Collections>,
     /// Capacity reported by `statfs`.
     capacity_bytes: u64,
+    /// Objects held (kept as transactions apply).
+    objects: AtomicU64,
+    /// Sum of the objects' sizes (kept as transactions apply).
+    stored_bytes: AtomicU64,
 }
 
 impl MemStore {
@@ -46,6 +55,8 @@ impl MemStore {
         Self {
             colls: RwLock::new(BTreeMap::new()),
             capacity_bytes,
+            objects: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
         }
     }
 
@@ -54,6 +65,8 @@ impl MemStore {
         Self {
             colls: RwLock::new(self.read_lock().clone()),
             capacity_bytes: self.capacity_bytes,
+            objects: AtomicU64::new(self.objects.load(Ordering::Relaxed)),
+            stored_bytes: AtomicU64::new(self.stored_bytes.load(Ordering::Relaxed)),
         }
     }
 
@@ -78,24 +91,6 @@ impl MemStore {
             .ok_or_else(|| Error::ObjectNotFound(*c, o.clone()))?;
         Ok(f(obj))
     }
-}
-
-fn write_at(data: &mut Vec<u8>, offset: usize, bytes: &[u8]) {
-    let end = offset + bytes.len();
-    if data.len() < end {
-        data.resize(end, 0);
-    }
-    data[offset..end].copy_from_slice(bytes);
-}
-
-/// Bytes `[offset, offset+len)` of `data`, zeros past its end.
-fn read_padded(data: &[u8], offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    if offset < data.len() {
-        let n = (data.len() - offset).min(len);
-        out[..n].copy_from_slice(&data[offset..offset + n]);
-    }
-    out
 }
 
 // Offsets were validated against OBJECT_SIZE_MAX (1 TiB), which fits usize on 64-bit.
@@ -155,41 +150,40 @@ fn apply_op(colls: &mut Collections, op: &Op) {
             dst_offset,
             ..
         } => {
-            let bytes = objs
-                .get(src)
-                .map(|s| read_padded(&s.data, us(*src_offset), us(*len)));
+            // Past the source's end reads as zeros.
+            let bytes = objs.get(src).map(|s| {
+                let size = s.data.len();
+                let from = (*src_offset).min(size);
+                let have = s.data.read(from, (*len).min(size - from));
+                let mut out = bytes::BytesMut::zeroed(us(*len));
+                out[..have.len()].copy_from_slice(&have);
+                out.freeze()
+            });
             if let Some(bytes) = bytes {
-                write_at(
-                    &mut objs.entry(dst.clone()).or_default().data,
-                    us(*dst_offset),
-                    &bytes,
-                );
+                objs.entry(dst.clone())
+                    .or_default()
+                    .data
+                    .write(*dst_offset, &bytes);
             }
         }
         Op::Write {
             oid, offset, data, ..
         } => {
-            write_at(
-                &mut objs.entry(oid.clone()).or_default().data,
-                us(*offset),
-                data,
-            );
+            objs.entry(oid.clone())
+                .or_default()
+                .data
+                .write(*offset, data);
         }
         Op::Zero {
             oid, offset, len, ..
         } => {
-            let obj = objs.entry(oid.clone()).or_default();
-            let end = us(*offset + *len);
-            if obj.data.len() < end {
-                obj.data.resize(end, 0);
-            }
-            obj.data[us(*offset)..end].fill(0);
-        }
-        Op::Truncate { oid, size, .. } => {
             objs.entry(oid.clone())
                 .or_default()
                 .data
-                .resize(us(*size), 0);
+                .zero(*offset, *len);
+        }
+        Op::Truncate { oid, size, .. } => {
+            objs.entry(oid.clone()).or_default().data.truncate(*size);
         }
         Op::Touch(_, o) => {
             objs.entry(o.clone()).or_default();
@@ -207,6 +201,71 @@ fn apply_op(colls: &mut Collections, op: &Op) {
     }
 }
 
+/// What an op may change the space figures of: the object counts and
+/// sizes of its collection before it applies (every object of a removed
+/// collection; the source and destination of a rename or clone).
+struct Touched {
+    objects: u64,
+    bytes: u64,
+    keys: Vec<(CollectionId, ObjectKey)>,
+}
+
+fn touched(colls: &Collections, op: &Op) -> Touched {
+    let c = op.collection();
+    let keys: Vec<(CollectionId, ObjectKey)> = match op {
+        Op::RemoveCollection(_) => colls
+            .get(&c)
+            .map(|objs| objs.keys().map(|k| (c, k.clone())).collect())
+            .unwrap_or_default(),
+        Op::CreateCollection(_) => Vec::new(),
+        Op::Clone { src, dst, .. } | Op::Rename { src, dst, .. } => {
+            vec![(c, src.clone()), (c, dst.clone())]
+        }
+        Op::CloneRange { dst, .. } => vec![(c, dst.clone())],
+        Op::Touch(_, o)
+        | Op::Remove(_, o)
+        | Op::Write { oid: o, .. }
+        | Op::Zero { oid: o, .. }
+        | Op::Truncate { oid: o, .. }
+        | Op::SetXattrs(_, o, _)
+        | Op::RemoveXattr(_, o, _)
+        | Op::OmapSetKeys(_, o, _)
+        | Op::OmapRemoveKeys(_, o, _)
+        | Op::OmapClear(_, o)
+        | Op::OmapSetHeader(_, o, _)
+        | Op::OmapRemoveRange { oid: o, .. } => vec![(c, o.clone())],
+    };
+    let (objects, bytes) = sizes(colls, &keys);
+    Touched {
+        objects,
+        bytes,
+        keys,
+    }
+}
+
+/// How many of `keys` exist, and their total size.
+fn sizes(colls: &Collections, keys: &[(CollectionId, ObjectKey)]) -> (u64, u64) {
+    keys.iter()
+        .filter_map(|(c, k)| colls.get(c)?.get(k))
+        .fold((0, 0), |(n, b), o| (n + 1, b + o.data.len()))
+}
+
+impl MemStore {
+    /// Moves the space figures by what one op changed.
+    fn account(&self, colls: &Collections, before: Touched) {
+        let (objects, bytes) = sizes(colls, &before.keys);
+        let moved = |a: &AtomicU64, was: u64, now: u64| {
+            if now >= was {
+                a.fetch_add(now - was, Ordering::Relaxed);
+            } else {
+                a.fetch_sub(was - now, Ordering::Relaxed);
+            }
+        };
+        moved(&self.objects, before.objects, objects);
+        moved(&self.stored_bytes, before.bytes, bytes);
+    }
+}
+
 impl ObjectStore for MemStore {
     fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
         let mut colls = self.write_lock();
@@ -220,7 +279,9 @@ impl ObjectStore for MemStore {
             });
         }
         for op in txn.ops() {
+            let touched = touched(&colls, op);
             apply_op(&mut colls, op);
+            self.account(&colls, touched);
         }
         Ok(CommitTicket::done())
     }
@@ -266,18 +327,15 @@ impl ObjectStore for MemStore {
 
     fn stat(&self, c: &CollectionId, o: &ObjectKey) -> Result<ObjectStat> {
         self.with_object(c, o, |obj| ObjectStat {
-            size: obj.data.len() as u64,
-            allocated_bytes: obj.data.len() as u64,
+            size: obj.data.len(),
+            allocated_bytes: obj.data.len(),
         })
     }
 
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
         self.with_object(c, o, |obj| {
-            let n = crate::validate::check_read(obj.data.len() as u64, offset, len)?;
-            let start = us(offset);
-            Ok(Bytes::copy_from_slice(
-                &obj.data[start.min(obj.data.len())..][..us(n)],
-            ))
+            let n = crate::validate::check_read(obj.data.len(), offset, len)?;
+            Ok(obj.data.read(offset.min(obj.data.len()), n))
         })?
     }
 
@@ -318,17 +376,61 @@ impl ObjectStore for MemStore {
     }
 
     fn statfs(&self) -> Result<StatFs> {
-        let colls = self.read_lock();
-        let mut fs = StatFs {
+        let collections = self.read_lock().len() as u64;
+        let stored_bytes = self.stored_bytes.load(Ordering::Relaxed);
+        Ok(StatFs {
             total_bytes: self.capacity_bytes,
-            collections: colls.len() as u64,
-            ..StatFs::default()
-        };
-        for obj in colls.values().flat_map(|o| o.values()) {
-            fs.objects += 1;
-            fs.stored_bytes += obj.data.len() as u64;
+            collections,
+            objects: self.objects.load(Ordering::Relaxed),
+            stored_bytes,
+            free_bytes: self.capacity_bytes.saturating_sub(stored_bytes),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recount(s: &MemStore) -> (u64, u64) {
+        let colls = s.read_lock();
+        colls
+            .values()
+            .flat_map(|o| o.values())
+            .fold((0, 0), |(n, b), o| (n + 1, b + o.data.len()))
+    }
+
+    #[test]
+    fn statfs_follows_every_kind_of_change_without_a_walk() {
+        let s = MemStore::new(1 << 30);
+        let (c, d) = (CollectionId::new(1, 0), CollectionId::new(1, 1));
+        let k = |i: u32| ObjectKey::new(i, format!("o{i}"));
+        let mut t = Transaction::new();
+        t.create_collection(c).create_collection(d);
+        for i in 0..6 {
+            t.write(c, k(i), u64::from(i) * 100, Bytes::from(vec![1u8; 1000]));
         }
-        fs.free_bytes = self.capacity_bytes.saturating_sub(fs.stored_bytes);
-        Ok(fs)
+        t.write(d, k(9), 0, Bytes::from(vec![2u8; 70_000]));
+        s.apply_transaction(t).expect("apply");
+        let steps: Vec<Box<dyn Fn(&mut Transaction)>> = vec![
+            Box::new(|t| drop(t.truncate(c, k(0), 10))),
+            Box::new(|t| drop(t.zero(c, k(1), 5000, 10))),
+            Box::new(|t| drop(t.clone_object(c, k(2), k(20)))),
+            Box::new(|t| drop(t.clone_object(c, k(3), k(2)))),
+            Box::new(|t| drop(t.rename(c, k(4), k(40)))),
+            Box::new(|t| drop(t.rename(c, k(5), k(40)))),
+            Box::new(|t| drop(t.remove(c, k(20)))),
+            Box::new(|t| drop(t.touch(c, k(7)))),
+            Box::new(|t| drop(t.clone_range(c, k(40), k(8), 0, 50_000, 10))),
+            Box::new(|t| drop(t.remove_collection(d))),
+        ];
+        for (i, step) in steps.iter().enumerate() {
+            let mut t = Transaction::new();
+            step(&mut t);
+            s.apply_transaction(t).expect("apply");
+            let fs = s.statfs().expect("statfs");
+            assert_eq!((fs.objects, fs.stored_bytes), recount(&s), "after step {i}");
+            assert_eq!(fs.free_bytes, (1 << 30) - fs.stored_bytes);
+        }
     }
 }

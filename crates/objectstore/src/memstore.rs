@@ -412,21 +412,44 @@ mod tests {
         }
         t.write(d, k(9), 0, Bytes::from(vec![2u8; 70_000]));
         s.apply_transaction(t).expect("apply");
-        let steps: Vec<Box<dyn Fn(&mut Transaction)>> = vec![
-            Box::new(|t| drop(t.truncate(c, k(0), 10))),
-            Box::new(|t| drop(t.zero(c, k(1), 5000, 10))),
-            Box::new(|t| drop(t.clone_object(c, k(2), k(20)))),
-            Box::new(|t| drop(t.clone_object(c, k(3), k(2)))),
-            Box::new(|t| drop(t.rename(c, k(4), k(40)))),
-            Box::new(|t| drop(t.rename(c, k(5), k(40)))),
-            Box::new(|t| drop(t.remove(c, k(20)))),
-            Box::new(|t| drop(t.touch(c, k(7)))),
-            Box::new(|t| drop(t.clone_range(c, k(40), k(8), 0, 50_000, 10))),
-            Box::new(|t| drop(t.remove_collection(d))),
-        ];
-        for (i, step) in steps.iter().enumerate() {
+        let step = |f: &dyn Fn(&mut Transaction)| {
             let mut t = Transaction::new();
-            step(&mut t);
+            f(&mut t);
+            t
+        };
+        let steps = [
+            step(&|t| {
+                t.truncate(c, k(0), 10);
+            }),
+            step(&|t| {
+                t.zero(c, k(1), 5000, 10);
+            }),
+            step(&|t| {
+                t.clone_object(c, k(2), k(20));
+            }),
+            step(&|t| {
+                t.clone_object(c, k(3), k(2));
+            }),
+            step(&|t| {
+                t.rename(c, k(4), k(40));
+            }),
+            step(&|t| {
+                t.rename(c, k(5), k(40));
+            }),
+            step(&|t| {
+                t.remove(c, k(20));
+            }),
+            step(&|t| {
+                t.touch(c, k(7));
+            }),
+            step(&|t| {
+                t.clone_range(c, k(40), k(8), 0, 50_000, 10);
+            }),
+            step(&|t| {
+                t.remove_collection(d);
+            }),
+        ];
+        for (i, t) in steps.into_iter().enumerate() {
             s.apply_transaction(t).expect("apply");
             let fs = s.statfs().expect("statfs");
             assert_eq!((fs.objects, fs.stored_bytes), recount(&s), "after step {i}");

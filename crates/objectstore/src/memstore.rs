@@ -111,37 +111,97 @@ fn op_end(op: &Op) -> u64 {
     }
 }
 
-fn apply_op(colls: &mut Collections, op: &Op) {
+/// How one op moved the store's object count and stored bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Delta {
+    objects: i64,
+    bytes: i64,
+}
+
+impl Delta {
+    fn removed(o: &MemObject) -> Delta {
+        Delta {
+            objects: -1,
+            bytes: -(o.data.len() as i64),
+        }
+    }
+
+    fn add(self, other: Delta) -> Delta {
+        Delta {
+            objects: self.objects + other.objects,
+            bytes: self.bytes + other.bytes,
+        }
+    }
+}
+
+/// The object `o`, created if absent (without cloning its key when present),
+/// and whether it was created.
+fn object_mut<'a>(
+    objs: &'a mut BTreeMap<ObjectKey, MemObject>,
+    o: &ObjectKey,
+) -> (&'a mut MemObject, bool) {
+    let created = !objs.contains_key(o);
+    if created {
+        objs.insert(o.clone(), MemObject::default());
+    }
+    match objs.get_mut(o) {
+        Some(obj) => (obj, created),
+        // Inserted just above.
+        None => unreachable!("object {o} vanished"),
+    }
+}
+
+/// Applies `f` to object `o` (created if absent) and says how the figures moved.
+fn change(
+    objs: &mut BTreeMap<ObjectKey, MemObject>,
+    o: &ObjectKey,
+    f: impl FnOnce(&mut MemObject),
+) -> Delta {
+    let (obj, created) = object_mut(objs, o);
+    let before = obj.data.len();
+    f(obj);
+    Delta {
+        objects: i64::from(created),
+        bytes: obj.data.len() as i64 - before as i64,
+    }
+}
+
+fn apply_op(colls: &mut Collections, op: &Op) -> Delta {
     let c = op.collection();
     match op {
         Op::CreateCollection(_) => {
             colls.insert(c, BTreeMap::new());
-            return;
+            return Delta::default();
         }
         Op::RemoveCollection(_) => {
-            colls.remove(&c);
-            return;
+            return colls
+                .remove(&c)
+                .map(|objs| {
+                    objs.values()
+                        .map(Delta::removed)
+                        .fold(Delta::default(), Delta::add)
+                })
+                .unwrap_or_default();
         }
         _ => {}
     }
     // Validation guarantees the collection exists.
     let Some(objs) = colls.get_mut(&c) else {
-        return;
+        return Delta::default();
     };
     match op {
-        Op::Remove(_, o) => {
-            objs.remove(o);
-        }
-        Op::Clone { src, dst, .. } => {
-            if let Some(s) = objs.get(src).cloned() {
-                objs.insert(dst.clone(), s);
-            }
-        }
-        Op::Rename { src, dst, .. } => {
-            if let Some(s) = objs.remove(src) {
-                objs.insert(dst.clone(), s);
-            }
-        }
+        Op::Remove(_, o) => objs
+            .remove(o)
+            .map(|o| Delta::removed(&o))
+            .unwrap_or_default(),
+        Op::Clone { src, dst, .. } => match objs.get(src).cloned() {
+            Some(s) => replace(objs, dst, s),
+            None => Delta::default(),
+        },
+        Op::Rename { src, dst, .. } => match objs.remove(src) {
+            Some(s) => Delta::removed(&s).add(replace(objs, dst, s)),
+            None => Delta::default(),
+        },
         Op::CloneRange {
             src,
             dst,
@@ -159,110 +219,56 @@ fn apply_op(colls: &mut Collections, op: &Op) {
                 out[..have.len()].copy_from_slice(&have);
                 out.freeze()
             });
-            if let Some(bytes) = bytes {
-                objs.entry(dst.clone())
-                    .or_default()
-                    .data
-                    .write(*dst_offset, &bytes);
+            match bytes {
+                Some(bytes) => change(objs, dst, |d| d.data.write(*dst_offset, &bytes)),
+                None => Delta::default(),
             }
         }
         Op::Write {
             oid, offset, data, ..
-        } => {
-            objs.entry(oid.clone())
-                .or_default()
-                .data
-                .write(*offset, data);
-        }
+        } => change(objs, oid, |o| o.data.write(*offset, data)),
         Op::Zero {
             oid, offset, len, ..
-        } => {
-            objs.entry(oid.clone())
-                .or_default()
-                .data
-                .zero(*offset, *len);
-        }
-        Op::Truncate { oid, size, .. } => {
-            objs.entry(oid.clone()).or_default().data.truncate(*size);
-        }
-        Op::Touch(_, o) => {
-            objs.entry(o.clone()).or_default();
-        }
+        } => change(objs, oid, |o| o.data.zero(*offset, *len)),
+        Op::Truncate { oid, size, .. } => change(objs, oid, |o| o.data.truncate(*size)),
+        Op::Touch(_, o) => change(objs, o, |_| {}),
         Op::SetXattrs(_, o, _)
         | Op::RemoveXattr(_, o, _)
         | Op::OmapSetKeys(_, o, _)
         | Op::OmapRemoveKeys(_, o, _)
         | Op::OmapClear(_, o)
         | Op::OmapSetHeader(_, o, _)
-        | Op::OmapRemoveRange { oid: o, .. } => {
-            objs.entry(o.clone()).or_default().meta.apply(op);
-        }
-        Op::CreateCollection(_) | Op::RemoveCollection(_) => {}
+        | Op::OmapRemoveRange { oid: o, .. } => change(objs, o, |obj| {
+            obj.meta.apply(op);
+        }),
+        Op::CreateCollection(_) | Op::RemoveCollection(_) => Delta::default(),
     }
 }
 
-/// What an op may change the space figures of: the object counts and
-/// sizes of its collection before it applies (every object of a removed
-/// collection; the source and destination of a rename or clone).
-struct Touched {
-    objects: u64,
-    bytes: u64,
-    keys: Vec<(CollectionId, ObjectKey)>,
-}
-
-fn touched(colls: &Collections, op: &Op) -> Touched {
-    let c = op.collection();
-    let keys: Vec<(CollectionId, ObjectKey)> = match op {
-        Op::RemoveCollection(_) => colls
-            .get(&c)
-            .map(|objs| objs.keys().map(|k| (c, k.clone())).collect())
-            .unwrap_or_default(),
-        Op::CreateCollection(_) => Vec::new(),
-        Op::Clone { src, dst, .. } | Op::Rename { src, dst, .. } => {
-            vec![(c, src.clone()), (c, dst.clone())]
-        }
-        Op::CloneRange { dst, .. } => vec![(c, dst.clone())],
-        Op::Touch(_, o)
-        | Op::Remove(_, o)
-        | Op::Write { oid: o, .. }
-        | Op::Zero { oid: o, .. }
-        | Op::Truncate { oid: o, .. }
-        | Op::SetXattrs(_, o, _)
-        | Op::RemoveXattr(_, o, _)
-        | Op::OmapSetKeys(_, o, _)
-        | Op::OmapRemoveKeys(_, o, _)
-        | Op::OmapClear(_, o)
-        | Op::OmapSetHeader(_, o, _)
-        | Op::OmapRemoveRange { oid: o, .. } => vec![(c, o.clone())],
+/// Puts `obj` at `dst`, replacing what was there.
+fn replace(objs: &mut BTreeMap<ObjectKey, MemObject>, dst: &ObjectKey, obj: MemObject) -> Delta {
+    let added = Delta {
+        objects: 1,
+        bytes: obj.data.len() as i64,
     };
-    let (objects, bytes) = sizes(colls, &keys);
-    Touched {
-        objects,
-        bytes,
-        keys,
+    match objs.insert(dst.clone(), obj) {
+        Some(old) => added.add(Delta::removed(&old)),
+        None => added,
     }
-}
-
-/// How many of `keys` exist, and their total size.
-fn sizes(colls: &Collections, keys: &[(CollectionId, ObjectKey)]) -> (u64, u64) {
-    keys.iter()
-        .filter_map(|(c, k)| colls.get(c)?.get(k))
-        .fold((0, 0), |(n, b), o| (n + 1, b + o.data.len()))
 }
 
 impl MemStore {
     /// Moves the space figures by what one op changed.
-    fn account(&self, colls: &Collections, before: Touched) {
-        let (objects, bytes) = sizes(colls, &before.keys);
-        let moved = |a: &AtomicU64, was: u64, now: u64| {
-            if now >= was {
-                a.fetch_add(now - was, Ordering::Relaxed);
+    fn account(&self, d: Delta) {
+        let moved = |a: &AtomicU64, by: i64| {
+            if by >= 0 {
+                a.fetch_add(by.unsigned_abs(), Ordering::Relaxed);
             } else {
-                a.fetch_sub(was - now, Ordering::Relaxed);
+                a.fetch_sub(by.unsigned_abs(), Ordering::Relaxed);
             }
         };
-        moved(&self.objects, before.objects, objects);
-        moved(&self.stored_bytes, before.bytes, bytes);
+        moved(&self.objects, d.objects);
+        moved(&self.stored_bytes, d.bytes);
     }
 }
 
@@ -279,9 +285,8 @@ impl ObjectStore for MemStore {
             });
         }
         for op in txn.ops() {
-            let touched = touched(&colls, op);
-            apply_op(&mut colls, op);
-            self.account(&colls, touched);
+            let delta = apply_op(&mut colls, op);
+            self.account(delta);
         }
         Ok(CommitTicket::done())
     }

@@ -201,6 +201,9 @@ pub enum FrameError {
     },
 }
 
+/// Data parts shorter than this are copied out of the receive buffer.
+const DATA_COPY_BELOW_BYTES: usize = 64 << 10;
+
 /// Splits complete frames off the front of a receive buffer.
 ///
 /// Decoding is two steps, as mini-redis's `Frame::check`: first the header is
@@ -265,6 +268,15 @@ impl FrameDecoder {
                 computed,
             });
         }
+        // A small data part gets a buffer of its own: kept as a slice it
+        // would pin the whole receive buffer (64 KiB for a 4 KiB write),
+        // which then could not be reused and the next read would fault in
+        // fresh pages. A large one arrived in a buffer reserved for its frame.
+        let data = if data.len() < DATA_COPY_BELOW_BYTES {
+            Bytes::copy_from_slice(&data)
+        } else {
+            data
+        };
         Ok(Some(Frame {
             header,
             control,

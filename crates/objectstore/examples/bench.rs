@@ -81,10 +81,11 @@ fn run(name: &str, s: Arc<dyn ObjectStore>) {
     let fill_mb = fill(&*s);
     let one = overwrites(s.clone(), 1, 300);
     let eight = overwrites(s.clone(), 8, 150);
+    let sixteen = overwrites(s.clone(), 16, 300);
     let r4k = reads(&*s, 20_000, 4096);
     let r1m = reads(&*s, 200, 1 << 20) * 1.048_576;
     println!(
-        "{name:<10} fill 64x1MiB: {fill_mb:>7.0} MB/s | 4KiB overwrite, 1 thread: {one:>7.0}/s, 8 threads: {eight:>7.0}/s | read 4KiB: {r4k:>8.0}/s, 1MiB: {r1m:>6.0} MB/s"
+        "{name:<10} fill 64x1MiB: {fill_mb:>7.0} MB/s | 4KiB overwrite, 1 thread: {one:>7.0}/s, 8 threads: {eight:>7.0}/s, 16 threads: {sixteen:>7.0}/s | read 4KiB: {r4k:>8.0}/s, 1MiB: {r1m:>6.0} MB/s"
     );
 }
 

@@ -16,6 +16,7 @@
 //! durable, so the durable metadata never points at overwritten data.
 
 mod alloc;
+mod applier;
 mod apply;
 mod codec;
 mod commit;
@@ -443,7 +444,7 @@ impl BlockStore {
         let committer = Committer {
             shared: shared.clone(),
             durable_free: free,
-            applied: Vec::new(),
+            applier: applier::Applier::start(shared.clone())?,
         };
         let handle = std::thread::Builder::new()
             .name("blockstore-commit".into())

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Flame graphs of the OSDs of a fresh `shoal dev up` cluster (3 OSDs, pool
 # size 3) while `shoal bench` runs one of the object rows of
-# ../shared/BENCHMARKS.md: R3 (4 KiB writes, 16 in flight) or R2 (4 MiB
-# random reads, 16 in flight). perf samples every OSD process (DWARF call
+# ../shared/BENCHMARKS.md: R3 (4 KiB writes, 16 in flight), R1 (4 MiB
+# writes) or R2 (4 MiB random reads, 16 in flight). perf samples every OSD process (DWARF call
 # graphs: the release profile keeps debug line info), and inferno folds
 # the stacks into an SVG.
 #
-# Usage: bench/profile.sh R3|R2 OUT.svg [--store mem|block] [--seconds N]
+# Usage: bench/profile.sh R1|R2|R3 OUT.svg [--store mem|block] [--seconds N]
 #   SHOAL=path/to/shoal (default: target/release/shoal)
 #   FOLDED=path: also keep the folded stacks there (for inferno-diff-folded)
 # Needs: perf (Debian's linux-perf), inferno (`cargo install inferno`).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-ROW="${1:?usage: $0 R3|R2 OUT.svg [--store mem|block] [--seconds N]}"
-SVG="${2:?usage: $0 R3|R2 OUT.svg [--store mem|block] [--seconds N]}"
+ROW="${1:?usage: $0 R1|R2|R3 OUT.svg [--store mem|block] [--seconds N]}"
+SVG="${2:?usage: $0 R1|R2|R3 OUT.svg [--store mem|block] [--seconds N]}"
 shift 2
 STORE=mem
 SECS=10
@@ -47,11 +47,12 @@ osd_pids=$(for f in "$DIR"/run/osd.*.pid; do cat "$f"; done | paste -sd, -)
 
 case "$ROW" in
   R3) bench=("$SECS" write -b 4096 -t 16) ;;
+  R1) bench=("$SECS" write -t 16) ;;
   R2)
     "$SHOAL" bench -p rbd "$SECS" write -t 16 --no-cleanup >/dev/null
     bench=("$SECS" rand -t 16)
     ;;
-  *) echo "$0: row must be R3 or R2" >&2; exit 2 ;;
+  *) echo "$0: row must be R1, R2 or R3" >&2; exit 2 ;;
 esac
 
 # Sample from one second into the row until one second before its end.

@@ -1,18 +1,15 @@
 //! The committer thread: group commit. It takes every queued batch, makes their data
 //! durable with one device sync, writes all their metadata in one redb transaction with
-//! one fsync, answers the group's writers, and hands the deferred writes and freed space
-//! to the applier thread (`applier.rs`), which puts them in place while the next group
-//! commits.
+//! one fsync, then applies deferred writes in place and releases freed space.
 
 use std::sync::Arc;
 
 use redb::Durability;
 
-use super::Shared;
 use super::alloc::FreeList;
-use super::applier::{Applied, Applier};
 use super::apply::{Batch, KvOp};
 use super::meta::{DEFERRED, FREE, me};
+use super::{BLOCK, Shared};
 use crate::error::{Error, Result};
 use crate::ticket::CommitTicket;
 
@@ -34,10 +31,9 @@ pub(crate) struct Committer {
     pub shared: Arc<Shared>,
     /// Mirror of the persisted free list (the live allocator runs ahead of it).
     pub durable_free: FreeList,
-    /// Writes deferred records in place; those that landed are deleted by a later
-    /// commit that first syncs the data device (so the in-place writes are durable
-    /// before their records go).
-    pub applier: Applier,
+    /// Deferred records written in place; deleted by a later commit that first syncs the
+    /// data device (so the in-place writes are durable before their records go).
+    pub applied: Vec<u64>,
 }
 
 impl Committer {
@@ -45,8 +41,7 @@ impl Committer {
         loop {
             let (group, shutdown) = self.shared.take_queued();
             if group.is_empty() && shutdown {
-                self.applier.drain();
-                if self.applier.landed_len() > 0 && self.shared.poison_reason().is_none() {
+                if !self.applied.is_empty() && self.shared.poison_reason().is_none() {
                     // Leave no replay work behind on a clean shutdown.
                     if let Err(e) = self.commit(&[]) {
                         self.shared.poison(&e);
@@ -69,18 +64,10 @@ impl Committer {
         }
         match self.commit(&group) {
             Ok(()) => {
-                // Durable now: the writers go on while the deferred writes go in
-                // place (reads see them in the overlay until they have).
-                let mut applied = Applied::default();
+                self.after_commit(&group);
                 for q in group {
                     q.ticket.complete(Ok(()));
-                    let Batch {
-                        deferred, frees, ..
-                    } = q.batch;
-                    applied.deferred.extend(deferred);
-                    applied.frees.extend(frees);
                 }
-                self.applier.send(applied);
             }
             Err(e) => {
                 let reason = self.shared.poison(&e);
@@ -92,32 +79,13 @@ impl Committer {
     }
 
     fn commit(&mut self, group: &[Queued]) -> Result<()> {
+        let sh = &self.shared;
         // Data first: once the metadata commits it may point at these blocks. A group of
         // only deferred writes and metadata wrote no data yet, so it skips the device
         // sync; the records applied in place since wait for the next synced commit.
         let wrote_data = group.iter().any(|q| !q.batch.allocs.is_empty());
-        let retire = group.is_empty() || self.applier.landed_len() >= APPLIED_RETIRE_AT;
+        let retire = group.is_empty() || self.applied.len() >= APPLIED_RETIRE_AT;
         let sync_data = wrote_data || retire;
-        // Taken before the sync: what has landed by now is durable after it.
-        let retired = if sync_data {
-            self.applier.take_landed()
-        } else {
-            Vec::new()
-        };
-        let outcome = self.commit_retiring(group, sync_data, &retired);
-        if outcome.is_err() {
-            self.applier.put_back(retired);
-        }
-        outcome
-    }
-
-    fn commit_retiring(
-        &mut self,
-        group: &[Queued],
-        sync_data: bool,
-        retired: &[u64],
-    ) -> Result<()> {
-        let sh = &self.shared;
         if sync_data {
             sh.dev
                 .sync()
@@ -165,6 +133,7 @@ impl Committer {
                 }
             }
             let mut deferred = wtx.open_table(DEFERRED).map_err(me("open deferred"))?;
+            let retired: &[u64] = if sync_data { &self.applied } else { &[] };
             for seq in retired {
                 deferred
                     .remove(&seq.to_be_bytes()[..])
@@ -181,9 +150,41 @@ impl Committer {
             }
         }
         wtx.commit().map_err(me("commit"))?;
+        if sync_data {
+            self.applied.clear();
+        }
         sh.counters
             .group_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Deferred writes go in place now that their records are durable; only then may the
+    /// space freed by the group be handed out again.
+    fn after_commit(&mut self, group: &[Queued]) {
+        let mut st = self.shared.write_state();
+        st.reuse_gen += 1;
+        for q in group {
+            for (seq, pb, data) in &q.batch.deferred {
+                if let Err(e) = self.shared.dev.write_at(pb * BLOCK as u64, data) {
+                    // The record and the overlay stay; the next open replays the record.
+                    self.shared
+                        .poison(&Error::io("applying a deferred write", e));
+                    continue;
+                }
+                st.overlay.applied(*pb, *seq);
+                self.applied.push(*seq);
+            }
+        }
+        for q in group {
+            for &(s, n) in &q.batch.frees {
+                if !st.alloc.free(s, n) {
+                    drop(st);
+                    self.shared
+                        .poison(&Error::Corrupt(format!("double free of run {s}+{n}")));
+                    return;
+                }
+            }
+        }
     }
 }

@@ -16,7 +16,6 @@
 //! durable, so the durable metadata never points at overwritten data.
 
 mod alloc;
-mod applier;
 mod apply;
 mod codec;
 mod commit;
@@ -444,7 +443,7 @@ impl BlockStore {
         let committer = Committer {
             shared: shared.clone(),
             durable_free: free,
-            applier: applier::Applier::start(shared.clone())?,
+            applied: Vec::new(),
         };
         let handle = std::thread::Builder::new()
             .name("blockstore-commit".into())

@@ -67,6 +67,10 @@ pub struct Incoming {
     pub msg: Message,
     /// Its data part.
     pub data: Bytes,
+    /// The data part's checksum as the frame carried it, checked
+    /// ([`shoal_proto::data_crc`]): passed on with the data, it spares the
+    /// next hop a pass over it.
+    pub data_crc: u32,
     /// The connection it came on (to send further messages back).
     pub conn: Connection,
     /// How to answer it; `None` for one-way messages.
@@ -111,7 +115,7 @@ impl Responder {
     /// many clients) never waits on one slow reader.
     pub fn send(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
         let inner = &self.conn.inner;
-        let head = inner.seal(&msg.into(), FrameFlags::REPLY, self.tid, &data);
+        let head = inner.seal(&msg.into(), FrameFlags::REPLY, self.tid, &data, None);
         inner.check_size(head.len() - HEADER_LEN, data.len())?;
         let cost = inner.cost(&head, &data);
         match Arc::clone(&inner.inflight).try_acquire_many_owned(cost) {
@@ -236,7 +240,29 @@ impl Connection {
         msg: impl Into<Message>,
         data: Bytes,
     ) -> Result<PendingReply, NetError> {
-        let msg = msg.into();
+        self.submit_inner(msg.into(), data, None).await
+    }
+
+    /// [`Connection::submit`] for a data part whose checksum
+    /// ([`shoal_proto::data_crc`]) the caller already has: computed once
+    /// for several peers, or carried by the frame it arrived in. A wrong
+    /// one makes the peer refuse the frame and close the connection.
+    pub async fn submit_with_data_crc(
+        &self,
+        msg: impl Into<Message>,
+        data: Bytes,
+        data_crc: u32,
+    ) -> Result<PendingReply, NetError> {
+        debug_assert_eq!(data_crc, shoal_proto::data_crc(&data));
+        self.submit_inner(msg.into(), data, Some(data_crc)).await
+    }
+
+    async fn submit_inner(
+        &self,
+        msg: Message,
+        data: Bytes,
+        data_crc: Option<u32>,
+    ) -> Result<PendingReply, NetError> {
         let tid = self.inner.next_tid.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
@@ -252,7 +278,7 @@ impl Connection {
             rx: Some(rx),
         };
         self.inner
-            .enqueue(&msg, FrameFlags::default(), tid, data)
+            .enqueue(&msg, FrameFlags::default(), tid, data, data_crc)
             .await?;
         Ok(pending)
     }
@@ -260,7 +286,9 @@ impl Connection {
     /// Sends a one-way message (no reply), waiting for send budget.
     pub async fn send(&self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
         let msg = msg.into();
-        self.inner.enqueue(&msg, FrameFlags::ONE_WAY, 0, data).await
+        self.inner
+            .enqueue(&msg, FrameFlags::ONE_WAY, 0, data, None)
+            .await
     }
 
     /// Whether the connection has closed.
@@ -395,9 +423,24 @@ impl ConnInner {
         Ok(())
     }
 
-    fn seal(&self, msg: &Message, flags: FrameFlags, tid: u64, data: &Bytes) -> Bytes {
+    fn seal(
+        &self,
+        msg: &Message,
+        flags: FrameFlags,
+        tid: u64,
+        data: &Bytes,
+        data_crc: Option<u32>,
+    ) -> Bytes {
         let control = msg.encode_control();
-        let header = FrameHeader::seal(msg.msg_type() as u16, flags, tid, &control, data);
+        let crc = data_crc.unwrap_or_else(|| shoal_proto::data_crc(data));
+        let header = FrameHeader::seal_with_data_crc(
+            msg.msg_type() as u16,
+            flags,
+            tid,
+            &control,
+            data.len(),
+            crc,
+        );
         let mut head = BytesMut::with_capacity(HEADER_LEN + control.len());
         head.extend_from_slice(&header.to_bytes());
         head.extend_from_slice(&control);
@@ -417,8 +460,9 @@ impl ConnInner {
         flags: FrameFlags,
         tid: u64,
         data: Bytes,
+        data_crc: Option<u32>,
     ) -> Result<(), NetError> {
-        let head = self.seal(msg, flags, tid, &data);
+        let head = self.seal(msg, flags, tid, &data, data_crc);
         self.check_size(head.len() - HEADER_LEN, data.len())?;
         let permit = Arc::clone(&self.inflight)
             .acquire_many_owned(self.cost(&head, &data))
@@ -457,7 +501,9 @@ async fn reply_from_reader(
     msg: Message,
     data: Bytes,
 ) -> Result<(), NetError> {
-    conn.inner.enqueue(&msg, FrameFlags::REPLY, tid, data).await
+    conn.inner
+        .enqueue(&msg, FrameFlags::REPLY, tid, data, None)
+        .await
 }
 
 /// The two halves of an established stream.
@@ -698,6 +744,7 @@ async fn on_frame(
     dispatcher.dispatch(Incoming {
         msg,
         data: frame.data,
+        data_crc: h.data_crc,
         conn: conn.clone(),
         responder,
     });

@@ -114,7 +114,7 @@ pub struct OsdCtx {
     /// PG settings.
     pub cfg: PgConfig,
     /// Counters.
-    pub counters: OsdCounters,
+    pub counters: Arc<OsdCounters>,
     /// The store is fuller than `cfg.full_ratio`: writes are refused.
     pub full: std::sync::atomic::AtomicBool,
     /// A PG changed state: report the statistics now, not at the next interval.

@@ -168,7 +168,7 @@ impl Osd {
             store,
             msgr,
             cfg: opts.pg.clone(),
-            counters: OsdCounters::default(),
+            counters: Arc::default(),
             full: std::sync::atomic::AtomicBool::new(false),
             stats_changed: tokio::sync::Notify::new(),
             recovery_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -562,6 +562,7 @@ impl Inner {
         let routed = Routed {
             msg: inc.msg,
             data: inc.data,
+            data_crc: inc.data_crc,
             peer,
             responder,
             from_osd,
@@ -645,6 +646,7 @@ struct Held {
 struct Routed {
     msg: Message,
     data: bytes::Bytes,
+    data_crc: u32,
     peer: shoal_net::PeerInfo,
     responder: shoal_net::Responder,
     from_osd: bool,
@@ -768,6 +770,7 @@ impl Inner {
         let Routed {
             msg,
             data,
+            data_crc,
             peer,
             responder,
             from_osd,
@@ -776,6 +779,7 @@ impl Inner {
             Message::OsdOp(msg) => PgEvent::Client(ClientOp {
                 msg,
                 data,
+                data_crc,
                 peer,
                 responder,
             }),

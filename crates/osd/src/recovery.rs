@@ -13,6 +13,7 @@ use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush};
 
 use crate::copy;
 use crate::ctx::{OsdCounters, OsdCtx};
+use crate::pg::backend::PgBackend;
 
 /// Stops a copy that outlived the recovery that started it. The PG bumps
 /// the shared generation whenever it drops its recovery (a new interval,
@@ -96,18 +97,37 @@ fn advance(progress: &mut CopyProgress, push: &PgPush, who: &str) -> Result<bool
     Ok(false)
 }
 
-/// Pulls `key` of PG `pg` from the member at `src` into our store, step by
-/// step (`epoch`: our map epoch, for the peer's checks); `expect` is
-/// whether the log says it exists (checked, when known).
+/// One PG's object copies in one interval: where they come from and go
+/// to, and what reads and installs them (the PG's backend).
+#[derive(Debug, Clone, Copy)]
+pub struct Copier<'a> {
+    /// The OSD.
+    pub ctx: &'a OsdCtx,
+    /// How the PG's data is read and installed.
+    pub backend: &'a dyn PgBackend,
+    /// The PG.
+    pub pg: PgId,
+    /// Our map epoch, for the peer's checks.
+    pub epoch: u32,
+    /// Refuses the copy once the PG's recovery started over.
+    pub fence: &'a CopyFence,
+}
+
+/// Pulls `key` from the member at `src` into our store, step by step;
+/// `expect` is whether the log says it exists (checked, when known).
 pub async fn pull_object(
-    ctx: &OsdCtx,
-    pg: PgId,
-    epoch: u32,
+    c: Copier<'_>,
     src: &Connection,
     key: &ObjectKey,
     expect: Option<bool>,
-    fence: &CopyFence,
 ) -> Result<(), String> {
+    let Copier {
+        ctx,
+        backend,
+        pg,
+        epoch,
+        fence,
+    } = c;
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
     let who = src.peer().to_string();
@@ -135,7 +155,7 @@ pub async fn pull_object(
         }
         let last = advance(&mut progress, &push, &who)?;
         shoal_net::runtime::blocking(|| {
-            let t = copy::install_step(ctx.store.as_ref(), coll, &push, reply.data)?;
+            let t = backend.install_step(ctx.store.as_ref(), coll, &push, reply.data)?;
             if last {
                 // The last step makes the copy visible: only while the
                 // copy is current, and durable before it counts as
@@ -168,18 +188,22 @@ pub fn last_step_timeout(peer_timeout: Duration, omap_entries: usize) -> Duratio
     peer_timeout.saturating_mul(1 + extra)
 }
 
-/// Pushes our copy of `key` of PG `pg` to the member at `dst`, step by
-/// step, each acknowledged (durable) before the next is read; `expect` as
-/// for [`pull_object`].
+/// Pushes our copy of `key` to the member at `dst`, step by step, each
+/// acknowledged (durable) before the next is read; `expect` as for
+/// [`pull_object`].
 pub async fn push_object(
-    ctx: &OsdCtx,
-    pg: PgId,
-    epoch: u32,
+    c: Copier<'_>,
     dst: &Connection,
     key: &ObjectKey,
     expect: Option<bool>,
-    fence: &CopyFence,
 ) -> Result<(), String> {
+    let Copier {
+        ctx,
+        backend,
+        pg,
+        epoch,
+        fence,
+    } = c;
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
     let me = format!("osd.{}", ctx.whoami);
@@ -187,7 +211,7 @@ pub async fn push_object(
     let mut omap_entries = 0usize;
     loop {
         let (mut push, data) = shoal_net::runtime::blocking(|| {
-            copy::read_step(ctx.store.as_ref(), coll, key, &progress, limits)
+            backend.read_step(ctx.store.as_ref(), coll, key, &progress, limits)
         })
         .map_err(|e| e.to_string())?;
         if progress.first {

@@ -42,6 +42,15 @@ impl FrameFlags {
     }
 }
 
+/// The checksum a frame carries for data part `data` (0 when empty).
+pub fn data_crc(data: &[u8]) -> u32 {
+    if data.is_empty() {
+        0
+    } else {
+        crc32c::crc32c(data)
+    }
+}
+
 /// The decoded fixed header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -66,19 +75,30 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// Builds the header for a control and data part, computing both checksums.
     pub fn seal(msg_type: u16, flags: FrameFlags, tid: u64, control: &[u8], data: &[u8]) -> Self {
+        Self::seal_with_data_crc(msg_type, flags, tid, control, data.len(), data_crc(data))
+    }
+
+    /// [`FrameHeader::seal`] for a data part whose checksum
+    /// ([`data_crc`]) is already known: one data part sent to several
+    /// peers is checksummed once, and a data part received (its checksum
+    /// checked) is passed on without a second pass.
+    pub fn seal_with_data_crc(
+        msg_type: u16,
+        flags: FrameFlags,
+        tid: u64,
+        control: &[u8],
+        data_len: usize,
+        data_crc: u32,
+    ) -> Self {
         let mut h = FrameHeader {
             version: PROTOCOL_VERSION,
             msg_type,
             flags,
             tid,
             control_len: control.len() as u32,
-            data_len: data.len() as u32,
+            data_len: data_len as u32,
             control_crc: 0,
-            data_crc: if data.is_empty() {
-                0
-            } else {
-                crc32c::crc32c(data)
-            },
+            data_crc,
         };
         let bytes = h.to_bytes();
         h.control_crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[..CRC_COVERED]), control);
@@ -257,11 +277,7 @@ impl FrameDecoder {
                 computed,
             });
         }
-        let computed = if data.is_empty() {
-            0
-        } else {
-            crc32c::crc32c(&data)
-        };
+        let computed = data_crc(&data);
         if computed != header.data_crc {
             return Err(FrameError::BadDataCrc {
                 got: header.data_crc,

@@ -15,7 +15,7 @@ mod osd;
 
 pub use frame::{
     Frame, FrameDecoder, FrameError, FrameFlags, FrameHeader, FrameLimits, HEADER_LEN, MAGIC,
-    PROTOCOL_VERSION, encode_frame,
+    PROTOCOL_VERSION, data_crc, encode_frame,
 };
 pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,

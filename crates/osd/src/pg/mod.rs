@@ -11,10 +11,12 @@
 //! `peered` without serving I/O. A replica waits for the primary's
 //! activation.
 
+pub mod backend;
+mod driver;
+pub mod engine;
 mod peering;
 mod primary;
 mod recover;
-mod replica;
 mod scrub;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -22,16 +24,17 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use shoal_maps::{OsdMap, PgId, Pool};
+use shoal_maps::{OsdMap, PgId};
 use shoal_net::{Connection, PeerInfo, Responder};
-use shoal_objectstore::{CollectionId, Transaction};
+use shoal_objectstore::Transaction;
 use shoal_proto::{OsdOp, PgCommand, PgInfo, PgList, PgPull, PgPush, PgQuery, PgScrub, RepOp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ctx::OsdCtx;
-use crate::log::{PgLog, ReqId, Version};
+use crate::log::{PgLog, Version};
 use crate::missing::MissingSet;
 use crate::object::{collection, pg_meta_key};
+use engine::PgCore;
 
 pub use peering::{MemberLog, MemberRecovery, RecoveryPlan, plan_recovery};
 pub use recover::RecoveryProgress;
@@ -46,6 +49,8 @@ pub struct ClientOp {
     pub msg: OsdOp,
     /// Its data part.
     pub data: Bytes,
+    /// The data part's checksum, as its frame carried it (checked).
+    pub data_crc: u32,
     /// Who sent it.
     pub peer: PeerInfo,
     /// Where the answer goes.
@@ -280,44 +285,21 @@ enum State {
     ReplicaActive,
 }
 
-/// A change being replicated, answered once durable everywhere.
-#[derive(Debug)]
-struct InFlight {
-    /// The object it changes.
-    key: shoal_objectstore::ObjectKey,
-    reqid: Option<ReqId>,
-    waiting: Vec<i32>,
-    local_done: bool,
-    reply: shoal_proto::OsdOpReply,
-    data: Bytes,
-    responders: Vec<Responder>,
-}
-
-/// The PG actor.
+/// The PG actor: the engine's state ([`PgCore`]) and the driver's
+/// handles (the network, the store's commits, timers, reply handles).
 pub struct Pg {
-    id: PgId,
-    coll: CollectionId,
+    core: PgCore,
     ctx: Arc<OsdCtx>,
     events: mpsc::UnboundedSender<PgEvent>,
-    map: Option<Arc<OsdMap>>,
-    pool: Option<Pool>,
-    up: Vec<i32>,
-    acting: Vec<i32>,
-    primary: i32,
-    prior: Vec<i32>,
-    interval_start: u32,
-    state: State,
-    log: PgLog,
+    /// The reply handles of requests the engine holds, by token.
+    replies: HashMap<u64, Responder>,
+    next_reply: u64,
     waiting: VecDeque<ClientOp>,
-    inflight: BTreeMap<Version, InFlight>,
-    inflight_reqids: HashMap<ReqId, Version>,
     peer_logs: BTreeMap<i32, MemberLog>,
     peers_pending: Vec<i32>,
     conns: HashMap<i32, Connection>,
     scrub: Option<scrub::ScrubJob>,
     scrub_record: scrub::ScrubRecord,
-    /// The objects our copy lacks (persisted).
-    missing: MissingSet,
     /// This interval's peering outcome (primary, until clean).
     plan: Option<RecoveryPlan>,
     /// Where peering is (primary).
@@ -333,14 +315,11 @@ pub struct Pg {
     waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
     /// Peering asks every up OSD (objects were unfound in this interval).
     search_everywhere: bool,
-    /// Replica: the pieces of an activation received so far (its
-    /// interval, the next piece's number, the records).
-    activation_pieces: Option<(u32, u32, crate::pieces::Records)>,
 }
 
 impl std::fmt::Debug for Pg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pg {} ({:?})", self.id, self.state)
+        write!(f, "pg {} ({:?})", self.core.id, self.core.state)
     }
 }
 
@@ -402,11 +381,15 @@ impl Pg {
             log
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        let pg = Pg {
+        let core = PgCore {
             id,
             coll,
-            ctx,
-            events: tx.clone(),
+            whoami: ctx.whoami,
+            cfg: ctx.cfg.clone(),
+            store: Arc::clone(&ctx.store),
+            backend: Arc::new(backend::Replicated),
+            counters: Arc::clone(&ctx.counters),
+            observed: ctx.observer.is_some(),
             map: None,
             pool: None,
             up: Vec::new(),
@@ -416,15 +399,23 @@ impl Pg {
             interval_start: 0,
             state: State::Stray,
             log,
-            waiting: VecDeque::new(),
+            missing,
+            activation_pieces: None,
             inflight: BTreeMap::new(),
             inflight_reqids: HashMap::new(),
+        };
+        let pg = Pg {
+            core,
+            ctx,
+            events: tx.clone(),
+            replies: HashMap::new(),
+            next_reply: 0,
+            waiting: VecDeque::new(),
             peer_logs: BTreeMap::new(),
             peers_pending: Vec::new(),
             conns: HashMap::new(),
             scrub: None,
             scrub_record,
-            missing,
             plan: None,
             peering: peering::PeeringProgress::default(),
             recovery: None,
@@ -432,7 +423,6 @@ impl Pg {
             copy_fence: Arc::default(),
             waiting_for_object: BTreeMap::new(),
             search_everywhere: false,
-            activation_pieces: None,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -462,28 +452,52 @@ impl Pg {
                 msg,
                 data,
                 responder,
-            } => self.rep_op(msg, data, responder).await,
+            } => {
+                let to = self.token(responder);
+                let fx = self.core.rep_op(msg, data, to);
+                self.drive_for_peer(fx).await
+            }
             PgEvent::RepAcked {
                 version,
                 from,
                 result,
-            } => self.rep_acked(version, from, result).await,
-            PgEvent::LocalCommitted { version, result } => {
-                self.local_committed(version, result).await
+            } => {
+                let fx = self.core.rep_acked(version, from, result);
+                self.drive(fx).await
             }
-            PgEvent::Query { msg, responder } => self.query(msg, responder).await,
+            PgEvent::LocalCommitted { version, result } => {
+                let fx = self.core.local_committed(version, result);
+                self.drive(fx).await
+            }
+            PgEvent::Query { msg, responder } => {
+                let to = self.token(responder);
+                let fx = self.core.query(msg, to);
+                self.drive_for_peer(fx).await
+            }
             PgEvent::PeerInfo {
                 from,
                 interval_start,
                 result,
             } => self.peer_info(from, interval_start, result).await,
-            PgEvent::Activate { msg, responder } => self.activate(msg, responder).await,
+            PgEvent::Activate { msg, responder } => {
+                let to = self.token(responder);
+                let fx = self.core.activate(msg, to);
+                self.drive_for_peer(fx).await
+            }
             PgEvent::Push {
                 msg,
                 data,
                 responder,
-            } => self.push(msg, data, responder).await,
-            PgEvent::Pull { msg, responder } => self.pull(msg, responder).await,
+            } => {
+                let to = self.token(responder);
+                let fx = self.core.push(msg, data, to);
+                self.drive_for_peer(fx).await
+            }
+            PgEvent::Pull { msg, responder } => {
+                let to = self.token(responder);
+                let fx = self.core.pull(msg, to);
+                self.drive_for_peer(fx).await
+            }
             PgEvent::Listed {
                 interval_start,
                 result,
@@ -528,27 +542,16 @@ impl Pg {
         }
     }
 
-    fn epoch(&self) -> u32 {
-        self.map.as_ref().map_or(0, |m| m.epoch.0)
-    }
-
-    fn whoami(&self) -> i32 {
-        self.ctx.whoami
-    }
-
-    fn is_primary(&self) -> bool {
-        self.primary == self.whoami() && self.primary >= 0
-    }
-
     /// Active with nothing to recover.
     fn active_clean(&self) -> bool {
-        self.state == State::Active && self.recovery.is_none()
+        self.core.state == State::Active && self.recovery.is_none()
     }
 
     /// What each member lacks, for `pg query`: the primary knows every
     /// acting member's count; every member knows its own objects.
     fn missing_json(&self) -> serde_json::Value {
         let own: Vec<serde_json::Value> = self
+            .core
             .missing
             .objects()
             .iter()
@@ -561,7 +564,7 @@ impl Pg {
             })
             .collect();
         let mut out = serde_json::json!({
-            "own": { "count": self.missing.len(), "first": own },
+            "own": { "count": self.core.missing.len(), "first": own },
         });
         if let Some(rs) = &self.recovery {
             let per: serde_json::Map<String, serde_json::Value> = rs
@@ -570,7 +573,7 @@ impl Pg {
                 .map(|(o, n)| (format!("osd.{o}"), n.into()))
                 .collect();
             out["recovery"] = serde_json::json!({
-                "state": rs.state_word(self.map.as_deref()),
+                "state": rs.state_word(self.core.map.as_deref()),
                 "objects_missing_per_member": per,
                 "backfill_targets": rs.backfill_targets().iter().collect::<Vec<_>>(),
                 "copies_left": rs.copies_left(),
@@ -612,14 +615,14 @@ impl Pg {
     /// the up set holds one, degraded otherwise (counted once with the
     /// copies of absent members).
     fn degraded_and_misplaced(&self, size: usize) -> (u64, u64) {
-        let objects = self.log.info.objects;
-        let absent = objects.saturating_mul(size.saturating_sub(self.acting.len()) as u64);
+        let objects = self.core.log.info.objects;
+        let absent = objects.saturating_mul(size.saturating_sub(self.core.acting.len()) as u64);
         let per = self
             .recovery
             .as_ref()
             .map(|r| r.missing_per_member())
             .unwrap_or_default();
-        let targets = self.backfill_targets();
+        let targets = self.core.backfill_targets();
         let (mut on_acting, mut on_targets) = (0u64, 0u64);
         for (o, n) in per {
             if targets.contains(&o) {
@@ -628,68 +631,42 @@ impl Pg {
                 on_acting += n;
             }
         }
-        let extra = self.acting.iter().filter(|o| !self.up.contains(o)).count() as u64;
+        let extra = self
+            .core
+            .acting
+            .iter()
+            .filter(|o| !self.core.up.contains(o))
+            .count() as u64;
         let misplaced = on_targets.min(extra.saturating_mul(objects));
         let degraded =
             absent + on_acting + on_targets.saturating_sub(misplaced).saturating_sub(absent);
         (degraded, misplaced)
     }
 
-    /// Backfill targets: up members outside the acting set (while a
-    /// `pg_temp` keeps complete members serving the PG).
-    fn backfill_targets(&self) -> Vec<i32> {
-        self.up
-            .iter()
-            .copied()
-            .filter(|o| *o >= 0 && !self.acting.contains(o))
-            .collect()
-    }
-
-    /// Every member that holds the PG's data in this interval: the acting
-    /// set, then the backfill targets.
-    fn shards(&self) -> Vec<i32> {
-        let mut out: Vec<i32> = self.acting.iter().copied().filter(|o| *o >= 0).collect();
-        out.extend(self.backfill_targets());
-        out
-    }
-
-    /// [`Pg::shards`] but us: where changes are replicated.
-    fn other_shards(&self) -> Vec<i32> {
-        let me = self.whoami();
-        self.shards().into_iter().filter(|o| *o != me).collect()
-    }
-
-    fn replicas(&self) -> Vec<i32> {
-        let me = self.whoami();
-        self.acting
-            .iter()
-            .copied()
-            .filter(|o| *o != me && *o >= 0)
-            .collect()
-    }
-
     /// A new map: a changed up or acting set, primary or pool size starts a
     /// new interval, which drops what was in flight (clients resend) and
     /// starts peering.
     async fn advance_map(&mut self, map: Arc<OsdMap>) {
-        if self.map.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
+        if self.core.map.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
             return;
         }
-        let Some(pool) = map.pool(self.id.pool).cloned() else {
-            self.map = Some(map);
-            self.pool = None;
+        let Some(pool) = map.pool(self.core.id.pool).cloned() else {
+            self.core.map = Some(map);
+            self.core.pool = None;
             self.new_interval(Vec::new(), Vec::new(), -1).await;
             return;
         };
-        let m = map.pg_to_up_acting(self.id).unwrap_or_default();
+        let m = map.pg_to_up_acting(self.core.id).unwrap_or_default();
         // Epochs this PG did not see may hold an interval it knows nothing
         // of (writes elsewhere): count a gap as a new interval.
         let gap = self
+            .core
             .map
             .as_ref()
             .is_some_and(|old| map.epoch.0 > old.epoch.0 + 1);
         // An OSD that came up may hold what no member heard has (unfound).
         let someone_up = self
+            .core
             .map
             .as_ref()
             .is_some_and(|old| map.osds().any(|(id, _)| map.is_up(id) && !old.is_up(id)));
@@ -702,15 +679,16 @@ impl Pg {
                 min_size: pool.min_size,
             }
         };
-        let before = (self.pool.as_ref()).map(|p| key(&self.up, &self.acting, self.primary, p));
+        let before = (self.core.pool.as_ref())
+            .map(|p| key(&self.core.up, &self.core.acting, self.core.primary, p));
         let changed = gap || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
-        self.map = Some(map);
-        self.pool = Some(pool);
+        self.core.map = Some(map);
+        self.core.pool = Some(pool);
         if changed {
-            self.up = m.up.clone();
+            self.core.up = m.up.clone();
             self.new_interval(m.up, m.acting, m.acting_primary).await;
         } else if someone_up
-            && self.is_primary()
+            && self.core.is_primary()
             && self
                 .recovery
                 .as_ref()
@@ -722,8 +700,8 @@ impl Pg {
             self.peer_again_for_unfound().await;
         } else if self.recovery.is_some() {
             self.recovery_map_changed();
-        } else if self.is_primary() {
-            match self.state {
+        } else if self.core.is_primary() {
+            match self.core.state {
                 // A member may be back: look again.
                 State::Down | State::Incomplete => self.start_peering().await,
                 State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
@@ -733,19 +711,22 @@ impl Pg {
     }
 
     async fn new_interval(&mut self, up: Vec<i32>, acting: Vec<i32>, primary: i32) {
-        let was_primary = self.is_primary();
-        if !self.acting.is_empty() {
-            self.prior = std::mem::take(&mut self.acting);
+        let was_primary = self.core.is_primary();
+        if !self.core.acting.is_empty() {
+            self.core.prior = std::mem::take(&mut self.core.acting);
         }
-        self.up = up;
-        self.acting = acting;
-        self.primary = primary;
-        self.interval_start = self.epoch();
+        self.core.up = up;
+        self.core.acting = acting;
+        self.core.primary = primary;
+        self.core.interval_start = self.core.epoch();
         self.search_everywhere = false;
         // What was in flight belongs to the old interval: its clients are
         // told now (they resend, and the log recognises what was applied)
         // rather than left to notice the interval change themselves.
-        let why = format!("pg {} changed in epoch {}", self.id, self.interval_start);
+        let why = format!(
+            "pg {} changed in epoch {}",
+            self.core.id, self.core.interval_start
+        );
         self.fail_inflight(shoal_proto::OsdErrorCode::StaleEpoch, &why)
             .await;
         self.peer_logs.clear();
@@ -757,14 +738,14 @@ impl Pg {
         self.plan = None;
         self.requeue_object_waiters();
         self.ctx.stats_changed.notify_one();
-        let me = self.whoami();
-        tracing::debug!(pg = %self.id, epoch = self.interval_start, acting = ?self.acting,
+        let me = self.core.whoami();
+        tracing::debug!(pg = %self.core.id, epoch = self.core.interval_start, acting = ?self.core.acting,
             primary, "new interval");
-        if self.is_primary() {
+        if self.core.is_primary() {
             self.refuse_stale_waiting(&why).await;
             self.start_peering().await;
         } else {
-            self.state = if self.shards().contains(&me) {
+            self.core.state = if self.core.shards().contains(&me) {
                 State::ReplicaWaiting
             } else {
                 State::Stray
@@ -784,7 +765,7 @@ impl Pg {
         self.requeue_object_waiters();
         let ops: Vec<ClientOp> = self.waiting.drain(..).collect();
         for op in ops {
-            let epoch = self.epoch();
+            let epoch = self.core.epoch();
             primary::reply_error(
                 op.responder,
                 shoal_proto::OsdErrorCode::ShuttingDown,
@@ -793,19 +774,19 @@ impl Pg {
             )
             .await;
         }
-        self.inflight.clear();
+        self.core.inflight.clear();
         let _ = shoal_net::runtime::blocking(|| self.ctx.store.flush());
     }
 
     fn stat(&self) -> Option<PgStat> {
-        if !self.is_primary() {
+        if !self.core.is_primary() {
             return None;
         }
-        let size = self.pool.as_ref().map_or(0, |p| p.size as usize);
-        let undersized = self.acting.len() < size;
-        let remapped = self.acting != self.up;
+        let size = self.core.pool.as_ref().map_or(0, |p| p.size as usize);
+        let undersized = self.core.acting.len() < size;
+        let remapped = self.core.acting != self.core.up;
         let (degraded, misplaced) = self.degraded_and_misplaced(size);
-        let mut state = match self.state {
+        let mut state = match self.core.state {
             State::Active => {
                 let mut s = String::from("active");
                 if remapped {
@@ -813,7 +794,7 @@ impl Pg {
                 }
                 if let Some(rs) = &self.recovery {
                     s.push('+');
-                    s.push_str(rs.state_word(self.map.as_deref()));
+                    s.push_str(rs.state_word(self.core.map.as_deref()));
                 }
                 if undersized {
                     s.push_str("+undersized");
@@ -847,14 +828,14 @@ impl Pg {
             .as_ref()
             .map_or((0, 0), |r| (r.copies_left(), r.rate()));
         Some(PgStat {
-            pgid: self.id,
+            pgid: self.core.id,
             state,
-            objects: self.log.info.objects,
-            bytes: self.log.info.bytes,
-            version: self.log.info.last_update,
-            up: self.up.clone(),
-            acting: self.acting.clone(),
-            log_size: self.log.len() as u64,
+            objects: self.core.log.info.objects,
+            bytes: self.core.log.info.bytes,
+            version: self.core.log.info.last_update,
+            up: self.core.up.clone(),
+            acting: self.core.acting.clone(),
+            log_size: self.core.log.len() as u64,
             inconsistent: self
                 .scrub_record
                 .inconsistent

@@ -216,16 +216,18 @@ impl Pg {
     /// Starts peering for the current interval (primary only).
     pub(super) async fn start_peering(&mut self) {
         self.reset_peering();
-        let min = self.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
-        if self.acting.len() < min {
-            self.state = State::Peered;
+        let min = self.core.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
+        if self.core.acting.len() < min {
+            self.core.state = State::Peered;
             return;
         }
-        self.state = State::Peering;
-        let Some(map) = self.map.clone() else { return };
-        let me = self.whoami();
-        let mut peers: BTreeSet<i32> = self.other_shards().into_iter().collect();
-        for p in &self.prior {
+        self.core.state = State::Peering;
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
+        let me = self.core.whoami();
+        let mut peers: BTreeSet<i32> = self.core.other_shards().into_iter().collect();
+        for p in &self.core.prior {
             if *p != me && *p >= 0 && map.is_up(*p) {
                 peers.insert(*p);
             }
@@ -245,8 +247,8 @@ impl Pg {
     /// Peers again after `delay` (a failed activation or query).
     pub(super) fn repeer_soon(&mut self, delay: Duration) {
         self.reset_peering();
-        self.state = State::Peering;
-        self.query_all(self.other_shards(), delay);
+        self.core.state = State::Peering;
+        self.query_all(self.core.other_shards(), delay);
     }
 
     /// Forgets this interval's peering and recovery; ops waiting for an
@@ -289,12 +291,12 @@ impl Pg {
             .peer_logs
             .values()
             .map(|l| l.info.last_epoch_started)
-            .chain([self.log.info.last_epoch_started])
+            .chain([self.core.log.info.last_epoch_started])
             .max()
             .unwrap_or(0);
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, interval_start) = (self.id, self.interval_start);
+        let (pg, interval_start) = (self.core.id, self.core.interval_start);
         tokio::spawn(async move {
             let cmd = shoal_mon::Command::PgPastIntervals {
                 pgid: pg.to_string(),
@@ -317,7 +319,7 @@ impl Pg {
         interval_start: u32,
         result: Result<Vec<PastInterval>, String>,
     ) {
-        if interval_start != self.interval_start || self.state != State::Peering {
+        if interval_start != self.core.interval_start || self.core.state != State::Peering {
             return;
         }
         match result {
@@ -330,7 +332,7 @@ impl Pg {
                 self.check_prior();
             }
             Err(e) => {
-                tracing::debug!(pg = %self.id, "past intervals: {e}");
+                tracing::debug!(pg = %self.core.id, "past intervals: {e}");
                 self.retry_peering_later();
             }
         }
@@ -340,8 +342,10 @@ impl Pg {
     /// we heard from: probe those not heard yet, or stay `down` (none of
     /// its members up) or `incomplete` (none answering).
     fn check_prior(&mut self) {
-        let Some(map) = self.map.clone() else { return };
-        let me = self.whoami();
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
+        let me = self.core.whoami();
         let past = self.peering.past.clone().unwrap_or_default();
         let heard: BTreeSet<i32> = self.peer_logs.keys().copied().chain([me]).collect();
         let failed = self.peering.probe_failed.clone();
@@ -370,8 +374,8 @@ impl Pg {
                         "none of its members answered"
                     }
                 );
-                tracing::info!(pg = %self.id, "{why}");
-                self.state = if down { State::Down } else { State::Incomplete };
+                tracing::info!(pg = %self.core.id, "{why}");
+                self.core.state = if down { State::Down } else { State::Incomplete };
                 self.peering.blocked = Some(why);
                 self.ctx.stats_changed.notify_one();
                 if !down {
@@ -394,19 +398,21 @@ impl Pg {
     /// Activation waits until the monitors have recorded that we were up
     /// in this interval.
     pub(super) fn check_up_thru(&mut self) {
-        let Some(map) = self.map.clone() else { return };
-        if map.up_thru(self.whoami()) >= self.interval_start {
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
+        if map.up_thru(self.core.whoami()) >= self.core.interval_start {
             self.peering.waiting_up_thru = false;
             return self.decide();
         }
         self.peering.waiting_up_thru = true;
-        self.ctx.want_up_thru(self.interval_start);
+        self.ctx.want_up_thru(self.core.interval_start);
         self.retry_peering_later();
     }
 
     fn retry_peering_later(&self) {
         let events = self.events.clone();
-        let interval_start = self.interval_start;
+        let interval_start = self.core.interval_start;
         tokio::spawn(async move {
             tokio::time::sleep(PEERING_RETRY).await;
             let _ = events.send(PgEvent::PeeringRetry { interval_start });
@@ -419,8 +425,8 @@ impl Pg {
     /// are backfilled while complete ones serve (Ceph's `choose_acting`).
     /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
     fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
-        let pool = self.pool.as_ref()?;
-        let map = self.map.as_ref()?;
+        let pool = self.core.pool.as_ref()?;
+        let map = self.core.map.as_ref()?;
         let (size, min) = (pool.size as usize, pool.min_size.max(1) as usize);
         // A member mid-backfill lacks more than a log can name.
         let log_len = plan.auth_log.len();
@@ -430,6 +436,7 @@ impl Pg {
                 .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
         };
         let mut want: Vec<i32> = self
+            .core
             .up
             .iter()
             .copied()
@@ -437,9 +444,10 @@ impl Pg {
             .collect();
         let newest_rw = self.peering.past.iter().flatten().next_back();
         let candidates = self
+            .core
             .acting
             .iter()
-            .chain(&self.prior)
+            .chain(&self.core.prior)
             .chain(newest_rw.map(|i| &i.acting).into_iter().flatten())
             .copied();
         for o in candidates {
@@ -450,15 +458,15 @@ impl Pg {
                 want.push(o);
             }
         }
-        let target = if want.len() < min || want == self.up {
-            self.up.clone()
+        let target = if want.len() < min || want == self.core.up {
+            self.core.up.clone()
         } else {
             want
         };
-        if target == self.acting {
+        if target == self.core.acting {
             return None;
         }
-        Some(if target == self.up {
+        Some(if target == self.core.up {
             Vec::new()
         } else {
             target
@@ -468,12 +476,12 @@ impl Pg {
     /// Asks the monitors for a `pg_temp` (empty: its removal); the map
     /// that grants it starts a new interval.
     pub(super) fn request_pg_temp(&mut self, osds: Vec<i32>) {
-        tracing::debug!(pg = %self.id, ?osds, up = ?self.up, "asking for pg_temp");
+        tracing::debug!(pg = %self.core.id, ?osds, up = ?self.core.up, "asking for pg_temp");
         self.peering.waiting_pg_temp = Some(osds.clone());
         let ctx = Arc::clone(&self.ctx);
         let cmd = shoal_mon::Command::OsdPgTemp {
-            id: self.whoami(),
-            pgid: self.id.to_string(),
+            id: self.core.whoami(),
+            pgid: self.core.id.to_string(),
             osds,
         };
         tokio::spawn(async move {
@@ -487,13 +495,13 @@ impl Pg {
     /// Looks again: an `incomplete` PG peers again, one waiting for its
     /// `up_thru` or `pg_temp` asks again.
     pub(super) async fn peering_retry(&mut self, interval_start: u32) {
-        if interval_start != self.interval_start || !self.is_primary() {
+        if interval_start != self.core.interval_start || !self.core.is_primary() {
             return;
         }
         if let Some(osds) = self.peering.waiting_pg_temp.clone() {
             return self.request_pg_temp(osds);
         }
-        match self.state {
+        match self.core.state {
             State::Incomplete => self.start_peering().await,
             State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
             State::Peering if self.peers_pending.is_empty() && self.peering.past.is_none() => {
@@ -505,19 +513,21 @@ impl Pg {
 
     fn query_peer(&self, osd: i32, delay: Duration) {
         let ctx = Arc::clone(&self.ctx);
-        let Some(map) = self.map.clone() else { return };
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
         let events = self.events.clone();
         let q = PgQuery {
-            pool: self.id.pool,
-            pg_seed: self.id.seed,
+            pool: self.core.id.pool,
+            pg_seed: self.core.id.seed,
             epoch: map.epoch.0,
-            interval_start: self.interval_start,
+            interval_start: self.core.interval_start,
             piece: 0,
         };
-        let interval_start = self.interval_start;
+        let interval_start = self.core.interval_start;
         // A member of the previous interval only may be gone for good:
         // give it little time (an acting member is waited for).
-        let limit = if self.shards().contains(&osd) {
+        let limit = if self.core.shards().contains(&osd) {
             ctx.cfg.peer_timeout
         } else {
             PRIOR_QUERY_TIMEOUT.min(ctx.cfg.peer_timeout)
@@ -542,16 +552,16 @@ impl Pg {
         interval_start: u32,
         result: Result<MemberLog, String>,
     ) {
-        if interval_start != self.interval_start || self.state != State::Peering {
+        if interval_start != self.core.interval_start || self.core.state != State::Peering {
             return;
         }
         match result {
             Ok(l) => {
                 self.peer_logs.insert(from, l);
             }
-            Err(e) if self.shards().contains(&from) => {
+            Err(e) if self.core.shards().contains(&from) => {
                 // An acting member (or backfill target) must answer; a map change ends the wait.
-                tracing::debug!(pg = %self.id, osd = from, "peering query failed: {e}");
+                tracing::debug!(pg = %self.core.id, osd = from, "peering query failed: {e}");
                 self.query_peer(from, Duration::from_millis(500));
                 return;
             }
@@ -569,35 +579,43 @@ impl Pg {
     /// objects first (the authoritative member's when the primary itself is
     /// backfilled, ours otherwise).
     fn decide(&mut self) {
-        let me = self.whoami();
+        let me = self.core.whoami();
         let mut logs = self.peer_logs.clone();
         logs.insert(
             me,
             MemberLog {
-                info: self.log.info,
-                entries: self.log.entries().cloned().collect(),
-                missing: self.missing.clone(),
-                dups: self.log.dups().cloned().collect(),
+                info: self.core.log.info,
+                entries: self.core.log.entries().cloned().collect(),
+                missing: self.core.missing.clone(),
+                dups: self.core.log.dups().cloned().collect(),
             },
         );
-        let plan = plan_recovery(me, &logs, &self.shards());
+        let plan = plan_recovery(me, &logs, &self.core.shards());
         if let Some(want) = self.wanted_acting(&plan) {
             return self.request_pg_temp(want);
         }
         let backfills = self
+            .core
             .shards()
             .iter()
             .any(|o| plan.members.get(o).is_some_and(|m| m.backfill));
         let primary_backfill = plan.members.get(&me).is_some_and(|m| m.backfill);
-        self.state = State::Activating;
+        self.core.state = State::Activating;
         if !backfills {
             self.activate_members(plan, BTreeSet::new());
             return;
         }
-        let Some(map) = self.map.clone() else { return };
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, coll, interval_start, auth) = (self.id, self.coll, self.interval_start, plan.auth);
+        let (pg, coll, interval_start, auth) = (
+            self.core.id,
+            self.core.coll,
+            self.core.interval_start,
+            plan.auth,
+        );
         // The PG's objects are those the lister holds and those it lacks
         // (a member mid-backfill holds few of them: listing its store alone
         // would make the others look deleted — the simulation found this).
@@ -637,14 +655,14 @@ impl Pg {
         interval_start: u32,
         result: Result<Vec<ObjectKey>, String>,
     ) {
-        if interval_start != self.interval_start || self.state != State::Activating {
+        if interval_start != self.core.interval_start || self.core.state != State::Activating {
             return;
         }
         let Some(plan) = self.plan.take() else { return };
         match result {
             Ok(keys) => self.activate_members(plan, keys.into_iter().collect()),
             Err(e) => {
-                tracing::warn!(pg = %self.id, "listing the PG for a backfill failed: {e}");
+                tracing::warn!(pg = %self.core.id, "listing the PG for a backfill failed: {e}");
                 self.repeer_soon(Duration::from_millis(500));
             }
         }
@@ -654,7 +672,7 @@ impl Pg {
     /// replica the same log with its own missing set. `all` lists every
     /// object of the PG: a backfilled member lacks each of them.
     fn activate_members(&mut self, plan: RecoveryPlan, all: BTreeSet<ObjectKey>) {
-        let me = self.whoami();
+        let me = self.core.whoami();
         let lu = plan.auth_info.last_update;
         let missing_of = |m: &MemberRecovery| {
             if m.backfill {
@@ -664,7 +682,7 @@ impl Pg {
             }
         };
         let mut acts = Vec::new();
-        for osd in self.shards() {
+        for osd in self.core.shards() {
             let m = plan.members.get(&osd).cloned().unwrap_or_default();
             acts.push(Activation {
                 osd,
@@ -673,56 +691,60 @@ impl Pg {
             });
         }
         let mut info = plan.auth_info;
-        info.last_epoch_started = self.interval_start;
+        info.last_epoch_started = self.core.interval_start;
         let mut txn = Transaction::new();
         let mine = acts.iter().position(|a| a.osd == me);
         let own = mine.map(|i| acts.remove(i));
         if !own.as_ref().is_some_and(|a| a.backfill) {
             // Copies an earlier recovery left half made start again.
             let temps = shoal_net::runtime::blocking(|| {
-                crate::copy::remove_temps(self.ctx.store.as_ref(), self.coll, &mut txn)
+                crate::copy::remove_temps(self.ctx.store.as_ref(), self.core.coll, &mut txn)
             });
             if let Err(e) = temps {
-                tracing::error!(pg = %self.id, "cannot list half-made copies: {e}");
+                tracing::error!(pg = %self.core.id, "cannot list half-made copies: {e}");
                 return self.repeer_soon(Duration::from_secs(1));
             }
         }
         if own.as_ref().is_some_and(|a| a.backfill) {
-            txn.remove_collection(self.coll);
-            txn.create_collection(self.coll);
-            self.log = PgLog::default();
-            self.missing = MissingSet::default();
+            txn.remove_collection(self.core.coll);
+            txn.create_collection(self.core.coll);
+            self.core.log = PgLog::default();
+            self.core.missing = MissingSet::default();
         }
         let limits = self.ctx.cfg.log_limits;
-        self.log.replace(
+        self.core.log.replace(
             info,
             plan.auth_log.clone(),
             plan.auth_dups.clone(),
             limits,
-            self.coll,
+            self.core.coll,
             &mut txn,
         );
         let own_missing = own.map(|a| a.missing).unwrap_or_default();
-        self.missing.replace(own_missing, self.coll, &mut txn);
+        self.core
+            .missing
+            .replace(own_missing, self.core.coll, &mut txn);
         if let Err(e) = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn)) {
-            tracing::error!(pg = %self.id, "cannot persist the PG log: {e}");
-            self.reload_log();
+            tracing::error!(pg = %self.core.id, "cannot persist the PG log: {e}");
+            self.core.reload_log();
             return self.repeer_soon(Duration::from_secs(1));
         }
-        let Some(map) = self.map.clone() else { return };
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
         self.recovery_generation += 1;
         self.recovery = Some(RecoveryState::new(
             self.recovery_generation,
             me,
-            &self.missing,
+            &self.core.missing,
             acts.iter().map(|a| (a.osd, a.backfill, &a.missing)),
         ));
         self.plan = Some(plan);
-        let log: Vec<Vec<u8>> = self.log.entries().map(LogEntry::encode).collect();
-        let dups: Vec<Vec<u8>> = self.log.dups().map(Dup::encode).collect();
+        let log: Vec<Vec<u8>> = self.core.log.entries().map(LogEntry::encode).collect();
+        let dups: Vec<Vec<u8>> = self.core.log.dups().map(Dup::encode).collect();
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, interval_start) = (self.id, self.interval_start);
+        let (pg, interval_start) = (self.core.id, self.core.interval_start);
         let encoded_info = info.encode();
         tokio::spawn(async move {
             let mut result = Ok(());
@@ -755,16 +777,16 @@ impl Pg {
 
     /// Every replica holds the authoritative log: serve I/O, and recover.
     pub(super) async fn activated(&mut self, interval_start: u32, result: Result<(), String>) {
-        if interval_start != self.interval_start || self.state != State::Activating {
+        if interval_start != self.core.interval_start || self.core.state != State::Activating {
             return;
         }
         if let Err(e) = result {
-            tracing::warn!(pg = %self.id, "activation failed, peering again: {e}");
+            tracing::warn!(pg = %self.core.id, "activation failed, peering again: {e}");
             return self.repeer_soon(Duration::from_millis(500));
         }
-        self.state = State::Active;
+        self.core.state = State::Active;
         self.ctx.stats_changed.notify_one();
-        tracing::debug!(pg = %self.id, epoch = interval_start, "active");
+        tracing::debug!(pg = %self.core.id, epoch = interval_start, "active");
         if self.recovery.as_ref().is_some_and(RecoveryState::is_done) {
             self.recovery = None;
             self.plan = None;
@@ -812,7 +834,7 @@ fn parse_intervals(v: &serde_json::Value) -> Result<Vec<PastInterval>, String> {
 impl Pg {
     /// Nothing left to recover: a `pg_temp` is no longer needed.
     pub(super) fn clean(&mut self) {
-        if self.acting != self.up && self.up.len() >= self.acting.len() {
+        if self.core.acting != self.core.up && self.core.up.len() >= self.core.acting.len() {
             self.request_pg_temp(Vec::new());
         }
     }

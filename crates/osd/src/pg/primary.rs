@@ -3,12 +3,12 @@
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use shoal_net::Responder;
-use shoal_proto::{OsdErrorCode, OsdOpReply, PgList, PgListReply, RepOp};
+use shoal_proto::{OsdErrorCode, OsdOpReply, PgList, PgListReply};
 
-use super::{ClientOp, InFlight, Pg, PgEvent, State};
-use crate::codec;
+use super::backend::ShardWrite;
+use super::{ClientOp, Pg, PgEvent, State, engine};
 use crate::ctx::OsdCounters;
 use crate::exec::{self, ExecInput};
 use crate::log::{LogEntry, LogOp, ReqId, Version};
@@ -25,20 +25,6 @@ pub(crate) async fn reply_error(r: Responder, code: OsdErrorCode, epoch: u32, me
     let _ = r.reply(reply, Bytes::new()).await;
 }
 
-fn concat(chunks: Vec<Bytes>) -> Bytes {
-    match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.into_iter().next().unwrap_or_default(),
-        _ => {
-            let mut b = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-            for c in chunks {
-                b.extend_from_slice(&c);
-            }
-            b.freeze()
-        }
-    }
-}
-
 /// Why a client op waits for its object.
 enum Blocked {
     /// The object is missing here or on a member: it is recovered first.
@@ -49,15 +35,15 @@ enum Blocked {
 
 impl Pg {
     pub(super) async fn refuse_wrong_primary(&mut self, op: ClientOp) {
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         reply_error(
             op.responder,
             OsdErrorCode::WrongPrimary,
             epoch,
             format!(
                 "osd.{} is not the primary of pg {} in epoch {epoch}",
-                self.whoami(),
-                self.id
+                self.core.whoami(),
+                self.core.id
             ),
         )
         .await;
@@ -66,18 +52,18 @@ impl Pg {
     /// A client op: wait until active, fence by interval, dedup by request
     /// id, execute, and (for changes) log and replicate.
     pub(super) async fn client_op(&mut self, op: ClientOp) {
-        if !self.is_primary() {
+        if !self.core.is_primary() {
             return self.refuse_wrong_primary(op).await;
         }
-        let epoch = self.epoch();
-        if op.msg.epoch < self.interval_start {
+        let epoch = self.core.epoch();
+        if op.msg.epoch < self.core.interval_start {
             let msg = format!(
                 "op placed in epoch {} but pg {} changed in epoch {}",
-                op.msg.epoch, self.id, self.interval_start
+                op.msg.epoch, self.core.id, self.core.interval_start
             );
             return reply_error(op.responder, OsdErrorCode::StaleEpoch, epoch, msg).await;
         }
-        if self.state != State::Active {
+        if self.core.state != State::Active {
             self.waiting.push_back(op);
             return;
         }
@@ -88,11 +74,11 @@ impl Pg {
     /// would be refused once the PG is active, and their clients resend
     /// sooner when told now.
     pub(super) async fn refuse_stale_waiting(&mut self, why: &str) {
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         let (stale, current): (VecDeque<ClientOp>, VecDeque<ClientOp>) =
             std::mem::take(&mut self.waiting)
                 .into_iter()
-                .partition(|op| op.msg.epoch < self.interval_start);
+                .partition(|op| op.msg.epoch < self.core.interval_start);
         self.waiting = current;
         for op in stale {
             reply_error(
@@ -107,7 +93,7 @@ impl Pg {
 
     /// Runs the ops that waited for the PG to become active.
     pub(super) async fn drain_waiting(&mut self) {
-        while self.state == State::Active {
+        while self.core.state == State::Active {
             let Some(op) = self.waiting.pop_front() else {
                 break;
             };
@@ -120,15 +106,15 @@ impl Pg {
     /// not see a change before every member has it: a crash of the primary
     /// would lose it, and a later read would see the object go back.
     fn blocked_on(&self, op: &ClientOp) -> Option<Blocked> {
-        let pool = self.pool.as_ref()?;
+        let pool = self.core.pool.as_ref()?;
         let key = object::object_key(pool, &op.msg.nspace, &op.msg.oid).ok()?;
         let mutating = exec::is_mutating(&op.msg.ops);
         if let Some(rs) = &self.recovery
-            && rs.blocks(self.whoami(), &key, mutating)
+            && rs.blocks(self.core.whoami(), &key, mutating)
         {
             return Some(Blocked::Recovery(key));
         }
-        let uncommitted = !mutating && self.inflight.values().any(|f| f.key == key);
+        let uncommitted = !mutating && self.core.inflight.values().any(|f| f.key == key);
         uncommitted.then_some(Blocked::InFlight(key))
     }
 
@@ -145,10 +131,11 @@ impl Pg {
             }
             None => {}
         }
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         let ClientOp {
             msg,
             data,
+            data_crc,
             peer,
             responder,
         } = op;
@@ -156,8 +143,8 @@ impl Pg {
             OsdCounters::add(&self.ctx.counters.refused, 1);
             return reply_error(responder, e.code, epoch, e.to_string()).await;
         }
-        let Some(pool) = self.pool.clone() else {
-            let m = format!("pool {} does not exist", self.id.pool);
+        let Some(pool) = self.core.pool.clone() else {
+            let m = format!("pool {} does not exist", self.core.id.pool);
             return reply_error(responder, OsdErrorCode::NoPool, epoch, m).await;
         };
         let key = match object::object_key(&pool, &msg.nspace, &msg.oid) {
@@ -182,21 +169,23 @@ impl Pg {
             // In flight first: its log entry is already in our log, but it
             // is not an answer until every member has it (a crash of ours
             // before then loses it — the simulation found this).
-            if let Some(v) = self.inflight_reqids.get(&reqid)
-                && let Some(f) = self.inflight.get_mut(v)
+            if let Some(v) = self.core.inflight_reqids.get(&reqid)
+                && let Some(f) = self.core.inflight.get_mut(v)
             {
-                f.responders.push(responder);
+                self.next_reply += 1;
+                f.responders.push(engine::ReplyTo(self.next_reply));
+                self.replies.insert(self.next_reply, responder);
                 return;
             }
-            if let Some((version, code)) = self.log.lookup(&reqid) {
+            if let Some((version, code)) = self.core.log.lookup(&reqid) {
                 // Already applied: the original result, not a second change.
                 if let Some(obs) = &self.ctx.observer
                     && code == 0
                 {
                     obs.write_acked(&crate::ctx::AckedWrite {
-                        osd: self.whoami(),
-                        pg: self.id,
-                        interval_start: self.interval_start,
+                        osd: self.core.whoami(),
+                        pg: self.core.id,
+                        interval_start: self.core.interval_start,
                         version,
                         reqid: reqid.clone(),
                     });
@@ -228,22 +217,23 @@ impl Pg {
         if mutating && !frees_only && self.ctx.full.load(std::sync::atomic::Ordering::Relaxed) {
             let m = format!(
                 "osd.{} is full (over {:.0}% used)",
-                self.whoami(),
+                self.core.whoami(),
                 self.ctx.cfg.full_ratio * 100.0
             );
             return reply_error(responder, OsdErrorCode::NoSpace, epoch, m).await;
         }
-        let version = self.log.next_version(epoch);
+        let version = self.core.log.next_version(epoch);
         let input = ExecInput {
             store: self.ctx.store.as_ref(),
-            coll: self.coll,
+            coll: self.core.coll,
             key: key.clone(),
             ops: &msg.ops,
             data: data.clone(),
             new_version: version.v,
             mtime_ms: shoal_net::now_ms(),
         };
-        let outcome = match shoal_net::runtime::blocking(|| exec::execute(input)) {
+        let backend = std::sync::Arc::clone(&self.core.backend);
+        let outcome = match shoal_net::runtime::blocking(|| backend.execute(input)) {
             Ok(o) => o,
             Err(e) => {
                 let reply = OsdOpReply {
@@ -257,7 +247,7 @@ impl Pg {
                 return;
             }
         };
-        let out = concat(outcome.data);
+        let out = super::backend::concat(outcome.data);
         OsdCounters::add(&self.ctx.counters.ops, 1);
         OsdCounters::add(&self.ctx.counters.read_bytes, out.len() as u64);
         let reply = OsdOpReply {
@@ -286,118 +276,28 @@ impl Pg {
             reqid: Some(reqid.clone()),
             code: 0,
         };
-        self.commit_change(
+        let to = self.token(responder);
+        let change = engine::NewChange {
             entry,
-            outcome.txn,
-            (outcome.delta.objects, outcome.delta.bytes),
+            txn: outcome.txn,
+            delta: (outcome.delta.objects, outcome.delta.bytes),
             reply,
             out,
-            responder,
-        )
-        .await;
-    }
-
-    /// Logs and applies a change locally and sends it to every replica.
-    async fn commit_change(
-        &mut self,
-        entry: LogEntry,
-        data_txn: shoal_objectstore::Transaction,
-        delta: (i64, i64),
-        reply: OsdOpReply,
-        out: Bytes,
-        responder: Responder,
-    ) {
-        let epoch = self.epoch();
-        let version = entry.version;
-        let encoded = match codec::encode(self.coll, &data_txn) {
-            Ok(e) => e,
-            Err(e) => return reply_error(responder, OsdErrorCode::Internal, epoch, e.0).await,
+            received: Some((data, data_crc)),
         };
-        let mut txn = data_txn;
-        self.apply_delta(delta);
-        let reqid = entry.reqid.clone();
-        let key = entry.key.clone();
-        let log_bytes = entry.encode();
-        self.log
-            .append(entry, self.ctx.cfg.log_limits, self.coll, &mut txn);
-        let ticket = match shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn)) {
-            Ok(t) => t,
-            Err(e) => {
-                // Nothing was applied: the store checks before it changes anything.
-                // Reload the log's in-memory view from the store to undo the append.
-                self.reload_log();
-                let code = exec::store_error_code(&e);
-                return reply_error(responder, code, epoch, e.to_string()).await;
-            }
-        };
-        let events = self.events.clone();
-        ticket.on_commit(move |r| {
-            let _ = events.send(PgEvent::LocalCommitted {
-                version,
-                result: r.map_err(|e| e.to_string()),
-            });
-        });
-        let (ops, chunks) = encoded;
-        let rep_data = concat(chunks);
-        let rep = RepOp {
-            pool: self.id.pool,
-            pg_seed: self.id.seed,
-            epoch,
-            interval_start: self.interval_start,
-            log_entry: log_bytes,
-            txn: ops,
-            objects_delta: delta.0,
-            bytes_delta: delta.1,
-        };
-        // Backfill targets get every change too: they hold the objects
-        // already copied (a change to one not copied yet waits for it).
-        let replicas = self.other_shards();
-        for r in &replicas {
-            self.send_rep(*r, version, rep.clone(), rep_data.clone())
-                .await;
-        }
-        if let Some(id) = &reqid {
-            self.inflight_reqids.insert(id.clone(), version);
-        }
-        self.inflight.insert(
-            version,
-            InFlight {
-                key: key.clone(),
-                reqid,
-                waiting: replicas,
-                local_done: false,
-                reply,
-                data: out,
-                responders: vec![responder],
-            },
-        );
-    }
-
-    fn apply_delta(&mut self, (objects, bytes): (i64, i64)) {
-        let info = &mut self.log.info;
-        info.objects = info.objects.saturating_add_signed(objects);
-        info.bytes = info.bytes.saturating_add_signed(bytes);
-    }
-
-    pub(super) fn reload_log(&mut self) {
-        let store = &self.ctx.store;
-        let omap = store.omap_range(
-            &self.coll,
-            &object::pg_meta_key(),
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            super::OMAP_ALL,
-        );
-        if let Ok(omap) = omap
-            && let Ok(log) = crate::log::PgLog::load(&omap.into_iter().collect())
-        {
-            self.log = log;
-        }
+        let fx = self.core.submit_change(change, to);
+        self.drive(fx).await;
     }
 
     /// Queues the change on the replica's connection (in order with the
     /// PG's earlier changes) and awaits its ack in a task.
-    async fn send_rep(&mut self, osd: i32, version: Version, rep: RepOp, data: Bytes) {
+    pub(super) async fn send_rep(&mut self, version: Version, write: ShardWrite) {
+        let ShardWrite {
+            osd,
+            msg,
+            data,
+            data_crc,
+        } = write;
         let events = self.events.clone();
         let timeout = self.ctx.cfg.peer_timeout;
         let conn = match self.conn(osd).await {
@@ -411,7 +311,7 @@ impl Pg {
                 return;
             }
         };
-        let pending = conn.submit(rep, data).await;
+        let pending = conn.submit_with_data_crc(msg, data, data_crc).await;
         tokio::spawn(async move {
             let result = match pending {
                 Ok(p) => match p.wait(timeout).await {
@@ -443,127 +343,19 @@ impl Pg {
         {
             return Ok(c.clone());
         }
-        let map = self.map.clone().ok_or_else(|| "no map yet".to_string())?;
+        let map = self
+            .core
+            .map
+            .clone()
+            .ok_or_else(|| "no map yet".to_string())?;
         let c = self.ctx.peer(&map, osd).await?;
         self.conns.insert(osd, c.clone());
         Ok(c)
     }
 
-    pub(super) async fn rep_acked(
-        &mut self,
-        version: Version,
-        from: i32,
-        r: Result<(), (Option<OsdErrorCode>, String)>,
-    ) {
-        match r {
-            Ok(()) => {}
-            Err((None, e)) => {
-                // The replica did not answer (timeout, lost connection):
-                // whether it applied the change is unknown, and a resend on
-                // a new connection could reach it out of order. Peer again,
-                // which makes the members agree; clients resend and the log
-                // recognises what was applied.
-                return self
-                    .replica_refused(version, from, OsdErrorCode::Again, e)
-                    .await;
-            }
-            Err((Some(code), e)) => {
-                return self.replica_refused(version, from, code, e).await;
-            }
-        }
-        if let Some(f) = self.inflight.get_mut(&version) {
-            f.waiting.retain(|o| *o != from);
-        }
-        self.complete_ready().await;
-    }
-
-    /// A replica could not apply a change (out of space, a failing
-    /// device): the change fails, with every later one in flight, and the
-    /// PG peers again so the members' copies agree.
-    async fn replica_refused(
-        &mut self,
-        version: Version,
-        from: i32,
-        code: OsdErrorCode,
-        e: String,
-    ) {
-        if !self.inflight.contains_key(&version) {
-            // Already failed with an earlier change: peering is under way.
-            return;
-        }
-        tracing::warn!(pg = %self.id, %version, osd = from, ?code, "replica refused a change: {e}");
-        let msg = format!("osd.{from} could not apply the change: {e}");
-        self.fail_inflight(code, &msg).await;
-        self.start_peering().await;
-    }
-
-    /// Fails every change in flight (its clients resend; the log
-    /// recognises what was applied), so peering starts from changes every
-    /// member has answered.
-    pub(super) async fn fail_inflight(&mut self, code: OsdErrorCode, why: &str) {
-        let epoch = self.epoch();
-        let failed: Vec<InFlight> = std::mem::take(&mut self.inflight).into_values().collect();
-        self.inflight_reqids.clear();
-        for f in failed {
-            for r in f.responders {
-                reply_error(r, code, epoch, why.to_string()).await;
-            }
-        }
-    }
-
-    pub(super) async fn local_committed(&mut self, version: Version, r: Result<(), String>) {
-        if let Err(e) = r {
-            // A failed commit poisons the store: nothing more is durable here.
-            tracing::error!(pg = %self.id, %version, "local commit failed: {e}");
-            return;
-        }
-        if let Some(f) = self.inflight.get_mut(&version) {
-            f.local_done = true;
-        }
-        self.complete_ready().await;
-    }
-
-    /// Answers, in version order, the changes durable on every member.
-    async fn complete_ready(&mut self) {
-        while let Some(entry) = self.inflight.first_entry() {
-            let f = entry.get();
-            if !f.local_done || !f.waiting.is_empty() {
-                break;
-            }
-            let (version, f) = entry.remove_entry();
-            if let Some(id) = &f.reqid {
-                self.inflight_reqids.remove(id);
-                if let Some(obs) = &self.ctx.observer {
-                    obs.write_acked(&crate::ctx::AckedWrite {
-                        osd: self.whoami(),
-                        pg: self.id,
-                        interval_start: self.interval_start,
-                        version,
-                        reqid: id.clone(),
-                    });
-                }
-            }
-            let mut first = true;
-            for r in f.responders {
-                let mut reply = f.reply.clone();
-                let data = if first { f.data.clone() } else { Bytes::new() };
-                if !first {
-                    reply.replayed = true;
-                    reply.results.clear();
-                }
-                first = false;
-                let _ = r.reply(reply, data).await;
-            }
-            // Reads that waited for this change see it now.
-            if !self.inflight.values().any(|g| g.key == f.key) {
-                self.run_waiting_for(&f.key).await;
-            }
-        }
-    }
-
     /// A page of the PG's objects, in hash order.
     pub(super) async fn list(&mut self, from_osd: bool, msg: PgList, responder: Responder) {
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         let fail = |code: OsdErrorCode, message: String| PgListReply {
             code: code as u32,
             message,
@@ -572,15 +364,22 @@ impl Pg {
         };
         if from_osd {
             // Recovery lists a member's own copy, whatever its role.
-        } else if !self.is_primary() {
-            let m = format!("osd.{} is not the primary of pg {}", self.whoami(), self.id);
+        } else if !self.core.is_primary() {
+            let m = format!(
+                "osd.{} is not the primary of pg {}",
+                self.core.whoami(),
+                self.core.id
+            );
             let _ = responder
                 .reply(fail(OsdErrorCode::WrongPrimary, m), Bytes::new())
                 .await;
             return;
         }
-        if !from_osd && (self.state != State::Active || !self.missing.is_empty()) {
-            let m = format!("pg {} is not active, or its primary is recovering", self.id);
+        if !from_osd && (self.core.state != State::Active || !self.core.missing.is_empty()) {
+            let m = format!(
+                "pg {} is not active, or its primary is recovering",
+                self.core.id
+            );
             let _ = responder
                 .reply(fail(OsdErrorCode::Again, m), Bytes::new())
                 .await;
@@ -593,7 +392,7 @@ impl Pg {
         let listing = shoal_net::runtime::blocking(|| {
             self.ctx
                 .store
-                .list_objects(&self.coll, start.as_ref(), max + 1)
+                .list_objects(&self.core.coll, start.as_ref(), max + 1)
         });
         let reply = match listing {
             Ok(l) => {

@@ -401,13 +401,15 @@ impl Pg {
     /// not have taken its activation yet, which would replace the missing
     /// set a push has just emptied — the simulation found this).
     pub(super) fn pump(&mut self) {
-        if self.state != super::State::Active {
+        if self.core.state != super::State::Active {
             return;
         }
         let max = self.ctx.cfg.recovery_max_active.max(1);
-        let me = self.whoami();
-        let acting = self.acting.clone();
-        let Some(map) = self.map.clone() else { return };
+        let me = self.core.whoami();
+        let acting = self.core.acting.clone();
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
         let hold = Hold::of(&map);
         loop {
             let Some(rs) = self.recovery.as_mut() else {
@@ -424,7 +426,7 @@ impl Pg {
                 match plan.and_then(|p| p.sources(&key, &acting).into_iter().find(|o| *o != me)) {
                     Some(src) => Some(src),
                     None => {
-                        tracing::warn!(pg = %self.id, object = ?key, "no member holds the object: unfound");
+                        tracing::warn!(pg = %self.core.id, object = ?key, "no member holds the object: unfound");
                         rs.unfound.insert(key);
                         // One wide search per interval; after it only an
                         // OSD coming up can bring a copy.
@@ -446,6 +448,7 @@ impl Pg {
             rs.active.insert(key.clone());
             // What the log says of the object, when it still names it.
             let expect = self
+                .core
                 .log
                 .entries()
                 .rev()
@@ -455,12 +458,13 @@ impl Pg {
                 expect,
                 ctx: Arc::clone(&self.ctx),
                 map: Arc::clone(&map),
-                pg: self.id,
+                pg: self.core.id,
                 key,
                 pull_from,
                 push_to: targets.into_iter().filter(|o| *o != me).collect(),
                 throttled: !urgent,
                 fence: recovery::CopyFence::at(&self.copy_fence),
+                backend: Arc::clone(&self.core.backend),
             };
             let events = self.events.clone();
             let generation = rs.generation;
@@ -487,8 +491,8 @@ impl Pg {
         error: Option<String>,
     ) {
         // Our copy is in the store whichever recovery made it.
-        if done.contains(&self.whoami()) {
-            self.missing.remove(&key);
+        if done.contains(&self.core.whoami()) {
+            self.core.missing.remove(&key);
         }
         let Some(rs) = self
             .recovery
@@ -511,11 +515,11 @@ impl Pg {
             let (delay, log) = rs.failed(&key, e.clone(), Instant::now());
             let object = String::from_utf8_lossy(&key.name).replace('\0', "/");
             if log {
-                tracing::warn!(pg = %self.id, object, retry_in_ms = delay.as_millis() as u64,
+                tracing::warn!(pg = %self.core.id, object, retry_in_ms = delay.as_millis() as u64,
                     "recovery of an object failed: {e}");
                 self.ctx.stats_changed.notify_one();
             } else {
-                tracing::debug!(pg = %self.id, object, "recovery of an object failed again: {e}");
+                tracing::debug!(pg = %self.core.id, object, "recovery of an object failed again: {e}");
             }
             let events = self.events.clone();
             tokio::spawn(async move {
@@ -523,18 +527,18 @@ impl Pg {
                 let _ = events.send(PgEvent::RecoveryRetry { generation });
             });
         } else if let Some(f) = rs.failures.remove(&key) {
-            tracing::info!(pg = %self.id, object = ?key, attempts = f.attempts,
+            tracing::info!(pg = %self.core.id, object = ?key, attempts = f.attempts,
                 "recovered an object after failed tries");
             self.ctx.stats_changed.notify_one();
         }
         if rs.is_done() {
-            tracing::debug!(pg = %self.id, "recovered: clean");
+            tracing::debug!(pg = %self.core.id, "recovered: clean");
             self.recovery = None;
             self.plan = None;
             self.ctx.stats_changed.notify_one();
             self.clean();
         }
-        if complete || !self.missing.contains(&key) {
+        if complete || !self.core.missing.contains(&key) {
             self.run_waiting_for(&key).await;
         }
         self.pump();
@@ -555,7 +559,7 @@ impl Pg {
             .recovery
             .as_ref()
             .is_some_and(|r| r.generation == generation && !r.unfound.is_empty());
-        if !still || !self.is_primary() || self.state != super::State::Active {
+        if !still || !self.core.is_primary() || self.core.state != super::State::Active {
             return;
         }
         self.search_everywhere = true;
@@ -624,6 +628,8 @@ struct ObjectRecovery {
     throttled: bool,
     /// Refuses the copy once the PG's recovery started over.
     fence: recovery::CopyFence,
+    /// How the PG's data is read and installed.
+    backend: Arc<dyn super::backend::PgBackend>,
 }
 
 impl ObjectRecovery {
@@ -656,11 +662,17 @@ impl ObjectRecovery {
     /// Pulls the object from `peer`, or pushes ours to it.
     async fn copy(&self, peer: i32, pull: bool) -> Result<(), String> {
         let conn = self.ctx.peer(&self.map, peer).await?;
-        let (ctx, pg, epoch, key) = (&self.ctx, self.pg, self.map.epoch.0, &self.key);
+        let c = recovery::Copier {
+            ctx: &self.ctx,
+            backend: self.backend.as_ref(),
+            pg: self.pg,
+            epoch: self.map.epoch.0,
+            fence: &self.fence,
+        };
         if pull {
-            recovery::pull_object(ctx, pg, epoch, &conn, key, self.expect, &self.fence).await
+            recovery::pull_object(c, &conn, &self.key, self.expect).await
         } else {
-            recovery::push_object(ctx, pg, epoch, &conn, key, self.expect, &self.fence).await
+            recovery::push_object(c, &conn, &self.key, self.expect).await
         }
     }
 }

@@ -100,7 +100,7 @@ fn key_name(k: &ObjectKey) -> String {
 impl Pg {
     /// `scrub`, `deep-scrub`, `repair` or `query`, sent to the primary.
     pub(super) async fn command(&mut self, msg: PgCommand, responder: Responder) {
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         if msg.command == "query" {
             let out = self.query_json();
             return send(
@@ -120,15 +120,19 @@ impl Pg {
                 );
             }
         };
-        if !self.is_primary() {
-            let m = format!("osd.{} is not the primary of pg {}", self.whoami(), self.id);
+        if !self.core.is_primary() {
+            let m = format!(
+                "osd.{} is not the primary of pg {}",
+                self.core.whoami(),
+                self.core.id
+            );
             return send(
                 responder,
                 command_reply(OsdErrorCode::WrongPrimary, epoch, m, Value::Null),
             );
         }
         if !self.active_clean() {
-            let m = format!("pg {} is not active+clean", self.id);
+            let m = format!("pg {} is not active+clean", self.core.id);
             return send(
                 responder,
                 command_reply(OsdErrorCode::Again, epoch, m, Value::Null),
@@ -147,7 +151,7 @@ impl Pg {
         self.scrub = Some(ScrubJob {
             deep,
             repair,
-            interval_start: self.interval_start,
+            interval_start: self.core.interval_start,
             cursor: None,
             scrubbed: 0,
             found: Vec::new(),
@@ -159,11 +163,11 @@ impl Pg {
 
     /// The periodic check: starts a scrub when one is due.
     pub(super) fn scrub_tick(&mut self, now_ms: u64, every_ms: u64, deep_every_ms: u64) {
-        if !self.is_primary() || !self.active_clean() || self.scrub.is_some() {
+        if !self.core.is_primary() || !self.active_clean() || self.scrub.is_some() {
             return;
         }
         // As Ceph's flags: they hold scheduled scrubs, not asked-for ones.
-        let flag = |f: &str| self.map.as_ref().is_some_and(|m| m.has_flag(f));
+        let flag = |f: &str| self.core.map.as_ref().is_some_and(|m| m.has_flag(f));
         let (noscrub, nodeep) = (flag("noscrub"), flag("nodeep-scrub"));
         let rec = &self.scrub_record;
         if !nodeep && now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
@@ -176,9 +180,9 @@ impl Pg {
     /// Ends the job with an error for its waiters.
     pub(super) fn abort_scrub(&mut self, why: &str) {
         if let Some(job) = self.scrub.take() {
-            let epoch = self.epoch();
+            let epoch = self.core.epoch();
             for w in job.waiters {
-                let m = format!("scrub of pg {} stopped: {why}", self.id);
+                let m = format!("scrub of pg {} stopped: {why}", self.core.id);
                 send(w, command_reply(OsdErrorCode::Again, epoch, m, Value::Null));
             }
         }
@@ -187,13 +191,13 @@ impl Pg {
     /// Scrubs the next chunk.
     pub(super) async fn scrub_step(&mut self) {
         let Some(job) = &self.scrub else { return };
-        if job.interval_start != self.interval_start || !self.is_primary() {
+        if job.interval_start != self.core.interval_start || !self.core.is_primary() {
             return self.abort_scrub("the PG changed interval");
         }
         if !self.active_clean() {
             return self.abort_scrub("the PG is not active+clean");
         }
-        if !self.inflight.is_empty() {
+        if !self.core.inflight.is_empty() {
             // Wait until every member has every change.
             let events = self.events.clone();
             tokio::spawn(async move {
@@ -220,7 +224,7 @@ impl Pg {
         let page = shoal_net::runtime::blocking(|| {
             self.ctx
                 .store
-                .list_objects(&self.coll, cursor.as_ref(), CHUNK)
+                .list_objects(&self.core.coll, cursor.as_ref(), CHUNK)
         })
         .map_err(|e| e.to_string())?;
         let mine: Vec<_> = page
@@ -229,16 +233,16 @@ impl Pg {
             .filter(|k| k.name.first() != Some(&0))
             .map(|k| {
                 shoal_net::runtime::blocking(|| {
-                    summarize(self.ctx.store.as_ref(), &self.coll, k, deep)
+                    summarize(self.ctx.store.as_ref(), &self.core.coll, k, deep)
                 })
             })
             .collect();
         let last = page.objects.last().cloned();
         let more = page.next.is_some();
         let req = PgScrub {
-            pool: self.id.pool,
-            pg_seed: self.id.seed,
-            epoch: self.epoch(),
+            pool: self.core.id.pool,
+            pg_seed: self.core.id.seed,
+            epoch: self.core.epoch(),
             deep,
             start_hash: cursor.as_ref().map_or(0, |c| c.hash),
             start_name: cursor.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
@@ -248,8 +252,8 @@ impl Pg {
             has_end: more,
         };
         let mut maps = BTreeMap::new();
-        maps.insert(self.whoami(), mine);
-        for r in self.replicas() {
+        maps.insert(self.core.whoami(), mine);
+        for r in self.core.replicas() {
             let conn = self.conn(r).await?;
             let reply = conn
                 .request_with_timeout(req.clone(), Bytes::new(), self.ctx.cfg.peer_timeout)
@@ -266,7 +270,7 @@ impl Pg {
             }
             maps.insert(r, m.objects);
         }
-        let found = compare(self.whoami(), &maps);
+        let found = compare(self.core.whoami(), &maps);
         let repair = self.scrub.as_ref().is_some_and(|j| j.repair);
         let mut repaired = 0;
         if repair {
@@ -289,7 +293,7 @@ impl Pg {
         let Some(auth) = inc.auth else {
             return Ok(0);
         };
-        let me = self.whoami();
+        let me = self.core.whoami();
         if auth != me && inc.bad.contains(&me) {
             let src = self.conn(auth).await?;
             self.pull_one(&src, &inc.key).await?;
@@ -305,12 +309,23 @@ impl Pg {
 
     async fn pull_one(&mut self, src: &Connection, key: &ObjectKey) -> Result<(), String> {
         let fence = recovery::CopyFence::fixed();
-        recovery::pull_object(&self.ctx, self.id, self.epoch(), src, key, None, &fence).await
+        recovery::pull_object(self.copier(&fence), src, key, None).await
     }
 
     async fn push_one(&mut self, dst: &Connection, key: &ObjectKey) -> Result<(), String> {
         let fence = recovery::CopyFence::fixed();
-        recovery::push_object(&self.ctx, self.id, self.epoch(), dst, key, None, &fence).await
+        recovery::push_object(self.copier(&fence), dst, key, None).await
+    }
+
+    /// Repair's copies: of this interval, never fenced off.
+    fn copier<'a>(&'a self, fence: &'a recovery::CopyFence) -> recovery::Copier<'a> {
+        recovery::Copier {
+            ctx: &self.ctx,
+            backend: self.core.backend.as_ref(),
+            pg: self.core.id,
+            epoch: self.core.epoch(),
+            fence,
+        }
     }
 
     fn finish_scrub(&mut self) {
@@ -336,17 +351,17 @@ impl Pg {
         self.ctx.stats_changed.notify_one();
         let mut t = Transaction::new();
         t.omap_set_keys(
-            self.coll,
+            self.core.coll,
             pg_meta_key(),
             BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
         );
         let _ = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(t));
         if !job.found.is_empty() {
-            tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
+            tracing::warn!(pg = %self.core.id, errors = job.found.len(), repaired = job.repaired,
                 "scrub found inconsistent objects");
         }
         let out = json!({
-            "pgid": self.id.to_string(),
+            "pgid": self.core.id.to_string(),
             "deep": job.deep,
             "repair": job.repair,
             "objects": job.scrubbed,
@@ -359,7 +374,7 @@ impl Pg {
                 "why": i.why,
             })).collect::<Vec<_>>(),
         });
-        let epoch = self.epoch();
+        let epoch = self.core.epoch();
         for w in job.waiters {
             send(
                 w,
@@ -383,14 +398,19 @@ impl Pg {
                 let page = self
                     .ctx
                     .store
-                    .list_objects(&self.coll, cursor.as_ref(), CHUNK)
+                    .list_objects(&self.core.coll, cursor.as_ref(), CHUNK)
                     .map_err(|e| e.to_string())?;
                 for k in &page.objects {
                     if end.as_ref().is_some_and(|e| k > e) {
                         return Ok(());
                     }
                     if k.name.first() != Some(&0) {
-                        objects.push(summarize(self.ctx.store.as_ref(), &self.coll, k, msg.deep));
+                        objects.push(summarize(
+                            self.ctx.store.as_ref(),
+                            &self.core.coll,
+                            k,
+                            msg.deep,
+                        ));
                     }
                 }
                 match page.next {
@@ -416,16 +436,16 @@ impl Pg {
     }
 
     fn query_json(&self) -> Value {
-        let info = &self.log.info;
+        let info = &self.core.log.info;
         json!({
-            "pgid": self.id.to_string(),
-            "state": self.stat().map(|s| s.state).unwrap_or_else(|| format!("{:?}", self.state)),
-            "epoch": self.epoch(),
-            "up": self.up,
-            "acting": self.acting,
-            "primary": self.primary,
-            "interval_start": self.interval_start,
-            "previous_acting": self.prior,
+            "pgid": self.core.id.to_string(),
+            "state": self.stat().map(|s| s.state).unwrap_or_else(|| format!("{:?}", self.core.state)),
+            "epoch": self.core.epoch(),
+            "up": self.core.up,
+            "acting": self.core.acting,
+            "primary": self.core.primary,
+            "interval_start": self.core.interval_start,
+            "previous_acting": self.core.prior,
             "info": {
                 "last_update": info.last_update.to_string(),
                 "log_tail": info.log_tail.to_string(),
@@ -433,11 +453,11 @@ impl Pg {
                 "objects": info.objects,
                 "bytes": info.bytes,
             },
-            "log_entries": self.log.len(),
+            "log_entries": self.core.log.len(),
             "missing": self.missing_json(),
             "peering": self.peering_json(),
             "ops_waiting": self.waiting.len(),
-            "ops_in_flight": self.inflight.len(),
+            "ops_in_flight": self.core.inflight.len(),
             "scrub": {
                 "running": self.scrub.is_some(),
                 "last_scrub_ms": self.scrub_record.stamp_ms,

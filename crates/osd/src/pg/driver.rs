@@ -1,0 +1,146 @@
+//! The driver: carries out the effects of the engine's steps
+//! ([`super::engine`]) — replies on the requests' handles, store
+//! transactions whose commits come back as events or acks, replicated
+//! changes on the members' connections.
+
+use bytes::Bytes;
+use shoal_net::Responder;
+use shoal_objectstore::Transaction;
+use shoal_proto::{OsdErrorCode, RepOpReply};
+
+use super::engine::{Effect, ReplyTo, Then};
+use super::{Pg, PgEvent};
+use crate::exec::store_error_code;
+
+impl Pg {
+    /// Holds `r` until an effect answers it; the engine names it by the token.
+    pub(super) fn token(&mut self, r: Responder) -> ReplyTo {
+        self.next_reply += 1;
+        self.replies.insert(self.next_reply, r);
+        ReplyTo(self.next_reply)
+    }
+
+    fn take_reply(&mut self, to: ReplyTo) -> Option<Responder> {
+        let r = self.replies.remove(&to.0);
+        if r.is_none() {
+            tracing::error!(pg = %self.core.id, token = to.0, "an effect names a reply already sent");
+        }
+        r
+    }
+
+    /// Carries out a step's effects, in order.
+    pub(super) async fn drive(&mut self, effects: Vec<Effect>) {
+        self.drive_replying(effects, false).await;
+    }
+
+    /// [`Pg::drive`] for a step answering a peer OSD: its replies leave
+    /// from tasks of their own, after the step.
+    pub(super) async fn drive_for_peer(&mut self, effects: Vec<Effect>) {
+        self.drive_replying(effects, true).await;
+    }
+
+    async fn drive_replying(&mut self, effects: Vec<Effect>, later: bool) {
+        for e in effects {
+            match e {
+                Effect::Reply { to, msg, data } => {
+                    if let Some(r) = self.take_reply(to) {
+                        if later {
+                            tokio::spawn(async move {
+                                let _ = r.reply(msg, data).await;
+                            });
+                        } else {
+                            let _ = r.send(msg, data);
+                        }
+                    }
+                }
+                Effect::Apply { txn, then } => self.apply(txn, then).await,
+                Effect::Replicate { version, write } => {
+                    if self.core.inflight.contains_key(&version) {
+                        self.send_rep(version, write).await;
+                    }
+                }
+                Effect::Wrote(n) => self.ctx.note_written(n),
+                Effect::Acked(w) => {
+                    if let Some(obs) = &self.ctx.observer {
+                        obs.write_acked(&w);
+                    }
+                }
+                Effect::StartPeering => Box::pin(self.start_peering()).await,
+                Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
+            }
+        }
+    }
+
+    /// Fails every change in flight (see [`super::engine::PgCore::fail_inflight`]).
+    pub(super) async fn fail_inflight(&mut self, code: OsdErrorCode, why: &str) {
+        let fx = self.core.fail_inflight(code, why);
+        self.drive(fx).await;
+    }
+
+    /// Queues a transaction; its commit answers or comes back as an event.
+    async fn apply(&mut self, txn: Transaction, then: Then) {
+        let queued = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn));
+        let ticket = match queued {
+            Ok(t) => t,
+            Err(e) => {
+                // Nothing was applied: the store checks before it changes
+                // anything. The log's view goes back to the store's.
+                let code = store_error_code(&e);
+                match then {
+                    Then::AckRep { to, epoch } => {
+                        self.core.reload_log();
+                        let fx = vec![Effect::Reply {
+                            to,
+                            msg: RepOpReply {
+                                code: code as u32,
+                                message: e.to_string(),
+                                epoch,
+                            }
+                            .into(),
+                            data: Bytes::new(),
+                        }];
+                        Box::pin(self.drive_for_peer(fx)).await;
+                    }
+                    Then::Local(version) => {
+                        let fx = self.core.local_refused(version, code, e.to_string());
+                        Box::pin(self.drive(fx)).await;
+                    }
+                }
+                return;
+            }
+        };
+        match then {
+            Then::AckRep { to, epoch } => {
+                let Some(responder) = self.take_reply(to) else {
+                    return;
+                };
+                // The ack leaves from the runtime (the commit callback may
+                // run on the store's commit thread).
+                let rt = tokio::runtime::Handle::current();
+                ticket.on_commit(move |r| {
+                    let (code, message) = match r {
+                        Ok(()) => (OsdErrorCode::Ok, String::new()),
+                        Err(e) => (store_error_code(&e), e.to_string()),
+                    };
+                    let reply = RepOpReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                    };
+                    rt.spawn(async move {
+                        let _ = responder.reply(reply, Bytes::new()).await;
+                    });
+                });
+            }
+            Then::Local(version) => {
+                let events = self.events.clone();
+                ticket.on_commit(move |r| {
+                    let _ = events.send(PgEvent::LocalCommitted {
+                        version,
+                        result: r.map_err(|e| e.to_string()),
+                    });
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! The PG engine's state and its step functions: each takes the state and
+//! one event and returns the effects the driver ([`super::Pg`]) carries
+//! out — replies, store transactions whose commits come back as events,
+//! messages to members, notes for the monitors' statistics. A step does no
+//! I/O of its own beyond reading the local store (a read is part of the
+//! state it decides on, as in Ceph's PG); the driver owns the network, the
+//! store's commit callbacks, timers and the reply handles, which a step
+//! names by [`ReplyTo`] tokens. So each step is tested alone: one event
+//! in, exact effects out (the tests at the end of this file).
+//!
+//! Converted so far: the replica's side (apply a change, answer a query,
+//! take an activation, install or serve a recovery step) and the
+//! primary's replication bookkeeping (submit a change through the
+//! backend, take the members' acks and the local commit, answer in
+//! version order, fail what is in flight). Peering, recovery and scrub
+//! still run as methods of the driver.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_maps::{OsdMap, PgId, Pool};
+use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
+use shoal_proto::{
+    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
+};
+
+use super::State;
+use super::backend::{Change, PgBackend, ShardWrite};
+use crate::codec;
+use crate::copy;
+use crate::ctx::{AckedWrite, OsdCounters, PgConfig};
+use crate::log::{Dup, LogEntry, PgInfoData, PgLog, ReqId, Version};
+use crate::missing::MissingSet;
+use crate::object;
+use crate::pieces::Records;
+
+/// Names a request the driver holds the reply handle of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplyTo(pub u64);
+
+/// What the driver does once a queued transaction is durable (or failed).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Then {
+    /// Answer a replicated request with a [`RepOpReply`] carrying the
+    /// commit's outcome (from the store's commit thread: no PG hop).
+    AckRep {
+        /// The request.
+        to: ReplyTo,
+        /// Our epoch, for the reply.
+        epoch: u32,
+    },
+    /// The primary's own copy of change `Version` is durable: an event.
+    Local(Version),
+}
+
+/// What a step asks of the driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Answer `to`.
+    Reply {
+        /// The request.
+        to: ReplyTo,
+        /// The answer.
+        msg: Message,
+        /// Its data part.
+        data: Bytes,
+    },
+    /// Queue a store transaction; `then` once durable. If the store
+    /// refuses it (it checks before it changes anything) the driver
+    /// reloads the log and answers with the store's error.
+    Apply {
+        /// The transaction.
+        txn: Transaction,
+        /// What its commit does.
+        then: Then,
+    },
+    /// Send a replicated change to a member (in order with the PG's
+    /// earlier changes); its ack comes back as `RepAcked`. Skipped if the
+    /// change is no longer in flight when its turn comes.
+    Replicate {
+        /// The change.
+        version: Version,
+        /// The member, message and data.
+        write: ShardWrite,
+    },
+    /// Bytes written, towards the next check of the store's space.
+    Wrote(u64),
+    /// A write was acknowledged (for an observer, when one watches).
+    Acked(AckedWrite),
+    /// Peer again (a member refused or lost a change).
+    StartPeering,
+    /// Ops waiting on the object's changes in flight may run.
+    RunWaiting(ObjectKey),
+}
+
+/// A change being replicated, answered once durable everywhere.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    /// The object it changes.
+    pub key: ObjectKey,
+    pub reqid: Option<ReqId>,
+    pub waiting: Vec<i32>,
+    pub local_done: bool,
+    pub reply: OsdOpReply,
+    pub data: Bytes,
+    pub responders: Vec<ReplyTo>,
+}
+
+/// A client's change, executed and ready to log and replicate.
+#[derive(Debug)]
+pub(super) struct NewChange {
+    /// Its log entry.
+    pub entry: LogEntry,
+    /// What it does to the objects.
+    pub txn: Transaction,
+    /// Change of the PG's object count and bytes.
+    pub delta: (i64, i64),
+    /// The client's answer once durable everywhere.
+    pub reply: OsdOpReply,
+    /// The answer's data part.
+    pub out: Bytes,
+    /// The client's data part and its checked checksum.
+    pub received: Option<(Bytes, u32)>,
+}
+
+/// The PG's state: what every step reads and changes.
+#[derive(Debug)]
+pub struct PgCore {
+    pub(super) id: PgId,
+    pub(super) coll: CollectionId,
+    pub(super) whoami: i32,
+    pub(super) cfg: PgConfig,
+    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) backend: Arc<dyn PgBackend>,
+    pub(super) counters: Arc<OsdCounters>,
+    /// An observer watches acknowledged writes (simulation).
+    pub(super) observed: bool,
+    pub(super) map: Option<Arc<OsdMap>>,
+    pub(super) pool: Option<Pool>,
+    pub(super) up: Vec<i32>,
+    pub(super) acting: Vec<i32>,
+    pub(super) primary: i32,
+    pub(super) prior: Vec<i32>,
+    pub(super) interval_start: u32,
+    pub(super) state: State,
+    pub(super) log: PgLog,
+    /// The objects our copy lacks (persisted).
+    pub(super) missing: MissingSet,
+    /// Replica: the pieces of an activation received so far (its
+    /// interval, the next piece's number, the records).
+    pub(super) activation_pieces: Option<(u32, u32, Records)>,
+    pub(super) inflight: BTreeMap<Version, InFlight>,
+    pub(super) inflight_reqids: HashMap<ReqId, Version>,
+}
+
+fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
+    Effect::Reply {
+        to,
+        msg: RepOpReply {
+            code: code as u32,
+            message,
+            epoch,
+        }
+        .into(),
+        data: Bytes::new(),
+    }
+}
+
+/// An op's error answer.
+pub(super) fn op_error(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
+    Effect::Reply {
+        to,
+        msg: OsdOpReply {
+            code: code as u32,
+            message,
+            epoch,
+            ..OsdOpReply::default()
+        }
+        .into(),
+        data: Bytes::new(),
+    }
+}
+
+impl PgCore {
+    pub(super) fn epoch(&self) -> u32 {
+        self.map.as_ref().map_or(0, |m| m.epoch.0)
+    }
+
+    pub(super) fn whoami(&self) -> i32 {
+        self.whoami
+    }
+
+    pub(super) fn is_primary(&self) -> bool {
+        self.primary == self.whoami && self.primary >= 0
+    }
+
+    /// Backfill targets: up members outside the acting set (while a
+    /// `pg_temp` keeps complete members serving the PG).
+    pub(super) fn backfill_targets(&self) -> Vec<i32> {
+        self.up
+            .iter()
+            .copied()
+            .filter(|o| *o >= 0 && !self.acting.contains(o))
+            .collect()
+    }
+
+    /// Every member that holds the PG's data in this interval: the acting
+    /// set, then the backfill targets.
+    pub(super) fn shards(&self) -> Vec<i32> {
+        let mut out: Vec<i32> = self.acting.iter().copied().filter(|o| *o >= 0).collect();
+        out.extend(self.backfill_targets());
+        out
+    }
+
+    /// [`PgCore::shards`] but us: where changes are replicated.
+    pub(super) fn other_shards(&self) -> Vec<i32> {
+        let me = self.whoami;
+        self.shards().into_iter().filter(|o| *o != me).collect()
+    }
+
+    pub(super) fn replicas(&self) -> Vec<i32> {
+        let me = self.whoami;
+        self.acting
+            .iter()
+            .copied()
+            .filter(|o| *o != me && *o >= 0)
+            .collect()
+    }
+
+    /// A primary's message is stale when the primary had not yet seen the
+    /// map in which our interval began (members may see an interval begin
+    /// at different epochs: one that first hears of the PG later starts
+    /// its interval later; a primary that has seen our first epoch and
+    /// still sends is in the same interval as we are).
+    fn stale(&self, sender_epoch: u32) -> bool {
+        sender_epoch < self.interval_start
+    }
+
+    /// Reloads the log's in-memory view from the store (after the store
+    /// refused a transaction whose log entry was already appended here).
+    pub(super) fn reload_log(&mut self) {
+        let omap = self.store.omap_range(
+            &self.coll,
+            &object::pg_meta_key(),
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            super::OMAP_ALL,
+        );
+        if let Ok(omap) = omap
+            && let Ok(log) = PgLog::load(&omap.into_iter().collect())
+        {
+            self.log = log;
+        }
+    }
+
+    fn apply_delta(&mut self, (objects, bytes): (i64, i64)) {
+        let info = &mut self.log.info;
+        info.objects = info.objects.saturating_add_signed(objects);
+        info.bytes = info.bytes.saturating_add_signed(bytes);
+    }
+
+    // ---- the replica's side -------------------------------------------
+
+    /// A change from the primary, applied atomically with its log entry.
+    pub(super) fn rep_op(&mut self, msg: RepOp, data: Bytes, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        if self.stale(msg.epoch) {
+            let m = format!(
+                "replication from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
+            return vec![rep_reply(to, OsdErrorCode::StaleEpoch, epoch, m)];
+        }
+        let entry = match LogEntry::decode(&msg.log_entry) {
+            Ok(e) => e,
+            Err(e) => {
+                return vec![rep_reply(
+                    to,
+                    OsdErrorCode::InvalidArgument,
+                    epoch,
+                    e.to_string(),
+                )];
+            }
+        };
+        let last = self.log.info.last_update;
+        if entry.version <= last
+            && (entry.version <= self.log.info.log_tail
+                || self.log.entries().any(|e| e.version == entry.version))
+        {
+            // Already applied (a resend after a reconnect).
+            return vec![rep_reply(to, OsdErrorCode::Ok, epoch, String::new())];
+        }
+        if entry.version <= last || entry.version.v != last.v + 1 {
+            // Changes apply in order, each the one after our newest: a gap
+            // (or an older change we never had) means we missed one. The
+            // primary fails what is in flight and peers again.
+            let m = format!(
+                "pg {}: change {} out of order (ours ends at {last})",
+                self.id, entry.version
+            );
+            return vec![rep_reply(to, OsdErrorCode::Again, epoch, m)];
+        }
+        let mut txn = match codec::decode(self.coll, &msg.txn, &data) {
+            Ok(t) => t,
+            Err(e) => return vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e.0)],
+        };
+        self.apply_delta((msg.objects_delta, msg.bytes_delta));
+        self.log
+            .append(entry, self.cfg.log_limits, self.coll, &mut txn);
+        OsdCounters::add(&self.counters.rep_ops, 1);
+        vec![
+            Effect::Wrote(data.len() as u64),
+            Effect::Apply {
+                txn,
+                then: Then::AckRep { to, epoch },
+            },
+        ]
+    }
+
+    /// The primary asks what we have (one piece of it).
+    pub(super) fn query(&self, msg: PgQuery, to: ReplyTo) -> Vec<Effect> {
+        let all = Records {
+            log: self.log.entries().map(LogEntry::encode).collect(),
+            dups: self.log.dups().map(Dup::encode).collect(),
+            missing: self.missing.encode(),
+        };
+        let (piece, more) = all.piece(msg.piece, self.cfg.peering_piece_bytes);
+        let reply = PgInfo {
+            pool: self.id.pool,
+            pg_seed: self.id.seed,
+            epoch: self.epoch(),
+            info: self.log.info.encode(),
+            log: piece.log,
+            activate: false,
+            interval_start: msg.interval_start,
+            missing: piece.missing,
+            backfill: false,
+            dups: piece.dups,
+            more,
+            piece: msg.piece,
+        };
+        vec![Effect::Reply {
+            to,
+            msg: reply.into(),
+            data: Bytes::new(),
+        }]
+    }
+
+    /// The primary's authoritative log: ours becomes the same (once its
+    /// last piece is in).
+    pub(super) fn activate(&mut self, mut msg: PgInfo, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        if self.stale(msg.epoch) {
+            let m = format!(
+                "activation from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
+            return vec![rep_reply(to, OsdErrorCode::StaleEpoch, epoch, m)];
+        }
+        if msg.more || msg.piece > 0 {
+            let piece = Records {
+                log: std::mem::take(&mut msg.log),
+                dups: std::mem::take(&mut msg.dups),
+                missing: std::mem::take(&mut msg.missing),
+            };
+            let mut so_far = match self.activation_pieces.take() {
+                _ if msg.piece == 0 => Records::default(),
+                Some((start, next, r)) if start == msg.interval_start && next == msg.piece => r,
+                _ => {
+                    let m = format!(
+                        "pg {}: activation piece {} out of order",
+                        self.id, msg.piece
+                    );
+                    return vec![rep_reply(to, OsdErrorCode::Again, epoch, m)];
+                }
+            };
+            so_far.extend(piece);
+            if msg.more {
+                let next = msg.piece.saturating_add(1);
+                self.activation_pieces = Some((msg.interval_start, next, so_far));
+                return vec![rep_reply(to, OsdErrorCode::Ok, epoch, String::new())];
+            }
+            msg.log = so_far.log;
+            msg.dups = so_far.dups;
+            msg.missing = so_far.missing;
+        }
+        self.activation_pieces = None;
+        let decoded = PgInfoData::decode(&msg.info).and_then(|info| {
+            let entries: Result<Vec<LogEntry>, _> =
+                msg.log.iter().map(|b| LogEntry::decode(b)).collect();
+            let dups: Result<Vec<Dup>, _> = msg.dups.iter().map(|b| Dup::decode(b)).collect();
+            Ok((info, entries?, dups?, MissingSet::decode(&msg.missing)?))
+        });
+        let (mut info, entries, dups, missing) = match decoded {
+            Ok(d) => d,
+            Err(e) => {
+                return vec![rep_reply(
+                    to,
+                    OsdErrorCode::InvalidArgument,
+                    epoch,
+                    e.to_string(),
+                )];
+            }
+        };
+        info.last_epoch_started = msg.interval_start;
+        let mut txn = Transaction::new();
+        // Copies the previous primary left half made will not be finished.
+        if let Err(e) = copy::remove_temps(self.store.as_ref(), self.coll, &mut txn) {
+            let code = crate::exec::store_error_code(&e);
+            return vec![rep_reply(to, code, epoch, e.to_string())];
+        }
+        if msg.backfill {
+            // Our copy is too old for the log: start from an empty one,
+            // and lack every object until the primary pushes it.
+            txn = Transaction::new();
+            txn.remove_collection(self.coll);
+            txn.create_collection(self.coll);
+            self.log = PgLog::default();
+            self.missing = MissingSet::default();
+        }
+        let limits = self.cfg.log_limits;
+        self.log
+            .replace(info, entries, dups, limits, self.coll, &mut txn);
+        self.missing.replace(missing, self.coll, &mut txn);
+        if self.shards().contains(&self.whoami) {
+            self.state = State::ReplicaActive;
+        }
+        vec![Effect::Apply {
+            txn,
+            then: Then::AckRep { to, epoch },
+        }]
+    }
+
+    /// Recovery: install one step of the primary's copy of an object.
+    pub(super) fn push(&mut self, msg: PgPush, data: Bytes, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        if msg.epoch < self.interval_start {
+            // A copy from an interval that ended may be older than what
+            // this interval wrote since.
+            let why = format!(
+                "push from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
+            return vec![rep_reply(to, OsdErrorCode::StaleEpoch, epoch, why)];
+        }
+        match self
+            .backend
+            .install_step(self.store.as_ref(), self.coll, &msg, data)
+        {
+            Ok(txn) => {
+                let (_, after) = copy::bounds(&msg);
+                if !msg.exists || copy::is_complete(&after) {
+                    // The transaction takes the object out of the persisted set.
+                    self.missing
+                        .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
+                    OsdCounters::add(&self.counters.recovered, 1);
+                }
+                vec![Effect::Apply {
+                    txn,
+                    then: Then::AckRep { to, epoch },
+                }]
+            }
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "refused a pushed step: {e}");
+                vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e)]
+            }
+        }
+    }
+
+    /// Recovery: send the next step of our copy of an object to the primary.
+    pub(super) fn pull(&self, msg: PgPull, to: ReplyTo) -> Vec<Effect> {
+        let key = ObjectKey::new(msg.hash, msg.name.clone());
+        let before = msg.progress.clone().unwrap_or_else(copy::start);
+        let limits = self
+            .cfg
+            .copy_limits
+            .narrowed(msg.data_bytes_max, msg.omap_bytes_max);
+        let epoch = self.epoch();
+        match self
+            .backend
+            .read_step(self.store.as_ref(), self.coll, &key, &before, limits)
+        {
+            Ok((mut push, data)) => {
+                push.pool = self.id.pool;
+                push.pg_seed = self.id.seed;
+                push.epoch = epoch;
+                vec![Effect::Reply {
+                    to,
+                    msg: push.into(),
+                    data,
+                }]
+            }
+            Err(e) => {
+                let code = crate::exec::store_error_code(&e);
+                vec![rep_reply(to, code, epoch, e.to_string())]
+            }
+        }
+    }
+
+    // ---- the primary's replication ------------------------------------
+
+    /// Logs a change, records it in flight and hands it to the backend:
+    /// this OSD's transaction, then each other member's part.
+    pub(super) fn submit_change(&mut self, c: NewChange, to: ReplyTo) -> Vec<Effect> {
+        let NewChange {
+            entry,
+            txn: data_txn,
+            delta,
+            reply,
+            out,
+            received,
+        } = c;
+        let epoch = self.epoch();
+        let version = entry.version;
+        let members = self.other_shards();
+        let rep = RepOp {
+            pool: self.id.pool,
+            pg_seed: self.id.seed,
+            epoch,
+            interval_start: self.interval_start,
+            log_entry: entry.encode(),
+            txn: Vec::new(),
+            objects_delta: delta.0,
+            bytes_delta: delta.1,
+        };
+        let sub = match self.backend.submit(Change {
+            coll: self.coll,
+            txn: data_txn,
+            members: &members,
+            rep,
+            received,
+        }) {
+            Ok(s) => s,
+            Err(e) => return vec![op_error(to, OsdErrorCode::Internal, epoch, e.0)],
+        };
+        let mut txn = sub.local;
+        self.apply_delta(delta);
+        let reqid = entry.reqid.clone();
+        let key = entry.key.clone();
+        self.log
+            .append(entry, self.cfg.log_limits, self.coll, &mut txn);
+        if let Some(id) = &reqid {
+            self.inflight_reqids.insert(id.clone(), version);
+        }
+        self.inflight.insert(
+            version,
+            InFlight {
+                key,
+                reqid,
+                waiting: members,
+                local_done: false,
+                reply,
+                data: out,
+                responders: vec![to],
+            },
+        );
+        let mut fx = Vec::with_capacity(1 + sub.shards.len());
+        fx.push(Effect::Apply {
+            txn,
+            then: Then::Local(version),
+        });
+        // Backfill targets get every change too: they hold the objects
+        // already copied (a change to one not copied yet waits for it).
+        fx.extend(
+            sub.shards
+                .into_iter()
+                .map(|write| Effect::Replicate { version, write }),
+        );
+        fx
+    }
+
+    /// The store refused our own copy of change `version` (nothing of it
+    /// was applied): the log's view goes back to the store's, and the
+    /// change fails.
+    pub(super) fn local_refused(
+        &mut self,
+        version: Version,
+        code: OsdErrorCode,
+        why: String,
+    ) -> Vec<Effect> {
+        self.reload_log();
+        let Some(f) = self.inflight.remove(&version) else {
+            return Vec::new();
+        };
+        if let Some(id) = &f.reqid {
+            self.inflight_reqids.remove(id);
+        }
+        let epoch = self.epoch();
+        f.responders
+            .into_iter()
+            .map(|to| op_error(to, code, epoch, why.clone()))
+            .collect()
+    }
+
+    /// A member acked (or failed) a change.
+    pub(super) fn rep_acked(
+        &mut self,
+        version: Version,
+        from: i32,
+        r: Result<(), (Option<OsdErrorCode>, String)>,
+    ) -> Vec<Effect> {
+        match r {
+            Ok(()) => {
+                if let Some(f) = self.inflight.get_mut(&version) {
+                    f.waiting.retain(|o| *o != from);
+                }
+                self.complete_ready()
+            }
+            // The replica did not answer (timeout, lost connection):
+            // whether it applied the change is unknown, and a resend on a
+            // new connection could reach it out of order. Peer again,
+            // which makes the members agree; clients resend and the log
+            // recognises what was applied.
+            Err((None, e)) => self.replica_refused(version, from, OsdErrorCode::Again, e),
+            Err((Some(code), e)) => self.replica_refused(version, from, code, e),
+        }
+    }
+
+    /// A replica could not apply a change (out of space, a failing
+    /// device): the change fails, with every later one in flight, and the
+    /// PG peers again so the members' copies agree.
+    fn replica_refused(
+        &mut self,
+        version: Version,
+        from: i32,
+        code: OsdErrorCode,
+        e: String,
+    ) -> Vec<Effect> {
+        if !self.inflight.contains_key(&version) {
+            // Already failed with an earlier change: peering is under way.
+            return Vec::new();
+        }
+        tracing::warn!(pg = %self.id, %version, osd = from, ?code, "replica refused a change: {e}");
+        let msg = format!("osd.{from} could not apply the change: {e}");
+        let mut fx = self.fail_inflight(code, &msg);
+        fx.push(Effect::StartPeering);
+        fx
+    }
+
+    /// Fails every change in flight (its clients resend; the log
+    /// recognises what was applied), so peering starts from changes every
+    /// member has answered.
+    pub(super) fn fail_inflight(&mut self, code: OsdErrorCode, why: &str) -> Vec<Effect> {
+        let epoch = self.epoch();
+        self.inflight_reqids.clear();
+        std::mem::take(&mut self.inflight)
+            .into_values()
+            .flat_map(|f| f.responders)
+            .map(|to| op_error(to, code, epoch, why.to_string()))
+            .collect()
+    }
+
+    /// Our own copy of a change is durable (or the store failed).
+    pub(super) fn local_committed(
+        &mut self,
+        version: Version,
+        r: Result<(), String>,
+    ) -> Vec<Effect> {
+        if let Err(e) = r {
+            // A failed commit poisons the store: nothing more is durable here.
+            tracing::error!(pg = %self.id, %version, "local commit failed: {e}");
+            return Vec::new();
+        }
+        if let Some(f) = self.inflight.get_mut(&version) {
+            f.local_done = true;
+        }
+        self.complete_ready()
+    }
+
+    /// Answers, in version order, the changes durable on every member.
+    fn complete_ready(&mut self) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        while let Some(entry) = self.inflight.first_entry() {
+            let f = entry.get();
+            if !f.local_done || !f.waiting.is_empty() {
+                break;
+            }
+            let (version, f) = entry.remove_entry();
+            if let Some(id) = &f.reqid {
+                self.inflight_reqids.remove(id);
+                if self.observed {
+                    fx.push(Effect::Acked(AckedWrite {
+                        osd: self.whoami,
+                        pg: self.id,
+                        interval_start: self.interval_start,
+                        version,
+                        reqid: id.clone(),
+                    }));
+                }
+            }
+            let mut first = true;
+            for to in f.responders {
+                let mut reply = f.reply.clone();
+                let data = if first { f.data.clone() } else { Bytes::new() };
+                if !first {
+                    reply.replayed = true;
+                    reply.results.clear();
+                }
+                first = false;
+                fx.push(Effect::Reply {
+                    to,
+                    msg: reply.into(),
+                    data,
+                });
+            }
+            // Reads that waited for this change see it now.
+            if !self.inflight.values().any(|g| g.key == f.key) {
+                fx.push(Effect::RunWaiting(f.key));
+            }
+        }
+        fx
+    }
+}
+
+#[cfg(test)]
+mod tests;

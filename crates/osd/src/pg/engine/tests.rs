@@ -1,0 +1,667 @@
+//! The engine's steps, one event in and the exact effects out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_maps::{OsdMap, PgId};
+use shoal_objectstore::{MemStore, ObjectKey, ObjectStore, Transaction};
+use shoal_proto::{
+    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
+};
+
+use super::{Effect, NewChange, PgCore, ReplyTo, Then};
+use crate::codec;
+use crate::ctx::{AckedWrite, PgConfig};
+use crate::log::{LogEntry, LogOp, PgLog, ReqId, Version};
+use crate::missing::MissingSet;
+use crate::object::collection;
+use crate::pg::State;
+use crate::pg::backend::{Replicated, ShardWrite};
+
+const PG: PgId = PgId { pool: 1, seed: 0 };
+/// Our map's epoch; the interval began at [`START`].
+const EPOCH: u32 = 10;
+const START: u32 = 8;
+
+/// A member of PG 1.0 with acting set `acting`, in epoch [`EPOCH`], over
+/// an empty in-memory store holding the PG's collection.
+fn member(whoami: i32, acting: &[i32]) -> PgCore {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemStore::new(1 << 30));
+    let coll = collection(PG);
+    let mut t = Transaction::new();
+    t.create_collection(coll);
+    PgLog::default().persist_info(coll, &mut t);
+    store.apply_transaction(t).unwrap();
+    let mut map = OsdMap::new([0; 16], 0, shoal_crush::CrushMap::default()).unwrap();
+    map.epoch = shoal_types::Epoch(EPOCH);
+    PgCore {
+        id: PG,
+        coll,
+        whoami,
+        cfg: PgConfig::default(),
+        store,
+        backend: Arc::new(Replicated),
+        counters: Arc::default(),
+        observed: true,
+        map: Some(Arc::new(map)),
+        pool: None,
+        up: acting.to_vec(),
+        acting: acting.to_vec(),
+        primary: acting[0],
+        prior: Vec::new(),
+        interval_start: START,
+        state: if acting[0] == whoami {
+            State::Active
+        } else {
+            State::ReplicaActive
+        },
+        log: PgLog::default(),
+        missing: MissingSet::default(),
+        activation_pieces: None,
+        inflight: BTreeMap::new(),
+        inflight_reqids: HashMap::new(),
+    }
+}
+
+fn key() -> ObjectKey {
+    ObjectKey::new(0x1234, b"obj".to_vec())
+}
+
+fn entry(v: u64) -> LogEntry {
+    LogEntry {
+        version: Version { epoch: EPOCH, v },
+        op: LogOp::Modify,
+        key: key(),
+        reqid: Some(ReqId {
+            entity: "client.admin".into(),
+            inc: 1,
+            tid: v,
+        }),
+        code: 0,
+    }
+}
+
+fn write_txn(core: &PgCore, data: &'static [u8]) -> Transaction {
+    let mut t = Transaction::new();
+    t.write(core.coll, key(), 0, Bytes::from_static(data));
+    t
+}
+
+/// The replicated-op message a primary sends for change `v` writing `data`.
+fn rep(core: &PgCore, v: u64, data: &'static [u8]) -> (RepOp, Bytes) {
+    let (ops, chunks) = codec::encode(core.coll, &write_txn(core, data)).unwrap();
+    let msg = RepOp {
+        pool: PG.pool,
+        pg_seed: PG.seed,
+        epoch: EPOCH,
+        interval_start: START,
+        log_entry: entry(v).encode(),
+        txn: ops,
+        objects_delta: i64::from(v == 1),
+        bytes_delta: 5,
+    };
+    (msg, crate::pg::backend::concat(chunks))
+}
+
+fn rep_answer(to: u64, code: OsdErrorCode, message: &str) -> Effect {
+    Effect::Reply {
+        to: ReplyTo(to),
+        msg: RepOpReply {
+            code: code as u32,
+            message: message.into(),
+            epoch: EPOCH,
+        }
+        .into(),
+        data: Bytes::new(),
+    }
+}
+
+/// Applies what an `Apply` effect queues, as the driver would.
+fn run_applies(core: &PgCore, fx: &[Effect]) {
+    for e in fx {
+        if let Effect::Apply { txn, .. } = e {
+            core.store.apply_transaction(txn.clone()).unwrap();
+        }
+    }
+}
+
+// ---- the replica's side ------------------------------------------------
+
+#[test]
+fn a_replica_applies_the_next_change_with_its_log_entry_and_acks_on_commit() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (msg, data) = rep(&r, 1, b"hello");
+    let fx = r.rep_op(msg, data, ReplyTo(7));
+    // The change and its log entry in one transaction, acked once durable.
+    let mut want = write_txn(&r, b"hello");
+    let mut log = PgLog::default();
+    log.info.objects = 1;
+    log.info.bytes = 5;
+    log.append(entry(1), r.cfg.log_limits, r.coll, &mut want);
+    assert_eq!(
+        fx,
+        vec![
+            Effect::Wrote(5),
+            Effect::Apply {
+                txn: want,
+                then: Then::AckRep {
+                    to: ReplyTo(7),
+                    epoch: EPOCH
+                },
+            },
+        ]
+    );
+    assert_eq!(r.log.info.last_update, Version { epoch: EPOCH, v: 1 });
+    assert_eq!((r.log.info.objects, r.log.info.bytes), (1, 5));
+}
+
+#[test]
+fn a_resent_change_already_applied_is_acked_without_applying_it_again() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (msg, data) = rep(&r, 1, b"hello");
+    let fx = r.rep_op(msg.clone(), data.clone(), ReplyTo(1));
+    run_applies(&r, &fx);
+    assert_eq!(
+        r.rep_op(msg, data, ReplyTo(2)),
+        vec![rep_answer(2, OsdErrorCode::Ok, "")]
+    );
+    assert_eq!(r.log.info.objects, 1, "counted once");
+}
+
+#[test]
+fn a_change_after_a_gap_is_refused_so_the_primary_peers_again() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (msg, data) = rep(&r, 2, b"hello");
+    assert_eq!(
+        r.rep_op(msg, data, ReplyTo(3)),
+        vec![rep_answer(
+            3,
+            OsdErrorCode::Again,
+            "pg 1.0: change 10'2 out of order (ours ends at 0'0)"
+        )]
+    );
+    assert_eq!(r.log.info.last_update, Version::default());
+}
+
+#[test]
+fn a_change_from_before_our_interval_is_refused_as_stale() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (mut msg, data) = rep(&r, 1, b"hello");
+    msg.epoch = START - 1;
+    assert_eq!(
+        r.rep_op(msg, data, ReplyTo(4)),
+        vec![rep_answer(
+            4,
+            OsdErrorCode::StaleEpoch,
+            "replication from epoch 7 but pg 1.0 changed in epoch 8"
+        )]
+    );
+}
+
+#[test]
+fn a_damaged_change_is_refused_and_changes_nothing() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (mut msg, data) = rep(&r, 1, b"hello");
+    msg.log_entry.truncate(3);
+    let fx = r.rep_op(msg, data.clone(), ReplyTo(5));
+    assert!(matches!(
+        &fx[..],
+        [Effect::Reply { to: ReplyTo(5), msg: Message::RepOpReply(m), .. }]
+            if m.code == OsdErrorCode::InvalidArgument as u32
+    ));
+    // A data part shorter than its ops say.
+    let (msg, _) = rep(&r, 1, b"hello");
+    let fx = r.rep_op(msg, data.slice(..2), ReplyTo(6));
+    assert!(matches!(
+        &fx[..],
+        [Effect::Reply { to: ReplyTo(6), msg: Message::RepOpReply(m), .. }]
+            if m.code == OsdErrorCode::InvalidArgument as u32
+    ));
+    assert_eq!(r.log.info.last_update, Version::default());
+    assert_eq!(r.log.info.objects, 0);
+}
+
+#[test]
+fn a_query_is_answered_with_our_info_and_log() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (msg, data) = rep(&r, 1, b"hello");
+    let fx = r.rep_op(msg, data, ReplyTo(1));
+    run_applies(&r, &fx);
+    let fx = r.query(
+        PgQuery {
+            interval_start: START,
+            ..PgQuery::default()
+        },
+        ReplyTo(9),
+    );
+    let want = PgInfo {
+        pool: PG.pool,
+        pg_seed: PG.seed,
+        epoch: EPOCH,
+        info: r.log.info.encode(),
+        log: vec![entry(1).encode()],
+        interval_start: START,
+        ..PgInfo::default()
+    };
+    assert_eq!(
+        fx,
+        vec![Effect::Reply {
+            to: ReplyTo(9),
+            msg: want.into(),
+            data: Bytes::new()
+        }]
+    );
+}
+
+/// The primary's activation message: its info and log (entries 1..=n).
+fn activation(n: u64) -> PgInfo {
+    let mut log = PgLog::default();
+    let mut t = Transaction::new();
+    for v in 1..=n {
+        log.append(
+            entry(v),
+            PgConfig::default().log_limits,
+            collection(PG),
+            &mut t,
+        );
+    }
+    PgInfo {
+        pool: PG.pool,
+        pg_seed: PG.seed,
+        epoch: EPOCH,
+        info: log.info.encode(),
+        log: log.entries().map(LogEntry::encode).collect(),
+        activate: true,
+        interval_start: START,
+        ..PgInfo::default()
+    }
+}
+
+#[test]
+fn an_activation_replaces_our_log_and_makes_us_an_active_replica() {
+    let mut r = member(2, &[1, 2, 3]);
+    r.state = State::ReplicaWaiting;
+    let fx = r.activate(activation(2), ReplyTo(4));
+    let [
+        Effect::Apply {
+            then: Then::AckRep { to, epoch },
+            ..
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!((*to, *epoch), (ReplyTo(4), EPOCH));
+    assert_eq!(r.state, State::ReplicaActive);
+    assert_eq!(r.log.info.last_update, Version { epoch: EPOCH, v: 2 });
+    assert_eq!(r.log.info.last_epoch_started, START);
+    // What the transaction persists is what a restart loads.
+    run_applies(&r, &fx);
+    let mut again = member(2, &[1, 2, 3]);
+    again.store = Arc::clone(&r.store);
+    again.reload_log();
+    assert_eq!(again.log.info, r.log.info);
+    assert_eq!(again.log.len(), 2);
+}
+
+#[test]
+fn an_activation_in_pieces_waits_for_its_last_piece_and_refuses_a_gap() {
+    let mut r = member(2, &[1, 2, 3]);
+    r.state = State::ReplicaWaiting;
+    let full = activation(2);
+    let first = PgInfo {
+        log: full.log[..1].to_vec(),
+        more: true,
+        piece: 0,
+        ..full.clone()
+    };
+    let second = PgInfo {
+        log: full.log[1..].to_vec(),
+        more: false,
+        piece: 1,
+        ..full.clone()
+    };
+    assert_eq!(
+        r.activate(first.clone(), ReplyTo(1)),
+        vec![rep_answer(1, OsdErrorCode::Ok, "")]
+    );
+    assert_eq!(
+        r.state,
+        State::ReplicaWaiting,
+        "not active on a first piece"
+    );
+    let fx = r.activate(second.clone(), ReplyTo(2));
+    assert!(matches!(&fx[..], [Effect::Apply { .. }]), "{fx:?}");
+    assert_eq!(r.log.len(), 2, "both pieces' entries");
+    // A piece out of order (the first was lost) is refused.
+    let mut r = member(2, &[1, 2, 3]);
+    assert_eq!(
+        r.activate(second, ReplyTo(3)),
+        vec![rep_answer(
+            3,
+            OsdErrorCode::Again,
+            "pg 1.0: activation piece 1 out of order"
+        )]
+    );
+}
+
+#[test]
+fn a_stale_or_damaged_activation_is_refused() {
+    let mut r = member(2, &[1, 2, 3]);
+    let mut stale = activation(1);
+    stale.epoch = START - 1;
+    assert_eq!(
+        r.activate(stale, ReplyTo(1)),
+        vec![rep_answer(
+            1,
+            OsdErrorCode::StaleEpoch,
+            "activation from epoch 7 but pg 1.0 changed in epoch 8"
+        )]
+    );
+    let mut bad = activation(1);
+    bad.info.truncate(2);
+    let fx = r.activate(bad, ReplyTo(2));
+    assert!(matches!(
+        &fx[..],
+        [Effect::Reply { msg: Message::RepOpReply(m), .. }]
+            if m.code == OsdErrorCode::InvalidArgument as u32
+    ));
+    assert_eq!(r.log.info.last_update, Version::default());
+}
+
+/// A store holding `key()` with `data`, and the one-step copy of it.
+fn source_copy(data: &'static [u8]) -> (PgPush, Bytes) {
+    let src = member(1, &[1, 2, 3]);
+    let mut t = write_txn(&src, data);
+    t.set_xattr(src.coll, key(), "a", Bytes::from_static(b"1"));
+    src.store.apply_transaction(t).unwrap();
+    let (mut push, data) = src
+        .backend
+        .read_step(
+            src.store.as_ref(),
+            src.coll,
+            &key(),
+            &crate::copy::start(),
+            src.cfg.copy_limits,
+        )
+        .unwrap();
+    push.epoch = EPOCH;
+    (push, data)
+}
+
+#[test]
+fn a_pushed_object_is_installed_and_leaves_the_missing_set() {
+    let mut r = member(2, &[1, 2, 3]);
+    r.missing = MissingSet::from_map([(key(), Version { epoch: EPOCH, v: 1 })].into());
+    let (push, data) = source_copy(b"hello");
+    let fx = r.push(push, data, ReplyTo(3));
+    let [
+        Effect::Apply {
+            then: Then::AckRep { to: ReplyTo(3), .. },
+            ..
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert!(r.missing.is_empty());
+    run_applies(&r, &fx);
+    let got = r.store.read(&r.coll, &key(), 0, 100).unwrap();
+    assert_eq!(&got[..], b"hello");
+}
+
+#[test]
+fn a_push_from_an_older_interval_is_refused() {
+    let mut r = member(2, &[1, 2, 3]);
+    let (mut push, data) = source_copy(b"hello");
+    push.epoch = START - 1;
+    assert_eq!(
+        r.push(push, data, ReplyTo(1)),
+        vec![rep_answer(
+            1,
+            OsdErrorCode::StaleEpoch,
+            "push from epoch 7 but pg 1.0 changed in epoch 8"
+        )]
+    );
+}
+
+#[test]
+fn a_pull_is_answered_with_our_copy() {
+    let src = member(2, &[1, 2, 3]);
+    src.store
+        .apply_transaction(write_txn(&src, b"hello"))
+        .unwrap();
+    let fx = src.pull(
+        PgPull {
+            hash: key().hash,
+            name: key().name,
+            ..PgPull::default()
+        },
+        ReplyTo(8),
+    );
+    let [
+        Effect::Reply {
+            to: ReplyTo(8),
+            msg: Message::PgPush(p),
+            data,
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert!(p.exists);
+    assert_eq!((p.pool, p.pg_seed, p.epoch), (PG.pool, PG.seed, EPOCH));
+    assert_eq!(&data[..], b"hello");
+}
+
+// ---- the primary's replication -----------------------------------------
+
+fn op_reply(v: u64) -> OsdOpReply {
+    OsdOpReply {
+        epoch: EPOCH,
+        version: v,
+        ..OsdOpReply::default()
+    }
+}
+
+/// Submits change `v` (answered on token `v`) on primary `p`.
+fn submit(p: &mut PgCore, v: u64) -> Vec<Effect> {
+    let txn = write_txn(p, b"hello");
+    let change = NewChange {
+        entry: entry(v),
+        txn,
+        delta: (0, 5),
+        reply: op_reply(v),
+        out: Bytes::from_static(b"out"),
+        received: None,
+    };
+    p.submit_change(change, ReplyTo(v))
+}
+
+fn acked(v: u64) -> Effect {
+    let e = entry(v);
+    Effect::Acked(AckedWrite {
+        osd: 1,
+        pg: PG,
+        interval_start: START,
+        version: e.version,
+        reqid: e.reqid.unwrap(),
+    })
+}
+
+fn answered(v: u64) -> Effect {
+    Effect::Reply {
+        to: ReplyTo(v),
+        msg: op_reply(v).into(),
+        data: Bytes::from_static(b"out"),
+    }
+}
+
+fn version(v: u64) -> Version {
+    Version { epoch: EPOCH, v }
+}
+
+#[test]
+fn a_change_is_applied_here_and_sent_to_every_other_member_through_the_backend() {
+    let mut p = member(1, &[1, 2, 3]);
+    let fx = submit(&mut p, 1);
+    let mut local = write_txn(&p, b"hello");
+    let mut log = PgLog::default();
+    log.info.bytes = 5;
+    log.append(entry(1), p.cfg.log_limits, p.coll, &mut local);
+    let (msg, data) = rep(&p, 1, b"hello");
+    let msg = RepOp {
+        objects_delta: 0,
+        ..msg
+    };
+    let to = |osd| Effect::Replicate {
+        version: version(1),
+        write: ShardWrite {
+            osd,
+            msg: msg.clone(),
+            data: data.clone(),
+            data_crc: crc32c::crc32c(&data),
+        },
+    };
+    assert_eq!(
+        fx,
+        vec![
+            Effect::Apply {
+                txn: local,
+                then: Then::Local(version(1)),
+            },
+            to(2),
+            to(3),
+        ]
+    );
+    assert_eq!(p.inflight[&version(1)].waiting, vec![2, 3]);
+}
+
+#[test]
+fn a_change_is_answered_once_durable_here_and_on_every_member() {
+    let mut p = member(1, &[1, 2, 3]);
+    submit(&mut p, 1);
+    assert_eq!(p.rep_acked(version(1), 2, Ok(())), vec![]);
+    assert_eq!(p.local_committed(version(1), Ok(())), vec![]);
+    assert_eq!(
+        p.rep_acked(version(1), 3, Ok(())),
+        vec![acked(1), answered(1), Effect::RunWaiting(key())]
+    );
+    assert!(p.inflight.is_empty() && p.inflight_reqids.is_empty());
+}
+
+#[test]
+fn changes_are_answered_in_version_order() {
+    let mut p = member(1, &[1, 2]);
+    submit(&mut p, 1);
+    submit(&mut p, 2);
+    // The second is durable everywhere first: it waits for the first.
+    assert_eq!(p.local_committed(version(2), Ok(())), vec![]);
+    assert_eq!(p.rep_acked(version(2), 2, Ok(())), vec![]);
+    assert_eq!(p.local_committed(version(1), Ok(())), vec![]);
+    assert_eq!(
+        p.rep_acked(version(1), 2, Ok(())),
+        vec![
+            acked(1),
+            answered(1),
+            acked(2),
+            answered(2),
+            Effect::RunWaiting(key())
+        ]
+    );
+}
+
+#[test]
+fn a_resent_op_in_flight_is_answered_with_the_first_as_replayed() {
+    let mut p = member(1, &[1]);
+    submit(&mut p, 1);
+    p.inflight
+        .get_mut(&version(1))
+        .unwrap()
+        .responders
+        .push(ReplyTo(9));
+    let replayed = OsdOpReply {
+        replayed: true,
+        ..op_reply(1)
+    };
+    assert_eq!(
+        p.local_committed(version(1), Ok(())),
+        vec![
+            acked(1),
+            answered(1),
+            Effect::Reply {
+                to: ReplyTo(9),
+                msg: replayed.into(),
+                data: Bytes::new()
+            },
+            Effect::RunWaiting(key()),
+        ]
+    );
+}
+
+#[test]
+fn a_member_that_refuses_a_change_fails_everything_in_flight_and_peering_starts() {
+    let mut p = member(1, &[1, 2, 3]);
+    submit(&mut p, 1);
+    submit(&mut p, 2);
+    let fx = p.rep_acked(
+        version(1),
+        3,
+        Err((Some(OsdErrorCode::NoSpace), "full".into())),
+    );
+    let why = "osd.3 could not apply the change: full";
+    let fail = |v| super::op_error(ReplyTo(v), OsdErrorCode::NoSpace, EPOCH, why.into());
+    assert_eq!(fx, vec![fail(1), fail(2), Effect::StartPeering]);
+    assert!(p.inflight.is_empty() && p.inflight_reqids.is_empty());
+    // Later answers for the failed changes change nothing.
+    assert_eq!(
+        p.rep_acked(version(2), 3, Err((None, "gone".into()))),
+        vec![]
+    );
+    assert_eq!(p.local_committed(version(2), Ok(())), vec![]);
+}
+
+#[test]
+fn a_member_that_does_not_answer_fails_the_change_to_be_resent() {
+    let mut p = member(1, &[1, 2]);
+    submit(&mut p, 1);
+    let fx = p.rep_acked(version(1), 2, Err((None, "timed out".into())));
+    let why = "osd.2 could not apply the change: timed out";
+    assert_eq!(
+        fx,
+        vec![
+            super::op_error(ReplyTo(1), OsdErrorCode::Again, EPOCH, why.into()),
+            Effect::StartPeering
+        ]
+    );
+}
+
+#[test]
+fn a_change_the_store_refuses_fails_and_the_log_goes_back() {
+    let mut p = member(1, &[1, 2]);
+    submit(&mut p, 1);
+    assert_eq!(p.log.info.last_update, version(1));
+    assert_eq!(
+        p.local_refused(version(1), OsdErrorCode::NoSpace, "no space".into()),
+        vec![super::op_error(
+            ReplyTo(1),
+            OsdErrorCode::NoSpace,
+            EPOCH,
+            "no space".into()
+        )]
+    );
+    assert_eq!(p.log.info.last_update, Version::default());
+    assert!(p.inflight.is_empty() && p.inflight_reqids.is_empty());
+}
+
+#[test]
+fn a_failed_local_commit_answers_nothing() {
+    let mut p = member(1, &[1]);
+    submit(&mut p, 1);
+    assert_eq!(
+        p.local_committed(version(1), Err("device failed".into())),
+        vec![]
+    );
+    assert_eq!(p.inflight.len(), 1);
+}

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use bytes::{Bytes, BytesMut};
 use shoal_config::Config;
 use shoal_maps::{OsdMap, PgId};
-use shoal_mon::{MonClient, TicketAuth, UpdateSink, parse_mon_host};
+use shoal_monclient::{MonClient, TicketAuth, UpdateSink, parse_mon_host};
 use shoal_net::{Keyring, Messenger, NetConfig, Secret, TcpTransport, Transport};
 use shoal_proto::{Message, OsdErrorCode, OsdOp};
 use shoal_types::EntityName;
@@ -195,7 +195,9 @@ impl Client {
         loop {
             match auth.refresh_ticket(&monc).await {
                 Ok(_) => break,
-                Err(e) if e.code == shoal_mon::ErrorCode::Again && Instant::now() < deadline => {
+                Err(e)
+                    if e.code == shoal_monclient::ErrorCode::Again && Instant::now() < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(Error::Mon(e.to_string())),

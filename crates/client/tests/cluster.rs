@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_client::{Client, ClientOptions, CmpOp, Error, ListCursor, Op, OpOptions};
-use shoal_mon::Command;
+use shoal_monclient::Command;
 use shoal_testkit::{Cluster, MON, net_cfg};
 
 fn options(c: &Cluster, name: &str, key: shoal_net::Secret) -> ClientOptions {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fake::{Fault, Seen, cluster};
 use shoal_client::{Client, ClientOptions, Error, ListCursor, Op, OpOptions};
-use shoal_mon::Command;
+use shoal_monclient::Command;
 use shoal_proto::{OsdErrorCode, OsdOp};
 use shoal_testkit::{Cluster, MON, net_cfg};
 

@@ -9,10 +9,6 @@
 //! This crate depends on the messenger and the configuration schema, never
 //! on the OSD or the client library.
 
-mod client;
-mod command;
-mod error;
-mod hunt;
 mod mkfs;
 mod network;
 mod osdmap;
@@ -20,21 +16,20 @@ mod pgstats;
 mod service;
 mod state;
 mod store;
-mod ticket_auth;
 mod types;
 mod views;
 mod views_pg;
 
-pub use client::{MonClient, Subscription, UpdateSink};
-pub use command::{Command, MonCaps, OsdCaps, parse_mon_caps, parse_mon_host};
-pub use error::{ErrorCode, MonError};
 pub use mkfs::{MonMeta, mkfs, new_fsid};
 pub use network::{MonNetwork, PeerContact};
-pub use osdmap::{Boot, OsdChange, OsdMapState, PoolSpec, failure_domains, initial_crush};
-pub use pgstats::{OsdStatfs, PgStatEntry, PgStatReport, PgStats};
+pub use osdmap::{Boot, OsdChange, OsdMapState, failure_domains, initial_crush};
+pub use pgstats::{PgStatEntry, PgStats};
 pub use service::{Monitor, MonitorOptions, OsdLiveness};
+pub use shoal_monclient::{
+    Command, ErrorCode, MonCaps, MonClient, MonError, OsdCaps, OsdStatfs, PgStatReport, PoolSpec,
+    Subscription, TicketAuth, UpdateSink, apply_osdmap_update, apply_osdmap_update_each,
+    parse_mon_caps, parse_mon_host,
+};
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 pub use store::MonStore;
-pub use ticket_auth::TicketAuth;
 pub use types::{MonRaft, TypeConfig};
-pub use views::apply_osdmap_update;

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use shoal_net::{Keyring, KeyringEntry};
 use shoal_types::{EntityName, EntityType};
 
-use crate::error::{ErrorCode, MonError};
 use crate::store::write_atomic;
+use shoal_monclient::{ErrorCode, MonError};
 
 /// What `mon.json` records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use shoal_crush::{CrushMap, RULE_ERASURE, Rule, Step};
 use shoal_maps::{Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT};
 use shoal_net::Secret;
 
-use crate::error::{ErrorCode, MonError};
+use shoal_monclient::{ErrorCode, MonError};
 
 /// Default number of epochs of history kept (`mon_osdmap_history`).
 pub const HISTORY_MAX: usize = 500;
@@ -63,24 +63,7 @@ pub fn initial_crush(failure_domain: &str) -> Result<CrushMap, MonError> {
     })
 }
 
-/// How a new pool keeps its data.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PoolSpec {
-    /// Whole copies.
-    Replicated {
-        /// Copies.
-        size: u32,
-        /// Fewest copies that take writes.
-        min_size: u32,
-    },
-    /// Reed-Solomon chunks.
-    Erasure {
-        /// Data chunks.
-        k: u32,
-        /// Coding chunks.
-        m: u32,
-    },
-}
+pub use shoal_monclient::PoolSpec;
 
 /// A change to the OSD map, applied by every monitor alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,60 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_maps::{OsdMap, PgId};
 
-use crate::error::{ErrorCode, MonError};
+use shoal_monclient::{ErrorCode, MonError};
 
-/// The space of an OSD's object store.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct OsdStatfs {
-    /// Capacity.
-    pub total_bytes: u64,
-    /// Used, data and metadata.
-    pub used_bytes: u64,
-    /// Still free for data.
-    pub available_bytes: u64,
-}
-
-/// One PG as its primary reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct PgStatReport {
-    /// The PG, as [`PgId`] prints it (`1.6`).
-    pub pgid: String,
-    /// Ceph-style state: `active+clean`, `peering`, `active+degraded`, ...
-    pub state: String,
-    /// Objects in the PG.
-    pub objects: u64,
-    /// Logical bytes of the PG's objects (one copy).
-    pub bytes: u64,
-    /// Newest PG log version, `epoch'v` (`12'345`).
-    pub version: String,
-    /// Up set.
-    pub up: Vec<i32>,
-    /// Acting set.
-    pub acting: Vec<i32>,
-    /// Entries in the PG log.
-    pub log_size: u64,
-    /// Objects the last scrub found inconsistent (and repair could not fix).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inconsistent: Vec<String>,
-    /// Object copies recovery still has to make.
-    #[serde(default)]
-    pub recovery_left: u64,
-    /// Object copies recovery makes per second.
-    #[serde(default)]
-    pub recovery_per_s: u64,
-    /// Object copies missing (absent acting members, and copies members
-    /// still lack).
-    #[serde(default)]
-    pub degraded: u64,
-    /// Copies backfill targets lack while an acting member outside the up
-    /// set holds them (misplaced, not degraded).
-    #[serde(default)]
-    pub misplaced: u64,
-    /// Objects whose recovery keeps failing, each with why (the
-    /// `PG_RECOVERY_STALLED` health check).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recovery_stalled: Vec<String>,
-}
+pub use shoal_monclient::{OsdStatfs, PgStatReport};
 
 /// The newest report of one PG, with who sent it and at which epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

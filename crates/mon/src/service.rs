@@ -28,14 +28,14 @@ use shoal_proto::{
 };
 use shoal_types::{EntityName, EntityType};
 
-use crate::command::{Command, parse_mon_caps};
-use crate::error::{ErrorCode, MonError};
 use crate::mkfs::MonMeta;
 use crate::network::{MonNetwork, PeerContact, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::osdmap::{Boot, OsdChange};
 use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
+use shoal_monclient::{Command, parse_mon_caps};
+use shoal_monclient::{ErrorCode, MonError};
 
 /// How a monitor runs.
 #[derive(Debug, Clone)]

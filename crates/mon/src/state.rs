@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use shoal_types::EntityName;
 
-use crate::error::{ErrorCode, MonError};
 use crate::osdmap::{OsdChange, OsdMapState};
 use crate::pgstats::{OsdStatfs, PgStatEntry, PgStats};
+use shoal_monclient::{ErrorCode, MonError};
 
 /// One monitor in the monitor map.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,7 +229,7 @@ fn check_caps(caps: &BTreeMap<String, String>) -> Result<(), MonError> {
     for (service, cap) in caps {
         match service.as_str() {
             "osd" => {
-                crate::command::OsdCaps::parse(cap)?;
+                shoal_monclient::OsdCaps::parse(cap)?;
             }
             "mon" | "mds" | "mgr" => {}
             other => {

@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use shoal_maps::{OsdMap, Pool, PoolKind};
 use shoal_net::Secret;
 
-use crate::error::{ErrorCode, MonError};
 use crate::osdmap::OsdMapState;
 use crate::state::MonState;
+use shoal_monclient::{ErrorCode, MonError};
 
 fn fixed(w: u32) -> f64 {
     f64::from(w) / 65536.0
@@ -215,46 +215,6 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Value {
     json!({ "epoch": epoch, "full": full })
 }
 
-/// Applies an `osdmap` subscription payload to `map` (None: no map yet).
-pub fn apply_osdmap_update(map: &mut Option<OsdMap>, update: &Value) -> Result<(), MonError> {
-    apply_osdmap_update_each(map, update, &mut |_| {})
-}
-
-/// [`apply_osdmap_update`], calling `each` with every map it produces, in
-/// epoch order (one per incremental applied, or the full map).
-pub fn apply_osdmap_update_each(
-    map: &mut Option<OsdMap>,
-    update: &Value,
-    each: &mut dyn FnMut(&OsdMap),
-) -> Result<(), MonError> {
-    let bad = |e: String| MonError::new(ErrorCode::Internal, format!("bad osdmap update: {e}"));
-    if let Some(full) = update["full"].as_str() {
-        let bytes = Secret::decode_base64(full).map_err(bad)?;
-        let full = OsdMap::decode(&bytes).map_err(|e| bad(e.to_string()))?;
-        // A follower never goes back to an older map.
-        if map.as_ref().is_some_and(|m| m.epoch.0 >= full.epoch.0) {
-            return Ok(());
-        }
-        each(&full);
-        *map = Some(full);
-        return Ok(());
-    }
-    let Some(current) = map.as_mut() else {
-        return Err(bad("incrementals without a base map".into()));
-    };
-    for inc in update["incrementals"].as_array().into_iter().flatten() {
-        let bytes = Secret::decode_base64(inc.as_str().unwrap_or("")).map_err(bad)?;
-        let inc = shoal_maps::Incremental::decode(&bytes).map_err(|e| bad(e.to_string()))?;
-        if inc.epoch.0 <= current.epoch.0 {
-            continue;
-        }
-        // A gap is an error: the caller subscribes again from its epoch.
-        current.apply(&inc).map_err(|e| bad(e.to_string()))?;
-        each(current);
-    }
-    Ok(())
-}
-
 /// The cluster's health checks, as Ceph names them.
 pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Value {
     let mut checks = Vec::new();
@@ -309,6 +269,7 @@ mod tests {
     use super::*;
     use shoal_crush::{BuildSpec, build_map};
     use shoal_maps::Incremental;
+    use shoal_monclient::apply_osdmap_update_each;
 
     fn full(m: &OsdMap) -> Value {
         json!({ "epoch": m.epoch.0, "full": Secret::encode_base64(&m.encode()) })

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use shoal_crush::{CrushMap, Workspace};
 use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 
-use crate::error::{ErrorCode, MonError};
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
+use shoal_monclient::{ErrorCode, MonError};
 
 /// Most items a health check lists in its detail.
 const HEALTH_DETAIL_MAX: usize = 50;

@@ -124,7 +124,7 @@ pub struct OsdCtx {
     /// Backfill reservations of this OSD (`cfg.max_backfills`).
     pub backfill_slots: Arc<tokio::sync::Semaphore>,
     /// The monitors (past intervals, `up_thru`).
-    pub monc: shoal_mon::MonClient,
+    pub monc: shoal_monclient::MonClient,
     /// Bytes written since the store's space was last checked.
     pub written_since_check: AtomicU64,
     /// Check the store's space now (set after `SPACE_CHECK_BYTES` written).
@@ -162,7 +162,7 @@ impl OsdCtx {
         }
         let ctx = Arc::clone(self);
         tokio::spawn(async move {
-            let cmd = shoal_mon::Command::OsdAlive {
+            let cmd = shoal_monclient::Command::OsdAlive {
                 id: ctx.whoami,
                 up_thru: epoch,
             };

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use shoal_maps::{OsdMap, PgId};
-use shoal_mon::{Command, MonClient, OsdCaps, TicketAuth, UpdateSink};
+use shoal_monclient::{Command, MonClient, OsdCaps, TicketAuth, UpdateSink};
 use shoal_net::{Dispatcher, Incoming, Messenger, NetConfig, Secret, Transport};
 use shoal_objectstore::ObjectStore;
 use shoal_proto::{ErrorReply, Message, OsdErrorCode};

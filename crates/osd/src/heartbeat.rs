@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::Bytes;
-use shoal_mon::{Command, OsdStatfs, PgStatReport};
+use shoal_monclient::{Command, OsdStatfs, PgStatReport};
 use shoal_net::NetError;
 use shoal_proto::Ping;
 

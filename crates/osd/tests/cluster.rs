@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_maps::OsdMap;
-use shoal_mon::{Command, MonClient, TicketAuth, UpdateSink};
+use shoal_monclient::{Command, MonClient, TicketAuth, UpdateSink};
 use shoal_net::{Messenger, Secret};
 use shoal_objectstore::{MemStore, ObjectKey, ObjectStore};
 use shoal_proto::{Message, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp};

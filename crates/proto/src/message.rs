@@ -175,7 +175,7 @@ pub struct MonCommand {
 /// The monitors' answer to a [`MonCommand`].
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MonCommandReply {
-    /// 0 on success, else a stable error code (see `shoal_mon::ErrorCode`).
+    /// 0 on success, else a stable error code (see `shoal_monclient::ErrorCode`).
     #[prost(uint32, tag = "1")]
     pub code: u32,
     /// JSON output on success, an error message otherwise.

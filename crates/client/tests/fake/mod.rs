@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use shoal_mon::{Command, MonClient, TicketAuth};
+use shoal_monclient::{Command, MonClient, TicketAuth};
 use shoal_net::{Incoming, Messenger, Responder};
 use shoal_proto::{
     ErrorReply, Message, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOpResult, PgList,

@@ -298,7 +298,7 @@ impl Pg {
         let events = self.events.clone();
         let (pg, interval_start) = (self.core.id, self.core.interval_start);
         tokio::spawn(async move {
-            let cmd = shoal_mon::Command::PgPastIntervals {
+            let cmd = shoal_monclient::Command::PgPastIntervals {
                 pgid: pg.to_string(),
                 since,
             };
@@ -479,7 +479,7 @@ impl Pg {
         tracing::debug!(pg = %self.core.id, ?osds, up = ?self.core.up, "asking for pg_temp");
         self.peering.waiting_pg_temp = Some(osds.clone());
         let ctx = Arc::clone(&self.ctx);
-        let cmd = shoal_mon::Command::OsdPgTemp {
+        let cmd = shoal_monclient::Command::OsdPgTemp {
             id: self.core.whoami(),
             pgid: self.core.id.to_string(),
             osds,

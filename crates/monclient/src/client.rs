@@ -571,7 +571,7 @@ fn apply_update(
             newest = Some(m);
         }
     };
-    let ok = crate::views::apply_osdmap_update_each(local, &v, &mut each).is_ok();
+    let ok = crate::update::apply_osdmap_update_each(local, &v, &mut each).is_ok();
     let after = local.as_ref().map(|m| m.epoch.0);
     if after != before {
         let published = newest

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, MonError};
-use crate::pgstats::{OsdStatfs, PgStatReport};
+use crate::stats::{OsdStatfs, PgStatReport};
 
 /// A monitor command. Travels as JSON inside a `MonCommand` message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,7 +226,7 @@ pub enum Command {
         /// PGs.
         pg_num: u32,
         /// Redundancy.
-        spec: crate::osdmap::PoolSpec,
+        spec: PoolSpec,
     },
     /// Every pool.
     PoolLs,
@@ -477,6 +477,25 @@ impl OsdCaps {
             ),
         ))
     }
+}
+
+/// How a new pool keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolSpec {
+    /// Whole copies.
+    Replicated {
+        /// Copies.
+        size: u32,
+        /// Fewest copies that take writes.
+        min_size: u32,
+    },
+    /// Reed-Solomon chunks.
+    Erasure {
+        /// Data chunks.
+        k: u32,
+        /// Coding chunks.
+        m: u32,
+    },
 }
 
 #[cfg(test)]

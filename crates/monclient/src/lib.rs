@@ -1,0 +1,24 @@
+//! The monitors' client side: everything a daemon, a tool or a front end
+//! needs to talk to the monitors, and nothing of the monitors themselves
+//! (no Raft, no monitor store). It owns the [`MonClient`] (a session with
+//! one monitor of the quorum, hunting on failure, commands, tickets and
+//! map subscriptions that survive a monitor failover), the monitor
+//! [`Command`]s with their wire errors, the capability grammar ([`MonCaps`],
+//! [`OsdCaps`]), [`TicketAuth`] (the authentication provider of everything
+//! that talks to OSDs), and the data types commands carry (pool specs, PG
+//! statistics). `shoal-mon` builds on it and re-exports it.
+
+mod client;
+mod command;
+mod error;
+mod hunt;
+mod stats;
+mod ticket_auth;
+mod update;
+
+pub use client::{MonClient, Subscription, UpdateSink};
+pub use command::{Command, MonCaps, OsdCaps, PoolSpec, parse_mon_caps, parse_mon_host};
+pub use error::{ErrorCode, MonError};
+pub use stats::{OsdStatfs, PgStatReport};
+pub use ticket_auth::TicketAuth;
+pub use update::{apply_osdmap_update, apply_osdmap_update_each};

@@ -16,7 +16,7 @@ pub struct OsdStatfs {
 /// One PG as its primary reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PgStatReport {
-    /// The PG, as [`PgId`] prints it (`1.6`).
+    /// The PG, as [`shoal_maps::PgId`] prints it (`1.6`).
     pub pgid: String,
     /// Ceph-style state: `active+clean`, `peering`, `active+degraded`, ...
     pub state: String,

@@ -116,7 +116,7 @@ pub struct OsdCtx {
     /// Counters.
     pub counters: Arc<OsdCounters>,
     /// The store is fuller than `cfg.full_ratio`: writes are refused.
-    pub full: std::sync::atomic::AtomicBool,
+    pub full: Arc<std::sync::atomic::AtomicBool>,
     /// A PG changed state: report the statistics now, not at the next interval.
     pub stats_changed: tokio::sync::Notify,
     /// Recovery slots of this OSD (`cfg.recovery_max_active`).

@@ -169,7 +169,7 @@ impl Osd {
             msgr,
             cfg: opts.pg.clone(),
             counters: Arc::default(),
-            full: std::sync::atomic::AtomicBool::new(false),
+            full: Arc::default(),
             stats_changed: tokio::sync::Notify::new(),
             recovery_slots: Arc::new(tokio::sync::Semaphore::new(
                 opts.pg.recovery_max_active.max(1),

@@ -28,6 +28,12 @@ impl Pg {
         r
     }
 
+    /// Takes a step that may read the store (off the async worker on a
+    /// multi-threaded runtime; inline on an op shard).
+    pub(super) fn step<T>(&mut self, f: impl FnOnce(&mut super::engine::PgCore) -> T) -> T {
+        shoal_net::runtime::blocking(|| f(&mut self.core))
+    }
+
     /// Carries out a step's effects, in order.
     pub(super) async fn drive(&mut self, effects: Vec<Effect>) {
         self.drive_replying(effects, false).await;
@@ -67,6 +73,7 @@ impl Pg {
                 }
                 Effect::StartPeering => Box::pin(self.start_peering()).await,
                 Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
+                Effect::PumpRecovery => self.pump(),
             }
         }
     }

@@ -9,14 +9,17 @@
 //! in, exact effects out (the tests at the end of this file).
 //!
 //! Converted so far: the replica's side (apply a change, answer a query,
-//! take an activation, install or serve a recovery step) and the
-//! primary's replication bookkeeping (submit a change through the
-//! backend, take the members' acks and the local commit, answer in
-//! version order, fail what is in flight). Peering, recovery and scrub
-//! still run as methods of the driver.
+//! take an activation, install or serve a recovery step, summarize for
+//! scrub), listings, the primary's op path (fence, queue, hold for
+//! recovery or changes in flight, deduplicate, execute through the
+//! backend: `ops.rs`) and its replication bookkeeping (submit a change
+//! through the backend, take the members' acks and the local commit,
+//! answer in version order, fail what is in flight). Peering, recovery
+//! scheduling and scrub scheduling still run as methods of the driver.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId, Pool};
@@ -92,6 +95,9 @@ pub enum Effect {
     StartPeering,
     /// Ops waiting on the object's changes in flight may run.
     RunWaiting(ObjectKey),
+    /// Fill the recovery slots (an op waits for an object: it was put
+    /// first in line).
+    PumpRecovery,
 }
 
 /// A change being replicated, answered once durable everywhere.
@@ -124,7 +130,9 @@ pub(super) struct NewChange {
     pub received: Option<(Bytes, u32)>,
 }
 
-/// The PG's state: what every step reads and changes.
+/// The PG's state: what every step reads and changes. The driver carries
+/// out a step's effects before it takes the next step, so a step that
+/// reads the store sees every change an earlier step made.
 #[derive(Debug)]
 pub struct PgCore {
     pub(super) id: PgId,
@@ -152,6 +160,18 @@ pub struct PgCore {
     pub(super) activation_pieces: Option<(u32, u32, Records)>,
     pub(super) inflight: BTreeMap<Version, InFlight>,
     pub(super) inflight_reqids: HashMap<ReqId, Version>,
+    /// Client ops waiting for the PG to become active.
+    pub(super) waiting: VecDeque<Op>,
+    /// Client ops waiting for an object (its recovery, or changes to it
+    /// in flight).
+    pub(super) waiting_for_object: BTreeMap<ObjectKey, VecDeque<Op>>,
+    /// What is left to recover (primary, active, until clean).
+    pub(super) recovery: Option<super::recover::RecoveryState>,
+    /// The store is fuller than the full ratio: changes are refused
+    /// (set by the OSD's space watch).
+    pub(super) full: Arc<AtomicBool>,
+    /// Milliseconds since the Unix epoch (object mtimes).
+    pub(super) clock: fn() -> u64,
 }
 
 fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
@@ -712,6 +732,12 @@ impl PgCore {
         fx
     }
 }
+
+mod answers;
+mod ops;
+
+pub(super) use answers::SCRUB_LIST_CHUNK;
+pub(super) use ops::Op;
 
 #[cfg(test)]
 mod tests;

@@ -294,7 +294,6 @@ pub struct Pg {
     /// The reply handles of requests the engine holds, by token.
     replies: HashMap<u64, Responder>,
     next_reply: u64,
-    waiting: VecDeque<ClientOp>,
     peer_logs: BTreeMap<i32, MemberLog>,
     peers_pending: Vec<i32>,
     conns: HashMap<i32, Connection>,
@@ -304,15 +303,11 @@ pub struct Pg {
     plan: Option<RecoveryPlan>,
     /// Where peering is (primary).
     peering: peering::PeeringProgress,
-    /// What is left to recover (primary, active, until clean).
-    recovery: Option<recover::RecoveryState>,
     /// How many recoveries this PG has started (tells their events apart).
     recovery_generation: u64,
     /// Moved on whenever the recovery is dropped: copies still running
     /// for an older one install nothing (`recovery::CopyFence`).
     copy_fence: Arc<std::sync::Mutex<u64>>,
-    /// Client ops waiting for a missing object.
-    waiting_for_object: BTreeMap<shoal_objectstore::ObjectKey, VecDeque<ClientOp>>,
     /// Peering asks every up OSD (objects were unfound in this interval).
     search_everywhere: bool,
 }
@@ -403,6 +398,11 @@ impl Pg {
             activation_pieces: None,
             inflight: BTreeMap::new(),
             inflight_reqids: HashMap::new(),
+            waiting: VecDeque::new(),
+            waiting_for_object: BTreeMap::new(),
+            recovery: None,
+            full: Arc::clone(&ctx.full),
+            clock: shoal_net::now_ms,
         };
         let pg = Pg {
             core,
@@ -410,7 +410,6 @@ impl Pg {
             events: tx.clone(),
             replies: HashMap::new(),
             next_reply: 0,
-            waiting: VecDeque::new(),
             peer_logs: BTreeMap::new(),
             peers_pending: Vec::new(),
             conns: HashMap::new(),
@@ -418,10 +417,8 @@ impl Pg {
             scrub_record,
             plan: None,
             peering: peering::PeeringProgress::default(),
-            recovery: None,
             recovery_generation: 0,
             copy_fence: Arc::default(),
-            waiting_for_object: BTreeMap::new(),
             search_everywhere: false,
         };
         // Log lines name the OSD (several share a process in tests).
@@ -447,7 +444,11 @@ impl Pg {
     async fn handle(&mut self, ev: PgEvent) {
         match ev {
             PgEvent::Map(map) => self.advance_map(map).await,
-            PgEvent::Client(op) => self.client_op(op).await,
+            PgEvent::Client(op) => {
+                let op = self.engine_op(op);
+                let fx = self.step(|core| core.client_op(op));
+                self.drive(fx).await
+            }
             PgEvent::Rep {
                 msg,
                 data,
@@ -481,7 +482,7 @@ impl Pg {
             } => self.peer_info(from, interval_start, result).await,
             PgEvent::Activate { msg, responder } => {
                 let to = self.token(responder);
-                let fx = self.core.activate(msg, to);
+                let fx = self.step(|core| core.activate(msg, to));
                 self.drive_for_peer(fx).await
             }
             PgEvent::Push {
@@ -490,12 +491,12 @@ impl Pg {
                 responder,
             } => {
                 let to = self.token(responder);
-                let fx = self.core.push(msg, data, to);
+                let fx = self.step(|core| core.push(msg, data, to));
                 self.drive_for_peer(fx).await
             }
             PgEvent::Pull { msg, responder } => {
                 let to = self.token(responder);
-                let fx = self.core.pull(msg, to);
+                let fx = self.step(|core| core.pull(msg, to));
                 self.drive_for_peer(fx).await
             }
             PgEvent::Listed {
@@ -526,7 +527,11 @@ impl Pg {
                 from_osd,
                 msg,
                 responder,
-            } => self.list(from_osd, msg, responder).await,
+            } => {
+                let to = self.token(responder);
+                let fx = self.step(|core| core.list(from_osd, msg, to));
+                self.drive(fx).await
+            }
             PgEvent::ScrubStep => self.scrub_step().await,
             PgEvent::ScrubTick {
                 now_ms,
@@ -534,7 +539,11 @@ impl Pg {
                 deep_every_ms,
             } => self.scrub_tick(now_ms, every_ms, deep_every_ms),
             PgEvent::Command { msg, responder } => self.command(msg, responder).await,
-            PgEvent::Scrub { msg, responder } => self.scrub_map(msg, responder).await,
+            PgEvent::Scrub { msg, responder } => {
+                let to = self.token(responder);
+                let fx = self.step(|core| core.scrub_map(msg, to));
+                self.drive_for_peer(fx).await
+            }
             PgEvent::Stats(tx) => {
                 let _ = tx.send(self.stat());
             }
@@ -544,7 +553,7 @@ impl Pg {
 
     /// Active with nothing to recover.
     fn active_clean(&self) -> bool {
-        self.core.state == State::Active && self.recovery.is_none()
+        self.core.state == State::Active && self.core.recovery.is_none()
     }
 
     /// What each member lacks, for `pg query`: the primary knows every
@@ -566,7 +575,7 @@ impl Pg {
         let mut out = serde_json::json!({
             "own": { "count": self.core.missing.len(), "first": own },
         });
-        if let Some(rs) = &self.recovery {
+        if let Some(rs) = &self.core.recovery {
             let per: serde_json::Map<String, serde_json::Value> = rs
                 .missing_per_member()
                 .into_iter()
@@ -618,6 +627,7 @@ impl Pg {
         let objects = self.core.log.info.objects;
         let absent = objects.saturating_mul(size.saturating_sub(self.core.acting.len()) as u64);
         let per = self
+            .core
             .recovery
             .as_ref()
             .map(|r| r.missing_per_member())
@@ -690,6 +700,7 @@ impl Pg {
         } else if someone_up
             && self.core.is_primary()
             && self
+                .core
                 .recovery
                 .as_ref()
                 .is_some_and(|r| !r.unfound().is_empty())
@@ -698,7 +709,7 @@ impl Pg {
             // peer again, which hears every member of the previous acting
             // set and of the past intervals that are up now.
             self.peer_again_for_unfound().await;
-        } else if self.recovery.is_some() {
+        } else if self.core.recovery.is_some() {
             self.recovery_map_changed();
         } else if self.core.is_primary() {
             match self.core.state {
@@ -733,16 +744,17 @@ impl Pg {
         self.peers_pending.clear();
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
-        self.recovery = None;
+        self.core.recovery = None;
         crate::recovery::CopyFence::bump(&self.copy_fence);
         self.plan = None;
-        self.requeue_object_waiters();
+        self.core.requeue_object_waiters();
         self.ctx.stats_changed.notify_one();
         let me = self.core.whoami();
         tracing::debug!(pg = %self.core.id, epoch = self.core.interval_start, acting = ?self.core.acting,
             primary, "new interval");
         if self.core.is_primary() {
-            self.refuse_stale_waiting(&why).await;
+            let fx = self.core.refuse_stale_waiting(&why);
+            self.drive(fx).await;
             self.start_peering().await;
         } else {
             self.core.state = if self.core.shards().contains(&me) {
@@ -750,11 +762,9 @@ impl Pg {
             } else {
                 State::Stray
             };
-            if was_primary || !self.waiting.is_empty() {
-                let ops: Vec<ClientOp> = self.waiting.drain(..).collect();
-                for op in ops {
-                    self.refuse_wrong_primary(op).await;
-                }
+            if was_primary || !self.core.waiting.is_empty() {
+                let fx = self.core.refuse_waiting();
+                self.drive(fx).await;
             }
         }
     }
@@ -762,18 +772,8 @@ impl Pg {
     async fn stop(&mut self) {
         // Ops in flight were applied locally; their clients resend to the
         // next primary, which finds them in its log.
-        self.requeue_object_waiters();
-        let ops: Vec<ClientOp> = self.waiting.drain(..).collect();
-        for op in ops {
-            let epoch = self.core.epoch();
-            primary::reply_error(
-                op.responder,
-                shoal_proto::OsdErrorCode::ShuttingDown,
-                epoch,
-                "the OSD is shutting down".into(),
-            )
-            .await;
-        }
+        let fx = self.core.refuse_waiting_shutting_down();
+        self.drive(fx).await;
         self.core.inflight.clear();
         let _ = shoal_net::runtime::blocking(|| self.ctx.store.flush());
     }
@@ -792,7 +792,7 @@ impl Pg {
                 if remapped {
                     s.push_str("+remapped");
                 }
-                if let Some(rs) = &self.recovery {
+                if let Some(rs) = &self.core.recovery {
                     s.push('+');
                     s.push_str(rs.state_word(self.core.map.as_deref()));
                 }
@@ -801,7 +801,7 @@ impl Pg {
                 }
                 if undersized || degraded > 0 {
                     s.push_str("+degraded");
-                } else if self.recovery.is_none() {
+                } else if self.core.recovery.is_none() {
                     s.push_str("+clean");
                 }
                 s
@@ -824,6 +824,7 @@ impl Pg {
             state.push_str("+inconsistent");
         }
         let (recovery_left, recovery_per_s) = self
+            .core
             .recovery
             .as_ref()
             .map_or((0, 0), |r| (r.copies_left(), r.rate()));
@@ -847,6 +848,7 @@ impl Pg {
             degraded,
             misplaced,
             recovery_stalled: self
+                .core
                 .recovery
                 .as_ref()
                 .map(|r| r.stalled())

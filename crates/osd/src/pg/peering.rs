@@ -254,11 +254,11 @@ impl Pg {
     /// Forgets this interval's peering and recovery; ops waiting for an
     /// object go back to the PG's queue.
     fn reset_peering(&mut self) {
-        self.recovery = None;
+        self.core.recovery = None;
         crate::recovery::CopyFence::bump(&self.copy_fence);
         self.plan = None;
         self.peering = PeeringProgress::default();
-        self.requeue_object_waiters();
+        self.core.requeue_object_waiters();
     }
 
     /// Queries `peers` (after `delay`) from scratch.
@@ -733,7 +733,7 @@ impl Pg {
             return;
         };
         self.recovery_generation += 1;
-        self.recovery = Some(RecoveryState::new(
+        self.core.recovery = Some(RecoveryState::new(
             self.recovery_generation,
             me,
             &self.core.missing,
@@ -787,8 +787,13 @@ impl Pg {
         self.core.state = State::Active;
         self.ctx.stats_changed.notify_one();
         tracing::debug!(pg = %self.core.id, epoch = interval_start, "active");
-        if self.recovery.as_ref().is_some_and(RecoveryState::is_done) {
-            self.recovery = None;
+        if self
+            .core
+            .recovery
+            .as_ref()
+            .is_some_and(RecoveryState::is_done)
+        {
+            self.core.recovery = None;
             self.plan = None;
             self.clean();
         }

@@ -26,7 +26,7 @@ use shoal_maps::{OsdMap, PgId};
 use shoal_objectstore::ObjectKey;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{ClientOp, Pg, PgEvent};
+use super::{Pg, PgEvent};
 use crate::ctx::OsdCtx;
 use crate::missing::MissingSet;
 use crate::recovery;
@@ -131,7 +131,7 @@ pub(crate) struct RecoveryState {
     /// Objects being recovered now.
     active: BTreeSet<ObjectKey>,
     /// Objects an op waits for: recovered first.
-    urgent: VecDeque<ObjectKey>,
+    pub(super) urgent: VecDeque<ObjectKey>,
     /// Objects whose recovery failed, and when they are tried again.
     deferred: BTreeMap<ObjectKey, Instant>,
     /// Objects whose recovery failed and has not succeeded since.
@@ -349,7 +349,7 @@ impl Pg {
     /// Starts recovering (after activation): reserve a backfill slot when a
     /// member is backfilled, and fill the recovery slots.
     pub(super) fn start_recovery(&mut self) {
-        let Some(rs) = self.recovery.as_mut() else {
+        let Some(rs) = self.core.recovery.as_mut() else {
             return;
         };
         if matches!(rs.reservation, Reservation::Waiting) {
@@ -372,7 +372,7 @@ impl Pg {
 
     /// A backfill slot is ours.
     pub(super) fn backfill_reserved(&mut self, generation: u64, permit: OwnedSemaphorePermit) {
-        if let Some(rs) = self.recovery.as_mut()
+        if let Some(rs) = self.core.recovery.as_mut()
             && rs.generation == generation
             && matches!(rs.reservation, Reservation::Waiting)
         {
@@ -381,20 +381,6 @@ impl Pg {
             self.ctx.stats_changed.notify_one();
             self.pump();
         }
-    }
-
-    /// An op waits for `key`: recover it next.
-    pub(super) fn wait_for_object(&mut self, key: ObjectKey, op: ClientOp) {
-        self.waiting_for_object
-            .entry(key.clone())
-            .or_default()
-            .push_back(op);
-        if let Some(rs) = self.recovery.as_mut() {
-            // A failed object stays deferred until the retry: a peer that
-            // refuses at once must not make this a busy loop.
-            rs.urgent.push_back(key);
-        }
-        self.pump();
     }
 
     /// Fills the recovery slots (once active: before that, a replica may
@@ -412,7 +398,7 @@ impl Pg {
         };
         let hold = Hold::of(&map);
         loop {
-            let Some(rs) = self.recovery.as_mut() else {
+            let Some(rs) = self.core.recovery.as_mut() else {
                 return;
             };
             if rs.active.len() >= max {
@@ -495,6 +481,7 @@ impl Pg {
             self.core.missing.remove(&key);
         }
         let Some(rs) = self
+            .core
             .recovery
             .as_mut()
             .filter(|r| r.generation == generation)
@@ -533,7 +520,7 @@ impl Pg {
         }
         if rs.is_done() {
             tracing::debug!(pg = %self.core.id, "recovered: clean");
-            self.recovery = None;
+            self.core.recovery = None;
             self.plan = None;
             self.ctx.stats_changed.notify_one();
             self.clean();
@@ -546,7 +533,7 @@ impl Pg {
 
     /// A new map in the same interval: flags may have changed.
     pub(super) fn recovery_map_changed(&mut self) {
-        if let Some(rs) = self.recovery.as_mut() {
+        if let Some(rs) = self.core.recovery.as_mut() {
             rs.cursor = None;
         }
         self.pump();
@@ -556,6 +543,7 @@ impl Pg {
     /// in flight fails first; clients resend).
     pub(super) async fn unfound_search(&mut self, generation: u64) {
         let still = self
+            .core
             .recovery
             .as_ref()
             .is_some_and(|r| r.generation == generation && !r.unfound.is_empty());
@@ -580,33 +568,17 @@ impl Pg {
     /// Failed recoveries are tried again.
     pub(super) fn recovery_retry(&mut self, generation: u64) {
         if let Some(rs) = self
+            .core
             .recovery
             .as_mut()
             .filter(|r| r.generation == generation)
         {
             rs.release_due(Instant::now());
             rs.cursor = None;
-            rs.urgent.extend(self.waiting_for_object.keys().cloned());
+            rs.urgent
+                .extend(self.core.waiting_for_object.keys().cloned());
         }
         self.pump();
-    }
-
-    /// Runs, in arrival order, the ops that waited for `key`.
-    pub(super) async fn run_waiting_for(&mut self, key: &ObjectKey) {
-        let Some(ops) = self.waiting_for_object.remove(key) else {
-            return;
-        };
-        for op in ops {
-            self.execute(op).await;
-        }
-    }
-
-    /// Client ops waiting for an object go back to the PG's queue (a new
-    /// interval, or the primary role is gone).
-    pub(super) fn requeue_object_waiters(&mut self) {
-        for (_, ops) in std::mem::take(&mut self.waiting_for_object) {
-            self.waiting.extend(ops);
-        }
     }
 }
 

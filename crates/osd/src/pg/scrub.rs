@@ -15,15 +15,14 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use shoal_net::{Connection, Responder};
 use shoal_objectstore::{ObjectKey, Transaction};
-use shoal_proto::{Message, OsdErrorCode, PgCommand, PgCommandReply, PgScrub, PgScrubMap};
+use shoal_proto::{Message, OsdErrorCode, PgCommand, PgCommandReply, PgScrub};
 
+use super::engine::SCRUB_LIST_CHUNK as CHUNK;
 use super::{Pg, PgEvent};
 use crate::object::pg_meta_key;
 use crate::recovery;
 use crate::scrub::{Inconsistency, compare, summarize};
 
-/// Objects compared per chunk.
-const CHUNK: usize = 64;
 /// Omap key of the scrub stamps in the PG meta object.
 pub(crate) const SCRUB_KEY: &[u8] = b"scrub";
 
@@ -384,57 +383,6 @@ impl Pg {
     }
 
     /// A member's summaries of the objects in the requested range.
-    pub(super) async fn scrub_map(&mut self, msg: PgScrub, responder: Responder) {
-        let start = msg
-            .has_start
-            .then(|| ObjectKey::new(msg.start_hash, msg.start_name.clone()));
-        let end = msg
-            .has_end
-            .then(|| ObjectKey::new(msg.end_hash, msg.end_name.clone()));
-        let mut objects = Vec::new();
-        let mut cursor = start;
-        let result: Result<(), String> = shoal_net::runtime::blocking(|| {
-            loop {
-                let page = self
-                    .ctx
-                    .store
-                    .list_objects(&self.core.coll, cursor.as_ref(), CHUNK)
-                    .map_err(|e| e.to_string())?;
-                for k in &page.objects {
-                    if end.as_ref().is_some_and(|e| k > e) {
-                        return Ok(());
-                    }
-                    if k.name.first() != Some(&0) {
-                        objects.push(summarize(
-                            self.ctx.store.as_ref(),
-                            &self.core.coll,
-                            k,
-                            msg.deep,
-                        ));
-                    }
-                }
-                match page.next {
-                    Some(n) => cursor = Some(n),
-                    None => return Ok(()),
-                }
-            }
-        });
-        let reply = match result {
-            Ok(()) => PgScrubMap {
-                objects,
-                ..PgScrubMap::default()
-            },
-            Err(e) => PgScrubMap {
-                code: OsdErrorCode::Io as u32,
-                message: e,
-                objects: Vec::new(),
-            },
-        };
-        tokio::spawn(async move {
-            let _ = responder.reply(reply, Bytes::new()).await;
-        });
-    }
-
     fn query_json(&self) -> Value {
         let info = &self.core.log.info;
         json!({
@@ -456,7 +404,7 @@ impl Pg {
             "log_entries": self.core.log.len(),
             "missing": self.missing_json(),
             "peering": self.peering_json(),
-            "ops_waiting": self.waiting.len(),
+            "ops_waiting": self.core.waiting.len(),
             "ops_in_flight": self.core.inflight.len(),
             "scrub": {
                 "running": self.scrub.is_some(),
@@ -511,9 +459,9 @@ mod tests {
             error: "checksum mismatch in block 12345 of the object".into(),
             ..one.clone()
         };
-        let map = PgScrubMap {
+        let map = shoal_proto::PgScrubMap {
             objects: (0..CHUNK).map(like).collect(),
-            ..PgScrubMap::default()
+            ..shoal_proto::PgScrubMap::default()
         };
         assert!(map.encoded_len() < 512 << 10, "{}", map.encoded_len());
     }

@@ -45,7 +45,7 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         counters: Arc::default(),
         observed: true,
         map: Some(Arc::new(map)),
-        pool: None,
+        pool: Some(shoal_maps::Pool::replicated(PG.pool, "rbd", 3, 2, 1, 0)),
         up: acting.to_vec(),
         acting: acting.to_vec(),
         primary: acting[0],
@@ -61,6 +61,11 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         activation_pieces: None,
         inflight: BTreeMap::new(),
         inflight_reqids: HashMap::new(),
+        waiting: Default::default(),
+        waiting_for_object: BTreeMap::new(),
+        recovery: None,
+        full: Arc::default(),
+        clock: || 1_000,
     }
 }
 
@@ -664,4 +669,403 @@ fn a_failed_local_commit_answers_nothing() {
         vec![]
     );
     assert_eq!(p.inflight.len(), 1);
+}
+
+// ---- reads -------------------------------------------------------------
+
+/// Stores client objects `names` (hash = their index) in `core`'s PG.
+fn store_objects(core: &PgCore, names: &[&str]) {
+    let mut t = Transaction::new();
+    for (i, n) in names.iter().enumerate() {
+        t.write(
+            core.coll,
+            ObjectKey::new(i as u32, n.as_bytes().to_vec()),
+            0,
+            Bytes::from_static(b"x"),
+        );
+    }
+    core.store.apply_transaction(t).unwrap();
+}
+
+fn list_reply(fx: Vec<Effect>, to: u64) -> shoal_proto::PgListReply {
+    match &fx[..] {
+        [
+            Effect::Reply {
+                to: t,
+                msg: Message::PgListReply(r),
+                data,
+            },
+        ] if *t == ReplyTo(to) && data.is_empty() => r.clone(),
+        _ => panic!("{fx:?}"),
+    }
+}
+
+#[test]
+fn a_listing_comes_in_pages_with_a_cursor_and_skips_the_pgs_own_objects() {
+    let p = member(1, &[1, 2]);
+    store_objects(&p, &["a", "b", "c"]);
+    let first = list_reply(
+        p.list(
+            false,
+            shoal_proto::PgList {
+                max: 2,
+                ..Default::default()
+            },
+            ReplyTo(1),
+        ),
+        1,
+    );
+    // The PG's meta object (hash 0, a hidden name) takes a place in the
+    // page but is not listed.
+    assert_eq!(first.code, 0);
+    assert_eq!(first.names, vec!["a"]);
+    assert!(first.more);
+    assert_eq!((first.next_hash, &first.next_name[..]), (1, &b"b"[..]));
+    let rest = list_reply(
+        p.list(
+            false,
+            shoal_proto::PgList {
+                max: 2,
+                has_cursor: true,
+                cursor_hash: first.next_hash,
+                cursor_name: first.next_name,
+                ..Default::default()
+            },
+            ReplyTo(2),
+        ),
+        2,
+    );
+    assert_eq!(rest.names, vec!["b", "c"]);
+    assert!(!rest.more);
+}
+
+#[test]
+fn a_client_lists_only_through_an_active_primary_a_peer_through_any_member() {
+    let mut r = member(2, &[1, 2]);
+    store_objects(&r, &["a"]);
+    let refused = list_reply(r.list(false, Default::default(), ReplyTo(1)), 1);
+    assert_eq!(refused.code, OsdErrorCode::WrongPrimary as u32);
+    assert_eq!(refused.message, "osd.2 is not the primary of pg 1.0");
+    // Recovery lists a replica's own copy.
+    let all = shoal_proto::PgList {
+        max: 10,
+        ..Default::default()
+    };
+    let page = list_reply(r.list(true, all, ReplyTo(2)), 2);
+    assert_eq!(page.names, vec!["a"]);
+    // A primary still peering, or lacking objects, asks to come back.
+    r.whoami = 1;
+    r.state = State::Peering;
+    let later = list_reply(r.list(false, Default::default(), ReplyTo(3)), 3);
+    assert_eq!(later.code, OsdErrorCode::Again as u32);
+}
+
+#[test]
+fn scrub_summaries_cover_the_asked_range_and_skip_hidden_objects() {
+    let r = member(2, &[1, 2]);
+    store_objects(&r, &["a", "b", "c", "d"]);
+    let fx = r.scrub_map(
+        shoal_proto::PgScrub {
+            has_start: true,
+            start_hash: 1,
+            start_name: b"b".to_vec(),
+            has_end: true,
+            end_hash: 2,
+            end_name: b"c".to_vec(),
+            deep: true,
+            ..Default::default()
+        },
+        ReplyTo(5),
+    );
+    let [
+        Effect::Reply {
+            to: ReplyTo(5),
+            msg: Message::PgScrubMap(m),
+            ..
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(m.code, 0);
+    let names: Vec<&[u8]> = m.objects.iter().map(|o| &o.name[..]).collect();
+    assert_eq!(names, vec![&b"b"[..], &b"c"[..]]);
+    // Deep: the data was read and summarized.
+    assert_eq!(
+        m.objects[0],
+        crate::scrub::summarize(
+            r.store.as_ref(),
+            &r.coll,
+            &ObjectKey::new(1, b"b".to_vec()),
+            true
+        )
+    );
+    // The whole PG: every client object, not the meta object.
+    let fx = r.scrub_map(shoal_proto::PgScrub::default(), ReplyTo(6));
+    let [
+        Effect::Reply {
+            msg: Message::PgScrubMap(m),
+            ..
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(m.objects.len(), 4);
+}
+
+// ---- the primary's op path ---------------------------------------------
+
+/// A client op on object `oid`: one sub-op `code` with `data`.
+fn op(oid: &str, code: shoal_proto::OpCode, data: &'static [u8], tid: u64, to: u64) -> super::Op {
+    super::Op {
+        msg: shoal_proto::OsdOp {
+            pool: PG.pool,
+            pg_seed: PG.seed,
+            oid: oid.into(),
+            epoch: EPOCH,
+            client_inc: 1,
+            tid,
+            ops: vec![shoal_proto::OsdSubOp {
+                code: code as u32,
+                data_len: data.len() as u64,
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        data: Bytes::from_static(data),
+        data_crc: crc32c::crc32c(data),
+        client: "client.admin".into(),
+        to: ReplyTo(to),
+    }
+}
+
+fn write_op(tid: u64, to: u64) -> super::Op {
+    op("obj", shoal_proto::OpCode::WriteFull, b"hello", tid, to)
+}
+
+fn read_op(to: u64) -> super::Op {
+    op("obj", shoal_proto::OpCode::Read, b"", 99, to)
+}
+
+fn op_code(e: &Effect) -> (ReplyTo, u32, String) {
+    match e {
+        Effect::Reply {
+            to,
+            msg: Message::OsdOpReply(r),
+            ..
+        } => (*to, r.code, r.message.clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_op_sent_to_a_replica_or_placed_before_the_interval_is_refused() {
+    let mut r = member(2, &[1, 2]);
+    assert_eq!(
+        r.client_op(write_op(1, 1)),
+        vec![super::op_error(
+            ReplyTo(1),
+            OsdErrorCode::WrongPrimary,
+            EPOCH,
+            "osd.2 is not the primary of pg 1.0 in epoch 10".into()
+        )]
+    );
+    let mut p = member(1, &[1, 2]);
+    let mut old = write_op(1, 2);
+    old.msg.epoch = START - 1;
+    assert_eq!(
+        p.client_op(old),
+        vec![super::op_error(
+            ReplyTo(2),
+            OsdErrorCode::StaleEpoch,
+            EPOCH,
+            "op placed in epoch 7 but pg 1.0 changed in epoch 8".into()
+        )]
+    );
+    assert!(p.inflight.is_empty());
+}
+
+#[test]
+fn an_op_waits_while_the_pg_is_not_active() {
+    let mut p = member(1, &[1, 2]);
+    p.state = State::Peering;
+    assert_eq!(p.client_op(write_op(1, 1)), vec![]);
+    assert_eq!(p.next_waiting(), None, "not before the PG is active");
+    p.state = State::Active;
+    assert_eq!(p.next_waiting(), Some(write_op(1, 1)));
+}
+
+#[test]
+fn a_write_is_executed_logged_and_replicated() {
+    let mut p = member(1, &[1, 2]);
+    let fx = p.client_op(write_op(1, 1));
+    assert_eq!(fx[0], Effect::Wrote(5));
+    assert!(matches!(
+        &fx[1],
+        Effect::Apply {
+            then: Then::Local(v),
+            ..
+        } if *v == version(1)
+    ));
+    let Effect::Replicate { version: v, write } = &fx[2] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!((*v, write.osd), (version(1), 2));
+    // The client's buffer and checksum go to the member as they came.
+    assert_eq!(write.data, Bytes::from_static(b"hello"));
+    assert_eq!(write.data_crc, crc32c::crc32c(b"hello"));
+    assert_eq!(fx.len(), 3);
+    let f = &p.inflight[&version(1)];
+    assert_eq!(
+        (f.waiting.clone(), f.responders.clone()),
+        (vec![2], vec![ReplyTo(1)])
+    );
+    // The object's mtime is the engine's clock.
+    run_applies(&p, &fx);
+    let got = p
+        .store
+        .read(&p.coll, &p.inflight[&version(1)].key, 0, 10)
+        .unwrap();
+    assert_eq!(&got[..], b"hello");
+}
+
+#[test]
+fn a_read_waits_for_the_change_in_flight_then_sees_it() {
+    let mut p = member(1, &[1, 2]);
+    let fx = p.client_op(write_op(1, 1));
+    run_applies(&p, &fx);
+    // Not before every member has the change.
+    assert_eq!(p.client_op(read_op(2)), vec![]);
+    p.local_committed(version(1), Ok(()));
+    let fx = p.rep_acked(version(1), 2, Ok(()));
+    let key = p
+        .pool
+        .as_ref()
+        .map(|pool| crate::object::object_key(pool, "", "obj").unwrap())
+        .unwrap();
+    assert_eq!(fx.last(), Some(&Effect::RunWaiting(key.clone())));
+    let held: Vec<super::Op> = p.take_waiting_for(&key).into();
+    assert_eq!(held, vec![read_op(2)]);
+    let fx = p.execute(read_op(2));
+    let [
+        Effect::Reply {
+            to: ReplyTo(2),
+            msg: Message::OsdOpReply(r),
+            data,
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(r.code, 0);
+    assert_eq!(&data[..], b"hello");
+}
+
+#[test]
+fn a_resent_change_is_answered_once_with_its_first_result() {
+    let mut p = member(1, &[1]);
+    let fx = p.client_op(write_op(7, 1));
+    run_applies(&p, &fx);
+    // Resent while in flight: answered with the first, not applied again.
+    assert_eq!(p.client_op(write_op(7, 2)), vec![]);
+    assert_eq!(
+        p.inflight[&version(1)].responders,
+        vec![ReplyTo(1), ReplyTo(2)]
+    );
+    let done = p.local_committed(version(1), Ok(()));
+    assert_eq!(
+        done.iter()
+            .filter(|e| matches!(e, Effect::Reply { .. }))
+            .count(),
+        2
+    );
+    // Resent after it completed: the log answers.
+    let fx = p.client_op(write_op(7, 3));
+    let Effect::Acked(a) = &fx[0] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(a.version, version(1));
+    let Effect::Reply {
+        to: ReplyTo(3),
+        msg: Message::OsdOpReply(r),
+        ..
+    } = &fx[1]
+    else {
+        panic!("{fx:?}")
+    };
+    assert!(r.replayed);
+    assert_eq!((r.code, r.version), (0, 1));
+    assert_eq!(p.log.info.last_update, version(1), "no second change");
+}
+
+#[test]
+fn a_full_osd_refuses_changes_but_takes_removals() {
+    let mut p = member(1, &[1]);
+    let fx = p.client_op(write_op(1, 1));
+    run_applies(&p, &fx);
+    p.local_committed(version(1), Ok(()));
+    p.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    let fx = p.client_op(write_op(2, 2));
+    assert_eq!(
+        op_code(&fx[0]),
+        (
+            ReplyTo(2),
+            OsdErrorCode::NoSpace as u32,
+            "osd.1 is full (over 95% used)".into()
+        )
+    );
+    let fx = p.client_op(op("obj", shoal_proto::OpCode::Remove, b"", 3, 3));
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Apply { then: Then::Local(v), .. } if *v == version(2))),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_malformed_op_is_refused_and_counted() {
+    let mut p = member(1, &[1]);
+    let mut bad = write_op(1, 1);
+    bad.data = Bytes::from_static(b"hel"); // shorter than its sub-op says
+    let fx = p.client_op(bad);
+    assert_eq!(op_code(&fx[0]).1, OsdErrorCode::InvalidArgument as u32);
+    assert_eq!(fx.len(), 1);
+    assert_eq!(
+        p.counters
+            .refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let fx = p.client_op(op("", shoal_proto::OpCode::Read, b"", 2, 2));
+    assert_eq!(op_code(&fx[0]).1, OsdErrorCode::InvalidArgument as u32);
+}
+
+#[test]
+fn at_a_new_interval_queued_ops_from_before_it_are_refused_and_the_rest_kept() {
+    let mut p = member(1, &[1]);
+    p.state = State::Peering;
+    let mut old = write_op(1, 1);
+    old.msg.epoch = START;
+    p.client_op(old);
+    p.client_op(write_op(2, 2));
+    p.interval_start = EPOCH;
+    let fx = p.refuse_stale_waiting("pg 1.0 changed in epoch 10");
+    assert_eq!(
+        fx,
+        vec![super::op_error(
+            ReplyTo(1),
+            OsdErrorCode::StaleEpoch,
+            EPOCH,
+            "pg 1.0 changed in epoch 10".into()
+        )]
+    );
+    assert_eq!(p.waiting.len(), 1);
+    // No longer the primary: what is left is refused too.
+    p.whoami = 3;
+    assert_eq!(
+        op_code(&p.refuse_waiting()[0]).1,
+        OsdErrorCode::WrongPrimary as u32
+    );
+    assert!(p.waiting.is_empty());
 }

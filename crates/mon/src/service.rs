@@ -143,25 +143,25 @@ struct Subscriber {
 /// it changed. For `osdmap` the value is what takes a subscriber at epoch
 /// `have` to the current epoch (the incrementals, or the full map when it
 /// is too far behind) and the marker is the epoch.
+/// A subscription's payload (JSON for `config` and `monmap`, the binary
+/// [`shoal_monclient::OsdMapUpdate`] for `osdmap`) and the marker that
+/// tells whether it changed.
 fn subscription_value(
     what: &str,
     entity: &EntityName,
     state: &MonState,
     have: u64,
-) -> Result<(Value, Value), MonError> {
+) -> Result<(Bytes, Value), MonError> {
+    let json = |v: Value| (Bytes::from(v.to_string()), v);
     match what {
-        "config" => {
-            let v = json!(state.config_for(entity));
-            Ok((v.clone(), v))
-        }
-        "monmap" => {
-            let v = json!({ "epoch": state.monmap_epoch, "mons": state.mons });
-            Ok((v.clone(), v))
-        }
+        "config" => Ok(json(json!(state.config_for(entity)))),
+        "monmap" => Ok(json(
+            json!({ "epoch": state.monmap_epoch, "mons": state.mons }),
+        )),
         "osdmap" => {
             let epoch = state.osdmap.epoch();
             Ok((
-                crate::views::osdmap_update(&state.osdmap, have),
+                Bytes::from(crate::views::osdmap_update(&state.osdmap, have)),
                 json!(epoch),
             ))
         }
@@ -237,9 +237,7 @@ impl Dispatcher for MonDispatcher {
                     match core.subscribe(&caller, inc.conn, &what, have) {
                         Ok((version, value)) => {
                             let update = MonUpdate { what, version };
-                            let _ = responder
-                                .reply(update, Bytes::from(value.to_string()))
-                                .await;
+                            let _ = responder.reply(update, value).await;
                         }
                         Err(e) => {
                             let _ = responder.reply(to_reply(Err(e)), Bytes::new()).await;
@@ -1099,7 +1097,7 @@ impl Core {
         conn: Connection,
         what: &str,
         have: u64,
-    ) -> Result<(u64, Value), MonError> {
+    ) -> Result<(u64, Bytes), MonError> {
         self.check_caps(caller, &Command::MonStat)?;
         let state = read_state(&self.state);
         let (value, marker) = subscription_value(what, caller, &state, have)?;
@@ -1142,7 +1140,7 @@ async fn push_updates(core: std::sync::Weak<Core>, mut applied: tokio::sync::wat
             }
         }
         for (conn, update, value) in sends {
-            if let Err(e) = conn.send(update, Bytes::from(value.to_string())).await {
+            if let Err(e) = conn.send(update, value).await {
                 tracing::debug!("dropping subscriber: {e}");
             }
         }

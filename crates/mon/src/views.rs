@@ -10,6 +10,7 @@ use shoal_net::Secret;
 
 use crate::osdmap::OsdMapState;
 use crate::state::MonState;
+use shoal_monclient::OsdMapUpdate;
 use shoal_monclient::{ErrorCode, MonError};
 
 fn fixed(w: u32) -> f64 {
@@ -196,7 +197,7 @@ pub fn osd_map(
 /// The `osdmap` subscription payload for a subscriber at epoch `have`:
 /// the incrementals after it, or the full map when they are no longer
 /// all kept (or `have` is 0).
-pub fn osdmap_update(s: &OsdMapState, have: u64) -> Value {
+pub fn osdmap_update(s: &OsdMapState, have: u64) -> Vec<u8> {
     let epoch = u64::from(s.epoch());
     let oldest = s
         .incrementals
@@ -204,15 +205,18 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Value {
         .next()
         .map_or(u64::MAX, |e| u64::from(*e));
     if have > 0 && have + 1 >= oldest && have <= epoch {
-        let incs: Vec<&String> = s
+        // Kept base64 in the replicated state (JSON); sent as bytes.
+        let incs: Option<Vec<Vec<u8>>> = s
             .incrementals
             .range(u32::try_from(have + 1).unwrap_or(u32::MAX)..)
-            .map(|(_, v)| v)
+            .map(|(_, v)| Secret::decode_base64(v).ok())
             .collect();
-        return json!({ "epoch": epoch, "from": have, "incrementals": incs });
+        if let Some(incs) = incs {
+            return OsdMapUpdate::encode_incrementals(incs.iter().map(Vec::as_slice));
+        }
     }
-    let full = s.map.as_ref().map(|m| Secret::encode_base64(&m.encode()));
-    json!({ "epoch": epoch, "full": full })
+    let full = s.map.as_ref().map(OsdMap::encode).unwrap_or_default();
+    OsdMapUpdate::encode_full(&full)
 }
 
 /// The cluster's health checks, as Ceph names them.
@@ -271,8 +275,8 @@ mod tests {
     use shoal_maps::Incremental;
     use shoal_monclient::apply_osdmap_update_each;
 
-    fn full(m: &OsdMap) -> Value {
-        json!({ "epoch": m.epoch.0, "full": Secret::encode_base64(&m.encode()) })
+    fn full(m: &OsdMap) -> Vec<u8> {
+        OsdMapUpdate::encode_full(&m.encode())
     }
 
     #[test]

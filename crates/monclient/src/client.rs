@@ -554,9 +554,6 @@ fn apply_update(
     tx: &watch::Sender<Option<Arc<OsdMap>>>,
     every: Option<&tokio::sync::mpsc::UnboundedSender<Arc<OsdMap>>>,
 ) -> bool {
-    let Ok(v) = serde_json::from_slice::<Value>(data) else {
-        return false;
-    };
     let before = local.as_ref().map(|m| m.epoch.0);
     // Each incremental applies atomically, so on a gap `local` is still a
     // whole map, just at an earlier epoch.
@@ -571,7 +568,7 @@ fn apply_update(
             newest = Some(m);
         }
     };
-    let ok = crate::update::apply_osdmap_update_each(local, &v, &mut each).is_ok();
+    let ok = crate::update::apply_osdmap_update_each(local, data, &mut each).is_ok();
     let after = local.as_ref().map(|m| m.epoch.0);
     if after != before {
         let published = newest

@@ -21,4 +21,4 @@ pub use command::{Command, MonCaps, OsdCaps, PoolSpec, parse_mon_caps, parse_mon
 pub use error::{ErrorCode, MonError};
 pub use stats::{OsdStatfs, PgStatReport};
 pub use ticket_auth::TicketAuth;
-pub use update::{apply_osdmap_update, apply_osdmap_update_each};
+pub use update::{OsdMapUpdate, apply_osdmap_update, apply_osdmap_update_each};

@@ -13,6 +13,12 @@ use super::{Pg, PgEvent};
 use crate::exec::store_error_code;
 
 impl Pg {
+    /// Starts peering for the current interval (primary only).
+    pub(super) async fn start_peering(&mut self) {
+        let fx = self.core.start_peering();
+        self.drive(fx).await;
+    }
+
     /// Holds `r` until an effect answers it; the engine names it by the token.
     pub(super) fn token(&mut self, r: Responder) -> ReplyTo {
         self.next_reply += 1;
@@ -72,6 +78,40 @@ impl Pg {
                     }
                 }
                 Effect::StartPeering => Box::pin(self.start_peering()).await,
+                Effect::StartRecovery => self.start_recovery(),
+                Effect::DrainWaiting => Box::pin(self.drain_waiting()).await,
+                Effect::StatsChanged => self.ctx.stats_changed.notify_one(),
+                Effect::FenceCopies => crate::recovery::CopyFence::bump(&self.copy_fence),
+                Effect::Query {
+                    osd,
+                    delay,
+                    limit,
+                    interval_start,
+                } => self.query_task(osd, delay, limit, interval_start),
+                Effect::AskPastIntervals {
+                    since,
+                    interval_start,
+                } => self.ask_past_intervals(since, interval_start),
+                Effect::RequestPgTemp(osds) => self.send_pg_temp(osds),
+                Effect::WantUpThru(epoch) => self.ctx.want_up_thru(epoch),
+                Effect::PeeringRetryLater { interval_start } => {
+                    self.peering_retry_later(interval_start)
+                }
+                Effect::ListForBackfill {
+                    from,
+                    lacks,
+                    interval_start,
+                } => self.list_for_backfill(from, lacks, interval_start),
+                Effect::PersistActivation(txn) => {
+                    let r = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn))
+                        .map_err(|e| e.to_string());
+                    let fx = self.core.activation_persisted(r);
+                    Box::pin(self.drive(fx)).await;
+                }
+                Effect::SendActivations {
+                    msgs,
+                    interval_start,
+                } => self.send_activations(msgs, interval_start),
                 Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
                 Effect::PumpRecovery => self.pump(),
             }

@@ -14,8 +14,10 @@
 //! recovery or changes in flight, deduplicate, execute through the
 //! backend: `ops.rs`) and its replication bookkeeping (submit a change
 //! through the backend, take the members' acks and the local commit,
-//! answer in version order, fail what is in flight). Peering, recovery
-//! scheduling and scrub scheduling still run as methods of the driver.
+//! answer in version order, fail what is in flight), and peering
+//! (`peering.rs`: queries, past intervals, `down`/`incomplete`, `up_thru`,
+//! `pg_temp`, the plan, activation, going active). Recovery scheduling and
+//! scrub scheduling still run as methods of the driver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -98,6 +100,64 @@ pub enum Effect {
     /// Fill the recovery slots (an op waits for an object: it was put
     /// first in line).
     PumpRecovery,
+    /// Start recovering what the activation found missing.
+    StartRecovery,
+    /// Run the ops queued while the PG was not active (one step each).
+    DrainWaiting,
+    /// The PG's statistics changed: report them now.
+    StatsChanged,
+    /// Copies still running for a dropped recovery install nothing.
+    FenceCopies,
+    /// Ask member `osd` for its info, log and missing set after `delay`,
+    /// giving it `limit`; the answer comes back as `PeerInfo`.
+    Query {
+        /// The member.
+        osd: i32,
+        /// Wait this long first.
+        delay: std::time::Duration,
+        /// Give up after this long.
+        limit: std::time::Duration,
+        /// The interval the query is for.
+        interval_start: u32,
+    },
+    /// Ask the monitors for the PG's past intervals since `since`; the
+    /// answer comes back as `PastIntervals`.
+    AskPastIntervals {
+        /// The newest epoch a member saw the PG go active.
+        since: u32,
+        /// The interval the question is for.
+        interval_start: u32,
+    },
+    /// Ask the monitors for a `pg_temp` (empty: its removal).
+    RequestPgTemp(Vec<i32>),
+    /// Ask the monitors to record that we were up through this epoch.
+    WantUpThru(u32),
+    /// `PeeringRetry` for this interval, a while later.
+    PeeringRetryLater {
+        /// The interval.
+        interval_start: u32,
+    },
+    /// List the PG's objects for a backfill (member `from`'s copy, or
+    /// ours), adding `lacks`; the answer comes back as `Listed`.
+    ListForBackfill {
+        /// Whose copy (None: ours).
+        from: Option<i32>,
+        /// Objects the lister lacks, listed too.
+        lacks: Vec<ObjectKey>,
+        /// The interval.
+        interval_start: u32,
+    },
+    /// Persist our activation now, then take
+    /// [`PgCore::activation_persisted`] with the outcome.
+    PersistActivation(Transaction),
+    /// Send each member its activation, in order; the outcome comes back
+    /// as `Activated`.
+    SendActivations {
+        /// Member and message.
+        msgs: Vec<(i32, PgInfo)>,
+        /// The interval.
+        interval_start: u32,
+    },
 }
 
 /// A change being replicated, answered once durable everywhere.
@@ -172,6 +232,20 @@ pub struct PgCore {
     pub(super) full: Arc<AtomicBool>,
     /// Milliseconds since the Unix epoch (object mtimes).
     pub(super) clock: fn() -> u64,
+    /// Members heard in this peering, with their logs.
+    pub(super) peer_logs: BTreeMap<i32, super::MemberLog>,
+    /// Members whose answer peering waits for.
+    pub(super) peers_pending: Vec<i32>,
+    /// Where peering is (primary).
+    pub(super) peering: super::peering::PeeringProgress,
+    /// This interval's peering outcome (primary, until clean).
+    pub(super) plan: Option<super::RecoveryPlan>,
+    /// Peering asks every up OSD (objects were unfound in this interval).
+    pub(super) search_everywhere: bool,
+    /// How many recoveries this PG has started (tells their events apart).
+    pub(super) recovery_generation: u64,
+    /// An activation being persisted here, then sent.
+    pub(super) pending_activation: Option<peering::PendingActivation>,
 }
 
 fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
@@ -735,6 +809,7 @@ impl PgCore {
 
 mod answers;
 mod ops;
+mod peering;
 
 pub(super) use answers::SCRUB_LIST_CHUNK;
 pub(super) use ops::Op;

@@ -294,22 +294,12 @@ pub struct Pg {
     /// The reply handles of requests the engine holds, by token.
     replies: HashMap<u64, Responder>,
     next_reply: u64,
-    peer_logs: BTreeMap<i32, MemberLog>,
-    peers_pending: Vec<i32>,
     conns: HashMap<i32, Connection>,
     scrub: Option<scrub::ScrubJob>,
     scrub_record: scrub::ScrubRecord,
-    /// This interval's peering outcome (primary, until clean).
-    plan: Option<RecoveryPlan>,
-    /// Where peering is (primary).
-    peering: peering::PeeringProgress,
-    /// How many recoveries this PG has started (tells their events apart).
-    recovery_generation: u64,
     /// Moved on whenever the recovery is dropped: copies still running
     /// for an older one install nothing (`recovery::CopyFence`).
     copy_fence: Arc<std::sync::Mutex<u64>>,
-    /// Peering asks every up OSD (objects were unfound in this interval).
-    search_everywhere: bool,
 }
 
 impl std::fmt::Debug for Pg {
@@ -403,6 +393,13 @@ impl Pg {
             recovery: None,
             full: Arc::clone(&ctx.full),
             clock: shoal_net::now_ms,
+            peer_logs: BTreeMap::new(),
+            peers_pending: Vec::new(),
+            peering: peering::PeeringProgress::default(),
+            plan: None,
+            search_everywhere: false,
+            recovery_generation: 0,
+            pending_activation: None,
         };
         let pg = Pg {
             core,
@@ -410,16 +407,10 @@ impl Pg {
             events: tx.clone(),
             replies: HashMap::new(),
             next_reply: 0,
-            peer_logs: BTreeMap::new(),
-            peers_pending: Vec::new(),
             conns: HashMap::new(),
             scrub: None,
             scrub_record,
-            plan: None,
-            peering: peering::PeeringProgress::default(),
-            recovery_generation: 0,
             copy_fence: Arc::default(),
-            search_everywhere: false,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -479,7 +470,10 @@ impl Pg {
                 from,
                 interval_start,
                 result,
-            } => self.peer_info(from, interval_start, result).await,
+            } => {
+                let fx = self.core.peer_info(from, interval_start, result);
+                self.drive(fx).await
+            }
             PgEvent::Activate { msg, responder } => {
                 let to = self.token(responder);
                 let fx = self.step(|core| core.activate(msg, to));
@@ -502,11 +496,17 @@ impl Pg {
             PgEvent::Listed {
                 interval_start,
                 result,
-            } => self.listed(interval_start, result).await,
+            } => {
+                let fx = self.core.listed(interval_start, result);
+                self.drive(fx).await
+            }
             PgEvent::Activated {
                 interval_start,
                 result,
-            } => self.activated(interval_start, result).await,
+            } => {
+                let fx = self.core.activated(interval_start, result);
+                self.drive(fx).await
+            }
             PgEvent::ObjectRecovered {
                 generation,
                 key,
@@ -517,8 +517,14 @@ impl Pg {
             PgEvent::PastIntervals {
                 interval_start,
                 result,
-            } => self.past_intervals(interval_start, result),
-            PgEvent::PeeringRetry { interval_start } => self.peering_retry(interval_start).await,
+            } => {
+                let fx = self.core.past_intervals(interval_start, result);
+                self.drive(fx).await
+            }
+            PgEvent::PeeringRetry { interval_start } => {
+                let fx = self.core.peering_retry(interval_start);
+                self.drive(fx).await
+            }
             PgEvent::UnfoundSearch { generation } => self.unfound_search(generation).await,
             PgEvent::BackfillReserved { generation, permit } => {
                 self.backfill_reserved(generation, permit)
@@ -598,6 +604,7 @@ impl Pg {
     /// taken writes, and what blocks the PG.
     fn peering_json(&self) -> serde_json::Value {
         let past: Vec<serde_json::Value> = self
+            .core
             .peering
             .past
             .iter()
@@ -610,12 +617,12 @@ impl Pg {
             .collect();
         serde_json::json!({
             "past_intervals_rw": past,
-            "probe_failed": self.peering.probe_failed,
-            "waiting_up_thru": self.peering.waiting_up_thru,
-            "waiting_pg_temp": self.peering.waiting_pg_temp,
-            "peers_pending": self.peers_pending,
-            "peers_heard": self.peer_logs.keys().collect::<Vec<_>>(),
-            "blocked_by": self.peering.blocked,
+            "probe_failed": self.core.peering.probe_failed,
+            "waiting_up_thru": self.core.peering.waiting_up_thru,
+            "waiting_pg_temp": self.core.peering.waiting_pg_temp,
+            "peers_pending": self.core.peers_pending,
+            "peers_heard": self.core.peer_logs.keys().collect::<Vec<_>>(),
+            "blocked_by": self.core.peering.blocked,
         })
     }
 
@@ -715,7 +722,10 @@ impl Pg {
             match self.core.state {
                 // A member may be back: look again.
                 State::Down | State::Incomplete => self.start_peering().await,
-                State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
+                State::Peering if self.core.peering.waiting_up_thru => {
+                    let fx = self.core.check_up_thru();
+                    self.drive(fx).await
+                }
                 _ => {}
             }
         }
@@ -730,7 +740,7 @@ impl Pg {
         self.core.acting = acting;
         self.core.primary = primary;
         self.core.interval_start = self.core.epoch();
-        self.search_everywhere = false;
+        self.core.search_everywhere = false;
         // What was in flight belongs to the old interval: its clients are
         // told now (they resend, and the log recognises what was applied)
         // rather than left to notice the interval change themselves.
@@ -740,13 +750,13 @@ impl Pg {
         );
         self.fail_inflight(shoal_proto::OsdErrorCode::StaleEpoch, &why)
             .await;
-        self.peer_logs.clear();
-        self.peers_pending.clear();
+        self.core.peer_logs.clear();
+        self.core.peers_pending.clear();
         self.conns.clear();
         self.abort_scrub("the PG changed interval");
         self.core.recovery = None;
         crate::recovery::CopyFence::bump(&self.copy_fence);
-        self.plan = None;
+        self.core.plan = None;
         self.core.requeue_object_waiters();
         self.ctx.stats_changed.notify_one();
         let me = self.core.whoami();

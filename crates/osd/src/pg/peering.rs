@@ -27,20 +27,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_maps::{OsdMap, PastInterval};
-use shoal_objectstore::{ObjectKey, Transaction};
+use shoal_objectstore::ObjectKey;
 use shoal_proto::{Message, PgInfo, PgQuery};
 
-use super::recover::RecoveryState;
-use super::{Pg, PgEvent, State};
+use super::{Pg, PgEvent};
 use crate::ctx::OsdCtx;
-use crate::log::{Dup, LogEntry, PgInfoData, PgLog, Version};
+use crate::log::{Dup, LogEntry, PgInfoData, Version};
 use crate::missing::MissingSet;
 use crate::pieces::{PIECES_MAX, Records};
 use crate::recovery;
 
 /// How long peering waits for a member of the previous interval that is
 /// not in the current acting set.
-const PRIOR_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PRIOR_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an `incomplete` PG, or one waiting for its `up_thru`, looks again.
 const PEERING_RETRY: Duration = Duration::from_secs(1);
 
@@ -206,97 +205,55 @@ pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -
 }
 
 /// What a member is told at activation.
-struct Activation {
-    osd: i32,
-    backfill: bool,
-    missing: MissingSet,
+#[derive(Debug)]
+pub(crate) struct Activation {
+    pub(crate) osd: i32,
+    pub(crate) backfill: bool,
+    pub(crate) missing: MissingSet,
 }
 
 impl Pg {
-    /// Starts peering for the current interval (primary only).
-    pub(super) async fn start_peering(&mut self) {
-        self.reset_peering();
-        let min = self.core.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
-        if self.core.acting.len() < min {
-            self.core.state = State::Peered;
-            return;
-        }
-        self.core.state = State::Peering;
+    /// Queries member `osd` after `delay`, giving it `limit`; the answer
+    /// comes back as [`PgEvent::PeerInfo`].
+    pub(super) fn query_task(
+        &self,
+        osd: i32,
+        delay: Duration,
+        limit: Duration,
+        interval_start: u32,
+    ) {
+        let ctx = Arc::clone(&self.ctx);
         let Some(map) = self.core.map.clone() else {
             return;
         };
-        let me = self.core.whoami();
-        let mut peers: BTreeSet<i32> = self.core.other_shards().into_iter().collect();
-        for p in &self.core.prior {
-            if *p != me && *p >= 0 && map.is_up(*p) {
-                peers.insert(*p);
-            }
-        }
-        if self.search_everywhere {
-            // Objects no member held: any up OSD may have a copy (one
-            // that left the PG's intervals long ago, say).
-            peers.extend(
-                map.osds()
-                    .map(|(o, _)| o)
-                    .filter(|o| *o != me && map.is_up(*o)),
-            );
-        }
-        self.query_all(peers.into_iter().collect(), Duration::ZERO);
+        let events = self.events.clone();
+        let q = PgQuery {
+            pool: self.core.id.pool,
+            pg_seed: self.core.id.seed,
+            epoch: map.epoch.0,
+            interval_start,
+            piece: 0,
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let result = match tokio::time::timeout(limit, query(&ctx, &map, osd, q)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("osd.{osd} did not answer within {limit:?}")),
+            };
+            let _ = events.send(PgEvent::PeerInfo {
+                from: osd,
+                interval_start,
+                result,
+            });
+        });
     }
 
-    /// Peers again after `delay` (a failed activation or query).
-    pub(super) fn repeer_soon(&mut self, delay: Duration) {
-        self.reset_peering();
-        self.core.state = State::Peering;
-        self.query_all(self.core.other_shards(), delay);
-    }
-
-    /// Forgets this interval's peering and recovery; ops waiting for an
-    /// object go back to the PG's queue.
-    fn reset_peering(&mut self) {
-        self.core.recovery = None;
-        crate::recovery::CopyFence::bump(&self.copy_fence);
-        self.plan = None;
-        self.peering = PeeringProgress::default();
-        self.core.requeue_object_waiters();
-    }
-
-    /// Queries `peers` (after `delay`) from scratch.
-    fn query_all(&mut self, peers: Vec<i32>, delay: Duration) {
-        self.peer_logs.clear();
-        self.peers_pending = peers.clone();
-        for p in peers {
-            self.query_peer(p, delay);
-        }
-        if self.peers_pending.is_empty() {
-            self.after_queries();
-        }
-    }
-
-    /// Every pending query answered (or gave up): next, the past
-    /// intervals; once they are known, whether every one that may have
-    /// taken writes was heard from.
-    fn after_queries(&mut self) {
-        if self.peering.past.is_none() {
-            return self.fetch_past_intervals();
-        }
-        self.check_prior();
-    }
-
-    /// Asks the monitors for the intervals since the newest epoch in which
-    /// any member we heard from saw the PG go active: the writes of
-    /// earlier intervals are in the logs of that activation.
-    fn fetch_past_intervals(&mut self) {
-        let since = self
-            .peer_logs
-            .values()
-            .map(|l| l.info.last_epoch_started)
-            .chain([self.core.log.info.last_epoch_started])
-            .max()
-            .unwrap_or(0);
+    /// Asks the monitors for the PG's intervals since `since`; the answer
+    /// comes back as [`PgEvent::PastIntervals`].
+    pub(super) fn ask_past_intervals(&self, since: u32, interval_start: u32) {
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, interval_start) = (self.core.id, self.core.interval_start);
+        let pg = self.core.id;
         tokio::spawn(async move {
             let cmd = shoal_monclient::Command::PgPastIntervals {
                 pgid: pg.to_string(),
@@ -313,171 +270,8 @@ impl Pg {
         });
     }
 
-    /// The monitors answered with the PG's intervals.
-    pub(super) fn past_intervals(
-        &mut self,
-        interval_start: u32,
-        result: Result<Vec<PastInterval>, String>,
-    ) {
-        if interval_start != self.core.interval_start || self.core.state != State::Peering {
-            return;
-        }
-        match result {
-            Ok(all) => {
-                let rw = all
-                    .into_iter()
-                    .filter(|i| i.maybe_went_rw && i.first < interval_start)
-                    .collect();
-                self.peering.past = Some(rw);
-                self.check_prior();
-            }
-            Err(e) => {
-                tracing::debug!(pg = %self.core.id, "past intervals: {e}");
-                self.retry_peering_later();
-            }
-        }
-    }
-
-    /// Every past interval that may have taken writes must have a member
-    /// we heard from: probe those not heard yet, or stay `down` (none of
-    /// its members up) or `incomplete` (none answering).
-    fn check_prior(&mut self) {
-        let Some(map) = self.core.map.clone() else {
-            return;
-        };
-        let me = self.core.whoami();
-        let past = self.peering.past.clone().unwrap_or_default();
-        let heard: BTreeSet<i32> = self.peer_logs.keys().copied().chain([me]).collect();
-        let failed = self.peering.probe_failed.clone();
-        // A member worth a probe: up, not heard yet, not already silent.
-        let probeable =
-            |o: &i32| *o >= 0 && map.is_up(*o) && !heard.contains(o) && !failed.contains(o);
-        // Every member of those intervals that is up is heard (Ceph's prior
-        // set): besides telling whether each interval has a member heard,
-        // they may hold objects no one else has, and complete copies a new
-        // primary keeps serving (pg_temp) while new members are backfilled.
-        let mut probe = BTreeSet::new();
-        for iv in &past {
-            let members: Vec<i32> = iv.acting.iter().copied().filter(|o| *o >= 0).collect();
-            let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
-            probe.extend(up.iter().copied());
-            if up.is_empty() && !members.iter().any(|o| heard.contains(o)) {
-                let down = !members.iter().any(|o| map.is_up(*o));
-                let why = format!(
-                    "interval {}-{} (acting {:?}) may have taken writes and {}",
-                    iv.first,
-                    iv.last,
-                    iv.acting,
-                    if down {
-                        "none of its members is up"
-                    } else {
-                        "none of its members answered"
-                    }
-                );
-                tracing::info!(pg = %self.core.id, "{why}");
-                self.core.state = if down { State::Down } else { State::Incomplete };
-                self.peering.blocked = Some(why);
-                self.ctx.stats_changed.notify_one();
-                if !down {
-                    self.retry_peering_later();
-                }
-                return;
-            }
-        }
-        if !probe.is_empty() {
-            self.peers_pending = probe.iter().copied().collect();
-            for p in probe {
-                self.query_peer(p, Duration::ZERO);
-            }
-            return;
-        }
-        self.peering.blocked = None;
-        self.check_up_thru();
-    }
-
-    /// Activation waits until the monitors have recorded that we were up
-    /// in this interval.
-    pub(super) fn check_up_thru(&mut self) {
-        let Some(map) = self.core.map.clone() else {
-            return;
-        };
-        if map.up_thru(self.core.whoami()) >= self.core.interval_start {
-            self.peering.waiting_up_thru = false;
-            return self.decide();
-        }
-        self.peering.waiting_up_thru = true;
-        self.ctx.want_up_thru(self.core.interval_start);
-        self.retry_peering_later();
-    }
-
-    fn retry_peering_later(&self) {
-        let events = self.events.clone();
-        let interval_start = self.core.interval_start;
-        tokio::spawn(async move {
-            tokio::time::sleep(PEERING_RETRY).await;
-            let _ = events.send(PgEvent::PeeringRetry { interval_start });
-        });
-    }
-
-    /// The acting set peering wants, when it is not the current one: the
-    /// up members the log can bring up to date, then (up to the pool's
-    /// size) other complete members, so that members needing a backfill
-    /// are backfilled while complete ones serve (Ceph's `choose_acting`).
-    /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
-    fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
-        let pool = self.core.pool.as_ref()?;
-        let map = self.core.map.as_ref()?;
-        let (size, min) = (pool.size as usize, pool.min_size.max(1) as usize);
-        // A member mid-backfill lacks more than a log can name.
-        let log_len = plan.auth_log.len();
-        let eligible = |o: i32| {
-            plan.members
-                .get(&o)
-                .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
-        };
-        let mut want: Vec<i32> = self
-            .core
-            .up
-            .iter()
-            .copied()
-            .filter(|o| *o >= 0 && eligible(*o))
-            .collect();
-        let newest_rw = self.peering.past.iter().flatten().next_back();
-        let candidates = self
-            .core
-            .acting
-            .iter()
-            .chain(&self.core.prior)
-            .chain(newest_rw.map(|i| &i.acting).into_iter().flatten())
-            .copied();
-        for o in candidates {
-            if want.len() >= size {
-                break;
-            }
-            if o >= 0 && map.is_up(o) && !want.contains(&o) && eligible(o) {
-                want.push(o);
-            }
-        }
-        let target = if want.len() < min || want == self.core.up {
-            self.core.up.clone()
-        } else {
-            want
-        };
-        if target == self.core.acting {
-            return None;
-        }
-        Some(if target == self.core.up {
-            Vec::new()
-        } else {
-            target
-        })
-    }
-
-    /// Asks the monitors for a `pg_temp` (empty: its removal); the map
-    /// that grants it starts a new interval.
-    pub(super) fn request_pg_temp(&mut self, osds: Vec<i32>) {
-        tracing::debug!(pg = %self.core.id, ?osds, up = ?self.core.up, "asking for pg_temp");
-        self.peering.waiting_pg_temp = Some(osds.clone());
+    /// Asks the monitors for a `pg_temp` (empty: its removal).
+    pub(super) fn send_pg_temp(&self, osds: Vec<i32>) {
         let ctx = Arc::clone(&self.ctx);
         let cmd = shoal_monclient::Command::OsdPgTemp {
             id: self.core.whoami(),
@@ -489,157 +283,48 @@ impl Pg {
                 tracing::debug!("pg_temp request failed: {e}");
             }
         });
-        self.retry_peering_later();
     }
 
-    /// Looks again: an `incomplete` PG peers again, one waiting for its
-    /// `up_thru` or `pg_temp` asks again.
-    pub(super) async fn peering_retry(&mut self, interval_start: u32) {
-        if interval_start != self.core.interval_start || !self.core.is_primary() {
-            return;
-        }
-        if let Some(osds) = self.peering.waiting_pg_temp.clone() {
-            return self.request_pg_temp(osds);
-        }
-        match self.core.state {
-            State::Incomplete => self.start_peering().await,
-            State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
-            State::Peering if self.peers_pending.is_empty() && self.peering.past.is_none() => {
-                self.fetch_past_intervals()
-            }
-            _ => {}
-        }
-    }
-
-    fn query_peer(&self, osd: i32, delay: Duration) {
-        let ctx = Arc::clone(&self.ctx);
-        let Some(map) = self.core.map.clone() else {
-            return;
-        };
+    /// [`PgEvent::PeeringRetry`] after [`PEERING_RETRY`].
+    pub(super) fn peering_retry_later(&self, interval_start: u32) {
         let events = self.events.clone();
-        let q = PgQuery {
-            pool: self.core.id.pool,
-            pg_seed: self.core.id.seed,
-            epoch: map.epoch.0,
-            interval_start: self.core.interval_start,
-            piece: 0,
-        };
-        let interval_start = self.core.interval_start;
-        // A member of the previous interval only may be gone for good:
-        // give it little time (an acting member is waited for).
-        let limit = if self.core.shards().contains(&osd) {
-            ctx.cfg.peer_timeout
-        } else {
-            PRIOR_QUERY_TIMEOUT.min(ctx.cfg.peer_timeout)
-        };
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let result = match tokio::time::timeout(limit, query(&ctx, &map, osd, q)).await {
-                Ok(r) => r,
-                Err(_) => Err(format!("osd.{osd} did not answer within {limit:?}")),
-            };
-            let _ = events.send(PgEvent::PeerInfo {
-                from: osd,
-                interval_start,
-                result,
-            });
+            tokio::time::sleep(PEERING_RETRY).await;
+            let _ = events.send(PgEvent::PeeringRetry { interval_start });
         });
     }
 
-    pub(super) async fn peer_info(
-        &mut self,
-        from: i32,
+    /// Lists the PG's objects for a backfill (member `from`'s copy, or
+    /// ours), adding `lacks`; the answer comes back as [`PgEvent::Listed`].
+    pub(super) fn list_for_backfill(
+        &self,
+        from: Option<i32>,
+        lacks: Vec<ObjectKey>,
         interval_start: u32,
-        result: Result<MemberLog, String>,
     ) {
-        if interval_start != self.core.interval_start || self.core.state != State::Peering {
-            return;
-        }
-        match result {
-            Ok(l) => {
-                self.peer_logs.insert(from, l);
-            }
-            Err(e) if self.core.shards().contains(&from) => {
-                // An acting member (or backfill target) must answer; a map change ends the wait.
-                tracing::debug!(pg = %self.core.id, osd = from, "peering query failed: {e}");
-                self.query_peer(from, Duration::from_millis(500));
-                return;
-            }
-            Err(_) => {
-                self.peering.probe_failed.insert(from);
-            }
-        }
-        self.peers_pending.retain(|p| *p != from);
-        if self.peers_pending.is_empty() {
-            self.after_queries();
-        }
-    }
-
-    /// Every member answered: plan. A backfill needs the list of the PG's
-    /// objects first (the authoritative member's when the primary itself is
-    /// backfilled, ours otherwise).
-    fn decide(&mut self) {
-        let me = self.core.whoami();
-        let mut logs = self.peer_logs.clone();
-        logs.insert(
-            me,
-            MemberLog {
-                info: self.core.log.info,
-                entries: self.core.log.entries().cloned().collect(),
-                missing: self.core.missing.clone(),
-                dups: self.core.log.dups().cloned().collect(),
-            },
-        );
-        let plan = plan_recovery(me, &logs, &self.core.shards());
-        if let Some(want) = self.wanted_acting(&plan) {
-            return self.request_pg_temp(want);
-        }
-        let backfills = self
-            .core
-            .shards()
-            .iter()
-            .any(|o| plan.members.get(o).is_some_and(|m| m.backfill));
-        let primary_backfill = plan.members.get(&me).is_some_and(|m| m.backfill);
-        self.core.state = State::Activating;
-        if !backfills {
-            self.activate_members(plan, BTreeSet::new());
-            return;
-        }
         let Some(map) = self.core.map.clone() else {
             return;
         };
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, coll, interval_start, auth) = (
-            self.core.id,
-            self.core.coll,
-            self.core.interval_start,
-            plan.auth,
-        );
-        // The PG's objects are those the lister holds and those it lacks
-        // (a member mid-backfill holds few of them: listing its store alone
-        // would make the others look deleted — the simulation found this).
-        let lister = if primary_backfill { auth } else { me };
-        let lister_lacks: Vec<ObjectKey> = plan
-            .members
-            .get(&lister)
-            .map(|m| m.missing.keys().cloned().collect())
-            .unwrap_or_default();
-        self.plan = Some(plan);
+        let (pg, coll) = (self.core.id, self.core.coll);
         tokio::spawn(async move {
-            let listed = if primary_backfill {
-                match ctx.peer(&map, auth).await {
+            let listed = match from {
+                Some(auth) => match ctx.peer(&map, auth).await {
                     Ok(src) => recovery::remote_objects(&ctx, &map, pg, &src).await,
                     Err(e) => Err(e),
-                }
-            } else {
-                let store = Arc::clone(&ctx.store);
-                shoal_net::runtime::offload(move || recovery::local_objects(store.as_ref(), coll))
+                },
+                None => {
+                    let store = Arc::clone(&ctx.store);
+                    shoal_net::runtime::offload(move || {
+                        recovery::local_objects(store.as_ref(), coll)
+                    })
                     .await
                     .and_then(|r| r.map_err(|e| e.to_string()))
+                }
             };
             let result = listed.map(|mut keys| {
-                keys.extend(lister_lacks);
+                keys.extend(lacks);
                 keys
             });
             let _ = events.send(PgEvent::Listed {
@@ -649,121 +334,18 @@ impl Pg {
         });
     }
 
-    /// The PG's objects, listed for a backfill.
-    pub(super) async fn listed(
-        &mut self,
-        interval_start: u32,
-        result: Result<Vec<ObjectKey>, String>,
-    ) {
-        if interval_start != self.core.interval_start || self.core.state != State::Activating {
-            return;
-        }
-        let Some(plan) = self.plan.take() else { return };
-        match result {
-            Ok(keys) => self.activate_members(plan, keys.into_iter().collect()),
-            Err(e) => {
-                tracing::warn!(pg = %self.core.id, "listing the PG for a backfill failed: {e}");
-                self.repeer_soon(Duration::from_millis(500));
-            }
-        }
-    }
-
-    /// Adopts the authoritative log with our missing set, and sends every
-    /// replica the same log with its own missing set. `all` lists every
-    /// object of the PG: a backfilled member lacks each of them.
-    fn activate_members(&mut self, plan: RecoveryPlan, all: BTreeSet<ObjectKey>) {
-        let me = self.core.whoami();
-        let lu = plan.auth_info.last_update;
-        let missing_of = |m: &MemberRecovery| {
-            if m.backfill {
-                MissingSet::from_map(all.iter().map(|k| (k.clone(), lu)).collect())
-            } else {
-                MissingSet::from_map(m.missing.clone())
-            }
-        };
-        let mut acts = Vec::new();
-        for osd in self.core.shards() {
-            let m = plan.members.get(&osd).cloned().unwrap_or_default();
-            acts.push(Activation {
-                osd,
-                backfill: m.backfill,
-                missing: missing_of(&m),
-            });
-        }
-        let mut info = plan.auth_info;
-        info.last_epoch_started = self.core.interval_start;
-        let mut txn = Transaction::new();
-        let mine = acts.iter().position(|a| a.osd == me);
-        let own = mine.map(|i| acts.remove(i));
-        if !own.as_ref().is_some_and(|a| a.backfill) {
-            // Copies an earlier recovery left half made start again.
-            let temps = shoal_net::runtime::blocking(|| {
-                crate::copy::remove_temps(self.ctx.store.as_ref(), self.core.coll, &mut txn)
-            });
-            if let Err(e) = temps {
-                tracing::error!(pg = %self.core.id, "cannot list half-made copies: {e}");
-                return self.repeer_soon(Duration::from_secs(1));
-            }
-        }
-        if own.as_ref().is_some_and(|a| a.backfill) {
-            txn.remove_collection(self.core.coll);
-            txn.create_collection(self.core.coll);
-            self.core.log = PgLog::default();
-            self.core.missing = MissingSet::default();
-        }
-        let limits = self.ctx.cfg.log_limits;
-        self.core.log.replace(
-            info,
-            plan.auth_log.clone(),
-            plan.auth_dups.clone(),
-            limits,
-            self.core.coll,
-            &mut txn,
-        );
-        let own_missing = own.map(|a| a.missing).unwrap_or_default();
-        self.core
-            .missing
-            .replace(own_missing, self.core.coll, &mut txn);
-        if let Err(e) = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn)) {
-            tracing::error!(pg = %self.core.id, "cannot persist the PG log: {e}");
-            self.core.reload_log();
-            return self.repeer_soon(Duration::from_secs(1));
-        }
+    /// Sends each member its activation, one after the other; the outcome
+    /// comes back as [`PgEvent::Activated`].
+    pub(super) fn send_activations(&self, msgs: Vec<(i32, PgInfo)>, interval_start: u32) {
         let Some(map) = self.core.map.clone() else {
             return;
         };
-        self.recovery_generation += 1;
-        self.core.recovery = Some(RecoveryState::new(
-            self.recovery_generation,
-            me,
-            &self.core.missing,
-            acts.iter().map(|a| (a.osd, a.backfill, &a.missing)),
-        ));
-        self.plan = Some(plan);
-        let log: Vec<Vec<u8>> = self.core.log.entries().map(LogEntry::encode).collect();
-        let dups: Vec<Vec<u8>> = self.core.log.dups().map(Dup::encode).collect();
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
-        let (pg, interval_start) = (self.core.id, self.core.interval_start);
-        let encoded_info = info.encode();
         tokio::spawn(async move {
             let mut result = Ok(());
-            for a in acts {
-                let msg = PgInfo {
-                    pool: pg.pool,
-                    pg_seed: pg.seed,
-                    epoch: map.epoch.0,
-                    info: encoded_info.clone(),
-                    log: log.clone(),
-                    activate: true,
-                    interval_start,
-                    missing: a.missing.encode(),
-                    backfill: a.backfill,
-                    dups: dups.clone(),
-                    more: false,
-                    piece: 0,
-                };
-                if let Err(e) = send_activation(&ctx, &map, a.osd, msg).await {
+            for (osd, msg) in msgs {
+                if let Err(e) = send_activation(&ctx, &map, osd, msg).await {
                     result = Err(e);
                     break;
                 }
@@ -773,32 +355,6 @@ impl Pg {
                 result,
             });
         });
-    }
-
-    /// Every replica holds the authoritative log: serve I/O, and recover.
-    pub(super) async fn activated(&mut self, interval_start: u32, result: Result<(), String>) {
-        if interval_start != self.core.interval_start || self.core.state != State::Activating {
-            return;
-        }
-        if let Err(e) = result {
-            tracing::warn!(pg = %self.core.id, "activation failed, peering again: {e}");
-            return self.repeer_soon(Duration::from_millis(500));
-        }
-        self.core.state = State::Active;
-        self.ctx.stats_changed.notify_one();
-        tracing::debug!(pg = %self.core.id, epoch = interval_start, "active");
-        if self
-            .core
-            .recovery
-            .as_ref()
-            .is_some_and(RecoveryState::is_done)
-        {
-            self.core.recovery = None;
-            self.plan = None;
-            self.clean();
-        }
-        self.start_recovery();
-        self.drain_waiting().await;
     }
 }
 
@@ -834,15 +390,6 @@ fn parse_intervals(v: &serde_json::Value) -> Result<Vec<PastInterval>, String> {
             })
         })
         .collect()
-}
-
-impl Pg {
-    /// Nothing left to recover: a `pg_temp` is no longer needed.
-    pub(super) fn clean(&mut self) {
-        if self.core.acting != self.core.up && self.core.up.len() >= self.core.acting.len() {
-            self.request_pg_temp(Vec::new());
-        }
-    }
 }
 
 /// Sends an activation in pieces of bounded size, each acknowledged

@@ -408,7 +408,7 @@ impl Pg {
                 return;
             };
             let pull_from = if targets.contains(&me) {
-                let plan = self.plan.as_ref();
+                let plan = self.core.plan.as_ref();
                 match plan.and_then(|p| p.sources(&key, &acting).into_iter().find(|o| *o != me)) {
                     Some(src) => Some(src),
                     None => {
@@ -416,7 +416,7 @@ impl Pg {
                         rs.unfound.insert(key);
                         // One wide search per interval; after it only an
                         // OSD coming up can bring a copy.
-                        if !rs.search_scheduled && !self.search_everywhere {
+                        if !rs.search_scheduled && !self.core.search_everywhere {
                             rs.search_scheduled = true;
                             let events = self.events.clone();
                             let generation = rs.generation;
@@ -521,9 +521,10 @@ impl Pg {
         if rs.is_done() {
             tracing::debug!(pg = %self.core.id, "recovered: clean");
             self.core.recovery = None;
-            self.plan = None;
+            self.core.plan = None;
             self.ctx.stats_changed.notify_one();
-            self.clean();
+            let fx = self.core.clean();
+            self.drive(fx).await;
         }
         if complete || !self.core.missing.contains(&key) {
             self.run_waiting_for(&key).await;
@@ -550,7 +551,7 @@ impl Pg {
         if !still || !self.core.is_primary() || self.core.state != super::State::Active {
             return;
         }
-        self.search_everywhere = true;
+        self.core.search_everywhere = true;
         self.peer_again_for_unfound().await;
     }
 

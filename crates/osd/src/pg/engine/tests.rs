@@ -66,6 +66,13 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         recovery: None,
         full: Arc::default(),
         clock: || 1_000,
+        peer_logs: BTreeMap::new(),
+        peers_pending: Vec::new(),
+        peering: Default::default(),
+        plan: None,
+        search_everywhere: false,
+        recovery_generation: 0,
+        pending_activation: None,
     }
 }
 
@@ -1068,4 +1075,293 @@ fn at_a_new_interval_queued_ops_from_before_it_are_refused_and_the_rest_kept() {
         OsdErrorCode::WrongPrimary as u32
     );
     assert!(p.waiting.is_empty());
+}
+
+// ---- peering -----------------------------------------------------------
+
+/// Primary osd.1 of PG 1.0 acting [1, 2, 3] in epoch [`EPOCH`], OSDs 0-3
+/// up; the monitors recorded its `up_thru` for this interval when
+/// `up_thru`.
+fn peering_primary(up_thru: bool) -> PgCore {
+    let crush = shoal_crush::build_map(&shoal_crush::BuildSpec::hosts(4, 1, None)).unwrap();
+    let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
+    while map.epoch.0 < EPOCH {
+        let mut inc = shoal_maps::Incremental::next(&map);
+        if map.epoch.0 == 0 {
+            inc.new_max_osd = Some(4);
+            for o in 0..4 {
+                inc.new_osds.insert(o);
+                inc.new_up.insert(o, format!("127.0.0.1:{}", 6800 + o));
+                inc.new_weight.insert(o, shoal_maps::WEIGHT_IN);
+            }
+        }
+        if up_thru && inc.epoch.0 == EPOCH {
+            inc.new_up_thru.insert(1, START);
+        }
+        map.apply(&inc).unwrap();
+    }
+    let mut p = member(1, &[1, 2, 3]);
+    p.map = Some(Arc::new(map));
+    p.state = State::Peering;
+    p
+}
+
+fn query(osd: i32, delay_ms: u64) -> Effect {
+    Effect::Query {
+        osd,
+        delay: std::time::Duration::from_millis(delay_ms),
+        limit: PgConfig::default().peer_timeout,
+        interval_start: START,
+    }
+}
+
+/// Every member's answer: an empty PG like ours.
+fn empty_member() -> crate::pg::MemberLog {
+    crate::pg::MemberLog::default()
+}
+
+#[test]
+fn peering_queries_every_member_and_the_previous_acting_set() {
+    let mut p = peering_primary(true);
+    p.prior = vec![0, 1];
+    let fx = p.start_peering();
+    // A member of the previous interval only is given little time.
+    let prior = Effect::Query {
+        osd: 0,
+        delay: std::time::Duration::ZERO,
+        limit: crate::pg::peering::PRIOR_QUERY_TIMEOUT,
+        interval_start: START,
+    };
+    assert_eq!(
+        fx,
+        vec![Effect::FenceCopies, prior, query(2, 0), query(3, 0)]
+    );
+    assert_eq!(p.state, State::Peering);
+    assert_eq!(p.peers_pending, vec![0, 2, 3]);
+}
+
+#[test]
+fn below_min_size_the_pg_is_peered_and_queries_nobody() {
+    let mut p = peering_primary(true);
+    p.acting = vec![1];
+    p.pool = Some(shoal_maps::Pool::replicated(PG.pool, "rbd", 3, 2, 1, 0));
+    assert_eq!(p.start_peering(), vec![Effect::FenceCopies]);
+    assert_eq!(p.state, State::Peered);
+}
+
+#[test]
+fn an_acting_member_that_does_not_answer_is_asked_again_a_former_one_is_not() {
+    let mut p = peering_primary(true);
+    p.prior = vec![0];
+    p.start_peering();
+    assert_eq!(
+        p.peer_info(2, START, Err("refused".into())),
+        vec![query(2, 500)]
+    );
+    assert_eq!(p.peer_info(0, START, Err("gone".into())), vec![]);
+    assert!(p.peering.probe_failed.contains(&0));
+    // An answer for an older interval changes nothing.
+    assert_eq!(p.peer_info(3, START - 1, Ok(empty_member())), vec![]);
+    assert_eq!(p.peers_pending, vec![2, 3]);
+}
+
+#[test]
+fn once_every_member_answered_the_monitors_are_asked_for_past_intervals() {
+    let mut p = peering_primary(true);
+    p.start_peering();
+    let mut newer = empty_member();
+    newer.info.last_epoch_started = 6;
+    assert_eq!(p.peer_info(2, START, Ok(newer)), vec![]);
+    assert_eq!(
+        p.peer_info(3, START, Ok(empty_member())),
+        vec![Effect::AskPastIntervals {
+            since: 6,
+            interval_start: START
+        }]
+    );
+}
+
+fn interval(first: u32, last: u32, acting: Vec<i32>) -> PastInterval {
+    PastInterval {
+        first,
+        last,
+        up: acting.clone(),
+        primary: acting[0],
+        acting,
+        maybe_went_rw: true,
+    }
+}
+
+use shoal_maps::PastInterval;
+
+#[test]
+fn a_past_interval_with_no_member_heard_makes_the_pg_down_or_incomplete() {
+    // osd.9 does not exist: none of that interval's members is up.
+    let mut p = peering_primary(true);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    let fx = p.past_intervals(START, Ok(vec![interval(3, 7, vec![9])]));
+    assert_eq!(fx, vec![Effect::StatsChanged]);
+    assert_eq!(p.state, State::Down);
+    // Its members up but silent: incomplete, and it looks again later.
+    let mut p = peering_primary(true);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    // osd.0 is up: it is probed first.
+    let fx = p.past_intervals(START, Ok(vec![interval(3, 7, vec![0])]));
+    assert_eq!(
+        fx,
+        vec![Effect::Query {
+            osd: 0,
+            delay: std::time::Duration::ZERO,
+            limit: crate::pg::peering::PRIOR_QUERY_TIMEOUT,
+            interval_start: START,
+        }]
+    );
+    let fx = p.peer_info(0, START, Err("silent".into()));
+    assert_eq!(
+        fx,
+        vec![
+            Effect::StatsChanged,
+            Effect::PeeringRetryLater {
+                interval_start: START
+            }
+        ]
+    );
+    assert_eq!(p.state, State::Incomplete);
+    assert!(
+        p.peering
+            .blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("none of its members answered"))
+    );
+}
+
+#[test]
+fn activation_waits_for_the_monitors_to_record_up_thru() {
+    let mut p = peering_primary(false);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    assert_eq!(
+        p.past_intervals(START, Ok(vec![])),
+        vec![
+            Effect::WantUpThru(START),
+            Effect::PeeringRetryLater {
+                interval_start: START
+            }
+        ]
+    );
+    assert!(p.peering.waiting_up_thru);
+}
+
+#[test]
+fn members_that_agree_are_activated_and_the_pg_goes_active() {
+    let mut p = peering_primary(true);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    let fx = p.past_intervals(START, Ok(vec![]));
+    let [Effect::PersistActivation(txn)] = &fx[..] else {
+        panic!("{fx:?}")
+    };
+    assert!(!txn.is_empty(), "the log's info with this interval");
+    assert_eq!(p.state, State::Activating);
+    assert_eq!(p.log.info.last_epoch_started, START);
+    // Persisted: every member gets the same log.
+    let fx = p.activation_persisted(Ok(()));
+    let [
+        Effect::SendActivations {
+            msgs,
+            interval_start,
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(*interval_start, START);
+    assert_eq!(msgs.iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![2, 3]);
+    assert!(
+        msgs.iter()
+            .all(|(_, m)| m.activate && !m.backfill && m.interval_start == START)
+    );
+    assert_eq!(p.recovery_generation, 1);
+    // Every member took it: active, nothing to recover.
+    assert_eq!(
+        p.activated(START, Ok(())),
+        vec![
+            Effect::StatsChanged,
+            Effect::StartRecovery,
+            Effect::DrainWaiting
+        ]
+    );
+    assert_eq!(p.state, State::Active);
+    assert!(p.recovery.is_none());
+}
+
+#[test]
+fn a_failed_activation_or_a_refused_persist_peers_again() {
+    let mut p = peering_primary(true);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    p.past_intervals(START, Ok(vec![]));
+    let fx = p.activation_persisted(Err("no space".into()));
+    assert_eq!(
+        fx,
+        vec![Effect::FenceCopies, query(2, 1000), query(3, 1000)]
+    );
+    assert_eq!(p.state, State::Peering);
+    assert_eq!(
+        p.log.info.last_epoch_started, 0,
+        "the log went back to the store's"
+    );
+    // An activation a member refused.
+    let mut p = peering_primary(true);
+    p.start_peering();
+    p.peer_info(2, START, Ok(empty_member()));
+    p.peer_info(3, START, Ok(empty_member()));
+    p.past_intervals(START, Ok(vec![]));
+    p.activation_persisted(Ok(()));
+    assert_eq!(
+        p.activated(START, Err("osd.3: refused".into())),
+        vec![Effect::FenceCopies, query(2, 500), query(3, 500)]
+    );
+}
+
+#[test]
+fn a_member_that_needs_a_backfill_while_complete_ones_exist_asks_for_pg_temp() {
+    // osd.3 has no copy at all but osd.0 (up, of the previous interval)
+    // has the whole log: the primary asks to keep serving from 1, 2, 0
+    // while 3 is backfilled.
+    let mut p = peering_primary(true);
+    let mut t = Transaction::new();
+    let mut log = PgLog::default();
+    log.append(entry(1), p.cfg.log_limits, p.coll, &mut t);
+    log.append(entry(2), p.cfg.log_limits, p.coll, &mut t);
+    let full = crate::pg::MemberLog {
+        info: log.info,
+        entries: log.entries().cloned().collect(),
+        ..Default::default()
+    };
+    p.log = log;
+    p.prior = vec![0];
+    p.start_peering();
+    p.peer_info(0, START, Ok(full.clone()));
+    p.peer_info(2, START, Ok(full));
+    let mut none = empty_member();
+    none.info.log_tail = Version::default();
+    p.peer_info(3, START, Ok(none));
+    let fx = p.past_intervals(START, Ok(vec![]));
+    let [
+        Effect::RequestPgTemp(want),
+        Effect::PeeringRetryLater { .. },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert!(!want.contains(&3), "{want:?}");
+    assert_eq!(p.peering.waiting_pg_temp.as_ref(), Some(want));
 }

@@ -1,0 +1,572 @@
+//! Peering's steps (the procedure is described in `pg/peering.rs`, which
+//! keeps the pure planning and the driver's tasks): which members to
+//! query, what the monitors' past intervals require, `down` and
+//! `incomplete`, `up_thru`, the acting set wanted (`pg_temp`), the plan, a
+//! backfill's listing, the activation persisted here and sent to every
+//! member, and going active.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use shoal_maps::PastInterval;
+use shoal_objectstore::{ObjectKey, Transaction};
+use shoal_proto::PgInfo;
+
+use super::{Effect, PgCore};
+use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
+use crate::missing::MissingSet;
+use crate::pg::State;
+use crate::pg::peering::{
+    Activation, MemberLog, MemberRecovery, PRIOR_QUERY_TIMEOUT, PeeringProgress, RecoveryPlan,
+    plan_recovery,
+};
+use crate::pg::recover::RecoveryState;
+
+/// An activation persisted here and waiting to be sent to the members.
+#[derive(Debug)]
+pub(in crate::pg) struct PendingActivation {
+    plan: RecoveryPlan,
+    acts: Vec<Activation>,
+    info: PgInfoData,
+}
+
+impl PgCore {
+    /// Starts peering for the current interval (primary only).
+    pub(in crate::pg) fn start_peering(&mut self) -> Vec<Effect> {
+        let mut fx = self.reset_peering();
+        let min = self.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
+        if self.acting.len() < min {
+            self.state = State::Peered;
+            return fx;
+        }
+        self.state = State::Peering;
+        let Some(map) = self.map.clone() else {
+            return fx;
+        };
+        let me = self.whoami;
+        let mut peers: BTreeSet<i32> = self.other_shards().into_iter().collect();
+        for p in &self.prior {
+            if *p != me && *p >= 0 && map.is_up(*p) {
+                peers.insert(*p);
+            }
+        }
+        if self.search_everywhere {
+            // Objects no member held: any up OSD may have a copy (one
+            // that left the PG's intervals long ago, say).
+            peers.extend(
+                map.osds()
+                    .map(|(o, _)| o)
+                    .filter(|o| *o != me && map.is_up(*o)),
+            );
+        }
+        fx.extend(self.query_all(peers.into_iter().collect(), Duration::ZERO));
+        fx
+    }
+
+    /// Peers again after `delay` (a failed activation or query).
+    pub(in crate::pg) fn repeer_soon(&mut self, delay: Duration) -> Vec<Effect> {
+        let mut fx = self.reset_peering();
+        self.state = State::Peering;
+        fx.extend(self.query_all(self.other_shards(), delay));
+        fx
+    }
+
+    /// Forgets this interval's peering and recovery; ops waiting for an
+    /// object go back to the PG's queue.
+    fn reset_peering(&mut self) -> Vec<Effect> {
+        self.recovery = None;
+        self.plan = None;
+        self.peering = PeeringProgress::default();
+        self.requeue_object_waiters();
+        vec![Effect::FenceCopies]
+    }
+
+    /// Queries `peers` (after `delay`) from scratch.
+    fn query_all(&mut self, peers: Vec<i32>, delay: Duration) -> Vec<Effect> {
+        self.peer_logs.clear();
+        self.peers_pending = peers.clone();
+        let mut fx: Vec<Effect> = peers
+            .into_iter()
+            .filter_map(|p| self.query_peer(p, delay))
+            .collect();
+        if self.peers_pending.is_empty() {
+            fx.extend(self.after_queries());
+        }
+        fx
+    }
+
+    /// Every pending query answered (or gave up): next, the past
+    /// intervals; once they are known, whether every one that may have
+    /// taken writes was heard from.
+    fn after_queries(&mut self) -> Vec<Effect> {
+        if self.peering.past.is_none() {
+            return self.fetch_past_intervals();
+        }
+        self.check_prior()
+    }
+
+    /// Asks the monitors for the intervals since the newest epoch in which
+    /// any member we heard from saw the PG go active: the writes of
+    /// earlier intervals are in the logs of that activation.
+    fn fetch_past_intervals(&self) -> Vec<Effect> {
+        let since = self
+            .peer_logs
+            .values()
+            .map(|l| l.info.last_epoch_started)
+            .chain([self.log.info.last_epoch_started])
+            .max()
+            .unwrap_or(0);
+        vec![Effect::AskPastIntervals {
+            since,
+            interval_start: self.interval_start,
+        }]
+    }
+
+    /// The monitors answered with the PG's intervals.
+    pub(in crate::pg) fn past_intervals(
+        &mut self,
+        interval_start: u32,
+        result: Result<Vec<PastInterval>, String>,
+    ) -> Vec<Effect> {
+        if interval_start != self.interval_start || self.state != State::Peering {
+            return Vec::new();
+        }
+        match result {
+            Ok(all) => {
+                let rw = all
+                    .into_iter()
+                    .filter(|i| i.maybe_went_rw && i.first < interval_start)
+                    .collect();
+                self.peering.past = Some(rw);
+                self.check_prior()
+            }
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "past intervals: {e}");
+                vec![self.retry_peering_later()]
+            }
+        }
+    }
+
+    /// Every past interval that may have taken writes must have a member
+    /// we heard from: probe those not heard yet, or stay `down` (none of
+    /// its members up) or `incomplete` (none answering).
+    fn check_prior(&mut self) -> Vec<Effect> {
+        let Some(map) = self.map.clone() else {
+            return Vec::new();
+        };
+        let me = self.whoami;
+        let past = self.peering.past.clone().unwrap_or_default();
+        let heard: BTreeSet<i32> = self.peer_logs.keys().copied().chain([me]).collect();
+        let failed = self.peering.probe_failed.clone();
+        // A member worth a probe: up, not heard yet, not already silent.
+        let probeable =
+            |o: &i32| *o >= 0 && map.is_up(*o) && !heard.contains(o) && !failed.contains(o);
+        // Every member of those intervals that is up is heard (Ceph's prior
+        // set): besides telling whether each interval has a member heard,
+        // they may hold objects no one else has, and complete copies a new
+        // primary keeps serving (pg_temp) while new members are backfilled.
+        let mut probe = BTreeSet::new();
+        for iv in &past {
+            let members: Vec<i32> = iv.acting.iter().copied().filter(|o| *o >= 0).collect();
+            let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
+            probe.extend(up.iter().copied());
+            if up.is_empty() && !members.iter().any(|o| heard.contains(o)) {
+                let down = !members.iter().any(|o| map.is_up(*o));
+                let why = format!(
+                    "interval {}-{} (acting {:?}) may have taken writes and {}",
+                    iv.first,
+                    iv.last,
+                    iv.acting,
+                    if down {
+                        "none of its members is up"
+                    } else {
+                        "none of its members answered"
+                    }
+                );
+                tracing::info!(pg = %self.id, "{why}");
+                self.state = if down { State::Down } else { State::Incomplete };
+                self.peering.blocked = Some(why);
+                let mut fx = vec![Effect::StatsChanged];
+                if !down {
+                    fx.push(self.retry_peering_later());
+                }
+                return fx;
+            }
+        }
+        if !probe.is_empty() {
+            self.peers_pending = probe.iter().copied().collect();
+            return probe
+                .into_iter()
+                .filter_map(|p| self.query_peer(p, Duration::ZERO))
+                .collect();
+        }
+        self.peering.blocked = None;
+        self.check_up_thru()
+    }
+
+    /// Activation waits until the monitors have recorded that we were up
+    /// in this interval.
+    pub(in crate::pg) fn check_up_thru(&mut self) -> Vec<Effect> {
+        let Some(map) = self.map.clone() else {
+            return Vec::new();
+        };
+        if map.up_thru(self.whoami) >= self.interval_start {
+            self.peering.waiting_up_thru = false;
+            return self.decide();
+        }
+        self.peering.waiting_up_thru = true;
+        vec![
+            Effect::WantUpThru(self.interval_start),
+            self.retry_peering_later(),
+        ]
+    }
+
+    fn retry_peering_later(&self) -> Effect {
+        Effect::PeeringRetryLater {
+            interval_start: self.interval_start,
+        }
+    }
+
+    /// The acting set peering wants, when it is not the current one: the
+    /// up members the log can bring up to date, then (up to the pool's
+    /// size) other complete members, so that members needing a backfill
+    /// are backfilled while complete ones serve (Ceph's `choose_acting`).
+    /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
+    fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
+        let pool = self.pool.as_ref()?;
+        let map = self.map.as_ref()?;
+        let (size, min) = (pool.size as usize, pool.min_size.max(1) as usize);
+        // A member mid-backfill lacks more than a log can name.
+        let log_len = plan.auth_log.len();
+        let eligible = |o: i32| {
+            plan.members
+                .get(&o)
+                .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
+        };
+        let mut want: Vec<i32> = self
+            .up
+            .iter()
+            .copied()
+            .filter(|o| *o >= 0 && eligible(*o))
+            .collect();
+        let newest_rw = self.peering.past.iter().flatten().next_back();
+        let candidates = self
+            .acting
+            .iter()
+            .chain(&self.prior)
+            .chain(newest_rw.map(|i| &i.acting).into_iter().flatten())
+            .copied();
+        for o in candidates {
+            if want.len() >= size {
+                break;
+            }
+            if o >= 0 && map.is_up(o) && !want.contains(&o) && eligible(o) {
+                want.push(o);
+            }
+        }
+        let target = if want.len() < min || want == self.up {
+            self.up.clone()
+        } else {
+            want
+        };
+        if target == self.acting {
+            return None;
+        }
+        Some(if target == self.up {
+            Vec::new()
+        } else {
+            target
+        })
+    }
+
+    /// Asks the monitors for a `pg_temp` (empty: its removal); the map
+    /// that grants it starts a new interval.
+    pub(in crate::pg) fn request_pg_temp(&mut self, osds: Vec<i32>) -> Vec<Effect> {
+        tracing::debug!(pg = %self.id, ?osds, up = ?self.up, "asking for pg_temp");
+        self.peering.waiting_pg_temp = Some(osds.clone());
+        vec![Effect::RequestPgTemp(osds), self.retry_peering_later()]
+    }
+
+    /// Looks again: an `incomplete` PG peers again, one waiting for its
+    /// `up_thru` or `pg_temp` asks again.
+    pub(in crate::pg) fn peering_retry(&mut self, interval_start: u32) -> Vec<Effect> {
+        if interval_start != self.interval_start || !self.is_primary() {
+            return Vec::new();
+        }
+        if let Some(osds) = self.peering.waiting_pg_temp.clone() {
+            return self.request_pg_temp(osds);
+        }
+        match self.state {
+            State::Incomplete => self.start_peering(),
+            State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
+            State::Peering if self.peers_pending.is_empty() && self.peering.past.is_none() => {
+                self.fetch_past_intervals()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The query of `osd` (after `delay`). A member of the previous
+    /// interval only may be gone for good: it gets little time (an acting
+    /// member is waited for).
+    fn query_peer(&self, osd: i32, delay: Duration) -> Option<Effect> {
+        self.map.as_ref()?;
+        let limit = if self.shards().contains(&osd) {
+            self.cfg.peer_timeout
+        } else {
+            PRIOR_QUERY_TIMEOUT.min(self.cfg.peer_timeout)
+        };
+        Some(Effect::Query {
+            osd,
+            delay,
+            limit,
+            interval_start: self.interval_start,
+        })
+    }
+
+    /// A member answered our query (or did not).
+    pub(in crate::pg) fn peer_info(
+        &mut self,
+        from: i32,
+        interval_start: u32,
+        result: Result<MemberLog, String>,
+    ) -> Vec<Effect> {
+        if interval_start != self.interval_start || self.state != State::Peering {
+            return Vec::new();
+        }
+        match result {
+            Ok(l) => {
+                self.peer_logs.insert(from, l);
+            }
+            Err(e) if self.shards().contains(&from) => {
+                // An acting member (or backfill target) must answer; a map
+                // change ends the wait.
+                tracing::debug!(pg = %self.id, osd = from, "peering query failed: {e}");
+                return self
+                    .query_peer(from, Duration::from_millis(500))
+                    .into_iter()
+                    .collect();
+            }
+            Err(_) => {
+                self.peering.probe_failed.insert(from);
+            }
+        }
+        self.peers_pending.retain(|p| *p != from);
+        if self.peers_pending.is_empty() {
+            return self.after_queries();
+        }
+        Vec::new()
+    }
+
+    /// Every member answered: plan. A backfill needs the list of the PG's
+    /// objects first (the authoritative member's when the primary itself is
+    /// backfilled, ours otherwise).
+    fn decide(&mut self) -> Vec<Effect> {
+        let me = self.whoami;
+        let mut logs = self.peer_logs.clone();
+        logs.insert(
+            me,
+            MemberLog {
+                info: self.log.info,
+                entries: self.log.entries().cloned().collect(),
+                missing: self.missing.clone(),
+                dups: self.log.dups().cloned().collect(),
+            },
+        );
+        let plan = plan_recovery(me, &logs, &self.shards());
+        if let Some(want) = self.wanted_acting(&plan) {
+            return self.request_pg_temp(want);
+        }
+        let backfills = self
+            .shards()
+            .iter()
+            .any(|o| plan.members.get(o).is_some_and(|m| m.backfill));
+        let primary_backfill = plan.members.get(&me).is_some_and(|m| m.backfill);
+        self.state = State::Activating;
+        if !backfills {
+            return self.activate_members(plan, BTreeSet::new());
+        }
+        if self.map.is_none() {
+            return Vec::new();
+        }
+        // The PG's objects are those the lister holds and those it lacks
+        // (a member mid-backfill holds few of them: listing its store alone
+        // would make the others look deleted — the simulation found this).
+        let lister = if primary_backfill { plan.auth } else { me };
+        let lacks: Vec<ObjectKey> = plan
+            .members
+            .get(&lister)
+            .map(|m| m.missing.keys().cloned().collect())
+            .unwrap_or_default();
+        let from = primary_backfill.then_some(plan.auth);
+        self.plan = Some(plan);
+        vec![Effect::ListForBackfill {
+            from,
+            lacks,
+            interval_start: self.interval_start,
+        }]
+    }
+
+    /// The PG's objects, listed for a backfill.
+    pub(in crate::pg) fn listed(
+        &mut self,
+        interval_start: u32,
+        result: Result<Vec<ObjectKey>, String>,
+    ) -> Vec<Effect> {
+        if interval_start != self.interval_start || self.state != State::Activating {
+            return Vec::new();
+        }
+        let Some(plan) = self.plan.take() else {
+            return Vec::new();
+        };
+        match result {
+            Ok(keys) => self.activate_members(plan, keys.into_iter().collect()),
+            Err(e) => {
+                tracing::warn!(pg = %self.id, "listing the PG for a backfill failed: {e}");
+                self.repeer_soon(Duration::from_millis(500))
+            }
+        }
+    }
+
+    /// Adopts the authoritative log with our missing set (persisted now:
+    /// [`PgCore::activation_persisted`] continues), and sends every replica
+    /// the same log with its own missing set. `all` lists every object of
+    /// the PG: a backfilled member lacks each of them.
+    fn activate_members(&mut self, plan: RecoveryPlan, all: BTreeSet<ObjectKey>) -> Vec<Effect> {
+        let me = self.whoami;
+        let lu = plan.auth_info.last_update;
+        let missing_of = |m: &MemberRecovery| {
+            if m.backfill {
+                MissingSet::from_map(all.iter().map(|k| (k.clone(), lu)).collect())
+            } else {
+                MissingSet::from_map(m.missing.clone())
+            }
+        };
+        let mut acts = Vec::new();
+        for osd in self.shards() {
+            let m = plan.members.get(&osd).cloned().unwrap_or_default();
+            acts.push(Activation {
+                osd,
+                backfill: m.backfill,
+                missing: missing_of(&m),
+            });
+        }
+        let mut info = plan.auth_info;
+        info.last_epoch_started = self.interval_start;
+        let mut txn = Transaction::new();
+        let mine = acts.iter().position(|a| a.osd == me);
+        let own = mine.map(|i| acts.remove(i));
+        if !own.as_ref().is_some_and(|a| a.backfill) {
+            // Copies an earlier recovery left half made start again.
+            let temps = crate::copy::remove_temps(self.store.as_ref(), self.coll, &mut txn);
+            if let Err(e) = temps {
+                tracing::error!(pg = %self.id, "cannot list half-made copies: {e}");
+                return self.repeer_soon(Duration::from_secs(1));
+            }
+        }
+        if own.as_ref().is_some_and(|a| a.backfill) {
+            txn.remove_collection(self.coll);
+            txn.create_collection(self.coll);
+            self.log = PgLog::default();
+            self.missing = MissingSet::default();
+        }
+        let limits = self.cfg.log_limits;
+        self.log.replace(
+            info,
+            plan.auth_log.clone(),
+            plan.auth_dups.clone(),
+            limits,
+            self.coll,
+            &mut txn,
+        );
+        let own_missing = own.map(|a| a.missing).unwrap_or_default();
+        self.missing.replace(own_missing, self.coll, &mut txn);
+        self.pending_activation = Some(PendingActivation { plan, acts, info });
+        vec![Effect::PersistActivation(txn)]
+    }
+
+    /// Our activation is durable (or the store refused it): send every
+    /// member its own.
+    pub(in crate::pg) fn activation_persisted(&mut self, r: Result<(), String>) -> Vec<Effect> {
+        let Some(PendingActivation { plan, acts, info }) = self.pending_activation.take() else {
+            return Vec::new();
+        };
+        if let Err(e) = r {
+            tracing::error!(pg = %self.id, "cannot persist the PG log: {e}");
+            self.reload_log();
+            return self.repeer_soon(Duration::from_secs(1));
+        }
+        let Some(map) = self.map.clone() else {
+            return Vec::new();
+        };
+        self.recovery_generation += 1;
+        self.recovery = Some(RecoveryState::new(
+            self.recovery_generation,
+            self.whoami,
+            &self.missing,
+            acts.iter().map(|a| (a.osd, a.backfill, &a.missing)),
+        ));
+        self.plan = Some(plan);
+        let log: Vec<Vec<u8>> = self.log.entries().map(LogEntry::encode).collect();
+        let dups: Vec<Vec<u8>> = self.log.dups().map(Dup::encode).collect();
+        let encoded_info = info.encode();
+        let msgs = acts
+            .into_iter()
+            .map(|a| {
+                let msg = PgInfo {
+                    pool: self.id.pool,
+                    pg_seed: self.id.seed,
+                    epoch: map.epoch.0,
+                    info: encoded_info.clone(),
+                    log: log.clone(),
+                    activate: true,
+                    interval_start: self.interval_start,
+                    missing: a.missing.encode(),
+                    backfill: a.backfill,
+                    dups: dups.clone(),
+                    more: false,
+                    piece: 0,
+                };
+                (a.osd, msg)
+            })
+            .collect();
+        vec![Effect::SendActivations {
+            msgs,
+            interval_start: self.interval_start,
+        }]
+    }
+
+    /// Every replica holds the authoritative log: serve I/O, and recover.
+    pub(in crate::pg) fn activated(
+        &mut self,
+        interval_start: u32,
+        result: Result<(), String>,
+    ) -> Vec<Effect> {
+        if interval_start != self.interval_start || self.state != State::Activating {
+            return Vec::new();
+        }
+        if let Err(e) = result {
+            tracing::warn!(pg = %self.id, "activation failed, peering again: {e}");
+            return self.repeer_soon(Duration::from_millis(500));
+        }
+        self.state = State::Active;
+        let mut fx = vec![Effect::StatsChanged];
+        tracing::debug!(pg = %self.id, epoch = interval_start, "active");
+        if self.recovery.as_ref().is_some_and(RecoveryState::is_done) {
+            self.recovery = None;
+            self.plan = None;
+            fx.extend(self.clean());
+        }
+        fx.push(Effect::StartRecovery);
+        fx.push(Effect::DrainWaiting);
+        fx
+    }
+
+    /// Nothing left to recover: a `pg_temp` is no longer needed.
+    pub(in crate::pg) fn clean(&mut self) -> Vec<Effect> {
+        if self.acting != self.up && self.up.len() >= self.acting.len() {
+            return self.request_pg_temp(Vec::new());
+        }
+        Vec::new()
+    }
+}

@@ -148,7 +148,7 @@ pub enum Effect {
         interval_start: u32,
     },
     /// Persist our activation now, then take
-    /// [`PgCore::activation_persisted`] with the outcome.
+    /// `PgCore::activation_persisted` with the outcome.
     PersistActivation(Transaction),
     /// Send each member its activation, in order; the outcome comes back
     /// as `Activated`.

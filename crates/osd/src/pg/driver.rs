@@ -78,7 +78,16 @@ impl Pg {
                     }
                 }
                 Effect::StartPeering => Box::pin(self.start_peering()).await,
-                Effect::StartRecovery => self.start_recovery(),
+                Effect::StartRecovery => {
+                    let fx = self.core.start_recovery();
+                    Box::pin(self.drive(fx)).await;
+                }
+                Effect::ReserveBackfill { generation } => self.reserve_backfill(generation),
+                Effect::RecoverObject(job) => self.recover_object(job),
+                Effect::UnfoundSearchLater { generation } => self.unfound_search_later(generation),
+                Effect::RecoveryRetryAfter { delay, generation } => {
+                    self.recovery_retry_after(delay, generation)
+                }
                 Effect::DrainWaiting => Box::pin(self.drain_waiting()).await,
                 Effect::StatsChanged => self.ctx.stats_changed.notify_one(),
                 Effect::FenceCopies => crate::recovery::CopyFence::bump(&self.copy_fence),
@@ -113,7 +122,10 @@ impl Pg {
                     interval_start,
                 } => self.send_activations(msgs, interval_start),
                 Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
-                Effect::PumpRecovery => self.pump(),
+                Effect::PumpRecovery => {
+                    let fx = self.core.pump();
+                    Box::pin(self.drive(fx)).await;
+                }
             }
         }
     }

@@ -16,8 +16,10 @@
 //! through the backend, take the members' acks and the local commit,
 //! answer in version order, fail what is in flight), and peering
 //! (`peering.rs`: queries, past intervals, `down`/`incomplete`, `up_thru`,
-//! `pg_temp`, the plan, activation, going active). Recovery scheduling and
-//! scrub scheduling still run as methods of the driver.
+//! `pg_temp`, the plan, activation, going active), and recovery's
+//! scheduling (`recover.rs`: backfill reservation, which objects to copy
+//! and from where, unfound objects, retries, clean). Scrub scheduling
+//! still runs as methods of the driver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -102,6 +104,27 @@ pub enum Effect {
     PumpRecovery,
     /// Start recovering what the activation found missing.
     StartRecovery,
+    /// Reserve one of the OSD's backfill slots for this recovery: held at
+    /// once when one is free, else `BackfillReserved` when one frees.
+    ReserveBackfill {
+        /// The recovery.
+        generation: u64,
+    },
+    /// Copy one object to the members that lack it, in a task;
+    /// `ObjectRecovered` follows.
+    RecoverObject(super::recover::ObjectJob),
+    /// `UnfoundSearch` a while later.
+    UnfoundSearchLater {
+        /// The recovery.
+        generation: u64,
+    },
+    /// `RecoveryRetry` after `delay`.
+    RecoveryRetryAfter {
+        /// How long.
+        delay: std::time::Duration,
+        /// The recovery.
+        generation: u64,
+    },
     /// Run the ops queued while the PG was not active (one step each).
     DrainWaiting,
     /// The PG's statistics changed: report them now.
@@ -232,6 +255,8 @@ pub struct PgCore {
     pub(super) full: Arc<AtomicBool>,
     /// Milliseconds since the Unix epoch (object mtimes).
     pub(super) clock: fn() -> u64,
+    /// The monotonic clock (recovery's retry delays).
+    pub(super) now: fn() -> tokio::time::Instant,
     /// Members heard in this peering, with their logs.
     pub(super) peer_logs: BTreeMap<i32, super::MemberLog>,
     /// Members whose answer peering waits for.

@@ -393,6 +393,7 @@ impl Pg {
             recovery: None,
             full: Arc::clone(&ctx.full),
             clock: shoal_net::now_ms,
+            now: tokio::time::Instant::now,
             peer_logs: BTreeMap::new(),
             peers_pending: Vec::new(),
             peering: peering::PeeringProgress::default(),
@@ -512,8 +513,14 @@ impl Pg {
                 key,
                 done,
                 error,
-            } => self.object_recovered(generation, key, done, error).await,
-            PgEvent::RecoveryRetry { generation } => self.recovery_retry(generation),
+            } => {
+                let fx = self.core.object_recovered(generation, key, done, error);
+                self.drive(fx).await
+            }
+            PgEvent::RecoveryRetry { generation } => {
+                let fx = self.core.recovery_retry(generation);
+                self.drive(fx).await
+            }
             PgEvent::PastIntervals {
                 interval_start,
                 result,
@@ -525,9 +532,13 @@ impl Pg {
                 let fx = self.core.peering_retry(interval_start);
                 self.drive(fx).await
             }
-            PgEvent::UnfoundSearch { generation } => self.unfound_search(generation).await,
+            PgEvent::UnfoundSearch { generation } => {
+                let fx = self.step(|core| core.unfound_search(generation));
+                self.drive(fx).await
+            }
             PgEvent::BackfillReserved { generation, permit } => {
-                self.backfill_reserved(generation, permit)
+                let fx = self.core.backfill_reserved(generation, permit);
+                self.drive(fx).await
             }
             PgEvent::List {
                 from_osd,
@@ -715,9 +726,11 @@ impl Pg {
             // Ceph searches the OSDs that might have unfound objects; we
             // peer again, which hears every member of the previous acting
             // set and of the past intervals that are up now.
-            self.peer_again_for_unfound().await;
+            let fx = self.step(|core| core.peer_again_for_unfound());
+            self.drive(fx).await;
         } else if self.core.recovery.is_some() {
-            self.recovery_map_changed();
+            let fx = self.core.recovery_map_changed();
+            self.drive(fx).await;
         } else if self.core.is_primary() {
             match self.core.state {
                 // A member may be back: look again.

@@ -26,6 +26,7 @@ use shoal_maps::{OsdMap, PgId};
 use shoal_objectstore::ObjectKey;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::engine::{Effect, PgCore};
 use super::{Pg, PgEvent};
 use crate::ctx::OsdCtx;
 use crate::missing::MissingSet;
@@ -345,84 +346,89 @@ impl RecoveryState {
     }
 }
 
-impl Pg {
+impl PgCore {
     /// Starts recovering (after activation): reserve a backfill slot when a
     /// member is backfilled, and fill the recovery slots.
-    pub(super) fn start_recovery(&mut self) {
-        let Some(rs) = self.core.recovery.as_mut() else {
-            return;
+    pub(super) fn start_recovery(&mut self) -> Vec<Effect> {
+        let Some(rs) = self.recovery.as_ref() else {
+            return Vec::new();
         };
+        let mut fx = Vec::new();
         if matches!(rs.reservation, Reservation::Waiting) {
-            let slots = Arc::clone(&self.ctx.backfill_slots);
-            match Arc::clone(&slots).try_acquire_owned() {
-                Ok(p) => rs.reservation = Reservation::Held(p),
-                Err(_) => {
-                    let events = self.events.clone();
-                    let generation = rs.generation;
-                    tokio::spawn(async move {
-                        if let Ok(permit) = slots.acquire_owned().await {
-                            let _ = events.send(PgEvent::BackfillReserved { generation, permit });
-                        }
-                    });
-                }
-            }
+            fx.push(Effect::ReserveBackfill {
+                generation: rs.generation,
+            });
         }
-        self.pump();
+        fx.push(Effect::PumpRecovery);
+        fx
     }
 
-    /// A backfill slot is ours.
-    pub(super) fn backfill_reserved(&mut self, generation: u64, permit: OwnedSemaphorePermit) {
-        if let Some(rs) = self.core.recovery.as_mut()
+    /// A backfill slot was free at once: hold it.
+    pub(super) fn backfill_held(&mut self, generation: u64, permit: OwnedSemaphorePermit) {
+        if let Some(rs) = self.recovery.as_mut()
+            && rs.generation == generation
+            && matches!(rs.reservation, Reservation::Waiting)
+        {
+            rs.reservation = Reservation::Held(permit);
+        }
+    }
+
+    /// A backfill slot is ours (after a wait).
+    pub(super) fn backfill_reserved(
+        &mut self,
+        generation: u64,
+        permit: OwnedSemaphorePermit,
+    ) -> Vec<Effect> {
+        if let Some(rs) = self.recovery.as_mut()
             && rs.generation == generation
             && matches!(rs.reservation, Reservation::Waiting)
         {
             rs.reservation = Reservation::Held(permit);
             rs.cursor = None;
-            self.ctx.stats_changed.notify_one();
-            self.pump();
+            return vec![Effect::StatsChanged, Effect::PumpRecovery];
         }
+        Vec::new()
     }
 
     /// Fills the recovery slots (once active: before that, a replica may
     /// not have taken its activation yet, which would replace the missing
     /// set a push has just emptied — the simulation found this).
-    pub(super) fn pump(&mut self) {
-        if self.core.state != super::State::Active {
-            return;
+    pub(super) fn pump(&mut self) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if self.state != super::State::Active {
+            return fx;
         }
-        let max = self.ctx.cfg.recovery_max_active.max(1);
-        let me = self.core.whoami();
-        let acting = self.core.acting.clone();
-        let Some(map) = self.core.map.clone() else {
-            return;
+        let max = self.cfg.recovery_max_active.max(1);
+        let me = self.whoami;
+        let Some(map) = self.map.clone() else {
+            return fx;
         };
         let hold = Hold::of(&map);
         loop {
-            let Some(rs) = self.core.recovery.as_mut() else {
-                return;
+            let Some(rs) = self.recovery.as_mut() else {
+                return fx;
             };
             if rs.active.len() >= max {
-                return;
+                return fx;
             }
-            let Some((targets, key, urgent)) = rs.next(hold).map(|(k, t, u)| (t, k, u)) else {
-                return;
+            let Some((key, targets, urgent)) = rs.next(hold) else {
+                return fx;
             };
             let pull_from = if targets.contains(&me) {
-                let plan = self.core.plan.as_ref();
-                match plan.and_then(|p| p.sources(&key, &acting).into_iter().find(|o| *o != me)) {
+                let plan = self.plan.as_ref();
+                let src =
+                    plan.and_then(|p| p.sources(&key, &self.acting).into_iter().find(|o| *o != me));
+                match src {
                     Some(src) => Some(src),
                     None => {
-                        tracing::warn!(pg = %self.core.id, object = ?key, "no member holds the object: unfound");
+                        tracing::warn!(pg = %self.id, object = ?key, "no member holds the object: unfound");
                         rs.unfound.insert(key);
                         // One wide search per interval; after it only an
                         // OSD coming up can bring a copy.
-                        if !rs.search_scheduled && !self.core.search_everywhere {
+                        if !rs.search_scheduled && !self.search_everywhere {
                             rs.search_scheduled = true;
-                            let events = self.events.clone();
-                            let generation = rs.generation;
-                            tokio::spawn(async move {
-                                tokio::time::sleep(UNFOUND_SEARCH_DELAY).await;
-                                let _ = events.send(PgEvent::UnfoundSearch { generation });
+                            fx.push(Effect::UnfoundSearchLater {
+                                generation: rs.generation,
                             });
                         }
                         continue;
@@ -434,60 +440,44 @@ impl Pg {
             rs.active.insert(key.clone());
             // What the log says of the object, when it still names it.
             let expect = self
-                .core
                 .log
                 .entries()
                 .rev()
                 .find(|e| e.key == key)
                 .map(|e| e.op == crate::log::LogOp::Modify);
-            let job = ObjectRecovery {
-                expect,
-                ctx: Arc::clone(&self.ctx),
-                map: Arc::clone(&map),
-                pg: self.core.id,
+            fx.push(Effect::RecoverObject(ObjectJob {
+                generation: rs.generation,
                 key,
                 pull_from,
                 push_to: targets.into_iter().filter(|o| *o != me).collect(),
+                expect,
                 throttled: !urgent,
-                fence: recovery::CopyFence::at(&self.copy_fence),
-                backend: Arc::clone(&self.core.backend),
-            };
-            let events = self.events.clone();
-            let generation = rs.generation;
-            tokio::spawn(async move {
-                let key = job.key.clone();
-                let (done, error) = job.run(me).await;
-                let _ = events.send(PgEvent::ObjectRecovered {
-                    generation,
-                    key,
-                    done,
-                    error,
-                });
-            });
+            }));
         }
     }
 
     /// An object recovery ended: `done` lists the members that now hold
     /// the object.
-    pub(super) async fn object_recovered(
+    pub(super) fn object_recovered(
         &mut self,
         generation: u64,
         key: ObjectKey,
         done: BTreeSet<i32>,
         error: Option<String>,
-    ) {
+    ) -> Vec<Effect> {
         // Our copy is in the store whichever recovery made it.
-        if done.contains(&self.core.whoami()) {
-            self.core.missing.remove(&key);
+        if done.contains(&self.whoami) {
+            self.missing.remove(&key);
         }
+        let now = (self.now)();
         let Some(rs) = self
-            .core
             .recovery
             .as_mut()
             .filter(|r| r.generation == generation)
         else {
-            return;
+            return Vec::new();
         };
+        let mut fx = Vec::new();
         rs.active.remove(&key);
         rs.progress.add(done.len() as u64);
         let mut complete = false;
@@ -499,87 +489,169 @@ impl Pg {
             }
         }
         if let Some(e) = error {
-            let (delay, log) = rs.failed(&key, e.clone(), Instant::now());
+            let (delay, log) = rs.failed(&key, e.clone(), now);
             let object = String::from_utf8_lossy(&key.name).replace('\0', "/");
             if log {
-                tracing::warn!(pg = %self.core.id, object, retry_in_ms = delay.as_millis() as u64,
+                tracing::warn!(pg = %self.id, object, retry_in_ms = delay.as_millis() as u64,
                     "recovery of an object failed: {e}");
-                self.ctx.stats_changed.notify_one();
+                fx.push(Effect::StatsChanged);
             } else {
-                tracing::debug!(pg = %self.core.id, object, "recovery of an object failed again: {e}");
+                tracing::debug!(pg = %self.id, object, "recovery of an object failed again: {e}");
             }
-            let events = self.events.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = events.send(PgEvent::RecoveryRetry { generation });
-            });
+            fx.push(Effect::RecoveryRetryAfter { delay, generation });
         } else if let Some(f) = rs.failures.remove(&key) {
-            tracing::info!(pg = %self.core.id, object = ?key, attempts = f.attempts,
+            tracing::info!(pg = %self.id, object = ?key, attempts = f.attempts,
                 "recovered an object after failed tries");
-            self.ctx.stats_changed.notify_one();
+            fx.push(Effect::StatsChanged);
         }
         if rs.is_done() {
-            tracing::debug!(pg = %self.core.id, "recovered: clean");
-            self.core.recovery = None;
-            self.core.plan = None;
-            self.ctx.stats_changed.notify_one();
-            let fx = self.core.clean();
-            self.drive(fx).await;
+            tracing::debug!(pg = %self.id, "recovered: clean");
+            self.recovery = None;
+            self.plan = None;
+            fx.push(Effect::StatsChanged);
+            fx.extend(self.clean());
         }
-        if complete || !self.core.missing.contains(&key) {
-            self.run_waiting_for(&key).await;
+        if complete || !self.missing.contains(&key) {
+            fx.push(Effect::RunWaiting(key));
         }
-        self.pump();
+        fx.push(Effect::PumpRecovery);
+        fx
     }
 
     /// A new map in the same interval: flags may have changed.
-    pub(super) fn recovery_map_changed(&mut self) {
-        if let Some(rs) = self.core.recovery.as_mut() {
+    pub(super) fn recovery_map_changed(&mut self) -> Vec<Effect> {
+        if let Some(rs) = self.recovery.as_mut() {
             rs.cursor = None;
         }
-        self.pump();
+        vec![Effect::PumpRecovery]
     }
 
     /// Objects are still unfound: peer again, asking every up OSD (what is
     /// in flight fails first; clients resend).
-    pub(super) async fn unfound_search(&mut self, generation: u64) {
+    pub(super) fn unfound_search(&mut self, generation: u64) -> Vec<Effect> {
         let still = self
-            .core
             .recovery
             .as_ref()
             .is_some_and(|r| r.generation == generation && !r.unfound.is_empty());
-        if !still || !self.core.is_primary() || self.core.state != super::State::Active {
-            return;
+        if !still || !self.is_primary() || self.state != super::State::Active {
+            return Vec::new();
         }
-        self.core.search_everywhere = true;
-        self.peer_again_for_unfound().await;
+        self.search_everywhere = true;
+        self.peer_again_for_unfound()
     }
 
     /// Fails what is in flight (clients resend) and peers again, to hear
     /// OSDs that may hold copies of unfound objects.
-    pub(super) async fn peer_again_for_unfound(&mut self) {
-        self.fail_inflight(
+    pub(super) fn peer_again_for_unfound(&mut self) -> Vec<Effect> {
+        let mut fx = self.fail_inflight(
             shoal_proto::OsdErrorCode::Again,
             "the PG peers again to find unfound objects",
-        )
-        .await;
-        self.start_peering().await;
+        );
+        fx.extend(self.start_peering());
+        fx
     }
 
     /// Failed recoveries are tried again.
-    pub(super) fn recovery_retry(&mut self, generation: u64) {
+    pub(super) fn recovery_retry(&mut self, generation: u64) -> Vec<Effect> {
+        let now = (self.now)();
         if let Some(rs) = self
-            .core
             .recovery
             .as_mut()
             .filter(|r| r.generation == generation)
         {
-            rs.release_due(Instant::now());
+            rs.release_due(now);
             rs.cursor = None;
-            rs.urgent
-                .extend(self.core.waiting_for_object.keys().cloned());
+            rs.urgent.extend(self.waiting_for_object.keys().cloned());
         }
-        self.pump();
+        vec![Effect::PumpRecovery]
+    }
+}
+
+/// One object to recover: what the driver's task needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectJob {
+    /// The recovery it belongs to.
+    pub generation: u64,
+    /// The object.
+    pub key: ObjectKey,
+    /// The primary lacks the object: pull it from this member first.
+    pub pull_from: Option<i32>,
+    /// Replicas that lack it.
+    pub push_to: Vec<i32>,
+    /// Whether the log says the object exists (checked against every copy
+    /// moved).
+    pub expect: Option<bool>,
+    /// Takes one of the OSD's recovery slots (an object an op waits for
+    /// does not wait for a slot).
+    pub throttled: bool,
+}
+
+impl Pg {
+    /// Reserves a backfill slot: at once when one is free, else when one
+    /// frees ([`PgEvent::BackfillReserved`]).
+    pub(super) fn reserve_backfill(&mut self, generation: u64) {
+        let slots = Arc::clone(&self.ctx.backfill_slots);
+        match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => self.core.backfill_held(generation, p),
+            Err(_) => {
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    if let Ok(permit) = slots.acquire_owned().await {
+                        let _ = events.send(PgEvent::BackfillReserved { generation, permit });
+                    }
+                });
+            }
+        }
+    }
+
+    /// Copies one object in a task; [`PgEvent::ObjectRecovered`] follows.
+    pub(super) fn recover_object(&self, job: ObjectJob) {
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
+        let me = self.core.whoami();
+        let task = ObjectRecovery {
+            expect: job.expect,
+            ctx: Arc::clone(&self.ctx),
+            map,
+            pg: self.core.id,
+            key: job.key,
+            pull_from: job.pull_from,
+            push_to: job.push_to,
+            throttled: job.throttled,
+            fence: recovery::CopyFence::at(&self.copy_fence),
+            backend: Arc::clone(&self.core.backend),
+        };
+        let events = self.events.clone();
+        let generation = job.generation;
+        tokio::spawn(async move {
+            let key = task.key.clone();
+            let (done, error) = task.run(me).await;
+            let _ = events.send(PgEvent::ObjectRecovered {
+                generation,
+                key,
+                done,
+                error,
+            });
+        });
+    }
+
+    /// [`PgEvent::UnfoundSearch`] a while later.
+    pub(super) fn unfound_search_later(&self, generation: u64) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(UNFOUND_SEARCH_DELAY).await;
+            let _ = events.send(PgEvent::UnfoundSearch { generation });
+        });
+    }
+
+    /// [`PgEvent::RecoveryRetry`] after `delay`.
+    pub(super) fn recovery_retry_after(&self, delay: Duration, generation: u64) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(PgEvent::RecoveryRetry { generation });
+        });
     }
 }
 

@@ -66,6 +66,7 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         recovery: None,
         full: Arc::default(),
         clock: || 1_000,
+        now: tokio::time::Instant::now,
         peer_logs: BTreeMap::new(),
         peers_pending: Vec::new(),
         peering: Default::default(),
@@ -1364,4 +1365,160 @@ fn a_member_that_needs_a_backfill_while_complete_ones_exist_asks_for_pg_temp() {
     };
     assert!(!want.contains(&3), "{want:?}");
     assert_eq!(p.peering.waiting_pg_temp.as_ref(), Some(want));
+}
+
+// ---- recovery scheduling -----------------------------------------------
+
+use crate::pg::RecoveryPlan;
+use crate::pg::recover::{ObjectJob, RecoveryState};
+
+fn obj(i: u32) -> ObjectKey {
+    ObjectKey::new(i, format!("o{i}").into_bytes())
+}
+
+/// Active primary osd.1 (acting [1, 2, 3]) that lacks `own` objects while
+/// osd.3 lacks `on3`; osd.3 is backfilled when `backfill`.
+fn recovering(own: &[u32], on3: &[u32], backfill: bool) -> PgCore {
+    let mut p = peering_primary(true);
+    p.state = State::Active;
+    let set = |v: &[u32]| MissingSet::from_map(v.iter().map(|i| (obj(*i), version(1))).collect());
+    p.missing = set(own);
+    let empty = set(&[]);
+    let theirs = set(on3);
+    p.recovery = Some(RecoveryState::new(
+        1,
+        1,
+        &p.missing,
+        [(2, false, &empty), (3, backfill, &theirs)].into_iter(),
+    ));
+    let member = |v: &[u32]| crate::pg::MemberRecovery {
+        backfill: false,
+        missing: v.iter().map(|i| (obj(*i), version(1))).collect(),
+    };
+    p.plan = Some(RecoveryPlan {
+        auth: 2,
+        members: [(1, member(own)), (2, member(&[])), (3, member(on3))].into(),
+        ..Default::default()
+    });
+    p.recovery_generation = 1;
+    p
+}
+
+fn job(i: u32, pull_from: Option<i32>, push_to: Vec<i32>) -> Effect {
+    Effect::RecoverObject(ObjectJob {
+        generation: 1,
+        key: obj(i),
+        pull_from,
+        push_to,
+        expect: None,
+        throttled: true,
+    })
+}
+
+#[test]
+fn recovery_pulls_what_the_primary_lacks_and_pushes_what_replicas_lack_within_its_slots() {
+    let mut p = recovering(&[1], &[1, 2, 3, 4], false);
+    assert_eq!(p.start_recovery(), vec![Effect::PumpRecovery]);
+    // recovery_max_active (3) objects at once: the primary's own first
+    // pulled from a member that has it, then pushed with the others.
+    assert_eq!(
+        p.pump(),
+        vec![
+            job(1, Some(2), vec![3]),
+            job(2, None, vec![3]),
+            job(3, None, vec![3])
+        ]
+    );
+    assert_eq!(p.pump(), vec![], "every slot is taken");
+    // One done: the next starts; ops waiting for it run.
+    let fx = p.object_recovered(1, obj(1), [1, 3].into(), None);
+    assert_eq!(fx, vec![Effect::RunWaiting(obj(1)), Effect::PumpRecovery]);
+    assert!(p.missing.is_empty());
+    assert_eq!(p.pump(), vec![job(4, None, vec![3])]);
+}
+
+#[test]
+fn the_last_object_recovered_makes_the_pg_clean() {
+    let mut p = recovering(&[], &[1], false);
+    p.pump();
+    let fx = p.object_recovered(1, obj(1), [3].into(), None);
+    assert_eq!(
+        fx,
+        vec![
+            Effect::StatsChanged,
+            Effect::RunWaiting(obj(1)),
+            Effect::PumpRecovery
+        ]
+    );
+    assert!(p.recovery.is_none() && p.plan.is_none());
+    // A late answer of the finished recovery changes nothing.
+    assert_eq!(p.object_recovered(1, obj(1), [3].into(), None), vec![]);
+}
+
+#[test]
+fn a_failed_object_is_tried_again_later_and_reported() {
+    let mut p = recovering(&[], &[1], false);
+    p.pump();
+    let fx = p.object_recovered(1, obj(1), [].into(), Some("push to osd.3: refused".into()));
+    assert_eq!(
+        fx,
+        vec![
+            Effect::StatsChanged,
+            Effect::RecoveryRetryAfter {
+                delay: std::time::Duration::from_secs(1),
+                generation: 1
+            },
+            // Reads waiting for it may run: the primary has it.
+            Effect::RunWaiting(obj(1)),
+            Effect::PumpRecovery
+        ]
+    );
+    // Deferred until the retry.
+    assert_eq!(p.pump(), vec![]);
+    assert_eq!(p.recovery_retry(1), vec![Effect::PumpRecovery]);
+}
+
+#[test]
+fn a_backfill_waits_for_a_reservation() {
+    let mut p = recovering(&[], &[1], true);
+    assert_eq!(
+        p.start_recovery(),
+        vec![
+            Effect::ReserveBackfill { generation: 1 },
+            Effect::PumpRecovery
+        ]
+    );
+    assert_eq!(p.pump(), vec![], "the backfilled member waits for its slot");
+    let sem = Arc::new(tokio::sync::Semaphore::new(1));
+    let permit = Arc::clone(&sem).try_acquire_owned().unwrap();
+    assert_eq!(
+        p.backfill_reserved(1, permit),
+        vec![Effect::StatsChanged, Effect::PumpRecovery]
+    );
+    assert_eq!(p.pump(), vec![job(1, None, vec![3])]);
+}
+
+#[test]
+fn an_object_no_member_holds_is_unfound_and_searched_for_once() {
+    let mut p = recovering(&[1], &[], false);
+    // Nobody else has it either.
+    if let Some(plan) = p.plan.as_mut() {
+        for m in plan.members.values_mut() {
+            m.missing.insert(obj(1), version(1));
+        }
+    }
+    assert_eq!(p.pump(), vec![Effect::UnfoundSearchLater { generation: 1 }]);
+    assert_eq!(p.pump(), vec![], "searched for once");
+    // The search: what is in flight fails, peering asks every up OSD.
+    let fx = p.unfound_search(1);
+    assert!(p.search_everywhere);
+    assert_eq!(fx[0], Effect::FenceCopies);
+    let asked: Vec<i32> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Query { osd, .. } => Some(*osd),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, vec![0, 2, 3]);
 }

@@ -71,6 +71,22 @@ impl Pg {
                         self.send_rep(version, write).await;
                     }
                 }
+                Effect::ReplyLater { to, msg, data } => {
+                    if let Some(r) = self.take_reply(to) {
+                        tokio::spawn(async move {
+                            let _ = r.reply(msg, data).await;
+                        });
+                    }
+                }
+                Effect::ScrubStepAfter(delay) => self.scrub_step_after(delay),
+                Effect::ScrubChunk {
+                    deep,
+                    repair,
+                    cursor,
+                } => Box::pin(self.scrub_chunk(deep, repair, cursor)).await,
+                Effect::Record(txn) => {
+                    let _ = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn));
+                }
                 Effect::Wrote(n) => self.ctx.note_written(n),
                 Effect::Acked(w) => {
                     if let Some(obs) = &self.ctx.observer {

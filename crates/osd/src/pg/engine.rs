@@ -18,8 +18,9 @@
 //! (`peering.rs`: queries, past intervals, `down`/`incomplete`, `up_thru`,
 //! `pg_temp`, the plan, activation, going active), and recovery's
 //! scheduling (`recover.rs`: backfill reservation, which objects to copy
-//! and from where, unfound objects, retries, clean). Scrub scheduling
-//! still runs as methods of the driver.
+//! and from where, unfound objects, retries, clean), and scrub's
+//! (`scrub.rs`: commands, the schedule, chunk after chunk, the record);
+//! a chunk's summaries and repair are I/O the driver awaits.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -102,6 +103,30 @@ pub enum Effect {
     /// Fill the recovery slots (an op waits for an object: it was put
     /// first in line).
     PumpRecovery,
+    /// Answer `to` from a task of its own, after this step (a command's
+    /// answer).
+    ReplyLater {
+        /// The request.
+        to: ReplyTo,
+        /// The answer.
+        msg: Message,
+        /// Its data part.
+        data: Bytes,
+    },
+    /// `ScrubStep` after this long (zero: at once, behind the queued events).
+    ScrubStepAfter(std::time::Duration),
+    /// Scrub one chunk from `cursor` (the driver awaits the replicas'
+    /// summaries and any repair, then takes `PgCore::scrub_chunk_done`).
+    ScrubChunk {
+        /// Read and compare the data, not only sizes and attributes.
+        deep: bool,
+        /// Copy each inconsistent object from its authoritative member.
+        repair: bool,
+        /// Where the chunk starts (None: the PG's first object).
+        cursor: Option<ObjectKey>,
+    },
+    /// Queue a transaction whose outcome nobody waits for (scrub stamps).
+    Record(Transaction),
     /// Start recovering what the activation found missing.
     StartRecovery,
     /// Reserve one of the OSD's backfill slots for this recovery: held at
@@ -269,6 +294,10 @@ pub struct PgCore {
     pub(super) search_everywhere: bool,
     /// How many recoveries this PG has started (tells their events apart).
     pub(super) recovery_generation: u64,
+    /// A scrub in progress (primary).
+    pub(super) scrub: Option<super::scrub::ScrubJob>,
+    /// What the last scrub found, and when it ran (persisted).
+    pub(super) scrub_record: super::scrub::ScrubRecord,
     /// An activation being persisted here, then sent.
     pub(super) pending_activation: Option<peering::PendingActivation>,
 }

@@ -295,8 +295,6 @@ pub struct Pg {
     replies: HashMap<u64, Responder>,
     next_reply: u64,
     conns: HashMap<i32, Connection>,
-    scrub: Option<scrub::ScrubJob>,
-    scrub_record: scrub::ScrubRecord,
     /// Moved on whenever the recovery is dropped: copies still running
     /// for an older one install nothing (`recovery::CopyFence`).
     copy_fence: Arc<std::sync::Mutex<u64>>,
@@ -401,6 +399,8 @@ impl Pg {
             search_everywhere: false,
             recovery_generation: 0,
             pending_activation: None,
+            scrub: None,
+            scrub_record,
         };
         let pg = Pg {
             core,
@@ -409,8 +409,6 @@ impl Pg {
             replies: HashMap::new(),
             next_reply: 0,
             conns: HashMap::new(),
-            scrub: None,
-            scrub_record,
             copy_fence: Arc::default(),
         };
         // Log lines name the OSD (several share a process in tests).
@@ -549,12 +547,18 @@ impl Pg {
                 let fx = self.step(|core| core.list(from_osd, msg, to));
                 self.drive(fx).await
             }
-            PgEvent::ScrubStep => self.scrub_step().await,
+            PgEvent::ScrubStep => {
+                let fx = self.core.scrub_step();
+                self.drive(fx).await
+            }
             PgEvent::ScrubTick {
                 now_ms,
                 every_ms,
                 deep_every_ms,
-            } => self.scrub_tick(now_ms, every_ms, deep_every_ms),
+            } => {
+                let fx = self.core.scrub_tick(now_ms, every_ms, deep_every_ms);
+                self.drive(fx).await
+            }
             PgEvent::Command { msg, responder } => self.command(msg, responder).await,
             PgEvent::Scrub { msg, responder } => {
                 let to = self.token(responder);
@@ -566,11 +570,6 @@ impl Pg {
             }
             PgEvent::Stop(_) | PgEvent::Crash => {}
         }
-    }
-
-    /// Active with nothing to recover.
-    fn active_clean(&self) -> bool {
-        self.core.state == State::Active && self.core.recovery.is_none()
     }
 
     /// What each member lacks, for `pg query`: the primary knows every
@@ -766,7 +765,8 @@ impl Pg {
         self.core.peer_logs.clear();
         self.core.peers_pending.clear();
         self.conns.clear();
-        self.abort_scrub("the PG changed interval");
+        let fx = self.core.abort_scrub("the PG changed interval");
+        self.drive(fx).await;
         self.core.recovery = None;
         crate::recovery::CopyFence::bump(&self.copy_fence);
         self.core.plan = None;
@@ -836,14 +836,14 @@ impl Pg {
             State::Peered => "undersized+degraded+peered".into(),
             _ => "unknown".into(),
         };
-        if let Some(job) = &self.scrub {
+        if let Some(job) = &self.core.scrub {
             state.push_str(if job.is_deep() {
                 "+scrubbing+deep"
             } else {
                 "+scrubbing"
             });
         }
-        if !self.scrub_record.inconsistent.is_empty() {
+        if !self.core.scrub_record.inconsistent.is_empty() {
             state.push_str("+inconsistent");
         }
         let (recovery_left, recovery_per_s) = self
@@ -861,6 +861,7 @@ impl Pg {
             acting: self.core.acting.clone(),
             log_size: self.core.log.len() as u64,
             inconsistent: self
+                .core
                 .scrub_record
                 .inconsistent
                 .iter()

@@ -18,6 +18,7 @@ use shoal_objectstore::{ObjectKey, Transaction};
 use shoal_proto::{Message, OsdErrorCode, PgCommand, PgCommandReply, PgScrub};
 
 use super::engine::SCRUB_LIST_CHUNK as CHUNK;
+use super::engine::{Effect, PgCore, ReplyTo};
 use super::{Pg, PgEvent};
 use crate::object::pg_meta_key;
 use crate::recovery;
@@ -36,7 +37,7 @@ pub(crate) struct ScrubJob {
     scrubbed: u64,
     found: Vec<Inconsistency>,
     repaired: u64,
-    waiters: Vec<Responder>,
+    waiters: Vec<ReplyTo>,
 }
 
 impl ScrubJob {
@@ -86,10 +87,26 @@ fn command_reply(code: OsdErrorCode, epoch: u32, message: String, output: Value)
     }
 }
 
-fn send(r: Responder, reply: PgCommandReply) {
-    tokio::spawn(async move {
-        let _ = r.reply(reply, Bytes::new()).await;
-    });
+/// A command's answer, from a task of its own.
+fn answer(to: ReplyTo, reply: PgCommandReply) -> Effect {
+    Effect::ReplyLater {
+        to,
+        msg: reply.into(),
+        data: Bytes::new(),
+    }
+}
+
+/// What one scrubbed chunk found (the driver compares and repairs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChunkOutcome {
+    /// Objects of ours summarized.
+    pub scrubbed: u64,
+    /// Objects the members disagree on.
+    pub found: Vec<Inconsistency>,
+    /// Copies repair replaced.
+    pub repaired: u64,
+    /// Where the next chunk starts (None: this was the last).
+    pub next: Option<ObjectKey>,
 }
 
 fn key_name(k: &ObjectKey) -> String {
@@ -99,127 +116,56 @@ fn key_name(k: &ObjectKey) -> String {
 impl Pg {
     /// `scrub`, `deep-scrub`, `repair` or `query`, sent to the primary.
     pub(super) async fn command(&mut self, msg: PgCommand, responder: Responder) {
-        let epoch = self.core.epoch();
-        if msg.command == "query" {
+        let to = self.token(responder);
+        let fx = if msg.command == "query" {
             let out = self.query_json();
-            return send(
-                responder,
-                command_reply(OsdErrorCode::Ok, epoch, String::new(), out),
-            );
-        }
-        let (deep, repair) = match msg.command.as_str() {
-            "scrub" => (false, false),
-            "deep-scrub" => (true, false),
-            "repair" => (true, true),
-            other => {
-                let m = format!("unknown pg command {other:?} (scrub, deep-scrub, repair, query)");
-                return send(
-                    responder,
-                    command_reply(OsdErrorCode::InvalidArgument, epoch, m, Value::Null),
-                );
-            }
-        };
-        if !self.core.is_primary() {
-            let m = format!(
-                "osd.{} is not the primary of pg {}",
-                self.core.whoami(),
-                self.core.id
-            );
-            return send(
-                responder,
-                command_reply(OsdErrorCode::WrongPrimary, epoch, m, Value::Null),
-            );
-        }
-        if !self.active_clean() {
-            let m = format!("pg {} is not active+clean", self.core.id);
-            return send(
-                responder,
-                command_reply(OsdErrorCode::Again, epoch, m, Value::Null),
-            );
-        }
-        self.start_scrub(deep, repair, Some(responder));
-    }
-
-    fn start_scrub(&mut self, deep: bool, repair: bool, waiter: Option<Responder>) {
-        if let Some(job) = &mut self.scrub {
-            job.deep |= deep;
-            job.repair |= repair;
-            job.waiters.extend(waiter);
-            return;
-        }
-        self.scrub = Some(ScrubJob {
-            deep,
-            repair,
-            interval_start: self.core.interval_start,
-            cursor: None,
-            scrubbed: 0,
-            found: Vec::new(),
-            repaired: 0,
-            waiters: waiter.into_iter().collect(),
-        });
-        let _ = self.events.send(PgEvent::ScrubStep);
-    }
-
-    /// The periodic check: starts a scrub when one is due.
-    pub(super) fn scrub_tick(&mut self, now_ms: u64, every_ms: u64, deep_every_ms: u64) {
-        if !self.core.is_primary() || !self.active_clean() || self.scrub.is_some() {
-            return;
-        }
-        // As Ceph's flags: they hold scheduled scrubs, not asked-for ones.
-        let flag = |f: &str| self.core.map.as_ref().is_some_and(|m| m.has_flag(f));
-        let (noscrub, nodeep) = (flag("noscrub"), flag("nodeep-scrub"));
-        let rec = &self.scrub_record;
-        if !nodeep && now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
-            self.start_scrub(true, false, None);
-        } else if !noscrub && now_ms.saturating_sub(rec.stamp_ms) >= every_ms {
-            self.start_scrub(false, false, None);
-        }
-    }
-
-    /// Ends the job with an error for its waiters.
-    pub(super) fn abort_scrub(&mut self, why: &str) {
-        if let Some(job) = self.scrub.take() {
             let epoch = self.core.epoch();
-            for w in job.waiters {
-                let m = format!("scrub of pg {} stopped: {why}", self.core.id);
-                send(w, command_reply(OsdErrorCode::Again, epoch, m, Value::Null));
-            }
-        }
+            vec![answer(
+                to,
+                command_reply(OsdErrorCode::Ok, epoch, String::new(), out),
+            )]
+        } else {
+            self.core.scrub_command(&msg.command, to)
+        };
+        self.drive(fx).await;
     }
 
-    /// Scrubs the next chunk.
-    pub(super) async fn scrub_step(&mut self) {
-        let Some(job) = &self.scrub else { return };
-        if job.interval_start != self.core.interval_start || !self.core.is_primary() {
-            return self.abort_scrub("the PG changed interval");
-        }
-        if !self.active_clean() {
-            return self.abort_scrub("the PG is not active+clean");
-        }
-        if !self.core.inflight.is_empty() {
-            // Wait until every member has every change.
-            let events = self.events.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let _ = events.send(PgEvent::ScrubStep);
-            });
+    /// Scrubs one chunk (the replicas' summaries and repair are awaited
+    /// here: ops wait between chunks only), then hands the engine what it
+    /// found.
+    pub(super) async fn scrub_chunk(
+        &mut self,
+        deep: bool,
+        repair: bool,
+        cursor: Option<ObjectKey>,
+    ) {
+        let r = self.run_scrub_chunk(deep, repair, cursor).await;
+        let fx = self.core.scrub_chunk_done(r);
+        self.drive(fx).await;
+    }
+
+    /// [`PgEvent::ScrubStep`] after `delay` (or now).
+    pub(super) fn scrub_step_after(&self, delay: Duration) {
+        let events = self.events.clone();
+        if delay.is_zero() {
+            let _ = events.send(PgEvent::ScrubStep);
             return;
         }
-        match self.scrub_chunk().await {
-            Ok(true) => {
-                let _ = self.events.send(PgEvent::ScrubStep);
-            }
-            Ok(false) => self.finish_scrub(),
-            Err(e) => self.abort_scrub(&e),
-        }
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(PgEvent::ScrubStep);
+        });
     }
 
-    /// One chunk; `Ok(true)` when more follow.
-    async fn scrub_chunk(&mut self) -> Result<bool, String> {
-        let (deep, cursor) = match &self.scrub {
-            Some(j) => (j.deep, j.cursor.clone()),
-            None => return Ok(false),
-        };
+    /// One chunk from `cursor`: summarize ours, ask every replica for
+    /// the same key range, compare, and (with `repair`) copy each
+    /// inconsistent object from its authoritative member.
+    async fn run_scrub_chunk(
+        &mut self,
+        deep: bool,
+        repair: bool,
+        cursor: Option<ObjectKey>,
+    ) -> Result<ChunkOutcome, String> {
         let page = shoal_net::runtime::blocking(|| {
             self.ctx
                 .store
@@ -270,20 +216,19 @@ impl Pg {
             maps.insert(r, m.objects);
         }
         let found = compare(self.core.whoami(), &maps);
-        let repair = self.scrub.as_ref().is_some_and(|j| j.repair);
         let mut repaired = 0;
         if repair {
             for inc in &found {
                 repaired += self.repair_object(inc).await?;
             }
         }
-        if let Some(job) = &mut self.scrub {
-            job.scrubbed += maps.get(&self.ctx.whoami).map_or(0, |m| m.len() as u64);
-            job.repaired += repaired;
-            job.found.extend(found);
-            job.cursor = page.next;
-        }
-        Ok(more)
+        let _ = more;
+        Ok(ChunkOutcome {
+            scrubbed: maps.get(&self.ctx.whoami).map_or(0, |m| m.len() as u64),
+            found,
+            repaired,
+            next: page.next,
+        })
     }
 
     /// Copies the authoritative copy of one object to every member that
@@ -327,61 +272,6 @@ impl Pg {
         }
     }
 
-    fn finish_scrub(&mut self) {
-        let Some(job) = self.scrub.take() else { return };
-        let now = shoal_net::now_ms();
-        let left: Vec<(String, String)> = if job.repair {
-            job.found
-                .iter()
-                .filter(|i| i.auth.is_none())
-                .map(|i| (key_name(&i.key), i.why.clone()))
-                .collect()
-        } else {
-            job.found
-                .iter()
-                .map(|i| (key_name(&i.key), i.why.clone()))
-                .collect()
-        };
-        self.scrub_record.stamp_ms = now;
-        if job.deep {
-            self.scrub_record.deep_stamp_ms = now;
-        }
-        self.scrub_record.inconsistent = left.clone();
-        self.ctx.stats_changed.notify_one();
-        let mut t = Transaction::new();
-        t.omap_set_keys(
-            self.core.coll,
-            pg_meta_key(),
-            BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
-        );
-        let _ = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(t));
-        if !job.found.is_empty() {
-            tracing::warn!(pg = %self.core.id, errors = job.found.len(), repaired = job.repaired,
-                "scrub found inconsistent objects");
-        }
-        let out = json!({
-            "pgid": self.core.id.to_string(),
-            "deep": job.deep,
-            "repair": job.repair,
-            "objects": job.scrubbed,
-            "errors": job.found.len(),
-            "repaired": job.repaired,
-            "inconsistent": job.found.iter().map(|i| json!({
-                "object": key_name(&i.key),
-                "bad": i.bad,
-                "auth": i.auth,
-                "why": i.why,
-            })).collect::<Vec<_>>(),
-        });
-        let epoch = self.core.epoch();
-        for w in job.waiters {
-            send(
-                w,
-                command_reply(OsdErrorCode::Ok, epoch, String::new(), out.clone()),
-            );
-        }
-    }
-
     /// A member's summaries of the objects in the requested range.
     fn query_json(&self) -> Value {
         let info = &self.core.log.info;
@@ -407,14 +297,200 @@ impl Pg {
             "ops_waiting": self.core.waiting.len(),
             "ops_in_flight": self.core.inflight.len(),
             "scrub": {
-                "running": self.scrub.is_some(),
-                "last_scrub_ms": self.scrub_record.stamp_ms,
-                "last_deep_scrub_ms": self.scrub_record.deep_stamp_ms,
-                "inconsistent": self.scrub_record.inconsistent.iter()
+                "running": self.core.scrub.is_some(),
+                "last_scrub_ms": self.core.scrub_record.stamp_ms,
+                "last_deep_scrub_ms": self.core.scrub_record.deep_stamp_ms,
+                "inconsistent": self.core.scrub_record.inconsistent.iter()
                     .map(|(o, why)| json!({ "object": o, "why": why }))
                     .collect::<Vec<_>>(),
             },
         })
+    }
+}
+
+impl PgCore {
+    /// Active with nothing to recover.
+    pub(super) fn active_clean(&self) -> bool {
+        self.state == super::State::Active && self.recovery.is_none()
+    }
+
+    /// `scrub`, `deep-scrub` or `repair` asked of this PG.
+    pub(super) fn scrub_command(&mut self, command: &str, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        let (deep, repair) = match command {
+            "scrub" => (false, false),
+            "deep-scrub" => (true, false),
+            "repair" => (true, true),
+            other => {
+                let m = format!("unknown pg command {other:?} (scrub, deep-scrub, repair, query)");
+                let r = command_reply(OsdErrorCode::InvalidArgument, epoch, m, Value::Null);
+                return vec![answer(to, r)];
+            }
+        };
+        if !self.is_primary() {
+            let m = format!("osd.{} is not the primary of pg {}", self.whoami, self.id);
+            let r = command_reply(OsdErrorCode::WrongPrimary, epoch, m, Value::Null);
+            return vec![answer(to, r)];
+        }
+        if !self.active_clean() {
+            let m = format!("pg {} is not active+clean", self.id);
+            let r = command_reply(OsdErrorCode::Again, epoch, m, Value::Null);
+            return vec![answer(to, r)];
+        }
+        self.start_scrub(deep, repair, Some(to))
+    }
+
+    fn start_scrub(&mut self, deep: bool, repair: bool, waiter: Option<ReplyTo>) -> Vec<Effect> {
+        if let Some(job) = &mut self.scrub {
+            job.deep |= deep;
+            job.repair |= repair;
+            job.waiters.extend(waiter);
+            return Vec::new();
+        }
+        self.scrub = Some(ScrubJob {
+            deep,
+            repair,
+            interval_start: self.interval_start,
+            cursor: None,
+            scrubbed: 0,
+            found: Vec::new(),
+            repaired: 0,
+            waiters: waiter.into_iter().collect(),
+        });
+        vec![Effect::ScrubStepAfter(Duration::ZERO)]
+    }
+
+    /// The periodic check: starts a scrub when one is due.
+    pub(super) fn scrub_tick(
+        &mut self,
+        now_ms: u64,
+        every_ms: u64,
+        deep_every_ms: u64,
+    ) -> Vec<Effect> {
+        if !self.is_primary() || !self.active_clean() || self.scrub.is_some() {
+            return Vec::new();
+        }
+        // As Ceph's flags: they hold scheduled scrubs, not asked-for ones.
+        let flag = |f: &str| self.map.as_ref().is_some_and(|m| m.has_flag(f));
+        let (noscrub, nodeep) = (flag("noscrub"), flag("nodeep-scrub"));
+        let rec = &self.scrub_record;
+        if !nodeep && now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
+            self.start_scrub(true, false, None)
+        } else if !noscrub && now_ms.saturating_sub(rec.stamp_ms) >= every_ms {
+            self.start_scrub(false, false, None)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Ends the job with an error for its waiters.
+    pub(super) fn abort_scrub(&mut self, why: &str) -> Vec<Effect> {
+        let Some(job) = self.scrub.take() else {
+            return Vec::new();
+        };
+        let epoch = self.epoch();
+        job.waiters
+            .into_iter()
+            .map(|w| {
+                let m = format!("scrub of pg {} stopped: {why}", self.id);
+                answer(w, command_reply(OsdErrorCode::Again, epoch, m, Value::Null))
+            })
+            .collect()
+    }
+
+    /// Scrubs the next chunk: once no change is in flight (every member
+    /// has every change), and while the PG stays active+clean in the
+    /// interval the scrub began in.
+    pub(super) fn scrub_step(&mut self) -> Vec<Effect> {
+        let Some(job) = &self.scrub else {
+            return Vec::new();
+        };
+        if job.interval_start != self.interval_start || !self.is_primary() {
+            return self.abort_scrub("the PG changed interval");
+        }
+        if !self.active_clean() {
+            return self.abort_scrub("the PG is not active+clean");
+        }
+        if !self.inflight.is_empty() {
+            // Wait until every member has every change.
+            return vec![Effect::ScrubStepAfter(Duration::from_millis(20))];
+        }
+        vec![Effect::ScrubChunk {
+            deep: job.deep,
+            repair: job.repair,
+            cursor: job.cursor.clone(),
+        }]
+    }
+
+    /// A chunk was scrubbed (or could not be): the next, or the end.
+    pub(super) fn scrub_chunk_done(&mut self, r: Result<ChunkOutcome, String>) -> Vec<Effect> {
+        let c = match r {
+            Ok(c) => c,
+            Err(e) => return self.abort_scrub(&e),
+        };
+        let Some(job) = &mut self.scrub else {
+            return Vec::new();
+        };
+        job.scrubbed += c.scrubbed;
+        job.repaired += c.repaired;
+        job.found.extend(c.found);
+        job.cursor = c.next;
+        if job.cursor.is_some() {
+            return vec![Effect::ScrubStepAfter(Duration::ZERO)];
+        }
+        self.finish_scrub()
+    }
+
+    fn finish_scrub(&mut self) -> Vec<Effect> {
+        let Some(job) = self.scrub.take() else {
+            return Vec::new();
+        };
+        let now = (self.clock)();
+        let left: Vec<(String, String)> = job
+            .found
+            .iter()
+            .filter(|i| !job.repair || i.auth.is_none())
+            .map(|i| (key_name(&i.key), i.why.clone()))
+            .collect();
+        self.scrub_record.stamp_ms = now;
+        if job.deep {
+            self.scrub_record.deep_stamp_ms = now;
+        }
+        self.scrub_record.inconsistent = left;
+        let mut fx = vec![Effect::StatsChanged];
+        let mut t = Transaction::new();
+        t.omap_set_keys(
+            self.coll,
+            pg_meta_key(),
+            BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
+        );
+        fx.push(Effect::Record(t));
+        if !job.found.is_empty() {
+            tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
+                "scrub found inconsistent objects");
+        }
+        let out = json!({
+            "pgid": self.id.to_string(),
+            "deep": job.deep,
+            "repair": job.repair,
+            "objects": job.scrubbed,
+            "errors": job.found.len(),
+            "repaired": job.repaired,
+            "inconsistent": job.found.iter().map(|i| json!({
+                "object": key_name(&i.key),
+                "bad": i.bad,
+                "auth": i.auth,
+                "why": i.why,
+            })).collect::<Vec<_>>(),
+        });
+        let epoch = self.epoch();
+        fx.extend(job.waiters.into_iter().map(|w| {
+            answer(
+                w,
+                command_reply(OsdErrorCode::Ok, epoch, String::new(), out.clone()),
+            )
+        }));
+        fx
     }
 }
 

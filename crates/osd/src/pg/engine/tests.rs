@@ -74,6 +74,8 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         search_everywhere: false,
         recovery_generation: 0,
         pending_activation: None,
+        scrub: None,
+        scrub_record: Default::default(),
     }
 }
 
@@ -1521,4 +1523,154 @@ fn an_object_no_member_holds_is_unfound_and_searched_for_once() {
         })
         .collect();
     assert_eq!(asked, vec![0, 2, 3]);
+}
+
+// ---- scrub -------------------------------------------------------------
+
+fn command_answer(fx: &[Effect]) -> (ReplyTo, shoal_proto::PgCommandReply) {
+    match fx {
+        [
+            Effect::ReplyLater {
+                to,
+                msg: Message::PgCommandReply(r),
+                ..
+            },
+        ] => (*to, r.clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn clean_primary() -> PgCore {
+    let mut p = member(1, &[1, 2]);
+    p.state = State::Active;
+    p
+}
+
+#[test]
+fn a_scrub_is_refused_off_the_primary_while_not_clean_or_unknown() {
+    let mut r = member(2, &[1, 2]);
+    let (to, a) = command_answer(&r.scrub_command("scrub", ReplyTo(1)));
+    assert_eq!(
+        (to, a.code),
+        (ReplyTo(1), OsdErrorCode::WrongPrimary as u32)
+    );
+    let mut p = clean_primary();
+    let (_, a) = command_answer(&p.scrub_command("polish", ReplyTo(2)));
+    assert_eq!(a.code, OsdErrorCode::InvalidArgument as u32);
+    p.state = State::Peering;
+    let (_, a) = command_answer(&p.scrub_command("scrub", ReplyTo(3)));
+    assert_eq!(
+        (a.code, a.message.as_str()),
+        (OsdErrorCode::Again as u32, "pg 1.0 is not active+clean")
+    );
+    assert!(p.scrub.is_none());
+}
+
+#[test]
+fn a_scrub_runs_chunk_after_chunk_and_answers_with_what_it_found() {
+    let mut p = clean_primary();
+    assert_eq!(
+        p.scrub_command("scrub", ReplyTo(1)),
+        vec![Effect::ScrubStepAfter(std::time::Duration::ZERO)]
+    );
+    // Asked again, deeper, while it runs: one scrub, both answered.
+    assert_eq!(p.scrub_command("deep-scrub", ReplyTo(2)), vec![]);
+    // A change in flight: the chunk waits until every member has it.
+    submit(&mut p, 1);
+    assert_eq!(
+        p.scrub_step(),
+        vec![Effect::ScrubStepAfter(std::time::Duration::from_millis(20))]
+    );
+    p.inflight.clear();
+    assert_eq!(
+        p.scrub_step(),
+        vec![Effect::ScrubChunk {
+            deep: true,
+            repair: false,
+            cursor: None
+        }]
+    );
+    let chunk = |next: Option<ObjectKey>, found| {
+        Ok(crate::pg::scrub::ChunkOutcome {
+            scrubbed: 64,
+            found,
+            repaired: 0,
+            next,
+        })
+    };
+    assert_eq!(
+        p.scrub_chunk_done(chunk(Some(obj(7)), vec![])),
+        vec![Effect::ScrubStepAfter(std::time::Duration::ZERO)]
+    );
+    assert_eq!(
+        p.scrub_step(),
+        vec![Effect::ScrubChunk {
+            deep: true,
+            repair: false,
+            cursor: Some(obj(7))
+        }]
+    );
+    let bad = crate::scrub::Inconsistency {
+        key: obj(8),
+        bad: vec![2],
+        auth: Some(1),
+        why: "data digest differs".into(),
+    };
+    let fx = p.scrub_chunk_done(chunk(None, vec![bad]));
+    assert_eq!(fx[0], Effect::StatsChanged);
+    assert!(matches!(&fx[1], Effect::Record(t) if !t.is_empty()));
+    let answers: Vec<(ReplyTo, serde_json::Value)> = fx[2..]
+        .iter()
+        .map(|e| {
+            let (to, a) = command_answer(std::slice::from_ref(e));
+            (to, serde_json::from_str(&a.output).unwrap())
+        })
+        .collect();
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0].0, ReplyTo(1));
+    assert_eq!(answers[1].0, ReplyTo(2));
+    assert_eq!(answers[0].1["objects"], 128);
+    assert_eq!(answers[0].1["errors"], 1);
+    assert_eq!(answers[0].1["deep"], true);
+    // The record: stamped with the engine's clock, the object left
+    // inconsistent (no repair asked).
+    assert_eq!(
+        (p.scrub_record.stamp_ms, p.scrub_record.deep_stamp_ms),
+        (1_000, 1_000)
+    );
+    assert_eq!(p.scrub_record.inconsistent.len(), 1);
+    assert!(p.scrub.is_none());
+}
+
+#[test]
+fn a_scrub_stops_when_the_pg_changes_interval() {
+    let mut p = clean_primary();
+    p.scrub_command("scrub", ReplyTo(4));
+    p.interval_start = EPOCH;
+    let (to, a) = command_answer(&p.scrub_step());
+    assert_eq!(to, ReplyTo(4));
+    assert_eq!(a.code, OsdErrorCode::Again as u32);
+    assert_eq!(
+        a.message,
+        "scrub of pg 1.0 stopped: the PG changed interval"
+    );
+    assert!(p.scrub.is_none());
+}
+
+#[test]
+fn scheduled_scrubs_start_when_due_one_at_a_time() {
+    let day = 86_400_000;
+    let mut p = clean_primary();
+    p.scrub_record.stamp_ms = 0;
+    p.scrub_record.deep_stamp_ms = 0;
+    let start = vec![Effect::ScrubStepAfter(std::time::Duration::ZERO)];
+    assert_eq!(p.scrub_tick(day - 1, day, 7 * day), vec![]);
+    // A day on: a shallow scrub.
+    assert_eq!(p.scrub_tick(day, day, 7 * day), start);
+    assert!(p.scrub.as_ref().is_some_and(|j| !j.is_deep()));
+    assert_eq!(p.scrub_tick(day, day, 7 * day), vec![], "one at a time");
+    // A week on: a deep one.
+    p.scrub = None;
+    assert_eq!(p.scrub_tick(7 * day, day, 7 * day), start);
+    assert!(p.scrub.as_ref().is_some_and(|j| j.is_deep()));
 }

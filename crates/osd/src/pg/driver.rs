@@ -107,6 +107,7 @@ impl Pg {
                 Effect::DrainWaiting => Box::pin(self.drain_waiting()).await,
                 Effect::StatsChanged => self.ctx.stats_changed.notify_one(),
                 Effect::FenceCopies => crate::recovery::CopyFence::bump(&self.copy_fence),
+                Effect::DropConnections => self.conns.clear(),
                 Effect::Query {
                     osd,
                     delay,
@@ -144,12 +145,6 @@ impl Pg {
                 }
             }
         }
-    }
-
-    /// Fails every change in flight (see [`super::engine::PgCore::fail_inflight`]).
-    pub(super) async fn fail_inflight(&mut self, code: OsdErrorCode, why: &str) {
-        let fx = self.core.fail_inflight(code, why);
-        self.drive(fx).await;
     }
 
     /// Queues a transaction; its commit answers or comes back as an event.

@@ -8,7 +8,8 @@
 //! names by [`ReplyTo`] tokens. So each step is tested alone: one event
 //! in, exact effects out (the tests at the end of this file).
 //!
-//! Converted so far: the replica's side (apply a change, answer a query,
+//! Converted so far: a new map and a new interval (`map.rs`), the
+//! replica's side (apply a change, answer a query,
 //! take an activation, install or serve a recovery step, summarize for
 //! scrub), listings, the primary's op path (fence, queue, hold for
 //! recovery or changes in flight, deduplicate, execute through the
@@ -156,6 +157,8 @@ pub enum Effect {
     StatsChanged,
     /// Copies still running for a dropped recovery install nothing.
     FenceCopies,
+    /// The members' connections belong to the old interval: drop them.
+    DropConnections,
     /// Ask member `osd` for its info, log and missing set after `delay`,
     /// giving it `limit`; the answer comes back as `PeerInfo`.
     Query {
@@ -862,6 +865,7 @@ impl PgCore {
 }
 
 mod answers;
+mod map;
 mod ops;
 mod peering;
 

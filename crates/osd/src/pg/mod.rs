@@ -433,7 +433,10 @@ impl Pg {
 
     async fn handle(&mut self, ev: PgEvent) {
         match ev {
-            PgEvent::Map(map) => self.advance_map(map).await,
+            PgEvent::Map(map) => {
+                let fx = self.step(|core| core.advance_map(map));
+                self.drive(fx).await
+            }
             PgEvent::Client(op) => {
                 let op = self.engine_op(op);
                 let fx = self.step(|core| core.client_op(op));
@@ -668,128 +671,6 @@ impl Pg {
         let degraded =
             absent + on_acting + on_targets.saturating_sub(misplaced).saturating_sub(absent);
         (degraded, misplaced)
-    }
-
-    /// A new map: a changed up or acting set, primary or pool size starts a
-    /// new interval, which drops what was in flight (clients resend) and
-    /// starts peering.
-    async fn advance_map(&mut self, map: Arc<OsdMap>) {
-        if self.core.map.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
-            return;
-        }
-        let Some(pool) = map.pool(self.core.id.pool).cloned() else {
-            self.core.map = Some(map);
-            self.core.pool = None;
-            self.new_interval(Vec::new(), Vec::new(), -1).await;
-            return;
-        };
-        let m = map.pg_to_up_acting(self.core.id).unwrap_or_default();
-        // Epochs this PG did not see may hold an interval it knows nothing
-        // of (writes elsewhere): count a gap as a new interval.
-        let gap = self
-            .core
-            .map
-            .as_ref()
-            .is_some_and(|old| map.epoch.0 > old.epoch.0 + 1);
-        // An OSD that came up may hold what no member heard has (unfound).
-        let someone_up = self
-            .core
-            .map
-            .as_ref()
-            .is_some_and(|old| map.osds().any(|(id, _)| map.is_up(id) && !old.is_up(id)));
-        let key = |up: &[i32], acting: &[i32], primary: i32, pool: &shoal_maps::Pool| {
-            shoal_maps::IntervalKey {
-                up: up.to_vec(),
-                acting: acting.to_vec(),
-                primary,
-                size: pool.size,
-                min_size: pool.min_size,
-            }
-        };
-        let before = (self.core.pool.as_ref())
-            .map(|p| key(&self.core.up, &self.core.acting, self.core.primary, p));
-        let changed = gap || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
-        self.core.map = Some(map);
-        self.core.pool = Some(pool);
-        if changed {
-            self.core.up = m.up.clone();
-            self.new_interval(m.up, m.acting, m.acting_primary).await;
-        } else if someone_up
-            && self.core.is_primary()
-            && self
-                .core
-                .recovery
-                .as_ref()
-                .is_some_and(|r| !r.unfound().is_empty())
-        {
-            // Ceph searches the OSDs that might have unfound objects; we
-            // peer again, which hears every member of the previous acting
-            // set and of the past intervals that are up now.
-            let fx = self.step(|core| core.peer_again_for_unfound());
-            self.drive(fx).await;
-        } else if self.core.recovery.is_some() {
-            let fx = self.core.recovery_map_changed();
-            self.drive(fx).await;
-        } else if self.core.is_primary() {
-            match self.core.state {
-                // A member may be back: look again.
-                State::Down | State::Incomplete => self.start_peering().await,
-                State::Peering if self.core.peering.waiting_up_thru => {
-                    let fx = self.core.check_up_thru();
-                    self.drive(fx).await
-                }
-                _ => {}
-            }
-        }
-    }
-
-    async fn new_interval(&mut self, up: Vec<i32>, acting: Vec<i32>, primary: i32) {
-        let was_primary = self.core.is_primary();
-        if !self.core.acting.is_empty() {
-            self.core.prior = std::mem::take(&mut self.core.acting);
-        }
-        self.core.up = up;
-        self.core.acting = acting;
-        self.core.primary = primary;
-        self.core.interval_start = self.core.epoch();
-        self.core.search_everywhere = false;
-        // What was in flight belongs to the old interval: its clients are
-        // told now (they resend, and the log recognises what was applied)
-        // rather than left to notice the interval change themselves.
-        let why = format!(
-            "pg {} changed in epoch {}",
-            self.core.id, self.core.interval_start
-        );
-        self.fail_inflight(shoal_proto::OsdErrorCode::StaleEpoch, &why)
-            .await;
-        self.core.peer_logs.clear();
-        self.core.peers_pending.clear();
-        self.conns.clear();
-        let fx = self.core.abort_scrub("the PG changed interval");
-        self.drive(fx).await;
-        self.core.recovery = None;
-        crate::recovery::CopyFence::bump(&self.copy_fence);
-        self.core.plan = None;
-        self.core.requeue_object_waiters();
-        self.ctx.stats_changed.notify_one();
-        let me = self.core.whoami();
-        tracing::debug!(pg = %self.core.id, epoch = self.core.interval_start, acting = ?self.core.acting,
-            primary, "new interval");
-        if self.core.is_primary() {
-            let fx = self.core.refuse_stale_waiting(&why);
-            self.drive(fx).await;
-            self.start_peering().await;
-        } else {
-            self.core.state = if self.core.shards().contains(&me) {
-                State::ReplicaWaiting
-            } else {
-                State::Stray
-            };
-            if was_primary || !self.core.waiting.is_empty() {
-                let fx = self.core.refuse_waiting();
-                self.drive(fx).await;
-            }
-        }
     }
 
     async fn stop(&mut self) {

@@ -1674,3 +1674,121 @@ fn scheduled_scrubs_start_when_due_one_at_a_time() {
     assert_eq!(p.scrub_tick(7 * day, day, 7 * day), start);
     assert!(p.scrub.as_ref().is_some_and(|j| j.is_deep()));
 }
+
+// ---- maps and intervals ------------------------------------------------
+
+/// A map of OSDs 0-3 (up) holding pool 1 (size 3, one PG) at `epoch`,
+/// with `down` marked down in its last epoch.
+fn pool_map(epoch: u32, down: Option<i32>) -> Arc<OsdMap> {
+    let crush = shoal_crush::build_map(&shoal_crush::BuildSpec::hosts(4, 1, None)).unwrap();
+    let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
+    while map.epoch.0 < epoch {
+        let mut inc = shoal_maps::Incremental::next(&map);
+        if map.epoch.0 == 0 {
+            inc.new_max_osd = Some(4);
+            for o in 0..4 {
+                inc.new_osds.insert(o);
+                inc.new_up.insert(o, format!("127.0.0.1:{}", 6800 + o));
+                inc.new_weight.insert(o, shoal_maps::WEIGHT_IN);
+            }
+            inc.new_pools.insert(
+                PG.pool,
+                shoal_maps::Pool::replicated(PG.pool, "rbd", 3, 2, 1, 0),
+            );
+        }
+        if inc.epoch.0 == epoch
+            && let Some(o) = down
+        {
+            inc.new_down.insert(o);
+        }
+        map.apply(&inc).unwrap();
+    }
+    Arc::new(map)
+}
+
+/// The primary of PG 1.0 in `map`, before it has seen any map.
+fn fresh_primary(map: &OsdMap) -> PgCore {
+    let m = map.pg_to_up_acting(PG).unwrap();
+    let mut p = member(m.acting_primary, &m.acting);
+    p.map = None;
+    p.pool = None;
+    p.up = Vec::new();
+    p.acting = Vec::new();
+    p.primary = -1;
+    p.interval_start = 0;
+    p.state = State::Stray;
+    p
+}
+
+#[test]
+fn the_first_map_starts_an_interval_and_the_primary_peers() {
+    let map = pool_map(EPOCH, None);
+    let mut p = fresh_primary(&map);
+    let fx = p.advance_map(Arc::clone(&map));
+    assert_eq!(
+        fx[..3],
+        [
+            Effect::DropConnections,
+            Effect::FenceCopies,
+            Effect::StatsChanged
+        ]
+    );
+    assert_eq!(fx[3], Effect::FenceCopies, "peering starts afresh");
+    let asked = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Query { .. }))
+        .count();
+    assert_eq!(asked, 2, "{fx:?}");
+    assert_eq!((p.state.clone(), p.interval_start), (State::Peering, EPOCH));
+    // The same map again, or an older one: nothing.
+    assert_eq!(p.advance_map(map), vec![]);
+}
+
+#[test]
+fn a_new_interval_fails_what_is_in_flight_and_the_old_acting_set_becomes_prior() {
+    let map = pool_map(EPOCH, None);
+    let mut p = fresh_primary(&map);
+    p.advance_map(Arc::clone(&map));
+    let acting = p.acting.clone();
+    p.state = State::Active;
+    submit(&mut p, 1);
+    // A member goes down in the next epoch.
+    let gone = *acting.iter().find(|o| **o != p.whoami).unwrap();
+    let next = pool_map(EPOCH + 1, Some(gone));
+    let fx = p.advance_map(next);
+    assert_eq!(
+        fx[0],
+        super::op_error(
+            ReplyTo(1),
+            OsdErrorCode::StaleEpoch,
+            EPOCH + 1,
+            "pg 1.0 changed in epoch 11".into()
+        )
+    );
+    assert!(p.inflight.is_empty());
+    assert_eq!(p.prior, acting);
+    assert!(!p.acting.contains(&gone));
+    assert_eq!(p.interval_start, EPOCH + 1);
+}
+
+#[test]
+fn a_map_without_the_pool_leaves_a_stray_that_refuses_its_queued_ops() {
+    let map = pool_map(EPOCH, None);
+    let mut p = fresh_primary(&map);
+    p.advance_map(Arc::clone(&map));
+    p.state = State::Peering;
+    p.client_op(write_op(1, 1));
+    // The pool is deleted.
+    let mut gone = (*pool_map(EPOCH + 1, None)).clone();
+    let mut inc = shoal_maps::Incremental::next(&gone);
+    inc.old_pools.insert(PG.pool);
+    gone.apply(&inc).unwrap();
+    let fx = p.advance_map(Arc::new(gone));
+    assert_eq!(p.state, State::Stray);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Reply { to: ReplyTo(1), .. })),
+        "{fx:?}"
+    );
+    assert!(p.waiting.is_empty());
+}

@@ -1,16 +1,17 @@
 //! The PG backend: the one seam between a PG's engine and its objects'
 //! data. The engine orders and logs changes, peers and decides what to
 //! recover; the backend says how a client op runs against the PG's
-//! objects, how a logged change becomes what each member applies, and how
-//! one step of an object's copy is read on a source and installed on a
-//! target. Replication is the backend today: every member holds whole
-//! objects and applies the same transaction. Erasure coding is the next:
-//! each member holds one shard of every stripe, at the collection of its
-//! position in the acting set.
+//! objects, how a logged change becomes what each member applies, how one
+//! step of an object's copy is read on a source and installed on a target,
+//! and what a member holds of an object for scrub to compare. Replication
+//! is the backend today: every member holds whole objects and applies the
+//! same transaction. Erasure coding is the next: each member holds one
+//! shard of every stripe, at the collection of its position in the acting
+//! set.
 
 use bytes::{Bytes, BytesMut};
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
-use shoal_proto::{PgPush, RepOp};
+use shoal_proto::{PgPush, RepOp, ScrubObject};
 
 use crate::codec::{self, CodecError};
 use crate::copy::{self, StepLimits};
@@ -85,6 +86,16 @@ pub trait PgBackend: Send + Sync + std::fmt::Debug {
         push: &PgPush,
         data: Bytes,
     ) -> Result<Transaction, String>;
+
+    /// Scrub: what this member holds of `key`, to compare with the others
+    /// (`deep`: with a digest of the data and omap).
+    fn summarize(
+        &self,
+        store: &dyn ObjectStore,
+        coll: &CollectionId,
+        key: &ObjectKey,
+        deep: bool,
+    ) -> ScrubObject;
 }
 
 /// Replication: every member holds whole objects and applies the same
@@ -157,6 +168,16 @@ impl PgBackend for Replicated {
         data: Bytes,
     ) -> Result<Transaction, String> {
         copy::install_step(store, coll, push, data)
+    }
+
+    fn summarize(
+        &self,
+        store: &dyn ObjectStore,
+        coll: &CollectionId,
+        key: &ObjectKey,
+        deep: bool,
+    ) -> ScrubObject {
+        crate::scrub::summarize(store, coll, key, deep)
     }
 }
 

@@ -22,7 +22,7 @@ use super::engine::{Effect, PgCore, ReplyTo};
 use super::{Pg, PgEvent};
 use crate::object::pg_meta_key;
 use crate::recovery;
-use crate::scrub::{Inconsistency, compare, summarize};
+use crate::scrub::{Inconsistency, compare};
 
 /// Omap key of the scrub stamps in the PG meta object.
 pub(crate) const SCRUB_KEY: &[u8] = b"scrub";
@@ -178,7 +178,9 @@ impl Pg {
             .filter(|k| k.name.first() != Some(&0))
             .map(|k| {
                 shoal_net::runtime::blocking(|| {
-                    summarize(self.ctx.store.as_ref(), &self.core.coll, k, deep)
+                    self.core
+                        .backend
+                        .summarize(self.ctx.store.as_ref(), &self.core.coll, k, deep)
                 })
             })
             .collect();

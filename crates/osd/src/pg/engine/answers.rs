@@ -110,7 +110,7 @@ impl PgCore {
                 // Hidden objects (the PG's meta object, half-made copies)
                 // are not scrubbed.
                 if k.name.first() != Some(&0) {
-                    objects.push(crate::scrub::summarize(
+                    objects.push(self.backend.summarize(
                         self.store.as_ref(),
                         &self.coll,
                         k,

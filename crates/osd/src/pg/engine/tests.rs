@@ -1086,25 +1086,13 @@ fn at_a_new_interval_queued_ops_from_before_it_are_refused_and_the_rest_kept() {
 /// up; the monitors recorded its `up_thru` for this interval when
 /// `up_thru`.
 fn peering_primary(up_thru: bool) -> PgCore {
-    let crush = shoal_crush::build_map(&shoal_crush::BuildSpec::hosts(4, 1, None)).unwrap();
-    let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
-    while map.epoch.0 < EPOCH {
-        let mut inc = shoal_maps::Incremental::next(&map);
-        if map.epoch.0 == 0 {
-            inc.new_max_osd = Some(4);
-            for o in 0..4 {
-                inc.new_osds.insert(o);
-                inc.new_up.insert(o, format!("127.0.0.1:{}", 6800 + o));
-                inc.new_weight.insert(o, shoal_maps::WEIGHT_IN);
-            }
-        }
-        if up_thru && inc.epoch.0 == EPOCH {
+    let map = osd_map(EPOCH, |inc| {
+        if up_thru {
             inc.new_up_thru.insert(1, START);
         }
-        map.apply(&inc).unwrap();
-    }
+    });
     let mut p = member(1, &[1, 2, 3]);
-    p.map = Some(Arc::new(map));
+    p.map = Some(map);
     p.state = State::Peering;
     p
 }
@@ -1677,9 +1665,18 @@ fn scheduled_scrubs_start_when_due_one_at_a_time() {
 
 // ---- maps and intervals ------------------------------------------------
 
-/// A map of OSDs 0-3 (up) holding pool 1 (size 3, one PG) at `epoch`,
-/// with `down` marked down in its last epoch.
+/// [`osd_map`] with `down` marked down in its last epoch.
 fn pool_map(epoch: u32, down: Option<i32>) -> Arc<OsdMap> {
+    osd_map(epoch, |inc| {
+        if let Some(o) = down {
+            inc.new_down.insert(o);
+        }
+    })
+}
+
+/// OSDs 0-3 up, pool 1 (size 3, one PG) created, up to `epoch`; `last`
+/// edits the last incremental.
+fn osd_map(epoch: u32, last: impl Fn(&mut shoal_maps::Incremental)) -> Arc<OsdMap> {
     let crush = shoal_crush::build_map(&shoal_crush::BuildSpec::hosts(4, 1, None)).unwrap();
     let mut map = OsdMap::new([1; 16], 0, crush).unwrap();
     while map.epoch.0 < epoch {
@@ -1696,10 +1693,8 @@ fn pool_map(epoch: u32, down: Option<i32>) -> Arc<OsdMap> {
                 shoal_maps::Pool::replicated(PG.pool, "rbd", 3, 2, 1, 0),
             );
         }
-        if inc.epoch.0 == epoch
-            && let Some(o) = down
-        {
-            inc.new_down.insert(o);
+        if inc.epoch.0 == epoch {
+            last(&mut inc);
         }
         map.apply(&inc).unwrap();
     }

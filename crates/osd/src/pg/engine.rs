@@ -6,22 +6,22 @@
 //! state it decides on, as in Ceph's PG); the driver owns the network, the
 //! store's commit callbacks, timers and the reply handles, which a step
 //! names by [`ReplyTo`] tokens. So each step is tested alone: one event
-//! in, exact effects out (the tests at the end of this file).
+//! in, exact effects out (`engine/tests.rs`).
 //!
-//! Converted so far: a new map and a new interval (`map.rs`), the
-//! replica's side (apply a change, answer a query,
-//! take an activation, install or serve a recovery step, summarize for
-//! scrub), listings, the primary's op path (fence, queue, hold for
-//! recovery or changes in flight, deduplicate, execute through the
-//! backend: `ops.rs`) and its replication bookkeeping (submit a change
-//! through the backend, take the members' acks and the local commit,
-//! answer in version order, fail what is in flight), and peering
-//! (`peering.rs`: queries, past intervals, `down`/`incomplete`, `up_thru`,
-//! `pg_temp`, the plan, activation, going active), and recovery's
-//! scheduling (`recover.rs`: backfill reservation, which objects to copy
-//! and from where, unfound objects, retries, clean), and scrub's
-//! (`scrub.rs`: commands, the schedule, chunk after chunk, the record);
-//! a chunk's summaries and repair are I/O the driver awaits.
+//! Every PG event is a step: a new map and a new interval (`map.rs`); the
+//! primary's op path (`ops.rs`: fence, queue, hold for recovery or changes
+//! in flight, deduplicate, execute through the backend) and its
+//! replication bookkeeping (below: submit a change through the backend,
+//! take the members' acks and the local commit, answer in version order,
+//! fail what is in flight); the replica's side (below: apply a change,
+//! answer a query, take an activation, install or serve a recovery step)
+//! and the read-only answers (`answers.rs`: listings, scrub summaries);
+//! peering (`peering.rs`: queries, past intervals, `down`/`incomplete`,
+//! `up_thru`, `pg_temp`, the plan, activation, going active); recovery's
+//! scheduling (`pg/recover.rs`: backfill reservation, which objects to
+//! copy and from where, unfound objects, retries, clean); scrub's
+//! (`pg/scrub.rs`: commands, the schedule, chunk after chunk, the record;
+//! a chunk's round trips and repairs are I/O the driver awaits).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,7 +1,8 @@
-//! One placement group on this OSD: an actor task that owns the PG's log
-//! and state and handles every event for the PG in order (client ops,
-//! replication, peering, map changes). Ops of one PG are therefore ordered
-//! without locks, while different PGs run in parallel.
+//! One placement group on this OSD: an actor task that takes every event
+//! for the PG in order (client ops, replication, peering, map changes),
+//! hands it to the PG's engine (`engine.rs`: the state and its sans-I/O
+//! steps) and carries out the effects (`driver.rs`). Ops of one PG are
+//! therefore ordered without locks, while different PGs run in parallel.
 //!
 //! States, as in Ceph: a primary starts each interval `peering` (gathering
 //! the members' logs), `activating` (handing every replica the

@@ -121,13 +121,7 @@ pub async fn pull_object(
     key: &ObjectKey,
     expect: Option<bool>,
 ) -> Result<(), String> {
-    let Copier {
-        ctx,
-        backend,
-        pg,
-        epoch,
-        fence,
-    } = c;
+    let (ctx, backend, pg, epoch, fence) = (c.ctx, c.backend, c.pg, c.epoch, c.fence);
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
     let who = src.peer().to_string();
@@ -197,13 +191,7 @@ pub async fn push_object(
     key: &ObjectKey,
     expect: Option<bool>,
 ) -> Result<(), String> {
-    let Copier {
-        ctx,
-        backend,
-        pg,
-        epoch,
-        fence,
-    } = c;
+    let (ctx, backend, pg, epoch, fence) = (c.ctx, c.backend, c.pg, c.epoch, c.fence);
     let coll = crate::object::collection(pg);
     let limits = ctx.cfg.copy_limits;
     let me = format!("osd.{}", ctx.whoami);

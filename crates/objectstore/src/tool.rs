@@ -23,7 +23,7 @@ pub struct StatReport {
     pub format_version: u64,
     /// Allocation and checksum unit.
     pub block_bytes: u64,
-    /// Usable data capacity (device size less the label block).
+    /// Usable data capacity (device size less the label block and the journal).
     pub capacity_bytes: u64,
     /// Free data space.
     pub free_bytes: u64,
@@ -39,6 +39,8 @@ pub struct StatReport {
     pub omap_entries: u64,
     /// Deferred writes waiting to be applied in place.
     pub deferred_records: u64,
+    /// Journal records not yet checkpointed (replayed by the next open).
+    pub journal_records: u64,
     /// Size of the metadata file.
     pub meta_file_bytes: u64,
     /// Whether the data device accepts O_DIRECT.
@@ -58,6 +60,7 @@ impl fmt::Display for StatReport {
         writeln!(f, "objects:          {}", self.objects)?;
         writeln!(f, "omap entries:     {}", self.omap_entries)?;
         writeln!(f, "deferred records: {}", self.deferred_records)?;
+        writeln!(f, "journal records:  {}", self.journal_records)?;
         writeln!(f, "metadata file:    {} B", self.meta_file_bytes)?;
         write!(
             f,
@@ -118,7 +121,7 @@ impl ReadOnly {
 /// Check every metadata cross-reference; with `deep`, every block checksum too.
 pub fn fsck(path: &Path, deep: bool) -> Result<FsckReport> {
     let s = open_read_only(path)?;
-    let mut report = s.read(|s| block::fsck::fsck(&s.dev, &s.db, deep))?;
+    let mut report = s.read(|s| block::fsck::fsck(&s.dev, &s.files.data, &s.db, deep))?;
     // Each line names the file its problem is in: the data file for what
     // reading blocks found, the metadata file for everything else.
     let data = path.join(block::DATA_FILE).display().to_string();
@@ -137,7 +140,7 @@ pub fn fsck(path: &Path, deep: bool) -> Result<FsckReport> {
 pub fn stat(path: &Path) -> Result<StatReport> {
     let s = open_read_only(path)?;
     let (report, stored_bytes) = s.read(|s| {
-        let report = block::fsck::fsck(&s.dev, &s.db, false)?;
+        let report = block::fsck::fsck(&s.dev, &s.files.data, &s.db, false)?;
         Ok((report, block::stored_bytes(&s.db)?))
     })?;
     let direct_io =
@@ -155,6 +158,7 @@ pub fn stat(path: &Path) -> Result<StatReport> {
         allocated_bytes: report.allocated_blocks.saturating_mul(b),
         omap_entries: report.omap_entries,
         deferred_records: report.deferred_records,
+        journal_records: report.journal_records,
         meta_file_bytes: std::fs::metadata(path.join(META_FILE))
             .map(|m| m.len())
             .unwrap_or(0),

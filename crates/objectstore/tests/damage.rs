@@ -36,9 +36,10 @@ impl Drop for TempDir {
 }
 
 /// Blocks of the template store's data file (label included).
-const TOTAL_BLOCKS: u64 = 32;
+const TOTAL_BLOCKS: u64 = 40;
 
-/// A small store whose data blocks are all used by objects except blocks 1-2, so that
+/// A small store whose data blocks are all used by objects except blocks 9-10 (1-8 are
+/// the journal, empty after a clean close), so that
 /// damage in the middle or at the end of the data file lands in checksummed data. Built
 /// once; each case copies it.
 fn template() -> &'static (Vec<u8>, Vec<u8>) {
@@ -70,8 +71,8 @@ fn template() -> &'static (Vec<u8>, Vec<u8>) {
         let mut t = Transaction::new();
         t.create_collection(c);
         s.queue_transaction(t).unwrap();
-        // First fit: the filler takes blocks 1-2, a and b 3-22; once the filler is gone
-        // the last object fits only in 23-31, the end of the file.
+        // First fit: the filler takes blocks 9-10, a and b 11-30; once the filler is gone
+        // the last object fits only in 31-39, the end of the file.
         put("filler", 2);
         put("a", 10);
         put("b", 10);
@@ -107,7 +108,7 @@ enum Damage {
     GarbageStart,
     GarbageMiddle,
     GarbageEnd,
-    /// Garbage over the metadata page that holds a given key.
+    /// Garbage over the metadata pages that hold a given key.
     GarbageAt(&'static [u8]),
     OtherVersion,
 }
@@ -161,12 +162,19 @@ fn damage(dir: &Path, file: &str, how: Damage) {
         Damage::GarbageMiddle => splat(&mut bytes, len / 2),
         Damage::GarbageEnd => splat(&mut bytes, len - GARBAGE_BYTES),
         Damage::GarbageAt(key) => {
-            let at = bytes
+            // Every page that holds the key (redb keeps older copies of a page until it
+            // reuses them, and which copy is live depends on the commits' history).
+            let hits: Vec<usize> = bytes
                 .windows(key.len())
-                .position(|w| w == key)
-                .unwrap_or(len / 2);
-            // Cover the key and what follows it in its page.
-            splat(&mut bytes, at.saturating_sub(64).min(len - GARBAGE_BYTES));
+                .enumerate()
+                .filter(|(_, w)| *w == key)
+                .map(|(i, _)| i)
+                .collect();
+            let hits = if hits.is_empty() { vec![len / 2] } else { hits };
+            for at in hits {
+                // Cover the key and what follows it in its page.
+                splat(&mut bytes, at.saturating_sub(64).min(len - GARBAGE_BYTES));
+            }
         }
         Damage::OtherVersion if file == META_FILE => {
             // The format record says version 1: a store from before object keys
@@ -306,7 +314,10 @@ fn a_store_of_the_older_format_is_refused_saying_which_versions() {
         let before = snapshot(&d.0);
         let e = BlockStore::open(&d.0, &OpenOptions::default()).unwrap_err();
         let m = e.to_string();
-        assert!(m.contains("version 1") && m.contains('2'), "{file}: {m}");
+        assert!(
+            m.contains("version 1") && m.contains("version 3"),
+            "{file}: {m}"
+        );
         assert_eq!(snapshot(&d.0), before);
     }
 }

@@ -358,9 +358,13 @@ impl<'a> Applier<'a> {
         let end = off + data.len() as u64;
         for lb in off / B..end.div_ceil(B) {
             let mut blk = vec![0u8; BLOCK];
-            self.old_block(on, lb, &mut blk)?;
             let (bs, be) = (lb * B, lb * B + B);
             let (s, e) = (off.max(bs), end.min(be));
+            if (s, e) != (bs, be) {
+                // Only a part of the block changes: the rest comes from its current
+                // contents. (A whole block is not read: the state lock is held here.)
+                self.old_block(on, lb, &mut blk)?;
+            }
             blk[(s - bs) as usize..(e - bs) as usize]
                 .copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
             let crc = crc32c::crc32c(&blk);

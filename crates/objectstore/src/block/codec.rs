@@ -21,13 +21,21 @@ pub(crate) struct ObjectRecord {
     pub omap_header: Bytes,
 }
 
-struct Reader<'a> {
+/// A bounds-checked reader of big-endian fields; every short read is corruption of
+/// `what`.
+pub(crate) struct Reader<'a> {
     b: &'a [u8],
     what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn new(b: &'a [u8], what: &'static str) -> Self {
+        Self { b, what }
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.b.len() < n {
             return Err(Error::Corrupt(format!("{} truncated", self.what)));
         }
@@ -35,7 +43,7 @@ impl<'a> Reader<'a> {
         self.b = t;
         Ok(h)
     }
-    fn u8(&mut self) -> Result<u8> {
+    pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16> {
@@ -43,21 +51,21 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(self.take(2)?);
         Ok(u16::from_be_bytes(a))
     }
-    fn u32(&mut self) -> Result<u32> {
+    pub(crate) fn u32(&mut self) -> Result<u32> {
         let mut a = [0u8; 4];
         a.copy_from_slice(self.take(4)?);
         Ok(u32::from_be_bytes(a))
     }
-    fn u64(&mut self) -> Result<u64> {
+    pub(crate) fn u64(&mut self) -> Result<u64> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
     }
-    fn bytes32(&mut self) -> Result<&'a [u8]> {
+    pub(crate) fn bytes32(&mut self) -> Result<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }
-    fn count(&mut self, min_item_bytes: usize) -> Result<usize> {
+    pub(crate) fn count(&mut self, min_item_bytes: usize) -> Result<usize> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min_item_bytes) > self.b.len() {
             return Err(Error::Corrupt(format!(

@@ -8,6 +8,7 @@ use redb::ReadableTable;
 
 use super::codec::{self, ObjectRecord};
 use super::device::Device;
+use super::journal;
 use super::meta::{self, COLLS, DEFERRED, FREE, OBJECTS, OMAP, me};
 use super::{BLOCK, check_label};
 use crate::error::Result;
@@ -26,8 +27,11 @@ pub struct FsckReport {
     pub allocated_blocks: u64,
     /// Blocks in the free list.
     pub free_blocks: u64,
-    /// Usable blocks on the device (all but the label).
+    /// Usable blocks on the device (all but the label and the journal).
     pub usable_blocks: u64,
+    /// Journal records not yet checkpointed (applied in memory for this check; replayed
+    /// for good by the next open).
+    pub journal_records: u64,
     /// Deferred writes not yet applied in place (replayed at open).
     pub deferred_records: u64,
     /// Blocks whose checksum was verified (deep only).
@@ -52,6 +56,7 @@ impl fmt::Display for FsckReport {
         writeln!(f, "free blocks:      {}", self.free_blocks)?;
         writeln!(f, "usable blocks:    {}", self.usable_blocks)?;
         writeln!(f, "deferred records: {}", self.deferred_records)?;
+        writeln!(f, "journal records:  {}", self.journal_records)?;
         writeln!(f, "blocks verified:  {}", self.blocks_verified)?;
         for e in &self.errors {
             writeln!(f, "error: {e}")?;
@@ -75,12 +80,21 @@ struct Owned {
     owner: String,
 }
 
-/// Check the store held by `db` and `dev`.
-pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<FsckReport> {
+/// Check the store held by `db` and `dev`. The journal's records are applied to `db`
+/// first, which must therefore keep its writes in memory (the staged open).
+pub(crate) fn fsck(
+    dev: &dyn Device,
+    data: &std::path::Path,
+    db: &redb::Database,
+    deep: bool,
+) -> Result<FsckReport> {
     let mut r = FsckReport::default();
+    let replayed = journal::replay(dev, db, data)?;
+    r.journal_records = replayed.records;
     let txn = db.begin_read().map_err(me("begin read"))?;
     let total = meta::read_super(&txn)?;
-    r.usable_blocks = total.saturating_sub(1);
+    let jpos = journal::read_position(&txn, total)?;
+    r.usable_blocks = total.saturating_sub(1 + jpos.blocks);
     if let Err(e) = check_label(dev, total) {
         r.errors.push(e.to_string());
     }
@@ -182,8 +196,18 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
             _ => r.errors.push("bad free list entry".into()),
         }
     }
+    if jpos.blocks > 0 {
+        runs.push(Owned {
+            start: 1,
+            len: jpos.blocks,
+            owner: "the journal".into(),
+        });
+    }
     check_runs(&mut runs, total, &mut r.errors);
-    let covered = runs.iter().fold(0u64, |a, o| a.saturating_add(o.len));
+    let covered = runs
+        .iter()
+        .fold(0u64, |a, o| a.saturating_add(o.len))
+        .saturating_sub(jpos.blocks);
     if covered != r.usable_blocks {
         r.errors.push(format!(
             "space accounting: {} allocated + {} free = {covered} blocks, device has {} usable (leak or double use)",
@@ -208,6 +232,10 @@ pub(crate) fn fsck(dev: &dyn Device, db: &redb::Database, deep: bool) -> Result<
                 .push(format!("deferred write to block {pb} outside the device")),
             Err(e) => r.errors.push(e.to_string()),
         }
+    }
+    // The journal's deferred blocks are newer than the table's.
+    for (pb, data) in replayed.blocks {
+        overlay.insert(pb, data.to_vec());
     }
     if deep {
         verify_blocks(dev, &objects, &overlay, &mut r);

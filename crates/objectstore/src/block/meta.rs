@@ -13,8 +13,9 @@ use crate::types::{CollectionId, ObjectKey};
 
 pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
-/// Format facts: `format` (u64), `total_blocks` (u64); once an OSD owns the store,
-/// `fsid` (its cluster's, UTF-8) and `osd_id` (u64).
+/// Format facts: `format` (u64), `total_blocks` (u64), the journal's `journal_blocks`,
+/// `journal_through` and `journal_applied` (u64 each, see `journal.rs`); once an OSD owns
+/// the store, `fsid` (its cluster's, UTF-8) and `osd_id` (u64).
 pub(crate) const SUPER: Table = TableDefinition::new("super");
 /// Collection id -> empty.
 pub(crate) const COLLS: Table = TableDefinition::new("colls");
@@ -29,8 +30,10 @@ pub(crate) const DEFERRED: Table = TableDefinition::new("deferred");
 
 pub(crate) const ALL_TABLES: [Table; 6] = [SUPER, COLLS, OBJECTS, OMAP, FREE, DEFERRED];
 
-/// Current on-disk format version.
-pub(crate) const FORMAT_VERSION: u64 = 2;
+/// Current on-disk format version. 1: object keys without snapshot ids, collections
+/// without shards. 2: no write-ahead journal (small writes logged in redb). 3: the
+/// journal at blocks `1..=journal_blocks` of the data device.
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 /// Map any redb error type to ours.
 pub(crate) fn me<E: Into<redb::Error>>(context: &'static str) -> impl Fn(E) -> Error {
@@ -67,6 +70,7 @@ pub(crate) struct Loaded {
     pub identity: Option<StoreIdentity>,
     pub colls: BTreeMap<CollectionId, BTreeMap<ObjectKey, Onode>>,
     pub free: Vec<(u64, u64)>,
+    pub journal: super::journal::Position,
     /// (seq, device block, data)
     pub deferred: Vec<(u64, u64, Vec<u8>)>,
 }
@@ -83,7 +87,9 @@ pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
     let format = get("format")?;
     if format != FORMAT_VERSION {
         return Err(Error::NotFormatted(format!(
-            "format version {format}, expected {FORMAT_VERSION}"
+            "format version {format}; this build reads version {FORMAT_VERSION} (a store \
+             of an older format cannot be opened: move its OSD's data by recovery to a \
+             store made by this build)"
         )));
     }
     let total = get("total_blocks")?;
@@ -128,6 +134,30 @@ pub(crate) fn write_identity(db: &redb::Database, id: &StoreIdentity) -> Result<
             .map_err(me("write super"))?;
     }
     w.commit().map_err(me("commit identity"))
+}
+
+/// The persisted free list's runs.
+pub(crate) fn read_free(txn: &redb::ReadTransaction, total_blocks: u64) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for row in txn
+        .open_table(FREE)
+        .map_err(me("open free"))?
+        .iter()
+        .map_err(me("scan free"))?
+    {
+        let (k, v) = row.map_err(me("scan free"))?;
+        let (start, n) = (
+            codec::u64_value(k.value(), "free key")?,
+            codec::u64_value(v.value(), "free run")?,
+        );
+        if start < 1 || start.checked_add(n).is_none_or(|e| e > total_blocks) {
+            return Err(Error::Corrupt(format!(
+                "free run {start}+{n} outside the device"
+            )));
+        }
+        out.push((start, n));
+    }
+    Ok(out)
 }
 
 pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
@@ -195,24 +225,8 @@ pub(crate) fn load(db: &redb::Database) -> Result<Loaded> {
             bytes::Bytes::copy_from_slice(v.value()),
         );
     }
-    for row in txn
-        .open_table(FREE)
-        .map_err(me("open free"))?
-        .iter()
-        .map_err(me("scan free"))?
-    {
-        let (k, v) = row.map_err(me("scan free"))?;
-        let (start, n) = (
-            codec::u64_value(k.value(), "free key")?,
-            codec::u64_value(v.value(), "free run")?,
-        );
-        if start < 1 || start.checked_add(n).is_none_or(|e| e > out.total_blocks) {
-            return Err(Error::Corrupt(format!(
-                "free run {start}+{n} outside the device"
-            )));
-        }
-        out.free.push((start, n));
-    }
+    out.free = read_free(&txn, out.total_blocks)?;
+    out.journal = super::journal::read_position(&txn, out.total_blocks)?;
     for row in txn
         .open_table(DEFERRED)
         .map_err(me("open deferred"))?

@@ -8,12 +8,16 @@
 //!
 //! Write path (caller's thread, under the state lock): check the transaction, then large
 //! or unallocated writes go copy-on-write to fresh blocks on the device, and small
-//! overwrites of allocated blocks become deferred records (their new contents visible to
+//! overwrites of allocated blocks become deferred writes (their new contents visible to
 //! reads through an overlay). The metadata changes form one batch, queued to the
-//! committer. Durability (committer thread): sync the device, then commit every queued
-//! batch in one redb transaction (group commit), then write deferred blocks in place and
-//! release freed blocks. Blocks freed by a transaction are reused only after it is
-//! durable, so the durable metadata never points at overwritten data.
+//! committer. Durability (committer thread, `commit.rs`): every queued batch goes into
+//! one record of the write-ahead journal at the start of the data device (`journal.rs`),
+//! and one device sync makes the record and the batches' copy-on-write data durable
+//! (group commit); then the metadata goes into redb without a sync, deferred blocks are
+//! written in place by a pool of I/O threads, and freed blocks are released. Checkpoints
+//! sync the device and commit redb durably so the journal can start over. Blocks freed by
+//! a transaction are reused only after it is durable and no earlier in-place write can
+//! land on them, so the durable state never points at overwritten data.
 
 mod alloc;
 mod apply;
@@ -25,6 +29,7 @@ mod extent;
 pub mod fault;
 pub mod fsck;
 pub(crate) mod guard;
+mod journal;
 mod meta;
 mod staged;
 mod state;
@@ -135,6 +140,15 @@ impl Shared {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The write lock if nobody holds the state lock now.
+    pub(crate) fn try_write_state(&self) -> Option<RwLockWriteGuard<'_, State>> {
+        match self.state.try_write() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub(crate) fn poison_reason(&self) -> Option<String> {
         self.poisoned
             .lock()
@@ -183,13 +197,35 @@ impl Shared {
         self.queued.notify_one();
     }
 
-    /// Wait for queued batches (or shutdown); returns them all and the shutdown flag.
-    pub(crate) fn take_queued(&self) -> (Vec<Queued>, bool) {
+    /// Wait for queued batches (or shutdown, or `wait` to pass); returns them all and
+    /// the shutdown flag.
+    pub(crate) fn take_queued(&self, wait: Option<std::time::Duration>) -> (Vec<Queued>, bool) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        while q.0.is_empty() && !q.1 {
-            q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
+        match wait {
+            None => {
+                while q.0.is_empty() && !q.1 {
+                    q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            Some(d) if q.0.is_empty() && !q.1 => {
+                q = self
+                    .queued
+                    .wait_timeout(q, d)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            Some(_) => {}
         }
         (std::mem::take(&mut q.0), q.1)
+    }
+
+    /// Nothing is queued.
+    pub(crate) fn queue_is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .is_empty()
     }
 }
 
@@ -306,7 +342,8 @@ impl BlockStore {
             .len()
             .map_err(|e| Error::io("sizing the data device", e))?;
         let total_blocks = len / BLOCK as u64;
-        if total_blocks < 2 {
+        let journal_blocks = journal::blocks_for(total_blocks);
+        if total_blocks < 2 + journal_blocks || journal_blocks < 1 {
             return Err(Error::InvalidArgument(format!(
                 "data device of {len} bytes is too small"
             )));
@@ -325,10 +362,19 @@ impl BlockStore {
                 .map_err(me("write super"))?;
             s.insert(&b"total_blocks"[..], &total_blocks.to_be_bytes()[..])
                 .map_err(me("write super"))?;
+            for (k, v) in [
+                (journal::KEY_BLOCKS, journal_blocks),
+                (journal::KEY_THROUGH, 0),
+                (journal::KEY_APPLIED, 0),
+            ] {
+                s.insert(k.as_bytes(), &v.to_be_bytes()[..])
+                    .map_err(me("write super"))?;
+            }
             let mut f = w.open_table(FREE).map_err(me("open free"))?;
+            let first = 1 + journal_blocks;
             f.insert(
-                &1u64.to_be_bytes()[..],
-                &(total_blocks - 1).to_be_bytes()[..],
+                &first.to_be_bytes()[..],
+                &(total_blocks - first).to_be_bytes()[..],
             )
             .map_err(me("write free"))?;
         }
@@ -374,10 +420,14 @@ impl BlockStore {
         opts: &OpenOptions,
         names: &Names,
     ) -> Result<Self> {
-        let (db, handle, loaded) = catch_panic(|| {
+        let (db, handle, replayed, loaded) = catch_panic(|| {
             let (db, handle) = open_db_staged(meta).map_err(Error::in_file(&names.meta))?;
+            // The journal's records go into redb first (staged: nothing reaches the file
+            // until every check below has passed).
+            let replayed =
+                journal::replay(&*dev, &db, &names.data).map_err(Error::in_file(&names.meta))?;
             let loaded = meta::load(&db).map_err(Error::in_file(&names.meta))?;
-            Ok::<_, Error>((db, handle, loaded))
+            Ok::<_, Error>((db, handle, replayed, loaded))
         })
         .map_err(|p| panicked(&names.meta, p))??;
         if let Some(want) = &opts.identity {
@@ -410,23 +460,42 @@ impl BlockStore {
             ));
         }
         check_label(&*dev, loaded.total_blocks).map_err(Error::in_file(&names.data))?;
+        // The replayed deferred blocks go in place and are durable before the metadata
+        // that retires their records does.
+        if !replayed.blocks.is_empty() {
+            for (pb, data) in &replayed.blocks {
+                dev.write_at(pb * BLOCK as u64, data)
+                    .map_err(|e| Error::io("replaying the journal's deferred writes", e))?;
+            }
+            dev.sync()
+                .map_err(|e| Error::io("syncing the journal's deferred writes", e))?;
+        }
+        if replayed.records > 0 {
+            tracing::info!(records = replayed.records, "object store: journal replayed");
+        }
         handle
             .commit()
             .map_err(|e| Error::io("writing the metadata staged at open", e))?;
-        Self::start(dev, db, loaded)
+        Self::start(dev, db, loaded, replayed.next_seq)
     }
 
-    fn start(dev: Arc<dyn Device>, db: redb::Database, loaded: meta::Loaded) -> Result<Self> {
+    fn start(
+        dev: Arc<dyn Device>,
+        db: redb::Database,
+        loaded: meta::Loaded,
+        next_seq: u64,
+    ) -> Result<Self> {
         replay_deferred(&*dev, &db, &loaded.deferred)?;
         let free = FreeList::from_runs(loaded.free.iter().copied())
             .ok_or_else(|| Error::Corrupt("persisted free list overlaps itself".into()))?;
-        let next_seq = loaded.deferred.iter().map(|d| d.0 + 1).max().unwrap_or(0);
+        let next_deferred = loaded.deferred.iter().map(|d| d.0 + 1).max().unwrap_or(0);
         let state = State {
             colls: loaded.colls,
             alloc: free.clone(),
-            overlay: deferred::Overlay::starting_at(next_seq),
+            overlay: deferred::Overlay::starting_at(next_deferred),
             reuse_gen: 0,
             total_blocks: loaded.total_blocks,
+            journal_blocks: loaded.journal.blocks,
         };
         let shared = Arc::new(Shared {
             state: RwLock::new(state),
@@ -440,11 +509,7 @@ impl BlockStore {
             counters: Counters::default(),
             identity: Mutex::new(loaded.identity),
         });
-        let committer = Committer {
-            shared: shared.clone(),
-            durable_free: free,
-            applied: Vec::new(),
-        };
+        let committer = Committer::new(shared.clone(), free, loaded.journal, next_seq)?;
         let handle = std::thread::Builder::new()
             .name("blockstore-commit".into())
             .spawn(move || committer.run())
@@ -543,7 +608,7 @@ pub fn fsck_on(
     let names = PathBuf::from("metadata device");
     catch_panic(|| {
         let (db, _) = open_db_staged(meta)?;
-        fsck::fsck(&*data, &db, deep)
+        fsck::fsck(&*data, Path::new("data device"), &db, deep)
     })
     .map_err(|p| panicked(&names, p))?
 }

@@ -28,6 +28,8 @@ pub(crate) struct State {
     /// Deferred block contents not yet written in place: device block -> (seq, data).
     pub overlay: Overlay,
     pub total_blocks: u64,
+    /// Blocks of the journal (after the label; never allocated).
+    pub journal_blocks: u64,
     /// Bumped (under the write lock) whenever a block can change under a reader that
     /// does not hold the lock: deferred writes applied in place, freed blocks released
     /// for reuse. An unlocked read that fails its checksum retries under the lock if

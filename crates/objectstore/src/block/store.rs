@@ -188,7 +188,7 @@ impl ObjectStore for BlockStore {
     fn statfs(&self) -> Result<StatFs> {
         let st = self.shared.read_state();
         let mut fs = StatFs {
-            total_bytes: (st.total_blocks - 1) * BLOCK as u64,
+            total_bytes: (st.total_blocks - 1 - st.journal_blocks) * BLOCK as u64,
             free_bytes: st.alloc.free_blocks() * BLOCK as u64,
             collections: st.colls.len() as u64,
             ..StatFs::default()

@@ -65,6 +65,32 @@ fn overwrites(s: Arc<dyn ObjectStore>, threads: u32, per_thread: u32) -> f64 {
     (threads * per_thread) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// `threads` writers, each writing `per_thread` new 1 MiB objects durably (copy-on-write
+/// data, as a PG's full-object writes); returns MB/s.
+fn new_objects(s: Arc<dyn ObjectStore>, threads: u32, per_thread: u32) -> f64 {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|th| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..per_thread {
+                    let o = ObjectKey::new(1_000_000 + th * per_thread + i, "new");
+                    let mut t = Transaction::new();
+                    t.write(C, o.clone(), 0, Bytes::from(vec![th as u8; 1 << 20]));
+                    s.apply_transaction(t).unwrap();
+                    let mut t = Transaction::new();
+                    t.remove(C, o);
+                    s.queue_transaction(t).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    f64::from(threads * per_thread) * 1.048_576 / start.elapsed().as_secs_f64()
+}
+
 fn reads(s: &dyn ObjectStore, n: u32, len: u64) -> f64 {
     let start = Instant::now();
     let mut x = 7u64;
@@ -82,10 +108,11 @@ fn run(name: &str, s: Arc<dyn ObjectStore>) {
     let one = overwrites(s.clone(), 1, 300);
     let eight = overwrites(s.clone(), 8, 150);
     let sixteen = overwrites(s.clone(), 16, 300);
+    let new4 = new_objects(s.clone(), 4, 32);
     let r4k = reads(&*s, 20_000, 4096);
     let r1m = reads(&*s, 200, 1 << 20) * 1.048_576;
     println!(
-        "{name:<10} fill 64x1MiB: {fill_mb:>7.0} MB/s | 4KiB overwrite, 1 thread: {one:>7.0}/s, 8 threads: {eight:>7.0}/s, 16 threads: {sixteen:>7.0}/s | read 4KiB: {r4k:>8.0}/s, 1MiB: {r1m:>6.0} MB/s"
+        "{name:<10} fill 64x1MiB: {fill_mb:>7.0} MB/s | 4KiB overwrite, 1 thread: {one:>7.0}/s, 8 threads: {eight:>7.0}/s, 16 threads: {sixteen:>7.0}/s | new 1MiB objects, 4 threads: {new4:>5.0} MB/s | read 4KiB: {r4k:>8.0}/s, 1MiB: {r1m:>6.0} MB/s"
     );
 }
 

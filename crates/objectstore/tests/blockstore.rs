@@ -888,3 +888,109 @@ fn a_transaction_too_large_for_the_journal_commits_directly_and_its_deferred_blo
     drop(s);
     assert!(block::fsck_on(data2, meta2, true).unwrap().is_clean());
 }
+
+/// A device whose first write of at least `min` bytes waits until the test releases it.
+#[derive(Debug)]
+struct StallingWrites {
+    inner: Arc<MemDevice>,
+    min: usize,
+    armed: std::sync::atomic::AtomicBool,
+    /// (a write is held, the test released it)
+    held: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl block::device::Device for StallingWrites {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        if buf.len() >= self.min && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let mut g = self.held.lock().unwrap();
+            g.0 = true;
+            self.changed.notify_all();
+            drop(
+                self.changed
+                    .wait_while(g, |(_, released)| !*released)
+                    .unwrap(),
+            );
+        }
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+#[test]
+fn a_large_write_reaching_the_device_holds_up_neither_other_writers_nor_readers() {
+    use std::time::Duration;
+    let ctl = FaultController::new(0, 0);
+    let data = Arc::new(StallingWrites {
+        inner: MemDevice::new(vec![0u8; 16 << 20], ctl.clone()),
+        min: 1 << 20,
+        armed: false.into(),
+        held: Default::default(),
+        changed: Default::default(),
+    });
+    let meta = MemDevice::new(Vec::new(), ctl);
+    BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+    let s = Arc::new(BlockStore::open_on(data.clone(), meta).unwrap());
+    let c = CollectionId::new(1, 0);
+    let (big, small) = (ObjectKey::new(1, "big"), ObjectKey::new(2, "small"));
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, small.clone(), 0, Bytes::from(vec![1u8; 4096]));
+    s.apply_transaction(t).unwrap();
+    data.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writer = {
+        let (s, big) = (s.clone(), big.clone());
+        std::thread::spawn(move || {
+            let mut t = Transaction::new();
+            t.write(c, big, 0, Bytes::from(vec![7u8; 1 << 20]));
+            s.apply_transaction(t)
+        })
+    };
+    drop(
+        data.changed
+            .wait_while(data.held.lock().unwrap(), |(held, _)| !*held)
+            .unwrap(),
+    );
+    // The big write's data is on its way to the device (held there). Another writer
+    // and readers must not wait for it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let other = {
+        let (s, big, small) = (s.clone(), big.clone(), small.clone());
+        std::thread::spawn(move || {
+            let mut t = Transaction::new();
+            t.write(c, small.clone(), 0, Bytes::from(vec![2u8; 4096]));
+            let ticket = s.queue_transaction(t).unwrap();
+            let read_big = s.read(&c, &big, 0, 1 << 20).unwrap();
+            let read_small = s.read(&c, &small, 0, 4096).unwrap();
+            tx.send((read_big, read_small)).unwrap();
+            ticket
+        })
+    };
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    data.held.lock().unwrap().1 = true;
+    data.changed.notify_all();
+    let (read_big, read_small) = got.expect("a writer or reader waited for another's data I/O");
+    assert_eq!(
+        read_big,
+        Bytes::from(vec![7u8; 1 << 20]),
+        "reads see the new data"
+    );
+    assert_eq!(read_small, Bytes::from(vec![2u8; 4096]));
+    writer.join().unwrap().unwrap();
+    other.join().unwrap().wait().unwrap();
+    assert_eq!(
+        s.read(&c, &big, 0, 1 << 20).unwrap(),
+        Bytes::from(vec![7u8; 1 << 20])
+    );
+}

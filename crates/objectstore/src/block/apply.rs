@@ -52,6 +52,12 @@ pub(crate) struct Batch {
     pub frees: Vec<Run>,
     /// (seq, device block, new contents)
     pub deferred: Vec<(u64, u64, Bytes)>,
+    /// Copy-on-write data to write to fresh blocks: (first block, whole blocks). The
+    /// caller writes it after releasing the state lock; until the committer retires
+    /// them, reads take these blocks from the overlay.
+    pub data: Vec<(u64, Bytes)>,
+    /// Overlay entries of `data`, (block, seq), retired once the data has landed.
+    pub landed: Vec<(u64, u64)>,
 }
 
 /// Applies one transaction; collects its batch.
@@ -336,13 +342,11 @@ impl<'a> Applier<'a> {
         self.batch.allocs.extend(&runs);
         let freed = on.extents.punch(lb0, lb1);
         self.batch.frees.extend(freed);
+        let buf = abuf.into_bytes(0, (n * B) as usize);
         let mut lb = lb0;
         for (pb, len) in runs {
             let at = ((lb - lb0) * B) as usize;
-            let bytes = &buf[at..at + (len * B) as usize];
-            self.dev
-                .write_at(pb * B, bytes)
-                .map_err(|e| Error::io("writing data", e))?;
+            self.put_data(pb, buf.slice(at..at + (len * B) as usize));
             let i = (lb - lb0) as usize;
             on.extents
                 .insert(lb, pb, crcs[i..i + len as usize].to_vec());
@@ -352,6 +356,17 @@ impl<'a> Applier<'a> {
             .cow_writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whole blocks of new data for fresh blocks from `pb`: written by the caller once
+    /// the state lock is released, read from the overlay until then.
+    fn put_data(&mut self, pb: u64, bytes: Bytes) {
+        for (i, blk) in (0..bytes.len()).step_by(BLOCK).enumerate() {
+            let b = pb + i as u64;
+            let seq = self.st.overlay.stage(b, bytes.slice(blk..blk + BLOCK));
+            self.batch.landed.push((b, seq));
+        }
+        self.batch.data.push((pb, bytes));
     }
 
     fn write_deferred(&mut self, on: &mut Onode, off: u64, data: &[u8]) -> Result<()> {
@@ -458,12 +473,10 @@ impl<'a> Applier<'a> {
             let free = self.st.alloc.free_blocks();
             let runs = self.st.alloc.allocate(n).ok_or_else(|| no_space(n, free))?;
             self.batch.allocs.extend(&runs);
+            let buf = abuf.into_bytes(0, (n * B) as usize);
             let mut at = 0u64;
             for (pb, len) in runs {
-                let bytes = &buf[(at * B) as usize..((at + len) * B) as usize];
-                self.dev
-                    .write_at(pb * B, bytes)
-                    .map_err(|e| Error::io("writing clone", e))?;
+                self.put_data(pb, buf.slice((at * B) as usize..((at + len) * B) as usize));
                 copy.extents.insert(
                     lb + at,
                     pb,

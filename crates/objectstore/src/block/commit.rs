@@ -52,6 +52,10 @@ pub(crate) struct Queued {
     pub ticket: CommitTicket,
     /// Holds an in-flight place (see `Shared::reserve`); flush markers do not.
     pub reserved: bool,
+    /// Its copy-on-write data has landed (or it has none): it may be committed.
+    pub ready: bool,
+    /// Queue-wide identity, to mark it ready.
+    pub id: u64,
 }
 
 impl Queued {
@@ -158,6 +162,13 @@ impl Committer {
     }
 
     fn commit_group(&mut self, group: Vec<Queued>) {
+        if group.iter().any(|q| !q.batch.landed.is_empty()) {
+            // Their copy-on-write data is on the device now: reads may go there.
+            let mut st = self.shared.write_state();
+            for (pb, s) in group.iter().flat_map(|q| &q.batch.landed) {
+                st.overlay.applied(*pb, *s);
+            }
+        }
         if let Some(reason) = self.shared.poison_reason() {
             for q in group {
                 q.ticket.complete(Err(reason.clone()));
@@ -385,13 +396,11 @@ impl Committer {
     }
 
     fn pump_with(&mut self, block: bool) -> Result<()> {
-        if !self.wave.is_empty() && self.io.busy() {
+        let wave_done = !self.wave.is_empty() && !self.io.busy();
+        if !wave_done && (!self.wave.is_empty() || self.pending.is_empty()) {
             return Ok(());
         }
-        if self.wave.is_empty() && self.pending.is_empty() {
-            return Ok(());
-        }
-        if !self.wave.is_empty() {
+        if wave_done {
             self.io.wait_idle()?;
         }
         let mut st = if block {
@@ -402,8 +411,13 @@ impl Committer {
                 None => return Ok(()),
             }
         };
-        for (pb, s) in self.wave.drain(..) {
-            st.overlay.applied(pb, s);
+        if wave_done {
+            for (pb, s) in self.wave.drain(..) {
+                st.overlay.applied(pb, s);
+            }
+        }
+        if !self.wave.is_empty() {
+            return Ok(());
         }
         if self.pending.is_empty() {
             return Ok(());

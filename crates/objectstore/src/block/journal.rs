@@ -491,6 +491,7 @@ mod tests {
             allocs: vec![(10, 2)],
             frees: vec![(20, 1), (30, 4)],
             deferred: vec![(7, 12, Bytes::from(vec![5u8; BLOCK]))],
+            ..Batch::default()
         }
     }
 

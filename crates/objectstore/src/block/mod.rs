@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     /// Transactions queued or being committed (bounded by `INFLIGHT_MAX`).
     inflight: Mutex<u64>,
     room: Condvar,
+    /// Identity of the next queued batch.
+    next_id: AtomicU64,
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) db: redb::Database,
     pub(crate) counters: Counters,
@@ -188,12 +190,31 @@ impl Shared {
         }
     }
 
-    fn enqueue(&self, q: Queued) {
+    /// Queue a batch; returns its identity (for `mark_ready`).
+    fn enqueue(&self, mut q: Queued) -> u64 {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        q.id = id;
+        let ready = q.ready;
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .0
             .push(q);
+        if ready {
+            self.queued.notify_one();
+        }
+        id
+    }
+
+    /// The data of queued batch `id` has landed: the committer may take it.
+    fn mark_ready(&self, id: u64) {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = q.0.iter_mut().find(|e| e.id == id) {
+            e.ready = true;
+        }
+        drop(q);
         self.queued.notify_one();
     }
 
@@ -201,13 +222,14 @@ impl Shared {
     /// the shutdown flag.
     pub(crate) fn take_queued(&self, wait: Option<std::time::Duration>) -> (Vec<Queued>, bool) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let idle = |q: &(Vec<Queued>, bool)| !q.0.first().is_some_and(|e| e.ready) && !q.1;
         match wait {
             None => {
-                while q.0.is_empty() && !q.1 {
+                while idle(&q) {
                     q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
                 }
             }
-            Some(d) if q.0.is_empty() && !q.1 => {
+            Some(d) if idle(&q) => {
                 q = self
                     .queued
                     .wait_timeout(q, d)
@@ -216,7 +238,9 @@ impl Shared {
             }
             Some(_) => {}
         }
-        (std::mem::take(&mut q.0), q.1)
+        // Only the ready prefix: commit order is queue order.
+        let n = q.0.iter().position(|e| !e.ready).unwrap_or(q.0.len());
+        (q.0.drain(..n).collect(), q.1)
     }
 
     /// Nothing is queued.
@@ -504,6 +528,7 @@ impl BlockStore {
             poisoned: Mutex::new(None),
             inflight: Mutex::new(0),
             room: Condvar::new(),
+            next_id: AtomicU64::new(0),
             dev,
             db,
             counters: Counters::default(),

@@ -51,8 +51,8 @@ pub(crate) enum ReadFailure {
 pub(crate) struct ReadPlan {
     /// (offset in the buffer, first device block, crcs)
     pieces: Vec<(usize, u64, Vec<u32>)>,
-    /// Deferred contents of the blocks read.
-    overlay: Vec<(u64, Bytes)>,
+    /// Overlay contents of the blocks read (deferred, or data not yet on the device).
+    overlay: std::collections::HashMap<u64, Bytes>,
     buf_len: usize,
     start: usize,
     len: usize,
@@ -66,7 +66,7 @@ impl ReadPlan {
         let lb1 = (off + len).min(on.size).div_ceil(B).max(lb0);
         let mut plan = ReadPlan {
             pieces: Vec::new(),
-            overlay: Vec::new(),
+            overlay: std::collections::HashMap::new(),
             buf_len: ((lb1 - lb0) * B) as usize,
             start: (off - lb0 * B) as usize,
             len: len as usize,
@@ -76,7 +76,7 @@ impl ReadPlan {
             if let Some((pb, crcs)) = mapped {
                 for i in 0..crcs.len() as u64 {
                     if let Some(d) = st.overlay.get(pb + i) {
-                        plan.overlay.push((pb + i, d.clone()));
+                        plan.overlay.insert(pb + i, d.clone());
                     }
                 }
                 plan.pieces
@@ -95,7 +95,7 @@ impl ReadPlan {
                 .map_err(|e| ReadFailure::Other(Error::io("reading data", e)))?;
             for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
                 let b = pb + i as u64;
-                if let Some((_, d)) = self.overlay.iter().find(|(x, _)| *x == b) {
+                if let Some(d) = self.overlay.get(&b) {
                     blk.copy_from_slice(d);
                 }
                 if crc32c::crc32c(blk) != *want {

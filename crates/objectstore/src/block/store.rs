@@ -30,7 +30,7 @@ impl ObjectStore for BlockStore {
             sh.release(1);
             return Err(e);
         }
-        let batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
+        let mut batch = match Applier::new(&mut st, &*sh.dev, &sh.counters).apply(&txn) {
             Ok(b) => b,
             Err(e) => {
                 // The in-memory state may hold part of the transaction: stop writing.
@@ -41,12 +41,28 @@ impl ObjectStore for BlockStore {
         };
         sh.counters.transactions.fetch_add(1, Ordering::Relaxed);
         let ticket = CommitTicket::default();
-        // Enqueue under the state lock so commit order equals apply order.
-        sh.enqueue(Queued {
+        let data = std::mem::take(&mut batch.data);
+        // Enqueue under the state lock so commit order equals apply order; a batch with
+        // data to write is committed once that data has landed.
+        let id = sh.enqueue(Queued {
             batch,
             ticket: ticket.clone(),
             reserved: true,
+            ready: data.is_empty(),
+            id: 0,
         });
+        drop(st);
+        if !data.is_empty() {
+            // Outside the state lock: other writers (other PGs) and readers go on while
+            // this data reaches the device; reads of these blocks use the overlay.
+            for (pb, bytes) in &data {
+                if let Err(e) = sh.dev.write_at(pb * BLOCK as u64, bytes) {
+                    sh.poison(&Error::io("writing data", e));
+                    break;
+                }
+            }
+            sh.mark_ready(id);
+        }
         Ok(ticket)
     }
 
@@ -56,6 +72,8 @@ impl ObjectStore for BlockStore {
             batch: Default::default(),
             ticket: ticket.clone(),
             reserved: false,
+            ready: true,
+            id: 0,
         });
         ticket.wait()
     }

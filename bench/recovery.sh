@@ -6,15 +6,19 @@
 # (iperf3, or raw TCP from `shoal bench net` without it) and raw disk bandwidth (dd to a file in the same
 # file system), with the CPU seconds each daemon used.
 #
-# Usage: bench/recovery.sh [--gib N]   SHOAL=path/to/shoal (default target/release/shoal)
+# Usage: bench/recovery.sh [--gib N] [--set KEY=VALUE]...
+#   SHOAL=path/to/shoal (default target/release/shoal); each --set goes into the
+#   cluster's configuration (e.g. --set osd_max_backfills=4).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 GIB=1
+SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --gib) GIB="$2"; shift 2 ;;
-    *) echo "usage: $0 [--gib N]" >&2; exit 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
+    *) echo "usage: $0 [--gib N] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL:-$ROOT/target/release/shoal}"
@@ -38,7 +42,7 @@ else
   LOOP=$("$SHOAL" bench net --only c --rounds 1 --seconds 3 --format json | python3 -c 'import json,sys; print("%.0f MB/s (raw TCP, shoal bench net)" % (json.load(sys.stdin)["raw_tcp"]["inflight16_4m_gb_per_s"]*1000))')
 fi
 
-"$SHOAL" dev up --dir "$DIR" --osds 4 --store block --osd-bytes $((4 * GIB * 1024 * 1024 * 1024)) >/dev/null
+"$SHOAL" "${SETS[@]}" dev up --dir "$DIR" --osds 4 --store block --osd-bytes $((4 * GIB * 1024 * 1024 * 1024)) >/dev/null
 export SHOAL_CONF="$DIR/shoal.conf"
 OBJECTS=$((GIB * 256))
 "$SHOAL" bench -p rbd 3600 write -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
@@ -65,6 +69,18 @@ kill -KILL "$(cat "$DIR/run/osd.0.pid")"
 t0=$(date +%s.%N)
 "$SHOAL" bench -p rbd 10 write -b 4096 -t 16 --format json > "$OUT/during.json" 2> "$OUT/during.err" &
 BENCH=$!
+# When the monitors mark the killed OSD down (its peers report it as soon as
+# its connections reset and a new one is refused).
+(for _ in $(seq 1 200); do
+  if "$SHOAL" osd dump --format json | python3 -c '
+import json,sys
+v=json.load(sys.stdin)
+sys.exit(0 if any(o["osd"]==0 and not o.get("up") for o in v["osds"]) else 1)'; then
+    date +%s.%N > "$OUT/down_at"; break
+  fi
+  sleep 0.1
+done) &
+DOWNW=$!
 while ! "$SHOAL" pg stat --format json | python3 -c '
 import json,sys
 v=json.load(sys.stdin)
@@ -74,6 +90,8 @@ sys.exit(0 if c==v["num_pgs"] else 1)'; do
 done
 t1=$(date +%s.%N)
 after="$(daemon_cpu)"
+wait "$DOWNW" 2>/dev/null || true
+tdown=$(cat "$OUT/down_at" 2>/dev/null || echo "$t1")
 if ! wait "$BENCH"; then
   # A write that fails (or times out) through an OSD loss is a bug, not a
   # figure: say so and stop.
@@ -83,7 +101,7 @@ if ! wait "$BENCH"; then
 fi
 CPU=$(join <(echo "$before" | sort) <(echo "$after" | sort) | awk '{printf "%s %.1f s, ", $1, $3-$2}')
 
-python3 - "$t0" "$t1" "$BYTES" "$base" "$(cat "$OUT/during.json" 2>/dev/null || echo '{}')" "$DISK_MBS" "$LOOP" "$CPU" <<'EOF'
+python3 - "$t0" "$t1" "$BYTES" "$base" "$(cat "$OUT/during.json" 2>/dev/null || echo '{}')" "$DISK_MBS" "$LOOP" "$CPU" "$tdown" <<'EOF'
 import json, sys
 t0, t1, moved = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 base, during = json.loads(sys.argv[4]), json.loads(sys.argv[5] or "{}")
@@ -91,8 +109,11 @@ secs = t1 - t0
 print("| figure | value |")
 print("|---|---|")
 print(f"| data on the lost OSD's PGs | {moved/2**20:.0f} MiB |")
+tdown = float(sys.argv[9])
 print(f"| time to active+clean after kill + out | {secs:.1f} s |")
+print(f"| of which until the killed OSD is marked down | {tdown - t0:.1f} s |")
 print(f"| recovery throughput | {moved/secs/1e6:.1f} MB/s |")
+print(f"| recovery throughput once it is down | {moved/max(t1 - tdown, 1e-3)/1e6:.1f} MB/s |")
 print(f"| 4 KiB write IOPS before | {base.get('iops', 0):.0f} |")
 print(f"| 4 KiB write IOPS during recovery (10 s from the kill) | {during.get('iops', 0):.0f} |")
 print(f"| raw disk, dd 4 MiB direct writes | {sys.argv[6]} |")

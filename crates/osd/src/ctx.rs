@@ -178,17 +178,33 @@ impl OsdCtx {
 
     /// A connection to OSD `osd` at its address in `map`.
     pub async fn peer(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
-        let addr = map
-            .osd(osd)
-            .and_then(|i| i.addr.clone())
-            .ok_or_else(|| format!("osd.{osd} has no address in epoch {}", map.epoch.0))?;
-        let addr: SocketAddr = addr
-            .parse()
-            .map_err(|_| format!("osd.{osd} has a bad address {addr:?}"))?;
+        let addr = peer_addr(map, osd)?;
         match tokio::time::timeout(self.cfg.peer_timeout, self.msgr.connect(addr)).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => Err(format!("osd.{osd}: {e}")),
             Err(_) => Err(format!("osd.{osd}: connect timed out")),
         }
     }
+
+    /// [`OsdCtx::peer`] with a single connection attempt: for liveness
+    /// probes, where a refused connection is the answer (the process is
+    /// gone), not a reason to retry with backoff.
+    pub async fn peer_once(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
+        let addr = peer_addr(map, osd)?;
+        match tokio::time::timeout(self.cfg.peer_timeout, self.msgr.connect_once(addr)).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(format!("osd.{osd}: {e}")),
+            Err(_) => Err(format!("osd.{osd}: connect timed out")),
+        }
+    }
+}
+
+/// Where OSD `osd` listens, from `map`.
+fn peer_addr(map: &OsdMap, osd: i32) -> Result<SocketAddr, String> {
+    let addr = map
+        .osd(osd)
+        .and_then(|i| i.addr.clone())
+        .ok_or_else(|| format!("osd.{osd} has no address in epoch {}", map.epoch.0))?;
+    addr.parse()
+        .map_err(|_| format!("osd.{osd} has a bad address {addr:?}"))
 }

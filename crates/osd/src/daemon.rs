@@ -129,6 +129,19 @@ impl Dispatcher for Route {
             }
         }
     }
+
+    fn connection_closed(&self, peer: &shoal_net::PeerInfo, reason: &str) {
+        if peer.name.ty() != shoal_types::EntityType::Osd {
+            return;
+        }
+        let (Some(inner), Ok(osd)) = (
+            self.0.get().and_then(Weak::upgrade),
+            peer.name.id().parse::<i32>(),
+        ) else {
+            return;
+        };
+        inner.peer_connection_closed(osd, reason);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

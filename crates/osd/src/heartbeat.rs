@@ -75,8 +75,29 @@ impl Inner {
         }
     }
 
+    /// A connection to OSD `osd` ended. A peer whose process died resets its
+    /// connections at once: probe it now (a refused connection is reported
+    /// immediately) rather than at the next heartbeat, so peering stops
+    /// waiting on it within moments of its death.
+    pub(crate) fn peer_connection_closed(self: Arc<Self>, osd: i32, reason: &str) {
+        if reason.contains("closed locally") || osd == self.opts.id {
+            return;
+        }
+        let Some(map) = self.current_map() else {
+            return;
+        };
+        if !map.is_up(osd) {
+            return;
+        }
+        tokio::spawn(async move {
+            if let Beat::Gone = self.beat(&map, osd, self.opts.heartbeat_grace).await {
+                self.report_failure(osd, true).await;
+            }
+        });
+    }
+
     async fn beat(&self, map: &shoal_maps::OsdMap, osd: i32, grace: Duration) -> Beat {
-        let conn = match self.ctx.peer(map, osd).await {
+        let conn = match self.ctx.peer_once(map, osd).await {
             Ok(c) => c,
             Err(e) if e.contains("refused") => return Beat::Gone,
             Err(_) => return Beat::Silent,
@@ -85,10 +106,28 @@ impl Inner {
             seq: 0,
             echo: false,
         };
-        match conn.request_with_timeout(ping, Bytes::new(), grace).await {
+        match conn
+            .request_with_timeout(ping.clone(), Bytes::new(), grace)
+            .await
+        {
             Ok(_) => Beat::Alive,
             Err(NetError::Connect { reason, .. }) if reason.contains("refused") => Beat::Gone,
-            Err(_) => Beat::Silent,
+            Err(NetError::Timeout { .. }) => Beat::Silent,
+            Err(_) => {
+                // The connection broke (a peer that died resets it): dial again at
+                // once, so a process that is gone is reported now, not a beat later.
+                match self.ctx.peer_once(map, osd).await {
+                    Err(e) if e.contains("refused") => Beat::Gone,
+                    Err(_) => Beat::Silent,
+                    Ok(conn) => match conn.request_with_timeout(ping, Bytes::new(), grace).await {
+                        Ok(_) => Beat::Alive,
+                        Err(NetError::Connect { reason, .. }) if reason.contains("refused") => {
+                            Beat::Gone
+                        }
+                        Err(_) => Beat::Silent,
+                    },
+                }
+            }
         }
     }
 

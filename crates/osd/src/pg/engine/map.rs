@@ -74,8 +74,32 @@ impl PgCore {
             // A member may be back: look again.
             State::Down | State::Incomplete => self.start_peering(),
             State::Peering if self.peering.waiting_up_thru => self.check_up_thru(),
+            State::Peering => self.queried_went_down(),
             _ => Vec::new(),
         }
+    }
+
+    /// Members of earlier intervals we still wait to hear from that this map
+    /// marks down will not answer: give their queries up now (as Ceph's
+    /// peering does when the prior set is affected) rather than when they
+    /// time out.
+    fn queried_went_down(&mut self) -> Vec<Effect> {
+        let Some(map) = self.map.clone() else {
+            return Vec::new();
+        };
+        let shards = self.shards();
+        let gone: Vec<i32> = self
+            .peers_pending
+            .iter()
+            .copied()
+            .filter(|p| !map.is_up(*p) && !shards.contains(p))
+            .collect();
+        let mut fx = Vec::new();
+        for p in gone {
+            let why = format!("osd.{p} went down in epoch {}", map.epoch.0);
+            fx.extend(self.peer_info(p, self.interval_start, Err(why)));
+        }
+        fx
     }
 
     /// The PG's new interval: `up`, `acting` and `primary` from this map.

@@ -1132,6 +1132,38 @@ fn peering_queries_every_member_and_the_previous_acting_set() {
 }
 
 #[test]
+fn a_previous_member_that_goes_down_while_queried_is_given_up_at_once() {
+    let map = osd_map(EPOCH, |_| {});
+    let mut p = fresh_primary(&map);
+    p.advance_map(Arc::clone(&map));
+    let acting = p.acting.clone();
+    let gone = (0..4).find(|o| !acting.contains(o)).unwrap();
+    p.prior = acting.iter().copied().chain([gone]).collect();
+    p.start_peering();
+    assert!(p.peers_pending.contains(&gone), "{:?}", p.peers_pending);
+    // The members answer; the member of the previous interval stays silent.
+    let (me, interval) = (p.whoami, p.interval_start);
+    for m in acting.iter().copied().filter(|m| *m != me) {
+        assert!(p.peer_info(m, interval, Ok(empty_member())).is_empty());
+    }
+    assert_eq!(p.peers_pending, vec![gone]);
+    // A map marks it down: its query is given up now, and peering goes on.
+    let next = osd_map(EPOCH + 1, |inc| {
+        inc.new_down.insert(gone);
+    });
+    let fx = p.advance_map(next);
+    assert!(p.peers_pending.is_empty());
+    assert!(p.peering.probe_failed.contains(&gone));
+    assert_eq!(
+        fx,
+        vec![Effect::AskPastIntervals {
+            since: 0,
+            interval_start: p.interval_start
+        }]
+    );
+}
+
+#[test]
 fn below_min_size_the_pg_is_peered_and_queries_nobody() {
     let mut p = peering_primary(true);
     p.acting = vec![1];

@@ -178,20 +178,26 @@ impl OsdCtx {
 
     /// A connection to OSD `osd` at its address in `map`.
     pub async fn peer(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
-        let addr = peer_addr(map, osd)?;
-        match tokio::time::timeout(self.cfg.peer_timeout, self.msgr.connect(addr)).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(format!("osd.{osd}: {e}")),
-            Err(_) => Err(format!("osd.{osd}: connect timed out")),
-        }
+        self.connect_to(map, osd, false).await
     }
 
     /// [`OsdCtx::peer`] with a single connection attempt: for liveness
     /// probes, where a refused connection is the answer (the process is
     /// gone), not a reason to retry with backoff.
     pub async fn peer_once(&self, map: &OsdMap, osd: i32) -> Result<Connection, String> {
+        self.connect_to(map, osd, true).await
+    }
+
+    async fn connect_to(&self, map: &OsdMap, osd: i32, once: bool) -> Result<Connection, String> {
         let addr = peer_addr(map, osd)?;
-        match tokio::time::timeout(self.cfg.peer_timeout, self.msgr.connect_once(addr)).await {
+        let connect = async {
+            if once {
+                self.msgr.connect_once(addr).await
+            } else {
+                self.msgr.connect(addr).await
+            }
+        };
+        match tokio::time::timeout(self.cfg.peer_timeout, connect).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => Err(format!("osd.{osd}: {e}")),
             Err(_) => Err(format!("osd.{osd}: connect timed out")),

@@ -621,20 +621,34 @@ fn unlocked_reads_race_block_reuse_without_false_checksum_errors() {
     );
 }
 
-/// A device that holds the first read after `stall` is set until the test
-/// releases it (to hold a read open across commits). Later reads pass, so
+/// A device that holds the first read after `stall` is set, or the first write
+/// of at least `write_min` bytes after `stall_write` is set, until the test
+/// releases it (to hold an I/O open across commits). Later I/O passes, so
 /// nothing else can wait on the held one.
 #[derive(Debug)]
-struct StallingReads {
+struct Stalling {
     inner: Arc<MemDevice>,
     stall: std::sync::atomic::AtomicBool,
-    /// (a read is held, the test released it)
+    stall_write: std::sync::atomic::AtomicBool,
+    write_min: usize,
+    /// (an I/O is held, the test released it)
     held: std::sync::Mutex<(bool, bool)>,
     changed: std::sync::Condvar,
 }
 
-impl StallingReads {
-    /// Waits until a read is held.
+impl Stalling {
+    fn new(inner: Arc<MemDevice>, write_min: usize) -> Self {
+        Stalling {
+            inner,
+            stall: false.into(),
+            stall_write: false.into(),
+            write_min,
+            held: Default::default(),
+            changed: Default::default(),
+        }
+    }
+
+    /// Waits until an I/O is held.
     fn wait_held(&self) {
         let g = self.held.lock().unwrap();
         drop(self.changed.wait_while(g, |(held, _)| !*held).unwrap());
@@ -644,26 +658,38 @@ impl StallingReads {
         self.held.lock().unwrap().1 = true;
         self.changed.notify_all();
     }
+
+    /// Holds the calling I/O until the test releases it.
+    fn hold(&self) {
+        let mut g = self.held.lock().unwrap();
+        g.0 = true;
+        self.changed.notify_all();
+        drop(
+            self.changed
+                .wait_while(g, |(_, released)| !*released)
+                .unwrap(),
+        );
+    }
 }
 
-impl block::device::Device for StallingReads {
+impl block::device::Device for Stalling {
     fn len(&self) -> std::io::Result<u64> {
         self.inner.len()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         if self.stall.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            let mut g = self.held.lock().unwrap();
-            g.0 = true;
-            self.changed.notify_all();
-            drop(
-                self.changed
-                    .wait_while(g, |(_, released)| !*released)
-                    .unwrap(),
-            );
+            self.hold();
         }
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        if buf.len() >= self.write_min
+            && self
+                .stall_write
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.hold();
+        }
         self.inner.write_at(offset, buf)
     }
     fn sync(&self) -> std::io::Result<()> {
@@ -678,12 +704,10 @@ impl block::device::Device for StallingReads {
 fn read_racing_block_reuse_is_redone_not_reported_as_corruption() {
     use std::sync::atomic::Ordering;
     let ctl = FaultController::new(0, 0);
-    let data = Arc::new(StallingReads {
-        inner: MemDevice::new(vec![0u8; 4 << 20], ctl.clone()),
-        stall: false.into(),
-        held: Default::default(),
-        changed: Default::default(),
-    });
+    let data = Arc::new(Stalling::new(
+        MemDevice::new(vec![0u8; 4 << 20], ctl.clone()),
+        usize::MAX,
+    ));
     let meta = MemDevice::new(Vec::new(), ctl);
     BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
     let s = Arc::new(BlockStore::open_on(data.clone(), meta).unwrap());
@@ -889,56 +913,14 @@ fn a_transaction_too_large_for_the_journal_commits_directly_and_its_deferred_blo
     assert!(block::fsck_on(data2, meta2, true).unwrap().is_clean());
 }
 
-/// A device whose first write of at least `min` bytes waits until the test releases it.
-#[derive(Debug)]
-struct StallingWrites {
-    inner: Arc<MemDevice>,
-    min: usize,
-    armed: std::sync::atomic::AtomicBool,
-    /// (a write is held, the test released it)
-    held: std::sync::Mutex<(bool, bool)>,
-    changed: std::sync::Condvar,
-}
-
-impl block::device::Device for StallingWrites {
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        if buf.len() >= self.min && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            let mut g = self.held.lock().unwrap();
-            g.0 = true;
-            self.changed.notify_all();
-            drop(
-                self.changed
-                    .wait_while(g, |(_, released)| !*released)
-                    .unwrap(),
-            );
-        }
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-}
-
 #[test]
 fn a_large_write_reaching_the_device_holds_up_neither_other_writers_nor_readers() {
     use std::time::Duration;
     let ctl = FaultController::new(0, 0);
-    let data = Arc::new(StallingWrites {
-        inner: MemDevice::new(vec![0u8; 16 << 20], ctl.clone()),
-        min: 1 << 20,
-        armed: false.into(),
-        held: Default::default(),
-        changed: Default::default(),
-    });
+    let data = Arc::new(Stalling::new(
+        MemDevice::new(vec![0u8; 16 << 20], ctl.clone()),
+        1 << 20,
+    ));
     let meta = MemDevice::new(Vec::new(), ctl);
     BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
     let s = Arc::new(BlockStore::open_on(data.clone(), meta).unwrap());
@@ -948,7 +930,8 @@ fn a_large_write_reaching_the_device_holds_up_neither_other_writers_nor_readers(
     t.create_collection(c)
         .write(c, small.clone(), 0, Bytes::from(vec![1u8; 4096]));
     s.apply_transaction(t).unwrap();
-    data.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    data.stall_write
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let writer = {
         let (s, big) = (s.clone(), big.clone());
         std::thread::spawn(move || {
@@ -957,11 +940,7 @@ fn a_large_write_reaching_the_device_holds_up_neither_other_writers_nor_readers(
             s.apply_transaction(t)
         })
     };
-    drop(
-        data.changed
-            .wait_while(data.held.lock().unwrap(), |(held, _)| !*held)
-            .unwrap(),
-    );
+    data.wait_held();
     // The big write's data is on its way to the device (held there). Another writer
     // and readers must not wait for it.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -978,8 +957,7 @@ fn a_large_write_reaching_the_device_holds_up_neither_other_writers_nor_readers(
         })
     };
     let got = rx.recv_timeout(Duration::from_secs(20));
-    data.held.lock().unwrap().1 = true;
-    data.changed.notify_all();
+    data.release();
     let (read_big, read_small) = got.expect("a writer or reader waited for another's data I/O");
     assert_eq!(
         read_big,

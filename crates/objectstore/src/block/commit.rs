@@ -214,15 +214,16 @@ impl Committer {
         let mut units = Vec::new();
         let mut payload = Vec::new();
         let mut members = Vec::new();
-        let mut encoded = Vec::new();
         let mut rest = group.into_iter();
         while let Some(q) = rest.next() {
             if q.is_marker() {
                 members.push(q);
                 continue;
             }
-            encoded.clear();
-            if let Err(e) = journal::encode_batch(&mut encoded, &q.batch) {
+            // Encoded in place at the payload's end (no copy of its data); moved to a
+            // record of its own when it does not fit.
+            let start = payload.len();
+            if let Err(e) = journal::encode_batch(&mut payload, &q.batch) {
                 let mut all: Vec<Queued> = members;
                 all.push(q);
                 all.extend(rest);
@@ -234,7 +235,9 @@ impl Committer {
                 }
                 return Err((e, all));
             }
-            if encoded.len() > self.record_max {
+            let encoded = payload.len() - start;
+            if encoded > self.record_max {
+                payload.truncate(start);
                 if !members.is_empty() {
                     units.push(Unit::Journal(
                         std::mem::take(&mut payload),
@@ -244,13 +247,13 @@ impl Committer {
                 units.push(Unit::Direct(q));
                 continue;
             }
-            if payload.len() + encoded.len() > self.record_max {
+            if payload.len() > self.record_max {
+                let tail = payload.split_off(start);
                 units.push(Unit::Journal(
-                    std::mem::take(&mut payload),
+                    std::mem::replace(&mut payload, tail),
                     std::mem::take(&mut members),
                 ));
             }
-            payload.extend_from_slice(&encoded);
             members.push(q);
         }
         if !members.is_empty() {
@@ -296,15 +299,15 @@ impl Committer {
         sh.counters
             .group_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for q in members {
+            for (s, pb, data) in &q.batch.deferred {
+                self.pending.insert(*pb, (*s, data.clone()));
+            }
+        }
         if members.iter().any(|q| !q.batch.frees.is_empty()) {
             // Freed space is handed out again before the writers hear back (a writer
             // that waited for a delete may count on its space). A freed block may still
             // have an in-place write on its way: it is reused only after that landed.
-            for q in members {
-                for (s, pb, data) in &q.batch.deferred {
-                    self.pending.insert(*pb, (*s, data.clone()));
-                }
-            }
             self.drain()?;
             self.release_frees(members)?;
         }
@@ -320,13 +323,6 @@ impl Committer {
         journal::write_free(&wtx, &mut self.durable_free)?;
         journal::put_seq(&wtx, KEY_APPLIED, seq)?;
         wtx.commit().map_err(me("commit"))?;
-        if members.iter().all(|q| q.batch.frees.is_empty()) {
-            for q in members {
-                for (s, pb, data) in &q.batch.deferred {
-                    self.pending.insert(*pb, (*s, data.clone()));
-                }
-            }
-        }
         self.pump()
     }
 

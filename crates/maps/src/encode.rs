@@ -441,3 +441,181 @@ impl Incremental {
         Ok(inc)
     }
 }
+
+const PAST_MAGIC: &[u8; 4] = b"SOPI";
+
+/// A PG's past intervals as the monitors answer peering: the first epoch
+/// their history covers and the intervals from it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastIntervals {
+    /// The first epoch the intervals cover (the history the monitors still
+    /// keep may start after the epoch asked for).
+    pub from: u32,
+    /// The intervals, oldest first.
+    pub intervals: Vec<crate::PastInterval>,
+}
+
+impl PastIntervals {
+    /// Encodes the intervals (`SOPI`, version 1).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        header(&mut w, PAST_MAGIC);
+        w.u32(self.from);
+        w.len(self.intervals.len());
+        for i in &self.intervals {
+            w.u32(i.first);
+            w.u32(i.last);
+            put_osds(&mut w, &i.up);
+            put_osds(&mut w, &i.acting);
+            w.i32(i.primary);
+            w.u8(u8::from(i.maybe_went_rw));
+        }
+        w.finish()
+    }
+
+    /// Decodes [`PastIntervals::encode`] output; a set of more members
+    /// than a pool may have is a [`MapError::Limit`].
+    pub fn decode(buf: &[u8]) -> Result<PastIntervals> {
+        let mut r = Reader::new(buf);
+        check_header(&mut r, PAST_MAGIC)?;
+        let from = r.u32().map_err(de)?;
+        let n = r.count(21).map_err(de)?;
+        let mut intervals = Vec::with_capacity(n);
+        let members = |r: &mut Reader<'_>| -> Result<Vec<i32>> {
+            let v = get_osds(r)?;
+            if v.len() > crate::MAX_POOL_SIZE as usize {
+                return Err(MapError::Limit {
+                    what: "members of an interval's set",
+                    value: v.len() as u64,
+                    max: u64::from(crate::MAX_POOL_SIZE),
+                });
+            }
+            Ok(v)
+        };
+        for _ in 0..n {
+            let first = r.u32().map_err(de)?;
+            let last = r.u32().map_err(de)?;
+            let up = members(&mut r)?;
+            let acting = members(&mut r)?;
+            let primary = r.i32().map_err(de)?;
+            let maybe_went_rw = match r.u8().map_err(de)? {
+                0 => false,
+                1 => true,
+                b => return Err(MapError::Decode(format!("bad maybe_went_rw {b}"))),
+            };
+            if last < first {
+                return Err(MapError::Decode(format!(
+                    "interval {first}..{last} ends before it starts"
+                )));
+            }
+            intervals.push(crate::PastInterval {
+                first,
+                last,
+                up,
+                acting,
+                primary,
+                maybe_went_rw,
+            });
+        }
+        if r.remaining() != 0 {
+            return Err(MapError::Decode(format!(
+                "{} bytes after the past intervals",
+                r.remaining()
+            )));
+        }
+        Ok(PastIntervals { from, intervals })
+    }
+}
+
+#[cfg(test)]
+mod past_interval_tests {
+    use super::*;
+    use crate::PastInterval;
+
+    fn sample() -> PastIntervals {
+        PastIntervals {
+            from: 7,
+            intervals: vec![
+                PastInterval {
+                    first: 7,
+                    last: 9,
+                    up: vec![0, 1, 2],
+                    acting: vec![0, 1, 2],
+                    primary: 0,
+                    maybe_went_rw: true,
+                },
+                PastInterval {
+                    first: 10,
+                    last: 10,
+                    up: vec![1, 2, 3],
+                    acting: vec![1, 2],
+                    primary: -1,
+                    maybe_went_rw: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn past_intervals_round_trip() {
+        let p = sample();
+        assert_eq!(PastIntervals::decode(&p.encode()).unwrap(), p);
+        let empty = PastIntervals {
+            from: 1,
+            intervals: Vec::new(),
+        };
+        assert_eq!(PastIntervals::decode(&empty.encode()).unwrap(), empty);
+    }
+
+    #[test]
+    fn every_truncation_and_trailing_byte_is_an_error() {
+        let b = sample().encode();
+        for n in 0..b.len() {
+            assert!(
+                matches!(PastIntervals::decode(&b[..n]), Err(MapError::Decode(_))),
+                "{n} of {} bytes decoded",
+                b.len()
+            );
+        }
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(matches!(
+            PastIntervals::decode(&longer),
+            Err(MapError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn a_wrong_magic_version_or_field_is_refused() {
+        let b = sample().encode();
+        let mut bad = b.clone();
+        bad[0] = b'X';
+        assert!(PastIntervals::decode(&bad).is_err());
+        let mut bad = b.clone();
+        bad[4] = 9;
+        let e = PastIntervals::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains("unsupported version 9"), "{e}");
+        // The first interval's maybe_went_rw byte (after magic, version,
+        // from, count, first, last, two 3-member sets and the primary).
+        let at = 5 + 4 + 4 + 4 + 4 + (4 + 12) * 2 + 4;
+        let mut bad = b.clone();
+        bad[at] = 2;
+        let e = PastIntervals::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains("maybe_went_rw"), "{e}");
+        // An interval that ends before it starts.
+        let mut p = sample();
+        p.intervals[0].last = 3;
+        let e = PastIntervals::decode(&p.encode()).unwrap_err().to_string();
+        assert!(e.contains("ends before it starts"), "{e}");
+    }
+
+    #[test]
+    fn a_set_larger_than_any_pool_is_a_limit_error() {
+        let mut p = sample();
+        p.intervals[0].acting = (0..=crate::MAX_POOL_SIZE as i32).collect();
+        assert!(matches!(
+            PastIntervals::decode(&p.encode()),
+            Err(MapError::Limit { .. })
+        ));
+    }
+}

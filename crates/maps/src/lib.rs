@@ -19,6 +19,7 @@ mod osdmap;
 mod pg;
 mod pool;
 
+pub use encode::PastIntervals;
 pub use error::{MapError, Result};
 pub use hash::{cbits, pg_mask, stable_mod, str_hash_rjenkins};
 pub use incremental::Incremental;

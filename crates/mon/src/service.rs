@@ -23,8 +23,8 @@ use shoal_net::{
     Secret, Ticket, Transport, now_ms,
 };
 use shoal_proto::{
-    ErrorReply, Message, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe,
-    MonUpdate,
+    ErrorReply, Message, MonCommand, MonCommandReply, MonPastIntervals, MonPastIntervalsReply,
+    MonRaft, MonRaftReply, MonSubscribe, MonUpdate,
 };
 use shoal_types::{EntityName, EntityType};
 
@@ -129,6 +129,8 @@ struct Core {
     life: std::sync::Mutex<Liveness>,
     /// When each peer last answered our Raft RPCs (the quorum, on a leader).
     contact: Arc<PeerContact>,
+    /// Moves on with every change this monitor applies.
+    applied: tokio::sync::watch::Receiver<u64>,
 }
 
 /// A connection following part of the state.
@@ -209,6 +211,10 @@ impl AuthProvider for MonAuth {
     }
 }
 
+/// How long a monitor behind the asker's epoch waits to catch up before it
+/// sends a past-intervals query elsewhere.
+const PAST_INTERVALS_WAIT: Duration = Duration::from_secs(1);
+
 /// Routes messages to the core once it exists.
 struct MonDispatcher {
     core: Arc<OnceLock<Arc<Core>>>,
@@ -232,6 +238,25 @@ impl Dispatcher for MonDispatcher {
                 Message::MonCommand(MonCommand { command }) => {
                     let reply = core.command(&caller, &command).await;
                     let _ = responder.reply(to_reply(reply), Bytes::new()).await;
+                }
+                Message::MonPastIntervals(q) => {
+                    let (reply, data) = match core.past_intervals(&caller, &q).await {
+                        Ok(data) => (
+                            MonPastIntervalsReply {
+                                code: 0,
+                                message: String::new(),
+                            },
+                            data,
+                        ),
+                        Err(e) => (
+                            MonPastIntervalsReply {
+                                code: e.code as u32,
+                                message: e.message,
+                            },
+                            Bytes::new(),
+                        ),
+                    };
+                    let _ = responder.reply(reply, data).await;
                 }
                 Message::MonSubscribe(MonSubscribe { what, have }) => {
                     match core.subscribe(&caller, inc.conn, &what, have) {
@@ -350,6 +375,7 @@ impl Monitor {
             subs: std::sync::Mutex::new(Vec::new()),
             life: std::sync::Mutex::new(Liveness::default()),
             contact,
+            applied: applied.clone(),
         });
         tokio::spawn(osd_tick(Arc::downgrade(&core)));
         let _ = slot.set(Arc::clone(&core));
@@ -481,6 +507,51 @@ impl Core {
     /// auth database means this monitor has not caught up with the quorum
     /// (it just restarted): wait for it, up to the command timeout, then
     /// answer "no quorum" (a monitor that cannot catch up has none).
+    /// A PG's past intervals for peering ([`MonPastIntervals`]), from this
+    /// monitor's applied state once its map reaches the asker's epoch (an
+    /// applied epoch is committed, so any monitor answers alike), in the
+    /// binary encoding of [`shoal_maps::PastIntervals`].
+    async fn past_intervals(
+        &self,
+        caller: &EntityName,
+        q: &MonPastIntervals,
+    ) -> Result<Bytes, MonError> {
+        let pg = shoal_maps::PgId {
+            pool: q.pool,
+            seed: q.pg_seed,
+        };
+        self.wait_caught_up(caller).await?;
+        let as_command = Command::PgPastIntervals {
+            pgid: pg.to_string(),
+            since: q.since,
+        };
+        self.check_caps(caller, &as_command)?;
+        // Briefly: a monitor that far behind sends the asker to another.
+        let wait = self.opts.command_timeout.min(PAST_INTERVALS_WAIT);
+        let deadline = Instant::now() + wait;
+        let mut applied = self.applied.clone();
+        loop {
+            {
+                let state = read_state(&self.state);
+                if state.osdmap.epoch() >= q.epoch {
+                    let (from, intervals) = state.osdmap.past_intervals(pg, q.since)?;
+                    let p = shoal_maps::PastIntervals { from, intervals };
+                    return Ok(Bytes::from(p.encode()));
+                }
+            }
+            let more = tokio::time::timeout_at(deadline, applied.changed()).await;
+            if !matches!(more, Ok(Ok(()))) {
+                return Err(MonError::new(
+                    ErrorCode::Again,
+                    format!(
+                        "{} has not reached epoch {} within {wait:?}; ask another monitor",
+                        self.me, q.epoch
+                    ),
+                ));
+            }
+        }
+    }
+
     async fn wait_caught_up(&self, caller: &EntityName) -> Result<(), MonError> {
         if caller.ty() == EntityType::Mon {
             return Ok(());

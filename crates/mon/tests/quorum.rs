@@ -710,6 +710,46 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
     assert_eq!(where_["raw_pgid"], "1.7fc1f406");
     assert_eq!(where_["pgid"], "1.6");
 
+    // Peering's past intervals come in their binary encoding and agree
+    // with the operator's `pg past-intervals`.
+    let pg = shoal_maps::PgId {
+        pool: m.pool_by_name("rbd").unwrap().id,
+        seed: 6,
+    };
+    let now = m.epoch.0;
+    let bin = admin.past_intervals(pg, 1, now).await.unwrap();
+    let json = admin
+        .command(&Command::PgPastIntervals {
+            pgid: pg.to_string(),
+            since: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(json["from"].as_u64(), Some(u64::from(bin.from)), "{json}");
+    let listed = json["intervals"].as_array().unwrap();
+    assert!(!bin.intervals.is_empty());
+    assert_eq!(listed.len(), bin.intervals.len(), "{json}");
+    for (j, i) in listed.iter().zip(&bin.intervals) {
+        assert_eq!(j["first"].as_u64(), Some(u64::from(i.first)));
+        assert_eq!(j["last"].as_u64(), Some(u64::from(i.last)));
+        assert_eq!(j["primary"].as_i64(), Some(i64::from(i.primary)));
+        assert_eq!(j["maybe_went_rw"].as_bool(), Some(i.maybe_went_rw));
+        let acting: Vec<i64> = i.acting.iter().map(|o| i64::from(*o)).collect();
+        assert_eq!(j["acting"], serde_json::json!(acting));
+    }
+    // Without mon read caps: refused.
+    let (_, ring) = new_entity(&admin, "client.nocaps", "").await;
+    let e = c
+        .client_as("client.nocaps", ring)
+        .past_intervals(pg, 1, now)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    // An epoch no monitor has reached: an error saying so, not an answer
+    // from an older map (each monitor waits its command timeout).
+    let e = admin.past_intervals(pg, 1, now + 1000).await.unwrap_err();
+    assert!(e.message.contains("has not reached epoch"), "{e}");
+
     // Its monitor goes away: it continues from another, with no gap.
     let followed = msgr
         .connections()

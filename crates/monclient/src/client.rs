@@ -16,10 +16,10 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use serde_json::Value;
-use shoal_maps::OsdMap;
+use shoal_maps::{OsdMap, PastIntervals, PgId};
 use shoal_net::{Connection, Dispatcher, Incoming};
 use shoal_net::{Messenger, Secret, ServiceSecrets, Ticket};
-use shoal_proto::{Message, MonCommand, MonCommandReply};
+use shoal_proto::{Message, MonCommand, MonCommandReply, MonPastIntervals};
 use shoal_proto::{MonSubscribe, MonUpdate};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -147,16 +147,71 @@ impl MonClient {
 
     /// Sends `cmd` and returns its JSON output.
     pub async fn command(&self, cmd: &Command) -> Result<Value, MonError> {
+        let json = serde_json::to_string(cmd)
+            .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
+        let reply = self
+            .exchange(|| MonCommand {
+                command: json.clone(),
+            })
+            .await?;
+        match reply.msg {
+            Message::MonCommandReply(r) => reply_to_result(r),
+            _ => Err(MonError::new(ErrorCode::Internal, "unexpected reply")),
+        }
+    }
+
+    /// PG `pg`'s past intervals since `since`, from a monitor whose map has
+    /// reached `epoch` (the caller's): for peering.
+    pub async fn past_intervals(
+        &self,
+        pg: PgId,
+        since: u32,
+        epoch: u32,
+    ) -> Result<PastIntervals, MonError> {
+        let reply = self
+            .exchange(|| MonPastIntervals {
+                pool: pg.pool,
+                pg_seed: pg.seed,
+                since,
+                epoch,
+            })
+            .await?;
+        match reply.msg {
+            Message::MonPastIntervalsReply(r) if r.code == 0 => PastIntervals::decode(&reply.data)
+                .map_err(|e| {
+                    MonError::new(
+                        ErrorCode::Internal,
+                        format!("past intervals of {pg} from the monitors: {e}"),
+                    )
+                }),
+            Message::MonPastIntervalsReply(r) => {
+                Err(MonError::new(ErrorCode::from_u32(r.code), r.message))
+            }
+            _ => Err(MonError::new(ErrorCode::Internal, "unexpected reply")),
+        }
+    }
+
+    /// Sends the request `make` builds to the session's monitor and
+    /// returns its reply, hunting for another monitor (within the
+    /// client's timeout) when one cannot answer: a monitor that is
+    /// catching up asks for another (`Again`); one that lost the quorum
+    /// ends the session, and its answer is returned (the next request
+    /// hunts; this one is not sent again, as a change may still commit).
+    async fn exchange<M: Into<Message>>(
+        &self,
+        make: impl Fn() -> M,
+    ) -> Result<shoal_net::Reply, MonError> {
         if self.mons.is_empty() {
             return Err(MonError::new(
                 ErrorCode::InvalidArgument,
                 "no monitors configured (set mon_host)",
             ));
         }
-        let json = serde_json::to_string(cmd)
-            .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
         let deadline = Instant::now() + self.timeout;
         let mut last = String::new();
+        // The first monitor that asked us to go elsewhere, and why: kept
+        // when a later attempt only times out.
+        let mut sent_on: Option<String> = None;
         while Instant::now() < deadline {
             let s = match self.session(deadline).await {
                 Ok(s) => s,
@@ -167,46 +222,49 @@ impl MonClient {
             };
             let addr = self.mons[s.index];
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let cmd = MonCommand {
-                command: json.clone(),
-            };
             match s
                 .conn
-                .request_with_timeout(cmd, Bytes::new(), remaining)
+                .request_with_timeout(make(), Bytes::new(), remaining)
                 .await
             {
-                // A monitor that is catching up asks us to try again (another one).
-                Ok(reply) => match reply.msg {
-                    Message::MonCommandReply(r) if r.code == ErrorCode::Again as u32 => {
-                        last = format!("mon at {addr}: {}", r.output);
+                Ok(reply) => {
+                    let (code, text) = match &reply.msg {
+                        Message::MonCommandReply(r) => (r.code, r.output.as_str()),
+                        Message::MonPastIntervalsReply(r) => (r.code, r.message.as_str()),
+                        other => {
+                            last = format!(
+                                "mon at {addr}: unexpected reply {}",
+                                other.msg_type().name()
+                            );
+                            self.end_session(&s, true);
+                            continue;
+                        }
+                    };
+                    if code == ErrorCode::Again as u32 {
+                        last = format!("mon at {addr}: {text}");
+                        sent_on.get_or_insert_with(|| last.clone());
+                        self.end_session(&s, true);
+                        continue;
+                    }
+                    if code == ErrorCode::NoQuorum as u32 {
                         self.end_session(&s, true);
                     }
-                    // Its monitor lost the quorum: the next command hunts
-                    // for one in it. This one is not sent again, as the
-                    // change may still commit.
-                    Message::MonCommandReply(r) if r.code == ErrorCode::NoQuorum as u32 => {
-                        self.end_session(&s, true);
-                        return reply_to_result(r);
-                    }
-                    Message::MonCommandReply(r) => return reply_to_result(r),
-                    other => {
-                        last = format!(
-                            "mon at {addr}: unexpected reply {}",
-                            other.msg_type().name()
-                        );
-                        self.end_session(&s, true);
-                    }
-                },
+                    return Ok(reply);
+                }
                 Err(e) => {
                     last = format!("mon at {addr}: {e}");
                     self.end_session(&s, true);
                 }
             }
         }
+        let earlier = match sent_on {
+            Some(a) if a != last => format!(" (earlier, {a})"),
+            _ => String::new(),
+        };
         Err(MonError::new(
             ErrorCode::NoQuorum,
             format!(
-                "no quorum: no monitor answered within {:?}; last error: {last}",
+                "no quorum: no monitor answered within {:?}; last error: {last}{earlier}",
                 self.timeout
             ),
         ))

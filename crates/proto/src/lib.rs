@@ -19,8 +19,8 @@ pub use frame::{
 };
 pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
-    MessageType, MonCommand, MonCommandReply, MonRaft, MonRaftReply, MonSubscribe, MonUpdate, Ping,
-    Pong, RejectCode,
+    MessageType, MonCommand, MonCommandReply, MonPastIntervals, MonPastIntervalsReply, MonRaft,
+    MonRaftReply, MonSubscribe, MonUpdate, Ping, Pong, RejectCode,
 };
 pub use osd::{
     CmpOp, CopyProgress, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult,

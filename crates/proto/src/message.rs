@@ -226,6 +226,39 @@ pub struct MonUpdate {
     pub version: u64,
 }
 
+/// A primary's peering asks the monitors for a PG's past intervals: those
+/// since `since`, from a monitor whose map has reached `epoch` (the
+/// asker's own), so any monitor of the quorum may answer from its applied
+/// state. The answer is a [`MonPastIntervalsReply`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonPastIntervals {
+    /// The PG's pool.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// The PG's seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The first epoch of interest.
+    #[prost(uint32, tag = "3")]
+    pub since: u32,
+    /// The epoch of the asker's map: the answer covers at least that far.
+    #[prost(uint32, tag = "4")]
+    pub epoch: u32,
+}
+
+/// The answer to [`MonPastIntervals`]: on success (code 0) the data part
+/// is `shoal_maps::PastIntervals`' binary encoding; otherwise `message`
+/// says why (codes as for [`MonCommandReply`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MonPastIntervalsReply {
+    /// 0 on success, else a stable error code (see `shoal_monclient::ErrorCode`).
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Why, when it failed.
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
 /// Why a control part could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -321,6 +354,8 @@ messages! {
     103 => MonRaftReply,
     104 => MonSubscribe,
     105 => MonUpdate,
+    106 => MonPastIntervals,
+    107 => MonPastIntervalsReply,
     200 => OsdOp,
     201 => OsdOpReply,
     202 => RepOp,

@@ -254,15 +254,16 @@ impl Pg {
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
         let pg = self.core.id;
+        // The monitor that answers has seen at least our map, so the
+        // intervals reach this one's start.
+        let epoch = self.core.epoch();
         tokio::spawn(async move {
-            let cmd = shoal_monclient::Command::PgPastIntervals {
-                pgid: pg.to_string(),
-                since,
-            };
-            let result = match ctx.monc.command(&cmd).await {
-                Ok(v) => parse_intervals(&v),
-                Err(e) => Err(e.to_string()),
-            };
+            let result = ctx
+                .monc
+                .past_intervals(pg, since, epoch)
+                .await
+                .map(|p| p.intervals)
+                .map_err(|e| e.to_string());
             let _ = events.send(PgEvent::PastIntervals {
                 interval_start,
                 result,
@@ -356,40 +357,6 @@ impl Pg {
             });
         });
     }
-}
-
-/// The intervals in a `pg past-intervals` answer.
-fn parse_intervals(v: &serde_json::Value) -> Result<Vec<PastInterval>, String> {
-    let list = v["intervals"].as_array().ok_or("past intervals: no list")?;
-    let osds = |x: &serde_json::Value| -> Vec<i32> {
-        x.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|o| o.as_i64().and_then(|o| i32::try_from(o).ok()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let epoch = |x: &serde_json::Value| -> Result<u32, String> {
-        x.as_u64()
-            .and_then(|e| u32::try_from(e).ok())
-            .ok_or_else(|| format!("past intervals: bad epoch {x}"))
-    };
-    list.iter()
-        .map(|i| {
-            Ok(PastInterval {
-                first: epoch(&i["first"])?,
-                last: epoch(&i["last"])?,
-                up: osds(&i["up"]),
-                acting: osds(&i["acting"]),
-                primary: i["primary"]
-                    .as_i64()
-                    .and_then(|p| i32::try_from(p).ok())
-                    .unwrap_or(-1),
-                maybe_went_rw: i["maybe_went_rw"].as_bool().unwrap_or(true),
-            })
-        })
-        .collect()
 }
 
 /// Sends an activation in pieces of bounded size, each acknowledged

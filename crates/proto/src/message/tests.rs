@@ -66,6 +66,17 @@ fn any_message() -> impl Strategy<Value = Message> {
             .prop_map(|(what, have)| Message::MonSubscribe(MonSubscribe { what, have })),
         (".{0,20}", any::<u64>())
             .prop_map(|(what, version)| Message::MonUpdate(MonUpdate { what, version })),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+            |(pool, pg_seed, since, epoch)| Message::MonPastIntervals(MonPastIntervals {
+                pool,
+                pg_seed,
+                since,
+                epoch,
+            })
+        ),
+        (any::<u32>(), ".{0,80}").prop_map(|(code, message)| Message::MonPastIntervalsReply(
+            MonPastIntervalsReply { code, message }
+        )),
         osd_messages(),
     ]
 }

@@ -7,20 +7,24 @@
 # makes one) the same rows run with `rados bench` in the same run, and the
 # table shows the ratio Shoal/Ceph.
 #
-# Usage: bench/cluster.sh [--store mem|block] [--seconds N] [--out DIR]
+# Usage: bench/cluster.sh [--store mem|block] [--seconds N] [--out DIR] [--osd-gib N]
+#   --osd-gib: each OSD's store size (default 4; the R1 and R5 rows of a
+#   fast run can fill 4 GiB BlockStore OSDs, which then refuse writes)
 #   SHOAL=path/to/shoal (default: target/release/shoal, built if missing)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 STORE=mem
 SECS=20
+OSD_GIB=4
 OUT="${TMPDIR:-/tmp}/shoal-bench-$$"
 while [ $# -gt 0 ]; do
   case "$1" in
     --store) STORE="$2"; shift 2 ;;
     --seconds) SECS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--store mem|block] [--seconds N] [--out DIR]" >&2; exit 2 ;;
+    --osd-gib) OSD_GIB="$2"; shift 2 ;;
+    *) echo "usage: $0 [--store mem|block] [--seconds N] [--out DIR] [--osd-gib N]" >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL:-$ROOT/target/release/shoal}"
@@ -36,7 +40,7 @@ RESULTS="$OUT/results.jsonl"
 cleanup() { "$SHOAL" dev down --dir "$DIR" --wipe >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-"$SHOAL" dev up --dir "$DIR" --store "$STORE" --osds 3 >/dev/null
+"$SHOAL" dev up --dir "$DIR" --store "$STORE" --osds 3 --osd-bytes $((OSD_GIB << 30)) >/dev/null
 export SHOAL_CONF="$DIR/shoal.conf"
 "$SHOAL" osd pool create one 32 replicated --size 1 --min-size 1 >/dev/null
 for i in $(seq 1 60); do

@@ -342,19 +342,36 @@ impl<'a> Applier<'a> {
         self.batch.allocs.extend(&runs);
         let freed = on.extents.punch(lb0, lb1);
         self.batch.frees.extend(freed);
+        // A small write to fresh blocks (a new object, an append) travels in
+        // the journal record like an overwrite and is written in place after
+        // it: one device sync for its group instead of two (copy-on-write data
+        // must be durable before the record that points at it).
+        let small = n * B <= DEFERRED_BYTES_MAX;
         let buf = abuf.into_bytes(0, (n * B) as usize);
         let mut lb = lb0;
         for (pb, len) in runs {
             let at = ((lb - lb0) * B) as usize;
-            self.put_data(pb, buf.slice(at..at + (len * B) as usize));
+            let part = buf.slice(at..at + (len * B) as usize);
+            if small {
+                for (i, blk) in (0..part.len()).step_by(BLOCK).enumerate() {
+                    let b = pb + i as u64;
+                    let blk = part.slice(blk..blk + BLOCK);
+                    let seq = self.st.overlay.stage(b, blk.clone());
+                    self.batch.deferred.push((seq, b, blk));
+                }
+            } else {
+                self.put_data(pb, part);
+            }
             let i = (lb - lb0) as usize;
             on.extents
                 .insert(lb, pb, crcs[i..i + len as usize].to_vec());
             lb += len;
         }
-        self.counters
-            .cow_writes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let counter = match small {
+            true => &self.counters.deferred_writes,
+            false => &self.counters.cow_writes,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -279,7 +279,7 @@ impl Committer {
         let seq = self.next_seq;
         let rec = journal::seal(seq, payload);
         let sh = self.shared.clone();
-        if members.iter().any(|q| !q.batch.allocs.is_empty()) {
+        if members.iter().any(|q| !q.batch.landed.is_empty()) {
             // Copy-on-write data must be durable before a record that points at it can
             // be: a device may keep the record and lose the data if both wait for one
             // sync. (Groups of small overwrites carry their data in the record and sync

@@ -1,5 +1,6 @@
 //! Applying a checked transaction to the in-memory state: data goes to the device
-//! (copy-on-write) or to the deferred queue (small overwrites), and the metadata
+//! (copy-on-write) or to the deferred queue (small overwrites, and small writes to fresh
+//! blocks: carried by the journal record, written in place after it), and the metadata
 //! changes are collected into one batch for the committer.
 
 use std::collections::{BTreeMap, BTreeSet};

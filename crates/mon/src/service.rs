@@ -503,10 +503,6 @@ impl Core {
         };
     }
 
-    /// A caller that authenticated but is not in this monitor's copy of the
-    /// auth database means this monitor has not caught up with the quorum
-    /// (it just restarted): wait for it, up to the command timeout, then
-    /// answer "no quorum" (a monitor that cannot catch up has none).
     /// A PG's past intervals for peering ([`MonPastIntervals`]), from this
     /// monitor's applied state once its map reaches the asker's epoch (an
     /// applied epoch is committed, so any monitor answers alike), in the
@@ -552,6 +548,10 @@ impl Core {
         }
     }
 
+    /// A caller that authenticated but is not in this monitor's copy of the
+    /// auth database means this monitor has not caught up with the quorum
+    /// (it just restarted): wait for it, up to the command timeout, then
+    /// answer "no quorum" (a monitor that cannot catch up has none).
     async fn wait_caught_up(&self, caller: &EntityName) -> Result<(), MonError> {
         if caller.ty() == EntityType::Mon {
             return Ok(());

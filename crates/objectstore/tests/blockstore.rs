@@ -776,6 +776,27 @@ fn power_loss(data: &MemDevice, meta: &MemDevice, seed: u64) -> (Arc<MemDevice>,
     )
 }
 
+/// Cuts the power under a running writer: the devices stop, the writer ends on
+/// its first error, and the images a restart would find hold a consistent
+/// store with journal records still to replay.
+fn lose_power_mid_stream(
+    ctl: &FaultController,
+    writer: std::thread::JoinHandle<()>,
+    s: Arc<BlockStore>,
+    data: &MemDevice,
+    meta: &MemDevice,
+    seed: u64,
+) -> (Arc<MemDevice>, Arc<MemDevice>) {
+    ctl.stop();
+    writer.join().unwrap();
+    let (data2, meta2) = power_loss(data, meta, seed);
+    drop(s);
+    let report = block::fsck_on(data2.clone(), meta2.clone(), true).unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.journal_records > 0, "{report}");
+    (data2, meta2)
+}
+
 #[test]
 fn small_new_objects_travel_in_the_journal_and_survive_power_loss() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -813,13 +834,7 @@ fn small_new_objects_travel_in_the_journal_and_survive_power_loss() {
     }
     assert_eq!(s.counters().cow_writes.load(SeqCst), 0);
     assert!(s.counters().deferred_writes.load(SeqCst) >= 100);
-    ctl.stop();
-    writer.join().unwrap();
-    let (data2, meta2) = power_loss(&data, &meta, 5);
-    drop(s);
-    let report = block::fsck_on(data2.clone(), meta2.clone(), true).unwrap();
-    assert!(report.is_clean(), "{report}");
-    assert!(report.journal_records > 0, "{report}");
+    let (data2, meta2) = lose_power_mid_stream(&ctl, writer, s, &data, &meta, 5);
     let s = BlockStore::open_on(data2.clone(), meta2.clone()).unwrap();
     for n in 1..=acked.load(SeqCst) {
         let got = s
@@ -885,13 +900,7 @@ fn acknowledged_small_overwrites_survive_power_loss_through_the_journal() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     // The writer is mid-stream: no idle checkpoint has emptied the journal.
-    ctl.stop();
-    writer.join().unwrap();
-    let (data2, meta2) = power_loss(&data, &meta, 7);
-    drop(s);
-    let report = block::fsck_on(data2.clone(), meta2.clone(), true).unwrap();
-    assert!(report.is_clean(), "{report}");
-    assert!(report.journal_records > 0, "{report}");
+    let (data2, meta2) = lose_power_mid_stream(&ctl, writer, s, &data, &meta, 7);
     let s = BlockStore::open_on(data2.clone(), meta2.clone()).unwrap();
     // The one overwrite in flight at the power loss may have reached the journal whole.
     let in_flight = attempt.lock().unwrap().unwrap();

@@ -97,38 +97,33 @@ impl Inner {
     }
 
     async fn beat(&self, map: &shoal_maps::OsdMap, osd: i32, grace: Duration) -> Beat {
-        let conn = match self.ctx.peer_once(map, osd).await {
-            Ok(c) => c,
-            Err(e) if e.contains("refused") => return Beat::Gone,
-            Err(_) => return Beat::Silent,
-        };
         let ping = Ping {
             seq: 0,
             echo: false,
         };
-        match conn
-            .request_with_timeout(ping.clone(), Bytes::new(), grace)
-            .await
-        {
-            Ok(_) => Beat::Alive,
-            Err(NetError::Connect { reason, .. }) if reason.contains("refused") => Beat::Gone,
-            Err(NetError::Timeout { .. }) => Beat::Silent,
-            Err(_) => {
-                // The connection broke (a peer that died resets it): dial again at
-                // once, so a process that is gone is reported now, not a beat later.
-                match self.ctx.peer_once(map, osd).await {
-                    Err(e) if e.contains("refused") => Beat::Gone,
-                    Err(_) => Beat::Silent,
-                    Ok(conn) => match conn.request_with_timeout(ping, Bytes::new(), grace).await {
-                        Ok(_) => Beat::Alive,
-                        Err(NetError::Connect { reason, .. }) if reason.contains("refused") => {
-                            Beat::Gone
-                        }
-                        Err(_) => Beat::Silent,
-                    },
+        // A second attempt only when the first connection broke (a peer that
+        // died resets it): dial again at once, so a process that is gone is
+        // reported now, not a beat later.
+        for attempt in 0..2 {
+            let conn = match self.ctx.peer_once(map, osd).await {
+                Ok(c) => c,
+                Err(e) if e.contains("refused") => return Beat::Gone,
+                Err(_) => return Beat::Silent,
+            };
+            match conn
+                .request_with_timeout(ping.clone(), Bytes::new(), grace)
+                .await
+            {
+                Ok(_) => return Beat::Alive,
+                Err(NetError::Connect { reason, .. }) if reason.contains("refused") => {
+                    return Beat::Gone;
                 }
+                Err(NetError::Timeout { .. }) => return Beat::Silent,
+                Err(_) if attempt == 0 => continue,
+                Err(_) => return Beat::Silent,
             }
         }
+        Beat::Silent
     }
 
     async fn report_failure(&self, target: i32, immediate: bool) {

@@ -354,12 +354,7 @@ impl<'a> Applier<'a> {
             let at = ((lb - lb0) * B) as usize;
             let part = buf.slice(at..at + (len * B) as usize);
             if small {
-                for (i, blk) in (0..part.len()).step_by(BLOCK).enumerate() {
-                    let b = pb + i as u64;
-                    let blk = part.slice(blk..blk + BLOCK);
-                    let seq = self.st.overlay.stage(b, blk.clone());
-                    self.batch.deferred.push((seq, b, blk));
-                }
+                self.put_deferred(pb, part);
             } else {
                 self.put_data(pb, part);
             }
@@ -385,6 +380,17 @@ impl<'a> Applier<'a> {
             self.batch.landed.push((b, seq));
         }
         self.batch.data.push((pb, bytes));
+    }
+
+    /// Whole blocks of new data for fresh blocks from `pb`, carried by the journal
+    /// record and written in place after it; read from the overlay until then.
+    fn put_deferred(&mut self, pb: u64, bytes: Bytes) {
+        for (i, blk) in (0..bytes.len()).step_by(BLOCK).enumerate() {
+            let b = pb + i as u64;
+            let blk = bytes.slice(blk..blk + BLOCK);
+            let seq = self.st.overlay.stage(b, blk.clone());
+            self.batch.deferred.push((seq, b, blk));
+        }
     }
 
     fn write_deferred(&mut self, on: &mut Onode, off: u64, data: &[u8]) -> Result<()> {

@@ -43,6 +43,9 @@ pub enum Error {
     /// The OSD's store failed to read or write.
     #[error("I/O error: {0}")]
     Io(String),
+    /// The pool does not offer the operation (omap on an erasure-coded pool).
+    #[error("operation not supported: {0}")]
+    NotSupported(String),
     /// The monitors refused or could not answer.
     #[error("monitors: {0}")]
     Mon(String),
@@ -73,6 +76,7 @@ impl Error {
             C::TooLarge => Error::TooLarge(message),
             C::NoPool => Error::NoPool(message),
             C::Io => Error::Io(message),
+            C::NotSupported => Error::NotSupported(message),
             _ => Error::Internal(format!("{code:?}: {message}")),
         }
     }

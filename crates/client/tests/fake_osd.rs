@@ -217,6 +217,7 @@ async fn osd_error_codes_become_typed_errors_with_the_failing_sub_op() {
         (C::NoData, Error::NoData(none())),
         (C::Io, Error::Io(none())),
         (C::TooLarge, Error::TooLarge(none())),
+        (C::NotSupported, Error::NotSupported(none())),
         (C::Internal, Error::Internal(none())),
     ];
     for (c, want) in cases {

@@ -69,7 +69,7 @@ fn put_pool(w: &mut Writer, p: &Pool) {
             w.u32(0);
         }
         PoolKind::Erasure { k, m } => {
-            w.u8(3);
+            w.u8(POOL_ERASURE);
             w.u32(k);
             w.u32(m);
         }
@@ -78,7 +78,16 @@ fn put_pool(w: &mut Writer, p: &Pool) {
         w.u32(v);
     }
     w.u64(p.flags);
+    if let PoolKind::Erasure { .. } = p.kind {
+        w.u32(p.stripe_width);
+        w.str(&p.ec_profile);
+    }
 }
+
+/// Pool type codes: Ceph's replicated (1) and erasure (3); 4 is an erasure
+/// pool followed by its stripe width and profile name (3 is read as the
+/// default stripe unit and no profile).
+const POOL_ERASURE: u8 = 4;
 
 fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
     let id = r.u64().map_err(de)?;
@@ -90,7 +99,7 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
     );
     let kind = match t {
         1 => PoolKind::Replicated,
-        3 => PoolKind::Erasure { k, m },
+        3 | POOL_ERASURE => PoolKind::Erasure { k, m },
         _ => return Err(MapError::Decode(format!("pool type {t}"))),
     };
     let mut v = [0u32; 5];
@@ -99,6 +108,14 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
     }
     let flags = r.u64().map_err(de)?;
     let [size, min_size, pg_num, pgp_num, crush_rule] = v;
+    let (stripe_width, ec_profile) = match t {
+        POOL_ERASURE => (r.u32().map_err(de)?, r.str().map_err(de)?),
+        3 => (
+            k.saturating_mul(crate::pool::DEFAULT_STRIPE_UNIT),
+            String::new(),
+        ),
+        _ => (0, String::new()),
+    };
     let p = Pool {
         id,
         name,
@@ -109,6 +126,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         pgp_num,
         crush_rule,
         flags,
+        stripe_width,
+        ec_profile,
     };
     p.validate().map_err(|e| match e {
         e @ MapError::Limit { .. } => e,
@@ -528,7 +547,7 @@ impl PastIntervals {
 }
 
 #[cfg(test)]
-mod past_interval_tests {
+mod tests {
     use super::*;
     use crate::PastInterval;
 
@@ -554,6 +573,39 @@ mod past_interval_tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn erasure_pools_keep_their_stripe_width_and_profile() {
+        let mut ec = Pool::erasure(3, "ec", 3, 1, 16, 1);
+        ec.stripe_width = 3 * 8192;
+        ec.ec_profile = "three-one".into();
+        let mut w = Writer::new();
+        put_pool(&mut w, &ec);
+        let buf = w.finish();
+        assert_eq!(get_pool(&mut Reader::new(&buf)).unwrap(), ec);
+        // Type 3 (written before pools carried their stripe width) reads
+        // as the default stripe unit and no profile.
+        let mut w = Writer::new();
+        w.u64(3);
+        w.str("ec");
+        w.u8(3);
+        w.u32(3);
+        w.u32(1);
+        for v in [4, 4, 16, 16, 1] {
+            w.u32(v);
+        }
+        w.u64(crate::FLAG_HASHPSPOOL);
+        let buf = w.finish();
+        let old = get_pool(&mut Reader::new(&buf)).unwrap();
+        assert_eq!(old, Pool::erasure(3, "ec", 3, 1, 16, 1));
+        assert_eq!(old.stripe_unit(), crate::DEFAULT_STRIPE_UNIT);
+        // A stripe width that is not k whole chunks is refused.
+        ec.stripe_width = 3 * 8192 + 1;
+        let mut w = Writer::new();
+        put_pool(&mut w, &ec);
+        let buf = w.finish();
+        assert!(get_pool(&mut Reader::new(&buf)).is_err());
     }
 
     #[test]

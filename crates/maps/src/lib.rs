@@ -27,5 +27,8 @@ pub use interval::{IntervalHistory, IntervalKey, PastInterval};
 pub use mapping::PgMapping;
 pub use osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, PRIMARY_AFFINITY_DEFAULT, WEIGHT_IN, WEIGHT_OUT};
 pub use pg::PgId;
-pub use pool::{FLAG_HASHPSPOOL, MAX_PG_NUM, MAX_POOL_SIZE, Pool, PoolKind};
+pub use pool::{
+    DEFAULT_STRIPE_UNIT, FLAG_EC_OVERWRITES, FLAG_HASHPSPOOL, MAX_PG_NUM, MAX_POOL_SIZE, Pool,
+    PoolKind,
+};
 pub use shoal_crush::ITEM_NONE;

@@ -6,6 +6,12 @@ use crate::pg::PgId;
 /// Ceph's `FLAG_HASHPSPOOL`: mix the pool id into the CRUSH input, so pools'
 /// PGs do not land on the same OSDs. Set on every pool Ceph creates today.
 pub const FLAG_HASHPSPOOL: u64 = 1;
+/// Ceph's `FLAG_EC_OVERWRITES`: an erasure-coded pool takes partial
+/// overwrites (`allow_ec_overwrites`); without it, only appends and whole
+/// objects.
+pub const FLAG_EC_OVERWRITES: u64 = 1 << 17;
+/// The stripe unit of an erasure-coded pool whose map names none.
+pub const DEFAULT_STRIPE_UNIT: u32 = 4096;
 
 /// Largest pool size (copies or k + m) a map may hold: the result size
 /// CRUSH is asked for, which its work grows with ([`shoal_crush::limits`]).
@@ -50,6 +56,11 @@ pub struct Pool {
     pub crush_rule: u32,
     /// Flags (`FLAG_HASHPSPOOL`, ...).
     pub flags: u64,
+    /// Bytes of object data in one stripe of an erasure-coded pool
+    /// (`k × stripe_unit`); 0 for a replicated pool.
+    pub stripe_width: u32,
+    /// The erasure-code profile the pool was made from (empty if none).
+    pub ec_profile: String,
 }
 
 impl Pool {
@@ -72,10 +83,13 @@ impl Pool {
             pgp_num: pg_num,
             crush_rule: rule,
             flags: FLAG_HASHPSPOOL,
+            stripe_width: 0,
+            ec_profile: String::new(),
         }
     }
 
-    /// An erasure-coded pool of `k + m` chunks (min_size k + 1, as Ceph).
+    /// An erasure-coded pool of `k + m` chunks of [`DEFAULT_STRIPE_UNIT`]
+    /// bytes (min_size k + 1, as Ceph).
     pub fn erasure(id: u64, name: &str, k: u32, m: u32, pg_num: u32, rule: u32) -> Self {
         Pool {
             id,
@@ -87,6 +101,22 @@ impl Pool {
             pgp_num: pg_num,
             crush_rule: rule,
             flags: FLAG_HASHPSPOOL,
+            stripe_width: k.saturating_mul(DEFAULT_STRIPE_UNIT),
+            ec_profile: String::new(),
+        }
+    }
+
+    /// Whether the pool is erasure coded.
+    pub fn is_erasure(&self) -> bool {
+        matches!(self.kind, PoolKind::Erasure { .. })
+    }
+
+    /// An erasure-coded pool's chunk size (`stripe_width / k`); 0 for a
+    /// replicated pool.
+    pub fn stripe_unit(&self) -> u32 {
+        match self.kind {
+            PoolKind::Erasure { k, .. } if k > 0 => self.stripe_width / k,
+            _ => 0,
         }
     }
 
@@ -103,7 +133,17 @@ impl Pool {
         if self.pg_num > MAX_PG_NUM {
             return Err(limit("pg_num", self.pg_num, MAX_PG_NUM));
         }
-        let ok = self.size > 0
+        let shape = match self.kind {
+            PoolKind::Replicated => self.stripe_width == 0,
+            PoolKind::Erasure { k, m } => {
+                k >= 1
+                    && k.checked_add(m) == Some(self.size)
+                    && self.stripe_width > 0
+                    && self.stripe_width % k == 0
+            }
+        };
+        let ok = shape
+            && self.size > 0
             && self.min_size <= self.size
             && self.pg_num > 0
             && self.pgp_num > 0

@@ -55,6 +55,20 @@ fn base() -> OsdMap {
     map
 }
 
+/// Pools 2 and 4 are erasure coded (with a profile and a stripe unit of
+/// their own), the rest replicated.
+fn pool(p: u64, n: u32) -> Pool {
+    if p % 2 == 0 {
+        let mut pool = Pool::erasure(p, &format!("p{p}"), 2, 1, n, 0);
+        pool.stripe_width = 2 * 65536;
+        pool.ec_profile = format!("profile{p}");
+        pool.flags |= shoal_maps::FLAG_EC_OVERWRITES;
+        pool
+    } else {
+        Pool::replicated(p, &format!("p{p}"), 2, 1, n, 0)
+    }
+}
+
 fn add(inc: &mut Incremental, c: &Change) {
     let pg = |s: u32| PgId { pool: 1, seed: s };
     match c {
@@ -85,8 +99,7 @@ fn add(inc: &mut Incremental, c: &Change) {
         }
         Change::Pool(p, n) => {
             inc.old_pools.remove(p);
-            inc.new_pools
-                .insert(*p, Pool::replicated(*p, &format!("p{p}"), 2, 1, *n, 0));
+            inc.new_pools.insert(*p, pool(*p, *n));
         }
         Change::DeletePool(p) => {
             inc.new_pools.remove(p);

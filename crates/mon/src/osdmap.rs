@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_crush::{CrushMap, RULE_ERASURE, Rule, Step};
-use shoal_maps::{Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT};
+use shoal_ec::EcProfile;
+use shoal_maps::{FLAG_EC_OVERWRITES, Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT};
 use shoal_net::Secret;
 
 use shoal_monclient::{ErrorCode, MonError};
@@ -89,7 +90,8 @@ pub enum OsdChange {
         /// New name.
         to: String,
     },
-    /// Sets a pool property (`size`, `min_size`, `crush_rule`).
+    /// Sets a pool property (`size`, `min_size`, `crush_rule`,
+    /// `allow_ec_overwrites`).
     PoolSet {
         /// Pool name.
         name: String,
@@ -179,6 +181,20 @@ pub enum OsdChange {
         /// Set (true) or clear.
         on: bool,
     },
+    /// Creates an erasure-code profile (`osd erasure-code-profile set`).
+    EcProfileSet {
+        /// Name.
+        name: String,
+        /// Settings as the operator gave them.
+        params: BTreeMap<String, String>,
+        /// Replace a profile of that name with other settings.
+        force: bool,
+    },
+    /// Removes an erasure-code profile no pool uses.
+    EcProfileRm {
+        /// Name.
+        name: String,
+    },
 }
 
 /// An OSD announcing itself.
@@ -228,6 +244,16 @@ pub struct OsdMapState {
     /// boots again, so its PGs see a new interval and peer with it.
     #[serde(default)]
     pub boot_nonce: BTreeMap<i32, u64>,
+    /// Erasure-code profiles by name, each as its full settings
+    /// ([`EcProfile::to_map`]); a new cluster has Ceph's `default`.
+    #[serde(default = "default_ec_profiles")]
+    pub ec_profiles: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn default_ec_profiles() -> BTreeMap<String, BTreeMap<String, String>> {
+    EcProfile::parse_words(shoal_ec::DEFAULT_PROFILE)
+        .map(|p| BTreeMap::from([("default".to_string(), p.to_map())]))
+        .unwrap_or_default()
 }
 
 fn default_history() -> u32 {
@@ -280,6 +306,7 @@ impl Default for OsdMapState {
             history: default_history(),
             full_interval: default_full_interval(),
             boot_nonce: BTreeMap::new(),
+            ec_profiles: default_ec_profiles(),
         }
     }
 }
@@ -417,6 +444,15 @@ impl OsdMapState {
                 for id in ids {
                     self.auto_out.remove(id);
                 }
+            }
+            OsdChange::EcProfileSet { name, params, .. } => {
+                // `build` checked the settings; store them complete.
+                if let Ok(p) = EcProfile::parse(params) {
+                    self.ec_profiles.insert(name.clone(), p.to_map());
+                }
+            }
+            OsdChange::EcProfileRm { name } => {
+                self.ec_profiles.remove(name);
             }
             _ => {}
         }
@@ -601,6 +637,56 @@ impl OsdMapState {
                 }
                 Ok(json!({ "flag": flag, "set": on }))
             }
+            OsdChange::EcProfileSet {
+                name,
+                params,
+                force,
+            } => {
+                check_pool_name(name)?;
+                let profile = EcProfile::parse(params).map_err(|e| invalid(e.to_string()))?;
+                let settings = profile.to_map();
+                match self.ec_profiles.get(name) {
+                    Some(old) if *old == settings => {}
+                    Some(_) if !force => {
+                        return Err(MonError::new(
+                            ErrorCode::Exists,
+                            format!(
+                                "erasure-code profile {name} exists with other settings; \
+                                 add --force to replace it"
+                            ),
+                        ));
+                    }
+                    Some(_) => {
+                        if let Some(p) = map.pools().values().find(|p| p.ec_profile == *name) {
+                            return Err(MonError::new(
+                                ErrorCode::Busy,
+                                format!(
+                                    "erasure-code profile {name} is used by pool {}: \
+                                     a pool's coding cannot change",
+                                    p.name
+                                ),
+                            ));
+                        }
+                    }
+                    None => {}
+                }
+                Ok(json!({ "profile": name, "settings": settings }))
+            }
+            OsdChange::EcProfileRm { name } => {
+                if !self.ec_profiles.contains_key(name) {
+                    return Err(MonError::new(
+                        ErrorCode::NotFound,
+                        format!("erasure-code profile {name} does not exist"),
+                    ));
+                }
+                if let Some(p) = map.pools().values().find(|p| p.ec_profile == *name) {
+                    return Err(MonError::new(
+                        ErrorCode::Busy,
+                        format!("erasure-code profile {name} is in use by pool {}", p.name),
+                    ));
+                }
+                Ok(json!({ "removed": name }))
+            }
         }
     }
 
@@ -633,21 +719,23 @@ impl OsdMapState {
                 check_sizes(*size, *min_size)?;
                 Pool::replicated(id, name, *size, *min_size, pg_num, 0)
             }
-            PoolSpec::Erasure { k, m } => {
-                if *k < 2 || *m < 1 {
-                    return Err(invalid(format!(
-                        "erasure coding needs k >= 2 and m >= 1, not k={k} m={m}"
-                    )));
-                }
-                let domains = failure_domains(map.crush(), "host");
-                if k + m > domains {
-                    return Err(invalid(format!(
-                        "k+m = {} is larger than the {domains} failure domains (host) under root default",
-                        k + m
-                    )));
-                }
-                let rule = erasure_rule(map, inc)?;
-                Pool::erasure(id, name, *k, *m, pg_num, rule)
+            PoolSpec::Erasure { profile, rule } => {
+                let settings = self.ec_profiles.get(profile).ok_or_else(|| {
+                    MonError::new(
+                        ErrorCode::NotFound,
+                        format!(
+                            "erasure-code profile {profile} does not exist \
+                             (osd erasure-code-profile set {profile} k=K m=M)"
+                        ),
+                    )
+                })?;
+                let p = EcProfile::parse(settings).map_err(|e| invalid(e.to_string()))?;
+                let rule_name = rule.as_deref().unwrap_or(name);
+                let rule = erasure_rule(map, inc, rule_name, &p)?;
+                let mut pool = Pool::erasure(id, name, p.k, p.m, pg_num, rule);
+                pool.stripe_width = p.stripe_width();
+                pool.ec_profile = profile.clone();
+                pool
             }
         };
         pool.validate().map_err(map_err)?;
@@ -821,6 +909,14 @@ fn set_pool_property(
         }
         "min_size" => {
             let min_size = num()?;
+            if let PoolKind::Erasure { k, .. } = pool.kind
+                && min_size < k
+            {
+                return Err(invalid(format!(
+                    "an erasure-coded pool's min_size must be k..=k+m ({k}..={}), not {min_size}",
+                    pool.size
+                )));
+            }
             check_sizes(pool.size, min_size)?;
             pool.min_size = min_size;
         }
@@ -832,7 +928,35 @@ fn set_pool_property(
                 .ok_or_else(|| {
                     MonError::new(ErrorCode::NotFound, format!("no CRUSH rule {value:?}"))
                 })?;
+            if (rule.rule_type == RULE_ERASURE) != pool.is_erasure() {
+                return Err(invalid(format!(
+                    "CRUSH rule {} is of the other kind than pool {} (replicated or erasure)",
+                    rule.name, pool.name
+                )));
+            }
             pool.crush_rule = rule.id;
+        }
+        "allow_ec_overwrites" => {
+            if !pool.is_erasure() {
+                return Err(invalid(
+                    "allow_ec_overwrites applies to erasure-coded pools only",
+                ));
+            }
+            match value {
+                "true" | "1" | "yes" => pool.flags |= FLAG_EC_OVERWRITES,
+                "false" | "0" | "no" if pool.flags & FLAG_EC_OVERWRITES != 0 => {
+                    return Err(invalid(
+                        "allow_ec_overwrites cannot be turned off once on: \
+                         objects may already hold partial overwrites",
+                    ));
+                }
+                "false" | "0" | "no" => {}
+                other => {
+                    return Err(invalid(format!(
+                        "allow_ec_overwrites is true or false, not {other:?}"
+                    )));
+                }
+            }
         }
         "pg_num" | "pgp_num" => {
             return Err(invalid(
@@ -841,7 +965,7 @@ fn set_pool_property(
         }
         other => {
             return Err(invalid(format!(
-                "unknown pool property {other:?} (size, min_size, crush_rule)"
+                "unknown pool property {other:?} (size, min_size, crush_rule, allow_ec_overwrites)"
             )));
         }
     }
@@ -850,12 +974,14 @@ fn set_pool_property(
 
 /// Buckets of `type_name` (or devices, for `osd`) below the default root.
 pub fn failure_domains(crush: &CrushMap, type_name: &str) -> u32 {
-    let Some(root) = crush.item_id("default") else {
-        return 0;
-    };
-    let Some(ty) = crush.type_id(type_name) else {
-        return 0;
-    };
+    match (crush.item_id("default"), crush.type_id(type_name)) {
+        (Some(root), Some(ty)) => failure_domains_under(crush, root, ty),
+        _ => 0,
+    }
+}
+
+/// Buckets of type `ty` (or devices, for type 0) below `root`.
+fn failure_domains_under(crush: &CrushMap, root: i32, ty: i32) -> u32 {
     let mut count = 0;
     let mut stack = vec![root];
     while let Some(id) = stack.pop() {
@@ -873,35 +999,92 @@ pub fn failure_domains(crush: &CrushMap, type_name: &str) -> u32 {
     count
 }
 
-/// The id of the `erasure-code` rule (chooseleaf indep over hosts), adding
-/// it to the CRUSH map in `inc` if the map has none.
-fn erasure_rule(map: &OsdMap, inc: &mut Incremental) -> Result<u32, MonError> {
+/// The id of the erasure rule `name`, made from `profile` and added to
+/// the CRUSH map in `inc` if the map has no rule of that name (as Ceph
+/// does: `take ROOT [class CLASS]`, `chooseleaf indep 0 type DOMAIN`, or
+/// `choose indep 0 type osd` when the failure domain is the OSD). The
+/// profile's `k + m` must fit in the failure domains under its root.
+fn erasure_rule(
+    map: &OsdMap,
+    inc: &mut Incremental,
+    name: &str,
+    profile: &EcProfile,
+) -> Result<u32, MonError> {
     let crush = inc.new_crush.as_ref().unwrap_or(map.crush());
-    if let Some(r) = crush.rules().find(|r| r.name == "erasure-code") {
+    if let Some(r) = crush.rules().find(|r| r.name == name) {
+        if r.rule_type != RULE_ERASURE {
+            return Err(invalid(format!(
+                "CRUSH rule {name} is a replicated rule; an erasure-coded pool needs an \
+                 erasure rule (name another with the pool's rule argument)"
+            )));
+        }
         return Ok(r.id);
+    }
+    let root = crush.item_id(&profile.crush_root).ok_or_else(|| {
+        MonError::new(
+            ErrorCode::NotFound,
+            format!("CRUSH root {} does not exist", profile.crush_root),
+        )
+    })?;
+    let domain = crush
+        .type_id(&profile.crush_failure_domain)
+        .ok_or_else(|| {
+            MonError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "CRUSH type {} does not exist (crush-failure-domain)",
+                    profile.crush_failure_domain
+                ),
+            )
+        })?;
+    let take = if profile.crush_device_class.is_empty() {
+        root
+    } else {
+        crush
+            .class_shadow(root, &profile.crush_device_class)
+            .ok_or_else(|| {
+                MonError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no device of class {} under {} (crush-device-class)",
+                        profile.crush_device_class, profile.crush_root
+                    ),
+                )
+            })?
+    };
+    let domains = failure_domains_under(crush, take, domain);
+    let (k, m) = (profile.k, profile.m);
+    if k + m > domains {
+        return Err(invalid(format!(
+            "k+m = {} is more than the {domains} failure domains ({}) under {}: \
+             add {} or choose a smaller failure domain (crush-failure-domain=osd)",
+            k + m,
+            profile.crush_failure_domain,
+            profile.crush_root,
+            profile.crush_failure_domain,
+        )));
     }
     let mut crush = crush.clone();
     let id = crush.rules().map(|r| r.id + 1).max().unwrap_or(0);
-    let root = crush
-        .item_id("default")
-        .ok_or_else(|| invalid("CRUSH map has no root default"))?;
-    let host = crush
-        .type_id("host")
-        .ok_or_else(|| invalid("CRUSH map has no host type"))?;
+    let choose = if domain == 0 {
+        Step::ChooseIndep { n: 0, type_id: 0 }
+    } else {
+        Step::ChooseLeafIndep {
+            n: 0,
+            type_id: domain,
+        }
+    };
     let rule = Rule {
         id,
-        name: "erasure-code".into(),
+        name: name.to_string(),
         rule_type: RULE_ERASURE,
         min_size: 3,
-        max_size: 20,
+        max_size: (k + m) as i32,
         steps: vec![
             Step::SetChooseLeafTries(5),
             Step::SetChooseTries(100),
-            Step::Take(root),
-            Step::ChooseLeafIndep {
-                n: 0,
-                type_id: host,
-            },
+            Step::Take(take),
+            choose,
             Step::Emit,
         ],
     };
@@ -939,6 +1122,240 @@ mod tests {
         })
     }
 
+    fn ec(profile: &str) -> PoolSpec {
+        PoolSpec::Erasure {
+            profile: profile.into(),
+            rule: None,
+        }
+    }
+
+    fn profile_set(
+        s: &mut OsdMapState,
+        name: &str,
+        words: &str,
+        force: bool,
+    ) -> Result<Value, MonError> {
+        let params = words
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        s.apply(&OsdChange::EcProfileSet {
+            name: name.into(),
+            params,
+            force,
+        })
+    }
+
+    #[test]
+    fn erasure_code_profiles_make_pools_with_their_own_indep_rule() {
+        let mut s = state();
+        for id in 0..4 {
+            boot(&mut s, id, 1);
+        }
+        // A new cluster has Ceph's default profile.
+        assert_eq!(s.ec_profiles["default"]["k"], "2");
+        assert_eq!(s.ec_profiles["default"]["m"], "2");
+        let out = profile_set(&mut s, "three-one", "k=3 m=1", false).unwrap();
+        assert_eq!(out["settings"]["crush-failure-domain"], "host");
+        assert_eq!(s.ec_profiles["three-one"]["stripe_unit"], "4096");
+        // Setting the same again is fine; other settings need --force.
+        profile_set(&mut s, "three-one", "k=3 m=1 stripe_unit=4096", false).unwrap();
+        let e = profile_set(&mut s, "three-one", "k=2 m=1", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Exists);
+        let e = profile_set(&mut s, "bad", "k=3 m=1 plugin=clay", false).unwrap_err();
+        assert!(e.message.contains("not available"), "{}", e.message);
+        assert!(!s.ec_profiles.contains_key("bad"));
+        profile_set(&mut s, "wide", "k=4 m=2", false).unwrap();
+        profile_set(
+            &mut s,
+            "osds",
+            "k=4 m=2 crush-failure-domain=osd stripe_unit=8K",
+            false,
+        )
+        .unwrap();
+        profile_set(&mut s, "ssd", "k=2 m=1 crush-device-class=ssd", false).unwrap();
+        profile_set(
+            &mut s,
+            "rooms",
+            "k=2 m=1 crush-failure-domain=cabinet",
+            false,
+        )
+        .unwrap();
+
+        // An EC pool: its own indep rule named after it, min_size k+1,
+        // stripe width k * stripe_unit, the profile recorded.
+        let before = s.epoch();
+        create(&mut s, "ecpool", 16, ec("three-one")).unwrap();
+        assert_eq!(s.epoch(), before + 1);
+        let map = s.current().unwrap();
+        let pool = map.pool_by_name("ecpool").unwrap().clone();
+        assert_eq!(pool.kind, PoolKind::Erasure { k: 3, m: 1 });
+        assert_eq!((pool.size, pool.min_size), (4, 4));
+        assert_eq!((pool.stripe_width, pool.stripe_unit()), (3 * 4096, 4096));
+        assert_eq!(pool.ec_profile, "three-one");
+        let rule = map.crush().rule(pool.crush_rule).unwrap();
+        assert_eq!(rule.name, "ecpool");
+        assert_eq!(rule.rule_type, RULE_ERASURE);
+        let host = map.crush().type_id("host").unwrap();
+        assert!(rule.steps.contains(&Step::ChooseLeafIndep {
+            n: 0,
+            type_id: host
+        }));
+        // Every PG maps to 4 distinct OSDs, by position.
+        for seed in 0..16 {
+            let m = map
+                .pg_to_up_acting(shoal_maps::PgId {
+                    pool: pool.id,
+                    seed,
+                })
+                .unwrap();
+            let mut up = m.up.clone();
+            up.sort_unstable();
+            up.dedup();
+            assert_eq!(up.len(), 4, "{:?}", m.up);
+        }
+        // Five hosts are needed for 4+2 across hosts; OSDs suffice.
+        let e = create(&mut s, "wide", 8, ec("wide")).unwrap_err();
+        assert!(
+            e.message.contains("more than the 4 failure domains (host)"),
+            "{}",
+            e.message
+        );
+        let e = create(&mut s, "osds", 8, ec("osds")).unwrap_err();
+        assert!(
+            e.message.contains("more than the 4 failure domains (osd)"),
+            "{}",
+            e.message
+        );
+        boot(&mut s, 4, 1);
+        boot(&mut s, 5, 1);
+        create(&mut s, "osds", 8, ec("osds")).unwrap();
+        let map = s.current().unwrap();
+        let p = map.pool_by_name("osds").unwrap();
+        assert_eq!(p.stripe_width, 4 * 8192);
+        let r = map.crush().rule(p.crush_rule).unwrap();
+        assert!(r.steps.contains(&Step::ChooseIndep { n: 0, type_id: 0 }));
+        // Unknown classes, types and profiles are named in the error.
+        let e = create(&mut s, "x", 8, ec("ssd")).unwrap_err();
+        assert!(
+            e.message.contains("no device of class ssd"),
+            "{}",
+            e.message
+        );
+        let e = create(&mut s, "x", 8, ec("rooms")).unwrap_err();
+        assert!(
+            e.message.contains("CRUSH type cabinet does not exist"),
+            "{}",
+            e.message
+        );
+        let e = create(&mut s, "x", 8, ec("nope")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        // A named rule is used as it is; a replicated one is refused.
+        let e = create(
+            &mut s,
+            "x",
+            8,
+            PoolSpec::Erasure {
+                profile: "three-one".into(),
+                rule: Some("replicated_rule".into()),
+            },
+        )
+        .unwrap_err();
+        assert!(e.message.contains("is a replicated rule"), "{}", e.message);
+        create(
+            &mut s,
+            "twin",
+            8,
+            PoolSpec::Erasure {
+                profile: "three-one".into(),
+                rule: Some("ecpool".into()),
+            },
+        )
+        .unwrap();
+        let map = s.current().unwrap();
+        assert_eq!(
+            map.pool_by_name("twin").unwrap().crush_rule,
+            pool.crush_rule
+        );
+
+        // Pool properties of an EC pool.
+        let set = |s: &mut OsdMapState, key: &str, value: &str| {
+            s.apply(&OsdChange::PoolSet {
+                name: "ecpool".into(),
+                key: key.into(),
+                value: value.into(),
+            })
+        };
+        assert!(
+            set(&mut s, "min_size", "2")
+                .unwrap_err()
+                .message
+                .contains("k..=k+m")
+        );
+        set(&mut s, "min_size", "3").unwrap();
+        assert!(
+            set(&mut s, "size", "5")
+                .unwrap_err()
+                .message
+                .contains("cannot change")
+        );
+        assert!(
+            set(&mut s, "crush_rule", "replicated_rule")
+                .unwrap_err()
+                .message
+                .contains("other kind")
+        );
+        set(&mut s, "allow_ec_overwrites", "false").unwrap();
+        set(&mut s, "allow_ec_overwrites", "true").unwrap();
+        let p = s.current().unwrap().pool_by_name("ecpool").unwrap().clone();
+        assert_eq!(p.min_size, 3);
+        assert_ne!(p.flags & FLAG_EC_OVERWRITES, 0);
+        assert!(
+            set(&mut s, "allow_ec_overwrites", "false")
+                .unwrap_err()
+                .message
+                .contains("cannot be turned off")
+        );
+        assert!(set(&mut s, "allow_ec_overwrites", "maybe").is_err());
+        let e = s.apply(&OsdChange::PoolSet {
+            name: "rbd".into(),
+            key: "allow_ec_overwrites".into(),
+            value: "true".into(),
+        });
+        assert!(e.is_err());
+
+        // A profile in use cannot be removed or replaced; then it can.
+        let e = s
+            .apply(&OsdChange::EcProfileRm {
+                name: "three-one".into(),
+            })
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Busy);
+        assert!(e.message.contains("in use by pool"), "{}", e.message);
+        let e = profile_set(&mut s, "three-one", "k=2 m=1", true).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Busy);
+        for pool in ["ecpool", "twin"] {
+            s.apply(&OsdChange::PoolRm { name: pool.into() }).unwrap();
+        }
+        profile_set(&mut s, "three-one", "k=2 m=1", true).unwrap();
+        assert_eq!(s.ec_profiles["three-one"]["k"], "2");
+        s.apply(&OsdChange::EcProfileRm {
+            name: "three-one".into(),
+        })
+        .unwrap();
+        assert!(!s.ec_profiles.contains_key("three-one"));
+        let e = s
+            .apply(&OsdChange::EcProfileRm {
+                name: "three-one".into(),
+            })
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        // The profiles survive the monitors' serialization.
+        let back: OsdMapState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.ec_profiles, s.ec_profiles);
+    }
+
     #[test]
     fn pools_create_rename_set_remove_one_epoch_each() {
         let mut s = state();
@@ -966,9 +1383,9 @@ mod tests {
             ErrorCode::InvalidArgument
         );
         // No hosts yet: k+m cannot fit.
-        let e = create(&mut s, "ec", 8, PoolSpec::Erasure { k: 2, m: 1 }).unwrap_err();
+        let e = create(&mut s, "ec", 8, ec("default")).unwrap_err();
         assert!(
-            e.message.contains("larger than the 0 failure domains"),
+            e.message.contains("more than the 0 failure domains"),
             "{}",
             e.message
         );

@@ -923,6 +923,18 @@ impl Core {
             Command::PoolSet { name, key, value } => {
                 MonRequest::Osd(OsdChange::PoolSet { name, key, value })
             }
+            Command::ErasureCodeProfileSet {
+                name,
+                params,
+                force,
+            } => MonRequest::Osd(OsdChange::EcProfileSet {
+                name,
+                params,
+                force,
+            }),
+            Command::ErasureCodeProfileRm { name } => {
+                MonRequest::Osd(OsdChange::EcProfileRm { name })
+            }
             Command::OsdPgStats {
                 id,
                 epoch,
@@ -1042,6 +1054,8 @@ impl Core {
             Command::OsdStat => crate::views::osd_stat(&state),
             Command::PoolLs => crate::views::pool_ls(&state),
             Command::PoolGet { name } => crate::views::pool_get(&state, name),
+            Command::ErasureCodeProfileGet { name } => crate::views::ec_profile_get(&state, name),
+            Command::ErasureCodeProfileLs => Ok(crate::views::ec_profile_ls(&state)),
             Command::OsdMap {
                 pool,
                 object,

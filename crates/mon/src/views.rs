@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use shoal_maps::{OsdMap, Pool, PoolKind};
+use shoal_maps::{FLAG_EC_OVERWRITES, OsdMap, Pool, PoolKind};
 use shoal_net::Secret;
 
 use crate::osdmap::OsdMapState;
@@ -33,7 +33,30 @@ fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
         "pg_num": p.pg_num,
         "pgp_num": p.pgp_num,
         "crush_rule": crush.rule(p.crush_rule).map(|r| r.name.clone()).unwrap_or_else(|| p.crush_rule.to_string()),
+        "erasure_code_profile": (!p.ec_profile.is_empty()).then(|| p.ec_profile.clone()),
+        "stripe_width": p.stripe_width,
+        "allow_ec_overwrites": p.is_erasure().then_some(p.flags & FLAG_EC_OVERWRITES != 0),
     })
+}
+
+/// `osd erasure-code-profile get NAME`.
+pub fn ec_profile_get(state: &MonState, name: &str) -> Result<Value, MonError> {
+    state
+        .osdmap
+        .ec_profiles
+        .get(name)
+        .map(|p| json!(p))
+        .ok_or_else(|| {
+            MonError::new(
+                ErrorCode::NotFound,
+                format!("erasure-code profile {name} does not exist"),
+            )
+        })
+}
+
+/// `osd erasure-code-profile ls`.
+pub fn ec_profile_ls(state: &MonState) -> Value {
+    json!(state.osdmap.ec_profiles.keys().collect::<Vec<_>>())
 }
 
 fn osd_json(map: &OsdMap, id: i32) -> Value {

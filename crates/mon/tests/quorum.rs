@@ -661,7 +661,18 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
         Command::PoolCreate {
             name: "ec".into(),
             pg_num: 8,
-            spec: shoal_mon::PoolSpec::Erasure { k: 4, m: 2 },
+            spec: shoal_mon::PoolSpec::Erasure {
+                profile: "default".into(),
+                rule: None,
+            },
+        },
+        Command::ErasureCodeProfileSet {
+            name: "odd".into(),
+            params: [("k".to_string(), "1".to_string())].into(),
+            force: false,
+        },
+        Command::ErasureCodeProfileRm {
+            name: "nope".into(),
         },
         Command::PoolRm {
             name: "nope".into(),

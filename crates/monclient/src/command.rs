@@ -258,6 +258,27 @@ pub enum Command {
         /// Pool.
         name: String,
     },
+    /// Creates (or, with `force`, replaces) an erasure-code profile.
+    ErasureCodeProfileSet {
+        /// Profile name.
+        name: String,
+        /// Its settings (`k`, `m`, `crush-failure-domain`, ...).
+        params: BTreeMap<String, String>,
+        /// Replace a profile of that name with other settings.
+        force: bool,
+    },
+    /// One erasure-code profile's settings.
+    ErasureCodeProfileGet {
+        /// Profile name.
+        name: String,
+    },
+    /// Every erasure-code profile's name.
+    ErasureCodeProfileLs,
+    /// Removes an erasure-code profile no pool uses.
+    ErasureCodeProfileRm {
+        /// Profile name.
+        name: String,
+    },
     /// Where an object lives: PG, up and acting sets.
     OsdMap {
         /// Pool name.
@@ -326,6 +347,8 @@ impl Command {
                 | Command::OsdStat
                 | Command::PoolLs
                 | Command::PoolGet { .. }
+                | Command::ErasureCodeProfileGet { .. }
+                | Command::ErasureCodeProfileLs
                 | Command::OsdMap { .. }
                 | Command::PgDump
                 | Command::PgPastIntervals { .. }
@@ -489,12 +512,13 @@ pub enum PoolSpec {
         /// Fewest copies that take writes.
         min_size: u32,
     },
-    /// Reed-Solomon chunks.
+    /// Reed-Solomon chunks, as an erasure-code profile says.
     Erasure {
-        /// Data chunks.
-        k: u32,
-        /// Coding chunks.
-        m: u32,
+        /// The profile (`default` when the operator names none).
+        profile: String,
+        /// The CRUSH rule to use; by default one named after the pool,
+        /// made from the profile if it does not exist.
+        rule: Option<String>,
     },
 }
 

@@ -22,6 +22,8 @@ pub enum ErrorCode {
     NeedsConfirmation = 7,
     /// Something failed inside the monitor.
     Internal = 8,
+    /// The thing is in use (a profile a pool was made from).
+    Busy = 9,
 }
 
 impl ErrorCode {
@@ -35,6 +37,7 @@ impl ErrorCode {
             5 => ErrorCode::NoQuorum,
             6 => ErrorCode::Again,
             7 => ErrorCode::NeedsConfirmation,
+            9 => ErrorCode::Busy,
             _ => ErrorCode::Internal,
         }
     }

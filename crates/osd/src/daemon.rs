@@ -401,7 +401,9 @@ impl Inner {
         let mut ws = shoal_crush::Workspace::default();
         let mut mine = Vec::new();
         let mut peers = BTreeSet::new();
-        for (pool_id, pool) in map.pools() {
+        // Erasure-coded pools' PGs are not opened: their backend is not
+        // built yet, and replication must not stand in for it.
+        for (pool_id, pool) in map.pools().iter().filter(|(_, p)| !p.is_erasure()) {
             for seed in 0..pool.pg_num {
                 let pg = PgId {
                     pool: *pool_id,
@@ -713,6 +715,10 @@ impl Inner {
             let m = format!("pool {pool} does not exist in epoch {}", map.epoch.0);
             return refuse(r, OsdErrorCode::NoPool, m);
         };
+        if let (true, Message::OsdOp(op)) = (p.is_erasure(), &r.msg) {
+            let why = ec_refusal(&p.name, &op.ops);
+            return refuse(r, OsdErrorCode::NotSupported, why);
+        }
         // A client op's PG is the OSD's own placement of the object.
         let pgid = match &r.msg {
             Message::OsdOp(op) => p.object_pg(&op.oid, &op.nspace),
@@ -819,5 +825,24 @@ impl Inner {
             _ => return,
         };
         let _ = tx.send(ev);
+    }
+}
+
+/// Why a client op on an erasure-coded pool is refused: omap never lives
+/// in an EC pool (as in Ceph); the rest waits for the EC backend.
+fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp]) -> String {
+    let omap = ops
+        .iter()
+        .any(|o| shoal_proto::OpCode::from_u32(o.code).is_some_and(shoal_proto::OpCode::is_omap));
+    if omap {
+        format!(
+            "omap is not supported on erasure-coded pool {pool}: keep omap (metadata) \
+             in a replicated pool"
+        )
+    } else {
+        format!(
+            "erasure-coded pool {pool} is not served yet: this OSD has no erasure-coding \
+             backend (its PGs stay unopened rather than replicated)"
+        )
     }
 }

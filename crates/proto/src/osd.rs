@@ -212,6 +212,22 @@ impl OpCode {
                 | OmapSetHeader
         )
     }
+
+    /// Whether the sub-operation reads or changes the object's omap.
+    pub fn is_omap(self) -> bool {
+        use OpCode::*;
+        matches!(
+            self,
+            OmapGetVals
+                | OmapGetKeys
+                | OmapGetValsByKeys
+                | OmapSetVals
+                | OmapRmKeys
+                | OmapClear
+                | OmapGetHeader
+                | OmapSetHeader
+        )
+    }
 }
 
 /// How `CmpXattr` compares the stored value (left) with the given one.
@@ -349,6 +365,8 @@ pub enum OsdErrorCode {
     Internal = 15,
     /// No such xattr.
     NoData = 16,
+    /// The pool does not offer the op (omap on an erasure-coded pool).
+    NotSupported = 17,
 }
 
 impl OsdErrorCode {
@@ -372,6 +390,7 @@ impl OsdErrorCode {
             13 => NoPool,
             14 => ShuttingDown,
             16 => NoData,
+            17 => NotSupported,
             _ => Internal,
         }
     }

@@ -200,7 +200,7 @@ fn pg_and_df_commands_parse() {
 
 #[test]
 fn every_monitor_action_takes_format() {
-    let actions: [&[&str]; 24] = [
+    let actions: [&[&str]; 29] = [
         &["osd", "out", "0"],
         &["osd", "in", "0"],
         &["osd", "down", "0"],
@@ -216,6 +216,11 @@ fn every_monitor_action_takes_format() {
         &["osd", "pool", "rm", "p", "--yes-i-really-mean-it"],
         &["osd", "pool", "rename", "p", "q"],
         &["osd", "pool", "set", "p", "size", "2"],
+        &["osd", "erasure-code-profile", "set", "e", "k=2", "m=1"],
+        &["osd", "erasure-code-profile", "get", "e"],
+        &["osd", "erasure-code-profile", "ls"],
+        &["osd", "erasure-code-profile", "rm", "e"],
+        &["osd", "pool", "create", "q", "8", "erasure", "e"],
         &["auth", "add", "client.x", "mon", "allow r"],
         &["auth", "rm", "client.x"],
         &["auth", "caps", "client.x", "mon", "allow r"],
@@ -401,6 +406,18 @@ fn ceph_spellings_parse() {
         &[
             "osd",
             "pool",
+            "create",
+            "ecpool",
+            "32",
+            "32",
+            "erasure",
+            "myprofile",
+        ],
+        &["osd", "pool", "create", "ecpool", "erasure"],
+        &["osd", "pool", "create", "rbd", "64", "64", "replicated"],
+        &[
+            "osd",
+            "pool",
             "delete",
             "rbd",
             "rbd",
@@ -423,6 +440,29 @@ fn ceph_spellings_parse() {
         "--yes-i-really-mean-it",
     ]);
     assert!(text(&o).1.contains("given twice alike"), "{}", text(&o).1);
+    for (args, says) in [
+        (
+            &["osd", "pool", "create", "p", "32", "16"][..],
+            "differs from pg_num",
+        ),
+        (
+            &["osd", "pool", "create", "p", "8", "mirrored"],
+            "replicated or erasure",
+        ),
+        (
+            &[
+                "osd", "pool", "create", "p", "8", "erasure", "prof", "rule", "more",
+            ],
+            "unexpected argument",
+        ),
+        (
+            &["osd", "erasure-code-profile", "set", "e", "k2"],
+            "is not key=value",
+        ),
+    ] {
+        let o = shoal(&[&["--set", "mon_host="][..], args].concat());
+        assert!(text(&o).1.contains(says), "{args:?}: {}", text(&o).1);
+    }
     let o = shoal(&["osd", "out", "host.3"]);
     assert!(text(&o).1.contains("3 or osd.3"), "{}", text(&o).1);
 }

@@ -5,7 +5,8 @@
 //! the daemons, including a compound op whose guard fails; a `shoal rados`
 //! writer SIGKILLed mid-stream and restarted with the same client id
 //! applies each op exactly once; an OSD given garbage, malformed ops and
-//! unauthorized ops refuses them and keeps serving; and at the end the
+//! unauthorized ops refuses them and keeps serving; erasure-code profiles
+//! and an EC pool are made with the CLI (omap there is refused); and at the end the
 //! three replicas hold identical objects (`shoal store ls` checksums).
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
@@ -312,6 +313,102 @@ async fn bad_requests_are_refused(c: &DevCluster, admin: &Client) {
     );
 }
 
+/// Erasure-code profiles and pools through the CLI, as an operator makes
+/// them; omap on an EC pool is refused by the OSD with a clear error.
+async fn erasure_code_profiles_and_pools(c: &DevCluster, admin: &Client) {
+    let run = |args: &[&str]| {
+        let o = c.shoal(args);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.success(), out, err)
+    };
+    let ok = |args: &[&str]| {
+        let (good, out, err) = run(args);
+        assert!(good, "{args:?}: {err}");
+        out
+    };
+    ok(&[
+        "osd",
+        "erasure-code-profile",
+        "set",
+        "two-one",
+        "k=2",
+        "m=1",
+        "crush-failure-domain=osd",
+    ]);
+    let got = ok(&["osd", "erasure-code-profile", "get", "two-one"]);
+    for line in [
+        "k=2",
+        "m=1",
+        "crush-failure-domain=osd",
+        "stripe_unit=4096",
+        "plugin=jerasure",
+    ] {
+        assert!(got.lines().any(|l| l == line), "{line} not in\n{got}");
+    }
+    let ls = ok(&["osd", "erasure-code-profile", "ls"]);
+    assert_eq!(ls.lines().collect::<Vec<_>>(), ["default", "two-one"]);
+    let (good, _, err) = run(&[
+        "osd",
+        "erasure-code-profile",
+        "set",
+        "bad",
+        "k=2",
+        "m=1",
+        "plugin=shec",
+    ]);
+    assert!(!good && err.contains("not available"), "{err}");
+    // Ceph's spelling, with pgp_num; the default profile (2+2) does not fit
+    // three OSDs and says so.
+    ok(&[
+        "osd", "pool", "create", "ecpool", "8", "8", "erasure", "two-one",
+    ]);
+    let (good, _, err) = run(&["osd", "pool", "create", "wide", "8", "erasure"]);
+    assert!(!good && err.contains("failure domains"), "{err}");
+    ok(&[
+        "osd",
+        "pool",
+        "set",
+        "ecpool",
+        "allow_ec_overwrites",
+        "true",
+    ]);
+    let detail = ok(&["osd", "pool", "ls", "--detail"]);
+    let line = detail.lines().find(|l| l.contains("'ecpool'")).unwrap();
+    for want in [
+        "erasure size 3 min_size 3",
+        "crush_rule ecpool",
+        "erasure_code_profile two-one",
+        "stripe_width 8192",
+        "ec_overwrites",
+    ] {
+        assert!(line.contains(want), "{want} not in {line}");
+    }
+    let (good, _, err) = run(&["osd", "erasure-code-profile", "rm", "two-one"]);
+    assert!(!good && err.contains("in use by pool ecpool"), "{err}");
+    // Omap never lives in an EC pool.
+    let ec = admin.pool("ecpool").unwrap();
+    let e = ec
+        .operate("meta", Op::new().omap_set(&[("k", &b"v"[..])]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.error, Error::NotSupported(ref m) if m.contains("omap is not supported")),
+        "{e:?}"
+    );
+    ok(&[
+        "osd",
+        "pool",
+        "rm",
+        "ecpool",
+        "ecpool",
+        "--yes-i-really-really-mean-it",
+    ]);
+    ok(&["osd", "erasure-code-profile", "rm", "two-one"]);
+    let ls = ok(&["osd", "erasure-code-profile", "ls"]);
+    assert_eq!(ls.lines().collect::<Vec<_>>(), ["default"]);
+}
+
 /// `shoal store ls` of each OSD, as pg → object → (size, data crc, meta crc).
 fn replica_listings(c: &DevCluster) -> Vec<BTreeMap<String, String>> {
     (0..3)
@@ -343,6 +440,7 @@ async fn ten_thousand_objects_on_three_osds_with_block_stores() {
     every_op_kind(&admin).await;
     killed_writer_resends_exactly_once(&c);
     bad_requests_are_refused(&c, &admin).await;
+    erasure_code_profiles_and_pools(&c, &admin).await;
     admin.shutdown().await;
     c.down();
     let lists = replica_listings(&c);

@@ -83,6 +83,9 @@ pub enum OsdCmd {
     /// Pools.
     #[command(subcommand)]
     Pool(PoolCmd),
+    /// Erasure-code profiles: what erasure-coded pools are made from.
+    #[command(subcommand, name = "erasure-code-profile")]
+    ErasureCodeProfile(EcProfileCmd),
     /// Edit the CRUSH hierarchy.
     #[command(subcommand)]
     Crush(CrushEditCmd),
@@ -109,6 +112,100 @@ pub enum OsdCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
+}
+
+/// Erasure-code profiles, as `ceph osd erasure-code-profile ...`.
+#[derive(Debug, Subcommand)]
+pub enum EcProfileCmd {
+    /// Create a profile: `set NAME k=K m=M [crush-failure-domain=host|osd]
+    /// [crush-device-class=CLASS] [crush-root=ROOT] [stripe_unit=BYTES]`.
+    Set {
+        /// Name.
+        name: String,
+        /// Settings, `key=value`.
+        settings: Vec<String>,
+        /// Replace a profile of that name (no pool may use it).
+        #[arg(long)]
+        force: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Show a profile's settings.
+    Get {
+        /// Name.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// List profiles.
+    Ls {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Remove a profile no pool uses.
+    Rm {
+        /// Name.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+}
+
+fn run_ec_profile(cmd: EcProfileCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    match cmd {
+        EcProfileCmd::Set {
+            name,
+            settings,
+            force,
+            format,
+        } => {
+            let mut params = std::collections::BTreeMap::new();
+            for s in &settings {
+                let (k, v) = s
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("{s:?} is not key=value"))?;
+                params.insert(k.to_string(), v.to_string());
+            }
+            let v = mon_command(
+                ctx,
+                &Command::ErasureCodeProfileSet {
+                    name: name.clone(),
+                    params,
+                    force,
+                },
+            )?;
+            done(format, &v, &format!("erasure-code profile {name} set"));
+        }
+        EcProfileCmd::Get { name, format } => {
+            let v = mon_command(ctx, &Command::ErasureCodeProfileGet { name })?;
+            print(format, &v, |v| {
+                let mut out = String::new();
+                for (k, val) in v.as_object().into_iter().flatten() {
+                    out.push_str(&format!("{k}={}\n", val.as_str().unwrap_or("")));
+                }
+                out
+            });
+        }
+        EcProfileCmd::Ls { format } => {
+            let v = mon_command(ctx, &Command::ErasureCodeProfileLs)?;
+            print(format, &v, |v| {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|n| format!("{}\n", n.as_str().unwrap_or("")))
+                    .collect()
+            });
+        }
+        EcProfileCmd::Rm { name, format } => {
+            let v = mon_command(ctx, &Command::ErasureCodeProfileRm { name: name.clone() })?;
+            done(format, &v, &format!("erasure-code profile {name} removed"));
+        }
+    }
+    Ok(())
 }
 
 /// CRUSH edits, as `ceph osd crush ...`.
@@ -173,28 +270,24 @@ pub struct FormatArg {
 /// Pool commands.
 #[derive(Debug, Subcommand)]
 pub enum PoolCmd {
-    /// Create a pool: `create NAME [PG_NUM] [replicated --size N --min-size N | erasure --k K --m M]`.
+    /// Create a pool, as Ceph's `osd pool create`:
+    /// `create NAME [PG_NUM [PGP_NUM]] [replicated [--size N --min-size N] |
+    /// erasure [PROFILE [RULE]]]`.
     Create {
         /// Name.
         name: String,
-        /// Number of PGs.
-        #[arg(default_value_t = 32)]
-        pg_num: u32,
-        /// `replicated` (default) or `erasure`.
-        #[arg(default_value = "replicated")]
-        kind: String,
+        /// `[PG_NUM [PGP_NUM]] [replicated | erasure [PROFILE [RULE]]]`
+        /// (PG_NUM defaults to 32, the profile to `default`, the rule of
+        /// an erasure-coded pool to one made from the profile, named after
+        /// the pool).
+        #[arg(num_args = 0..)]
+        args: Vec<String>,
         /// Copies (replicated).
         #[arg(long, default_value_t = 3)]
         size: u32,
         /// Fewest copies that take writes (default: size - size/2).
         #[arg(long)]
         min_size: Option<u32>,
-        /// Data chunks (erasure).
-        #[arg(long, default_value_t = 2)]
-        k: u32,
-        /// Coding chunks (erasure).
-        #[arg(long, default_value_t = 1)]
-        m: u32,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
@@ -233,7 +326,7 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
-    /// Set a property: size, min_size, crush_rule.
+    /// Set a property: size, min_size, crush_rule, allow_ec_overwrites.
     Set {
         /// Pool.
         name: String,
@@ -409,6 +502,7 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &format!("{flag} is unset"),
         ),
         OsdCmd::Pool(p) => run_pool(p, ctx)?,
+        OsdCmd::ErasureCodeProfile(p) => run_ec_profile(p, ctx)?,
         OsdCmd::Watch { count, timeout } => watch(ctx, count, timeout)?,
         OsdCmd::Crush(c) => run_crush(c, ctx)?,
         OsdCmd::Map {
@@ -518,22 +612,12 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         PoolCmd::Create {
             name,
-            pg_num,
-            kind,
+            args,
             size,
             min_size,
-            k,
-            m,
             format,
         } => {
-            let spec = match kind.as_str() {
-                "replicated" => PoolSpec::Replicated {
-                    size,
-                    min_size: min_size.unwrap_or(size - size / 2),
-                },
-                "erasure" => PoolSpec::Erasure { k, m },
-                other => anyhow::bail!("pool type must be replicated or erasure, not {other:?}"),
-            };
+            let (pg_num, spec) = create_args(&args, size, min_size)?;
             let v = mon_command(
                 ctx,
                 &Command::PoolCreate {
@@ -551,7 +635,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 for p in v.as_array().into_iter().flatten() {
                     if detail {
                         out.push_str(&format!(
-                            "pool {} '{}' {} size {} min_size {} pg_num {} crush_rule {}\n",
+                            "pool {} '{}' {} size {} min_size {} pg_num {} crush_rule {}",
                             p["id"],
                             p["name"].as_str().unwrap_or(""),
                             p["type"].as_str().unwrap_or(""),
@@ -560,6 +644,18 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                             p["pg_num"],
                             p["crush_rule"].as_str().unwrap_or("")
                         ));
+                        if let Some(profile) = p["erasure_code_profile"].as_str() {
+                            out.push_str(&format!(
+                                " erasure_code_profile {profile} stripe_width {}{}",
+                                p["stripe_width"],
+                                if p["allow_ec_overwrites"] == true {
+                                    " ec_overwrites"
+                                } else {
+                                    ""
+                                }
+                            ));
+                        }
+                        out.push('\n');
                     } else {
                         out.push_str(&format!("{}\n", p["name"].as_str().unwrap_or("")));
                     }
@@ -628,6 +724,45 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `[PG_NUM [PGP_NUM]] [replicated | erasure [PROFILE [RULE]]]`, as
+/// Ceph's `osd pool create` takes them.
+fn create_args(
+    args: &[String],
+    size: u32,
+    min_size: Option<u32>,
+) -> anyhow::Result<(u32, PoolSpec)> {
+    let mut rest = args.iter().map(String::as_str).peekable();
+    let mut nums = Vec::new();
+    while let Some(n) = rest.peek().and_then(|a| a.parse::<u32>().ok()) {
+        nums.push(n);
+        rest.next();
+    }
+    let pg_num = nums.first().copied().unwrap_or(32);
+    match nums.get(1..) {
+        Some([]) | None => {}
+        Some([pgp]) if *pgp == pg_num => {}
+        Some([pgp]) => {
+            anyhow::bail!("pgp_num {pgp} differs from pg_num {pg_num}: Shoal places by every PG")
+        }
+        Some(_) => anyhow::bail!("at most PG_NUM and PGP_NUM before the pool type"),
+    }
+    let spec = match rest.next() {
+        None | Some("replicated") => PoolSpec::Replicated {
+            size,
+            min_size: min_size.unwrap_or(size - size / 2),
+        },
+        Some("erasure") => PoolSpec::Erasure {
+            profile: rest.next().unwrap_or("default").to_string(),
+            rule: rest.next().map(str::to_string),
+        },
+        Some(other) => anyhow::bail!("pool type must be replicated or erasure, not {other:?}"),
+    };
+    if let Some(extra) = rest.next() {
+        anyhow::bail!("unexpected argument {extra:?} after the pool type");
+    }
+    Ok((pg_num, spec))
 }
 
 fn bail_mkfs() -> anyhow::Result<()> {

@@ -231,7 +231,9 @@ pub fn plan(
     let lookup = |s: u64| old.get(&s).map(Vec::as_slice);
     let w = run(layout, old_size, ops, &lookup)?;
     if let Some(s) = w.needed.iter().find(|s| !old.contains_key(s)) {
-        return Err(EcError::Shape(format!("stripe {s} was needed and not read")));
+        return Err(EcError::Shape(format!(
+            "stripe {s} was needed and not read"
+        )));
     }
     // Stripes past the new end are dropped (a truncate shortens shards).
     let last = w.size.div_ceil(layout.width());
@@ -335,7 +337,9 @@ mod tests {
 
         fn logical(&self, l: StripeLayout) -> Vec<u8> {
             let c = Codec::new(l).unwrap();
-            let mut d = c.decode(self.bytes.iter().cloned().map(Some).collect()).unwrap();
+            let mut d = c
+                .decode(self.bytes.iter().cloned().map(Some).collect())
+                .unwrap();
             d.truncate(self.size as usize);
             d
         }
@@ -414,12 +418,23 @@ mod tests {
         let before = sh.bytes.clone();
         assert!(step(l, &mut sh, &[DataOp::Truncate(100)]).is_empty());
         assert_eq!(sh.bytes[0][..before[0].len()], before[0][..]);
-        assert_eq!(step(l, &mut sh, &[DataOp::Truncate(5)]), BTreeSet::from([0]));
+        assert_eq!(
+            step(l, &mut sh, &[DataOp::Truncate(5)]),
+            BTreeSet::from([0])
+        );
         assert_eq!(sh.logical(l), vec![7; 5]);
         // Write-full (remove, then write) reads nothing.
         assert!(step(l, &mut sh, &[DataOp::Remove, w(0, 3)]).is_empty());
         assert_eq!(sh.logical(l), vec![7; 3]);
-        assert!(plan(&Codec::new(l).unwrap(), Some(3), &[w(1, 1)], &BTreeMap::new()).is_err());
+        assert!(
+            plan(
+                &Codec::new(l).unwrap(),
+                Some(3),
+                &[w(1, 1)],
+                &BTreeMap::new()
+            )
+            .is_err()
+        );
     }
 
     fn op() -> impl Strategy<Value = DataOp> {

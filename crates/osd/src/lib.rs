@@ -16,6 +16,7 @@ pub mod codec;
 pub mod copy;
 pub mod ctx;
 pub mod daemon;
+pub mod ec;
 pub mod exec;
 pub mod log;
 pub mod missing;

@@ -25,7 +25,7 @@ pub enum DataOp {
         /// Logical offset.
         offset: u64,
         /// The bytes.
-        data: Vec<u8>,
+        data: bytes::Bytes,
     },
     /// Make a range read as zeros, extending the object if needed.
     Zero {
@@ -400,7 +400,7 @@ mod tests {
         // A new object: nothing to read.
         let w = |offset, n: usize| DataOp::Write {
             offset,
-            data: vec![7; n],
+            data: vec![7; n].into(),
         };
         assert!(step(l, &mut sh, &[w(0, 20)]).is_empty());
         assert_eq!(sh.size, 20);
@@ -440,8 +440,12 @@ mod tests {
     fn op() -> impl Strategy<Value = DataOp> {
         prop_oneof![
             Just(DataOp::Touch),
-            (0u64..200, proptest::collection::vec(any::<u8>(), 0..90))
-                .prop_map(|(offset, data)| DataOp::Write { offset, data }),
+            (0u64..200, proptest::collection::vec(any::<u8>(), 0..90)).prop_map(
+                |(offset, data)| DataOp::Write {
+                    offset,
+                    data: data.into()
+                }
+            ),
             (0u64..200, 0u64..90).prop_map(|(offset, len)| DataOp::Zero { offset, len }),
             (0u64..220).prop_map(DataOp::Truncate),
             Just(DataOp::Remove),

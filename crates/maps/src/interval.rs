@@ -10,7 +10,7 @@
 //! into intervals; it is pure, so the monitors (who keep the map history)
 //! compute a PG's past intervals on an OSD's request.
 
-use crate::{OsdMap, PgId};
+use crate::{ITEM_NONE, OsdMap, PgId};
 
 /// One interval of a PG.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,11 @@ impl Open {
     fn close(self) -> PastInterval {
         let k = self.key;
         let maybe_went_rw = k.primary >= 0
-            && k.acting.iter().filter(|o| **o >= 0).count() >= k.min_size.max(1) as usize
+            && k.acting
+                .iter()
+                .filter(|o| **o >= 0 && **o != ITEM_NONE)
+                .count()
+                >= k.min_size.max(1) as usize
             && self.primary_up_thru >= self.first;
         PastInterval {
             first: self.first,

@@ -34,6 +34,10 @@ pub struct PgConfig {
     /// Bytes of log, dups and missing-set records per piece of a peering
     /// answer or activation.
     pub peering_piece_bytes: usize,
+    /// Open and serve the PGs of erasure-coded pools. Off by default
+    /// while the EC backend is incomplete (its recovery and scrub are not
+    /// built): tests turn it on.
+    pub serve_erasure_pools: bool,
 }
 
 impl Default for PgConfig {
@@ -47,6 +51,7 @@ impl Default for PgConfig {
             max_backfills: 1,
             copy_limits: crate::copy::StepLimits::default(),
             peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
+            serve_erasure_pools: false,
         }
     }
 }

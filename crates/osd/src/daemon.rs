@@ -340,13 +340,45 @@ impl Inner {
         {
             return Ok(tx.clone());
         }
-        let tx = Pg::spawn(pg, Arc::clone(&self.ctx), &self.shards)
+        let map = self.current_map();
+        let coll = self.open_collection(map.as_deref(), pg)?;
+        let tx = Pg::spawn(pg, coll, Arc::clone(&self.ctx), &self.shards)
             .map_err(|e| OsdError::Store(e.to_string()))?;
-        if let Some(map) = self.current_map() {
+        if let Some(map) = map {
             let _ = tx.send(PgEvent::Map(map));
         }
         pgs.insert(pg, tx.clone());
         Ok(tx)
+    }
+
+    /// The collection PG `pg` keeps here: the one it has (a replicated
+    /// PG's, or the shard of an erasure-coded one this OSD holds), else for
+    /// an erasure-coded pool that of our position in the map.
+    fn open_collection(
+        &self,
+        map: Option<&OsdMap>,
+        pg: PgId,
+    ) -> Result<shoal_objectstore::CollectionId, OsdError> {
+        let ec = map
+            .and_then(|m| m.pool(pg.pool))
+            .is_some_and(|p| p.is_erasure());
+        let plain = crate::object::collection(pg);
+        let store = &self.ctx.store;
+        if store.collection_exists(&plain).unwrap_or(false) && !ec {
+            return Ok(plain);
+        }
+        let held = store
+            .list_collections()
+            .map_err(|e| OsdError::Store(e.to_string()))?
+            .into_iter()
+            .find(|c| c.pool == pg.pool && c.seed == pg.seed);
+        match (held, map) {
+            (Some(c), _) => Ok(c),
+            (None, Some(map)) if ec => pg_collection(map, pg, self.opts.id).ok_or_else(|| {
+                OsdError::Store(format!("osd.{} holds no shard of pg {pg}", self.opts.id))
+            }),
+            _ => Ok(plain),
+        }
     }
 
     /// Boots, then applies every new map: starts the PGs it gives us and
@@ -401,9 +433,10 @@ impl Inner {
         let mut ws = shoal_crush::Workspace::default();
         let mut mine = Vec::new();
         let mut peers = BTreeSet::new();
-        // Erasure-coded pools' PGs are not opened: their backend is not
-        // built yet, and replication must not stand in for it.
-        for (pool_id, pool) in map.pools().iter().filter(|(_, p)| !p.is_erasure()) {
+        // Erasure-coded pools' PGs are opened only where the EC backend is
+        // enabled: replication must not stand in for it.
+        let ec = self.ctx.cfg.serve_erasure_pools;
+        for (pool_id, pool) in map.pools().iter().filter(|(_, p)| ec || !p.is_erasure()) {
             for seed in 0..pool.pg_num {
                 let pg = PgId {
                     pool: *pool_id,
@@ -419,7 +452,7 @@ impl Inner {
             }
         }
         peers.remove(&me);
-        peers.retain(|p| *p >= 0);
+        peers.retain(|p| *p >= 0 && *p != shoal_maps::ITEM_NONE);
         // Like Ceph's osd_heartbeat_min_peers: also watch the next up OSDs
         // by id, so an OSD that holds no PG (marked out, say) is still
         // watched and reported when it dies.
@@ -476,10 +509,16 @@ impl Inner {
             if pgs.contains_key(&pg) {
                 return;
             }
-            let coll = crate::object::collection(pg);
-            let mut t = shoal_objectstore::Transaction::new();
-            t.remove_collection(coll);
-            let r = shoal_net::runtime::blocking(|| inner.ctx.store.apply_transaction(t));
+            // The PG's collection, or (erasure coded) those of its shards.
+            let r = shoal_net::runtime::blocking(|| {
+                let mut t = shoal_objectstore::Transaction::new();
+                for c in inner.ctx.store.list_collections()? {
+                    if c.pool == pg.pool && c.seed == pg.seed {
+                        t.remove_collection(c);
+                    }
+                }
+                inner.ctx.store.apply_transaction(t)
+            });
             drop(pgs);
             if let Err(e) = r {
                 tracing::warn!(%pg, "removing the PG of a deleted pool: {e}");
@@ -555,12 +594,14 @@ impl Inner {
             Message::PgPush(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPull(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgScrub(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::EcRead(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgCommand(m) => (m.pool, m.pg_seed, m.epoch),
             Message::RepOp(_)
             | Message::PgQuery(_)
             | Message::PgInfo(_)
             | Message::PgPush(_)
             | Message::PgPull(_)
+            | Message::EcRead(_)
             | Message::PgScrub(_) => {
                 OsdCounters::add(&self.ctx.counters.refused, 1);
                 let why = format!("{} may not send OSD-internal messages", peer.name);
@@ -695,6 +736,13 @@ impl Inner {
                         ..Default::default()
                     }
                     .into(),
+                    Message::EcRead(_) => shoal_proto::EcReadReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
                     _ => shoal_proto::RepOpReply {
                         code: code as u32,
                         message,
@@ -715,8 +763,9 @@ impl Inner {
             let m = format!("pool {pool} does not exist in epoch {}", map.epoch.0);
             return refuse(r, OsdErrorCode::NoPool, m);
         };
-        if let (true, Message::OsdOp(op)) = (p.is_erasure(), &r.msg) {
-            let why = ec_refusal(&p.name, &op.ops);
+        if let (true, Message::OsdOp(op)) = (p.is_erasure(), &r.msg)
+            && let Some(why) = ec_refusal(&p.name, &op.ops, self.ctx.cfg.serve_erasure_pools)
+        {
             return refuse(r, OsdErrorCode::NotSupported, why);
         }
         // A client op's PG is the OSD's own placement of the object.
@@ -752,7 +801,10 @@ impl Inner {
             && !self
                 .ctx
                 .store
-                .collection_exists(&crate::object::collection(pgid))
+                .collection_exists(
+                    &pg_collection(&map, pgid, self.opts.id)
+                        .unwrap_or_else(|| crate::object::collection(pgid)),
+                )
                 .unwrap_or(true)
         {
             let reply = shoal_proto::PgInfo {
@@ -821,6 +873,7 @@ impl Inner {
             },
             Message::PgPull(msg) => PgEvent::Pull { msg, responder },
             Message::PgScrub(msg) => PgEvent::Scrub { msg, responder },
+            Message::EcRead(msg) => PgEvent::EcRead { msg, responder },
             Message::PgCommand(msg) => PgEvent::Command { msg, responder },
             _ => return,
         };
@@ -828,21 +881,43 @@ impl Inner {
     }
 }
 
-/// Why a client op on an erasure-coded pool is refused: omap never lives
-/// in an EC pool (as in Ceph); the rest waits for the EC backend.
-fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp]) -> String {
+/// Why a client op on an erasure-coded pool is refused, if it is: omap
+/// never lives in an EC pool (as in Ceph), and nothing is served where the
+/// EC backend is not enabled.
+fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp], served: bool) -> Option<String> {
     let omap = ops
         .iter()
         .any(|o| shoal_proto::OpCode::from_u32(o.code).is_some_and(shoal_proto::OpCode::is_omap));
     if omap {
-        format!(
+        Some(format!(
             "omap is not supported on erasure-coded pool {pool}: keep omap (metadata) \
              in a replicated pool"
-        )
+        ))
+    } else if !served {
+        Some(format!(
+            "erasure-coded pool {pool} is not served: this OSD's erasure-coding \
+             backend is not enabled (its PGs stay unopened rather than replicated)"
+        ))
     } else {
-        format!(
-            "erasure-coded pool {pool} is not served yet: this OSD has no erasure-coding \
-             backend (its PGs stay unopened rather than replicated)"
-        )
+        None
     }
+}
+
+/// Where this OSD keeps its copy of `pg`: the PG's collection, or for an
+/// erasure-coded pool that of the shard at our position in the acting set
+/// (or, outside it, the up set or CRUSH's answer); `None` if we hold no shard.
+pub fn pg_collection(map: &OsdMap, pg: PgId, me: i32) -> Option<shoal_objectstore::CollectionId> {
+    let pool = map.pool(pg.pool)?;
+    if !pool.is_erasure() {
+        return Some(crate::object::collection(pg));
+    }
+    let m = map.pg_to_up_acting(pg).ok()?;
+    // Down, we are a hole in the up and acting sets; CRUSH still names us.
+    let pos = [&m.acting, &m.up, &m.raw]
+        .into_iter()
+        .find_map(|set| set.iter().position(|o| *o == me))?;
+    let shard = u8::try_from(pos).ok()?;
+    Some(shoal_objectstore::CollectionId::shard(
+        pg.pool, pg.seed, shard,
+    ))
 }

@@ -53,7 +53,7 @@ impl CopyFence {
     }
 
     /// Holds the fence while the copy's generation is current.
-    fn hold(&self) -> Result<MutexGuard<'_, u64>, String> {
+    pub(crate) fn hold(&self) -> Result<MutexGuard<'_, u64>, String> {
         let g = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if *g == self.generation {
             Ok(g)

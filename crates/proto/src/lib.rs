@@ -23,7 +23,7 @@ pub use message::{
     MonRaftReply, MonSubscribe, MonUpdate, Ping, Pong, RejectCode,
 };
 pub use osd::{
-    CmpOp, CopyProgress, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult,
-    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub,
-    PgScrubMap, RepOp, RepOpReply, ScrubObject, TxnOp,
+    CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp,
+    OsdSubOpResult, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush,
+    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, ScrubObject, TxnOp,
 };

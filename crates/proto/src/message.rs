@@ -7,8 +7,8 @@
 use prost::Message as _;
 
 pub use crate::osd::{
-    OsdOp, OsdOpReply, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush,
-    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply,
+    EcRead, EcReadReply, OsdOp, OsdOpReply, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply,
+    PgPull, PgPush, PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -370,6 +370,8 @@ messages! {
     211 => PgScrubMap,
     212 => PgCommand,
     213 => PgCommandReply,
+    214 => EcRead,
+    215 => EcReadReply,
 }
 
 #[cfg(test)]

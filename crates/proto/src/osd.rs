@@ -785,6 +785,66 @@ pub struct ScrubObject {
     pub error: String,
 }
 
+/// Erasure coding: the primary asks a member for its shard's chunks of
+/// stripes `stripe_start..stripe_end` of one object; the answer is an
+/// [`EcReadReply`] whose data part is those chunks end to end, each
+/// checked against its checksum first.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EcRead {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The shard asked for (the member's position in the acting set).
+    #[prost(uint32, tag = "4")]
+    pub shard: u32,
+    /// Object hash.
+    #[prost(uint32, tag = "5")]
+    pub hash: u32,
+    /// Object name (store key).
+    #[prost(bytes = "vec", tag = "6")]
+    pub name: Vec<u8>,
+    /// First stripe.
+    #[prost(uint64, tag = "7")]
+    pub stripe_start: u64,
+    /// One past the last stripe (past the object's end: up to its end).
+    #[prost(uint64, tag = "8")]
+    pub stripe_end: u64,
+    /// Send the object's xattrs too (recovery rebuilds whole shards).
+    #[prost(bool, tag = "9")]
+    pub want_attrs: bool,
+}
+
+/// The answer to an [`EcRead`]: `code` 0 with the chunks as the data
+/// part, `NotFound` when the shard holds no such object, `Io` when a
+/// chunk fails its checksum (the primary decodes around it).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EcReadReply {
+    /// [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// Why, when not 0.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The member's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The object's logical size as the shard records it.
+    #[prost(uint64, tag = "4")]
+    pub object_size: u64,
+    /// Xattr names (store names), when asked for.
+    #[prost(string, repeated, tag = "5")]
+    pub attrs: Vec<String>,
+    /// Xattr values.
+    #[prost(bytes = "vec", repeated, tag = "6")]
+    pub attr_values: Vec<Vec<u8>>,
+}
+
 /// A member's answer to [`PgScrub`].
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PgScrubMap {

@@ -4,8 +4,8 @@
 //! objects, how a logged change becomes what each member applies, how one
 //! step of an object's copy is read on a source and installed on a target,
 //! and what a member holds of an object for scrub to compare. Replication
-//! is the backend today: every member holds whole objects and applies the
-//! same transaction. Erasure coding is the next: each member holds one
+//! ([`Replicated`]): every member holds whole objects and applies the
+//! same transaction. Erasure coding (`ec.rs`): each member holds one
 //! shard of every stripe, at the collection of its position in the acting
 //! set.
 
@@ -28,6 +28,9 @@ pub struct Change<'a> {
     pub txn: Transaction,
     /// The members other than this OSD that take the change, in order.
     pub members: &'a [i32],
+    /// Erasure coding: the shard each of `members` holds (empty for
+    /// replication).
+    pub member_shards: &'a [u8],
     /// The replicated-op message without its transaction: the PG, epochs,
     /// log entry and statistics deltas.
     pub rep: RepOp,
@@ -203,6 +206,7 @@ mod tests {
                 coll,
                 txn: txn.clone(),
                 members: &[2, 3],
+                member_shards: &[],
                 rep: rep.clone(),
                 received: None,
             })
@@ -246,6 +250,7 @@ mod tests {
             coll,
             txn,
             members: &[2],
+            member_shards: &[],
             rep: RepOp::default(),
             received: None,
         });
@@ -263,6 +268,7 @@ mod tests {
             coll,
             txn: txn.clone(),
             members: &[2],
+            member_shards: &[],
             rep: RepOp::default(),
             received,
         };

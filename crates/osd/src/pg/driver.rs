@@ -99,7 +99,15 @@ impl Pg {
                     Box::pin(self.drive(fx)).await;
                 }
                 Effect::ReserveBackfill { generation } => self.reserve_backfill(generation),
+                Effect::RecoverObject(job) if self.core.ec.is_some() => {
+                    self.ec_recover_object(job).await
+                }
                 Effect::RecoverObject(job) => self.recover_object(job),
+                Effect::EcGather {
+                    key,
+                    stripes,
+                    interval_start,
+                } => self.ec_gather(key, stripes, interval_start).await,
                 Effect::UnfoundSearchLater { generation } => self.unfound_search_later(generation),
                 Effect::RecoveryRetryAfter { delay, generation } => {
                     self.recovery_retry_after(delay, generation)

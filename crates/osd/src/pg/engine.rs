@@ -201,6 +201,16 @@ pub enum Effect {
     /// Persist our activation now, then take
     /// `PgCore::activation_persisted` with the outcome.
     PersistActivation(Transaction),
+    /// Erasure coding: gather `stripes` of `key` from the shards and
+    /// decode them; `EcGathered` follows.
+    EcGather {
+        /// The object.
+        key: ObjectKey,
+        /// The stripes.
+        stripes: std::collections::BTreeSet<u64>,
+        /// The interval.
+        interval_start: u32,
+    },
     /// Send each member its activation, in order; the outcome comes back
     /// as `Activated`.
     SendActivations {
@@ -303,6 +313,12 @@ pub struct PgCore {
     pub(super) scrub_record: super::scrub::ScrubRecord,
     /// An activation being persisted here, then sent.
     pub(super) pending_activation: Option<peering::PendingActivation>,
+    /// Erasure coding: the pool's codec and this interval's sets by
+    /// position (None for a replicated pool).
+    pub(super) ec: Option<super::ec::EcPg>,
+    /// Erasure coding: the op of each object whose stripes are being
+    /// gathered (other ops on it wait behind it).
+    pub(super) ec_gathering: BTreeMap<ObjectKey, Op>,
 }
 
 fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
@@ -333,6 +349,12 @@ pub(super) fn op_error(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: Str
     }
 }
 
+/// Whether a set entry names an OSD: not a hole (-1, or an erasure-coded
+/// set's [`shoal_maps::ITEM_NONE`]).
+pub(super) fn is_osd(o: i32) -> bool {
+    o >= 0 && o != shoal_maps::ITEM_NONE
+}
+
 impl PgCore {
     pub(super) fn epoch(&self) -> u32 {
         self.map.as_ref().map_or(0, |m| m.epoch.0)
@@ -352,14 +374,14 @@ impl PgCore {
         self.up
             .iter()
             .copied()
-            .filter(|o| *o >= 0 && !self.acting.contains(o))
+            .filter(|o| is_osd(*o) && !self.acting.contains(o))
             .collect()
     }
 
     /// Every member that holds the PG's data in this interval: the acting
     /// set, then the backfill targets.
     pub(super) fn shards(&self) -> Vec<i32> {
-        let mut out: Vec<i32> = self.acting.iter().copied().filter(|o| *o >= 0).collect();
+        let mut out: Vec<i32> = self.acting.iter().copied().filter(|o| is_osd(*o)).collect();
         out.extend(self.backfill_targets());
         out
     }
@@ -375,7 +397,7 @@ impl PgCore {
         self.acting
             .iter()
             .copied()
-            .filter(|o| *o != me && *o >= 0)
+            .filter(|o| *o != me && is_osd(*o))
             .collect()
     }
 
@@ -665,6 +687,10 @@ impl PgCore {
         let epoch = self.epoch();
         let version = entry.version;
         let members = self.other_shards();
+        let member_shards: Vec<u8> = match &self.ec {
+            Some(ec) => members.iter().filter_map(|o| ec.shard_of(*o)).collect(),
+            None => Vec::new(),
+        };
         let rep = RepOp {
             pool: self.id.pool,
             pg_seed: self.id.seed,
@@ -679,6 +705,7 @@ impl PgCore {
             coll: self.coll,
             txn: data_txn,
             members: &members,
+            member_shards: &member_shards,
             rep,
             received,
         }) {
@@ -865,6 +892,7 @@ impl PgCore {
 }
 
 mod answers;
+mod ec_ops;
 mod map;
 mod ops;
 mod peering;

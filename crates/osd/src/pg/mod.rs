@@ -14,6 +14,7 @@
 
 pub mod backend;
 mod driver;
+pub(crate) mod ec;
 pub mod engine;
 mod peering;
 mod primary;
@@ -34,10 +35,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::ctx::OsdCtx;
 use crate::log::{PgLog, Version};
 use crate::missing::MissingSet;
-use crate::object::{collection, pg_meta_key};
+use crate::object::pg_meta_key;
 use engine::PgCore;
 
-pub use peering::{MemberLog, MemberRecovery, RecoveryPlan, plan_recovery};
+pub use peering::{MemberLog, MemberRecovery, RecoveryPlan, plan_recovery, plan_recovery_k};
 pub use recover::RecoveryProgress;
 
 /// Most omap entries read from a PG's meta object at once (its log and dups).
@@ -193,6 +194,23 @@ pub enum PgEvent {
         /// Where the page goes.
         responder: Responder,
     },
+    /// Erasure coding: the primary wants chunks of our shard.
+    EcRead {
+        /// The message.
+        msg: shoal_proto::EcRead,
+        /// Where the chunks go.
+        responder: Responder,
+    },
+    /// Erasure coding: the stripes an op waits for were gathered (and
+    /// decoded) from the shards, or could not be.
+    EcGathered {
+        /// The object.
+        key: shoal_objectstore::ObjectKey,
+        /// The interval the gather was for.
+        interval_start: u32,
+        /// Stripe → its object bytes.
+        result: Result<BTreeMap<u64, Vec<u8>>, String>,
+    },
     /// Scrub the next chunk (sent by the PG to itself).
     ScrubStep,
     /// Start a scrub if one is due.
@@ -320,10 +338,10 @@ impl Pg {
     /// actor on its shard; returns the actor's event queue.
     pub fn spawn(
         id: PgId,
+        coll: shoal_objectstore::CollectionId,
         ctx: Arc<OsdCtx>,
         shards: &crate::shards::Shards,
     ) -> Result<mpsc::UnboundedSender<PgEvent>, PgOpenError> {
-        let coll = collection(id);
         let err = |why: String| PgOpenError { pg: id, why };
         let store = &ctx.store;
         let mut scrub_record = scrub::ScrubRecord::default();
@@ -400,6 +418,8 @@ impl Pg {
             search_everywhere: false,
             recovery_generation: 0,
             pending_activation: None,
+            ec: None,
+            ec_gathering: BTreeMap::new(),
             scrub: None,
             scrub_record,
         };
@@ -549,6 +569,19 @@ impl Pg {
             } => {
                 let to = self.token(responder);
                 let fx = self.step(|core| core.list(from_osd, msg, to));
+                self.drive(fx).await
+            }
+            PgEvent::EcRead { msg, responder } => {
+                let to = self.token(responder);
+                let fx = self.step(|core| core.ec_read(&msg, to));
+                self.drive_for_peer(fx).await
+            }
+            PgEvent::EcGathered {
+                key,
+                interval_start,
+                result,
+            } => {
+                let fx = self.step(|core| core.ec_gathered(key, interval_start, result));
                 self.drive(fx).await
             }
             PgEvent::ScrubStep => {
@@ -739,8 +772,10 @@ impl Pg {
             objects: self.core.log.info.objects,
             bytes: self.core.log.info.bytes,
             version: self.core.log.info.last_update,
-            up: self.core.up.clone(),
-            acting: self.core.acting.clone(),
+            // An erasure-coded PG's sets as the map gives them: by position.
+            up: (self.core.ec.as_ref()).map_or_else(|| self.core.up.clone(), |e| e.up.clone()),
+            acting: (self.core.ec.as_ref())
+                .map_or_else(|| self.core.acting.clone(), |e| e.acting.clone()),
             log_size: self.core.log.len() as u64,
             inconsistent: self
                 .core

@@ -132,6 +132,20 @@ impl RecoveryPlan {
 /// log's tail, that answered nothing, or whose copy is empty and never
 /// went active (a new member) while the PG has data, is backfilled.
 pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -> RecoveryPlan {
+    plan_recovery_k(me, logs, acting, 1)
+}
+
+/// [`plan_recovery`] for a PG whose objects need `k` members to be read
+/// (an erasure-coded PG's data shards): the authoritative log is the
+/// newest that at least `k` of the candidates reached, since a change
+/// fewer than `k` shards hold cannot be decoded — it is rolled back on
+/// the members that have it (their copies are rebuilt from the others).
+pub fn plan_recovery_k(
+    me: i32,
+    logs: &BTreeMap<i32, MemberLog>,
+    acting: &[i32],
+    k: usize,
+) -> RecoveryPlan {
     let empty = MemberLog::default();
     // A log from before the newest activation may run past the point where
     // that activation's history went another way: its extra entries are
@@ -142,9 +156,19 @@ pub fn plan_recovery(me: i32, logs: &BTreeMap<i32, MemberLog>, acting: &[i32]) -
         .map(|l| l.info.last_epoch_started)
         .max()
         .unwrap_or(0);
-    let auth = logs
-        .iter()
-        .filter(|(_, l)| l.info.last_epoch_started == newest_les)
+    let candidates = || {
+        logs.iter()
+            .filter(|(_, l)| l.info.last_epoch_started == newest_les)
+    };
+    let mut reached: Vec<Version> = candidates().map(|(_, l)| l.info.last_update).collect();
+    reached.sort_unstable_by(|a, b| b.cmp(a));
+    let cap = if k > 1 {
+        reached.get(k - 1).copied()
+    } else {
+        None
+    };
+    let auth = candidates()
+        .filter(|(_, l)| cap.is_none_or(|c| l.info.last_update <= c))
         .max_by_key(|(osd, l)| (l.info.last_update, **osd == me, -**osd))
         .map_or(me, |(osd, _)| *osd);
     let auth_log = logs.get(&auth).unwrap_or(&empty);

@@ -445,6 +445,14 @@ impl PgCore {
                 .rev()
                 .find(|e| e.key == key)
                 .map(|e| e.op == crate::log::LogOp::Modify);
+            let sources = match (&self.ec, self.plan.as_ref()) {
+                (Some(_), Some(plan)) => plan
+                    .sources(&key, &self.acting)
+                    .into_iter()
+                    .filter(|o| !targets.contains(o))
+                    .collect(),
+                _ => Vec::new(),
+            };
             fx.push(Effect::RecoverObject(ObjectJob {
                 generation: rs.generation,
                 key,
@@ -452,6 +460,7 @@ impl PgCore {
                 push_to: targets.into_iter().filter(|o| *o != me).collect(),
                 expect,
                 throttled: !urgent,
+                sources,
             }));
         }
     }
@@ -584,6 +593,9 @@ pub struct ObjectJob {
     /// Takes one of the OSD's recovery slots (an object an op waits for
     /// does not wait for a slot).
     pub throttled: bool,
+    /// Erasure coding: the members holding the object's authoritative
+    /// version, whose shards rebuild the others (empty for replication).
+    pub sources: Vec<i32>,
 }
 
 impl Pg {

@@ -218,6 +218,22 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgPull::default()
             })
         }),
+        (any::<u32>(), bytes32(), any::<u64>()).prop_map(|(shard, name, stripe_end)| {
+            Message::EcRead(EcRead {
+                shard,
+                name,
+                stripe_end,
+                ..EcRead::default()
+            })
+        }),
+        (any::<u32>(), ".{0,20}", any::<u64>()).prop_map(|(code, message, object_size)| {
+            Message::EcReadReply(EcReadReply {
+                code,
+                message,
+                object_size,
+                ..EcReadReply::default()
+            })
+        }),
         (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
             names: vec![name],
             more,

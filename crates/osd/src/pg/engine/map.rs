@@ -44,13 +44,26 @@ impl PgCore {
                 min_size: pool.min_size,
             }
         };
-        let before = (self.pool.as_ref()).map(|p| key(&self.up, &self.acting, self.primary, p));
+        // An erasure-coded PG's sets are positional (holes are ITEM_NONE):
+        // the engine's own sets list the members, `ec` keeps the positions.
+        let (prev_up, prev_acting) = match &self.ec {
+            Some(ec) => (ec.up.clone(), ec.acting.clone()),
+            None => (self.up.clone(), self.acting.clone()),
+        };
+        let before = (self.pool.as_ref()).map(|p| key(&prev_up, &prev_acting, self.primary, p));
         let changed = gap || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
+        let (up, acting) = if pool.is_erasure() {
+            self.set_ec(&pool, &m);
+            let members = |v: &[i32]| v.iter().copied().filter(|o| super::is_osd(*o)).collect();
+            (members(&m.up), members(&m.acting))
+        } else {
+            (m.up, m.acting)
+        };
         self.map = Some(map);
         self.pool = Some(pool);
         if changed {
-            self.up = m.up.clone();
-            return self.new_interval(m.up, m.acting, m.acting_primary);
+            self.up = up.clone();
+            return self.new_interval(up, acting, m.acting_primary);
         }
         if someone_up
             && self.is_primary()
@@ -77,6 +90,40 @@ impl PgCore {
             State::Peering => self.queried_went_down(),
             _ => Vec::new(),
         }
+    }
+
+    /// An erasure-coded pool's codec (made once) and this map's sets by
+    /// position; the backend becomes erasure coding.
+    fn set_ec(&mut self, pool: &shoal_maps::Pool, m: &shoal_maps::PgMapping) {
+        let codec = match &self.ec {
+            Some(ec) => Arc::clone(&ec.codec),
+            None => match crate::pg::ec::pool_codec(pool) {
+                Some(Ok(c)) => {
+                    let c = Arc::new(c);
+                    self.backend = Arc::new(crate::pg::ec::Erasure {
+                        codec: Arc::clone(&c),
+                    });
+                    c
+                }
+                Some(Err(e)) => {
+                    tracing::error!(pg = %self.id, "cannot code this pool: {e}");
+                    return;
+                }
+                None => return,
+            },
+        };
+        let ec = crate::pg::ec::EcPg {
+            codec,
+            acting: m.acting.clone(),
+            up: m.up.clone(),
+        };
+        if let Some(s) = ec.shard_of(self.whoami)
+            && s != self.coll.shard
+        {
+            tracing::warn!(pg = %self.id, held = self.coll.shard, wanted = s,
+                "this OSD moved to another shard of the PG; it keeps serving the one it holds");
+        }
+        self.ec = Some(ec);
     }
 
     /// Members of earlier intervals we still wait to hear from that this map

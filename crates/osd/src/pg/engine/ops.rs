@@ -13,7 +13,7 @@ use shoal_proto::{OpCode, OsdErrorCode, OsdOp, OsdOpReply};
 
 use super::{Effect, NewChange, PgCore, ReplyTo, op_error};
 use crate::ctx::{AckedWrite, OsdCounters};
-use crate::exec::{self, ExecInput};
+use crate::exec::{self, ExecInput, ExecOutcome};
 use crate::log::{LogEntry, LogOp, ReqId};
 use crate::object;
 use crate::pg::State;
@@ -143,6 +143,10 @@ impl PgCore {
     /// Client ops waiting for an object go back to the PG's queue (a new
     /// interval, or the primary role is gone).
     pub(in crate::pg) fn requeue_object_waiters(&mut self) {
+        // An op whose stripes were being gathered goes first: it came first.
+        for (_, op) in std::mem::take(&mut self.ec_gathering) {
+            self.waiting.push_back(op);
+        }
         for (_, ops) in std::mem::take(&mut self.waiting_for_object) {
             self.waiting.extend(ops);
         }
@@ -161,8 +165,13 @@ impl PgCore {
         {
             return Some(Blocked::Recovery(key));
         }
-        let uncommitted = !mutating && self.inflight.values().any(|f| f.key == key);
-        uncommitted.then_some(Blocked::InFlight(key))
+        // Erasure coding: every op on the object waits for the changes in
+        // flight (a partial write reads committed stripes) and for an op
+        // whose stripes are being gathered.
+        let ec = self.ec.is_some();
+        let uncommitted = (!mutating || ec) && self.inflight.values().any(|f| f.key == key);
+        let gathering = self.ec_gathering.contains_key(&key);
+        (uncommitted || gathering).then_some(Blocked::InFlight(key))
     }
 
     /// Executes an op of an active PG (or holds it; see [`Blocked`]).
@@ -271,6 +280,16 @@ impl PgCore {
             );
             return vec![op_error(to, OsdErrorCode::NoSpace, epoch, m)];
         }
+        if self.ec.is_some() {
+            let op = Op {
+                msg,
+                data,
+                data_crc,
+                client: reqid.entity,
+                to,
+            };
+            return self.ec_execute(op, key);
+        }
         let version = self.log.next_version(epoch);
         let input = ExecInput {
             store: self.store.as_ref(),
@@ -283,21 +302,31 @@ impl PgCore {
         };
         let outcome = match self.backend.execute(input) {
             Ok(o) => o,
-            Err(e) => {
-                let reply = OsdOpReply {
-                    code: e.code as u32,
-                    message: e.to_string(),
-                    epoch,
-                    failed_op: e.failed_op,
-                    ..OsdOpReply::default()
-                };
-                return vec![Effect::Reply {
-                    to,
-                    msg: reply.into(),
-                    data: Bytes::new(),
-                }];
-            }
+            Err(e) => return vec![exec_failed(to, epoch, &e)],
         };
+        let done = Executed {
+            to,
+            key,
+            reqid,
+            version,
+            data,
+            data_crc,
+        };
+        self.finish_op(done, outcome)
+    }
+
+    /// Answers an executed op: a read at once, a change once logged and
+    /// durable on every member (submitted through the backend).
+    pub(in crate::pg) fn finish_op(&mut self, done: Executed, outcome: ExecOutcome) -> Vec<Effect> {
+        let Executed {
+            to,
+            key,
+            reqid,
+            version,
+            data,
+            data_crc,
+        } = done;
+        let epoch = self.epoch();
         let out = crate::pg::backend::concat(outcome.data);
         OsdCounters::add(&self.counters.ops, 1);
         OsdCounters::add(&self.counters.read_bytes, out.len() as u64);
@@ -341,4 +370,31 @@ impl PgCore {
         fx.extend(self.submit_change(change, to));
         fx
     }
+}
+
+/// The answer to an op that failed at one of its sub-operations.
+pub(in crate::pg) fn exec_failed(to: ReplyTo, epoch: u32, e: &exec::ExecError) -> Effect {
+    let reply = OsdOpReply {
+        code: e.code as u32,
+        message: e.to_string(),
+        epoch,
+        failed_op: e.failed_op,
+        ..OsdOpReply::default()
+    };
+    Effect::Reply {
+        to,
+        msg: reply.into(),
+        data: Bytes::new(),
+    }
+}
+
+/// An op that ran: what its answer and its log entry need.
+#[derive(Debug)]
+pub(in crate::pg) struct Executed {
+    pub to: ReplyTo,
+    pub key: ObjectKey,
+    pub reqid: ReqId,
+    pub version: crate::log::Version,
+    pub data: Bytes,
+    pub data_crc: u32,
 }

@@ -12,13 +12,13 @@ use shoal_maps::PastInterval;
 use shoal_objectstore::{ObjectKey, Transaction};
 use shoal_proto::PgInfo;
 
-use super::{Effect, PgCore};
+use super::{Effect, PgCore, is_osd};
 use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
 use crate::missing::MissingSet;
 use crate::pg::State;
 use crate::pg::peering::{
     Activation, MemberLog, MemberRecovery, PRIOR_QUERY_TIMEOUT, PeeringProgress, RecoveryPlan,
-    plan_recovery,
+    plan_recovery_k,
 };
 use crate::pg::recover::RecoveryState;
 
@@ -167,7 +167,7 @@ impl PgCore {
         // primary keeps serving (pg_temp) while new members are backfilled.
         let mut probe = BTreeSet::new();
         for iv in &past {
-            let members: Vec<i32> = iv.acting.iter().copied().filter(|o| *o >= 0).collect();
+            let members: Vec<i32> = iv.acting.iter().copied().filter(|o| is_osd(*o)).collect();
             let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
             probe.extend(up.iter().copied());
             if up.is_empty() && !members.iter().any(|o| heard.contains(o)) {
@@ -233,6 +233,11 @@ impl PgCore {
     /// are backfilled while complete ones serve (Ceph's `choose_acting`).
     /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
     fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
+        // An erasure-coded PG's members hold the shards of their
+        // positions: no pg_temp reorders them.
+        if self.ec.is_some() {
+            return None;
+        }
         let pool = self.pool.as_ref()?;
         let map = self.map.as_ref()?;
         let (size, min) = (pool.size as usize, pool.min_size.max(1) as usize);
@@ -247,7 +252,7 @@ impl PgCore {
             .up
             .iter()
             .copied()
-            .filter(|o| *o >= 0 && eligible(*o))
+            .filter(|o| is_osd(*o) && eligible(*o))
             .collect();
         let newest_rw = self.peering.past.iter().flatten().next_back();
         let candidates = self
@@ -373,7 +378,8 @@ impl PgCore {
                 dups: self.log.dups().cloned().collect(),
             },
         );
-        let plan = plan_recovery(me, &logs, &self.shards());
+        let k = self.ec.as_ref().map_or(1, |ec| ec.layout().k as usize);
+        let plan = plan_recovery_k(me, &logs, &self.shards(), k);
         if let Some(want) = self.wanted_acting(&plan) {
             return self.request_pg_temp(want);
         }

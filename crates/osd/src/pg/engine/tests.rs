@@ -74,6 +74,8 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         search_everywhere: false,
         recovery_generation: 0,
         pending_activation: None,
+        ec: None,
+        ec_gathering: BTreeMap::new(),
         scrub: None,
         scrub_record: Default::default(),
     }
@@ -1434,6 +1436,7 @@ fn job(i: u32, pull_from: Option<i32>, push_to: Vec<i32>) -> Effect {
         push_to,
         expect: None,
         throttled: true,
+        sources: Vec::new(),
     })
 }
 

@@ -1,0 +1,246 @@
+//! An erasure-coded pool (3+2 across five OSDs on MemStores, in one
+//! process) through the client library: random data ops checked against
+//! a model of each object, ranged reads, xattrs, and omap refused; then
+//! an OSD stops (reads decode around its shards, writes go on with four),
+//! comes back and has its shards rebuilt by decoding, so that with two
+//! others stopped (min_size lowered to k) every object still reads whole.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_client::{Client, ClientOptions, Error, Op, Pool};
+use shoal_monclient::{Command, PoolSpec};
+use shoal_testkit::{Cluster, MON, net_cfg};
+
+async fn admin(c: &Cluster) -> Client {
+    let mut o = ClientOptions::new(
+        vec![MON.parse().unwrap()],
+        "client.admin".parse().unwrap(),
+        c.admin_key.clone(),
+    );
+    o.net = net_cfg();
+    o.transport = Arc::new(c.net.clone());
+    o.op_timeout = Duration::from_secs(30);
+    Client::connect(o).await.unwrap()
+}
+
+/// A deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let seed = self.next();
+        (0..n)
+            .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 7) as u8)
+            .collect()
+    }
+}
+
+/// The PGs of pool `pool` as the monitors last heard of them.
+async fn pg_states(c: &Cluster, pool: u64) -> Vec<String> {
+    let v = c.command(Command::PgDump).await;
+    v["pg_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["pgid"]
+                .as_str()
+                .is_some_and(|id| id.starts_with(&format!("{pool}.")))
+        })
+        .map(|p| p["state"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+async fn wait_states(c: &Cluster, pool: u64, what: &str, ok: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let states = pg_states(c, pool).await;
+        if !states.is_empty() && states.iter().all(|s| ok(s)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "PGs not {what}: {states:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Random changes to `objects` objects, each checked against the model
+/// and read back in random ranges.
+async fn churn(pool: &Pool, model: &mut BTreeMap<String, Vec<u8>>, rng: &mut Rng, ops: usize) {
+    for _ in 0..ops {
+        let name = format!("obj{}", rng.below(6));
+        let cur = model.get(&name).cloned();
+        let size = cur.as_ref().map_or(0, Vec::len) as u64;
+        match rng.below(7) {
+            0 => {
+                let n = rng.below(40_000) as usize;
+                let d = rng.bytes(n);
+                pool.write_full(&name, d.clone()).await.unwrap();
+                model.insert(name.clone(), d);
+            }
+            1 | 2 => {
+                let off = rng.below(size + 5000);
+                let n = 1 + rng.below(9000) as usize;
+                let d = rng.bytes(n);
+                pool.write(&name, off, d.clone()).await.unwrap();
+                let m = model.entry(name.clone()).or_default();
+                let end = off as usize + d.len();
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[off as usize..end].copy_from_slice(&d);
+            }
+            3 => {
+                let n = rng.below(6000) as usize;
+                let d = rng.bytes(n);
+                pool.append(&name, d.clone()).await.unwrap();
+                model.entry(name.clone()).or_default().extend_from_slice(&d);
+            }
+            4 if cur.is_some() => {
+                let to = rng.below(size + 3000);
+                pool.truncate(&name, to).await.unwrap();
+                if let Some(m) = model.get_mut(&name) {
+                    m.resize(to as usize, 0);
+                }
+            }
+            5 if cur.is_some() => {
+                let off = rng.below(size);
+                let len = rng.below(12_000);
+                pool.zero(&name, off, len).await.unwrap();
+                if let Some(m) = model.get_mut(&name) {
+                    let end = ((off + len) as usize).min(m.len());
+                    m[off as usize..end].fill(0);
+                }
+            }
+            6 if cur.is_some() && rng.below(4) == 0 => {
+                pool.remove(&name).await.unwrap();
+                model.remove(&name);
+            }
+            _ => {}
+        }
+        // A random range of a random object reads as the model says.
+        let name = format!("obj{}", rng.below(6));
+        match model.get(&name) {
+            Some(m) => {
+                let off = rng.below(m.len() as u64 + 100);
+                let len = rng.below(20_000);
+                let got = pool.read(&name, off, len).await.unwrap();
+                let from = (off as usize).min(m.len());
+                let to = match len {
+                    0 => m.len(),
+                    n => (off as usize + n as usize).min(m.len()),
+                };
+                assert_eq!(&got[..], &m[from..to.max(from)], "{name} [{off}, +{len})");
+            }
+            None => assert!(matches!(
+                pool.read(&name, 0, 0).await,
+                Err(Error::NotFound(_))
+            )),
+        }
+    }
+}
+
+async fn check_all(pool: &Pool, model: &BTreeMap<String, Vec<u8>>) {
+    for (name, want) in model {
+        let got = pool.read(name, 0, 0).await.unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        assert!(got[..] == want[..], "{name} differs");
+        assert_eq!(pool.stat(name).await.unwrap().size, want.len() as u64);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_coded_pool_serves_decodes_and_heals() {
+    let mut c = Cluster::with_pool_config("client-ec", 5, 3, 4, 1 << 30, |pg| {
+        pg.serve_erasure_pools = true;
+    })
+    .await;
+    let params = [("k", "3"), ("m", "2"), ("crush-failure-domain", "osd")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c.command(Command::ErasureCodeProfileSet {
+        name: "three-two".into(),
+        params,
+        force: false,
+    })
+    .await;
+    let v = c
+        .command(Command::PoolCreate {
+            name: "ec".into(),
+            pg_num: 8,
+            spec: PoolSpec::Erasure {
+                profile: "three-two".into(),
+                rule: None,
+            },
+        })
+        .await;
+    let pool_id = v["id"].as_u64().unwrap();
+    c.command(Command::PoolSet {
+        name: "ec".into(),
+        key: "allow_ec_overwrites".into(),
+        value: "true".into(),
+    })
+    .await;
+    wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
+    let client = admin(&c).await;
+    let pool = client.pool("ec").unwrap();
+
+    // Every data op against a model, with ranged reads.
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(0x5eed_0fec);
+    churn(&pool, &mut model, &mut rng, 150).await;
+    check_all(&pool, &model).await;
+    // Xattrs live on every shard; omap is refused.
+    pool.write_full("meta", &b"m"[..]).await.unwrap();
+    pool.setxattr("meta", "color", &b"blue"[..]).await.unwrap();
+    assert_eq!(&pool.getxattr("meta", "color").await.unwrap()[..], b"blue");
+    let e = pool
+        .operate("meta", Op::new().omap_set(&[("k", &b"v"[..])]))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.error, Error::NotSupported(_)), "{e:?}");
+    model.insert("meta".into(), b"m".to_vec());
+
+    // One OSD stops: its PGs go on with four shards (min_size 4), reads
+    // decode around the missing one.
+    let store = c.stop_osd(1).await;
+    c.wait_up(4).await;
+    wait_states(&c, pool_id, "active with four", |s| s.starts_with("active")).await;
+    check_all(&pool, &model).await;
+    churn(&pool, &mut model, &mut rng, 80).await;
+    check_all(&pool, &model).await;
+
+    // It returns: the shards it missed are rebuilt by decoding.
+    c.start_osd(1, store).await;
+    c.wait_up(5).await;
+    wait_states(&c, pool_id, "active+clean again", |s| s == "active+clean").await;
+    // With two others down (and min_size lowered to k), every object
+    // still reads whole: the three shards left include osd.1's rebuilt one.
+    c.command(Command::PoolSet {
+        name: "ec".into(),
+        key: "min_size".into(),
+        value: "3".into(),
+    })
+    .await;
+    let _three = c.stop_osd(3).await;
+    let _four = c.stop_osd(4).await;
+    c.wait_up(3).await;
+    wait_states(&c, pool_id, "active on three", |s| s.starts_with("active")).await;
+    check_all(&pool, &model).await;
+    client.shutdown().await;
+}

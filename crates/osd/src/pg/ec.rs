@@ -1,0 +1,928 @@
+//! Erasure coding in the PG engine: the backend of an EC pool's PGs and the
+//! primary's op path for them.
+//!
+//! Each member holds the shard of its position in the acting set (the
+//! collection `pool.seed` shard `i`); every shard holds the PG's log and
+//! every object's metadata (size, xattrs), and chunk `i` of each stripe.
+//! A client op runs in two passes: first against the object as this shard
+//! knows it with no data, which tells which stripes the op reads and which
+//! partially written stripes it must read first (`shoal_ec::stripes_to_read`);
+//! those are gathered from `k` shards (data shards first, any others when
+//! one is missing or fails its checksum) and decoded; then the op runs
+//! again on the gathered data. A change becomes one transaction per shard
+//! (`crate::ec::shard_txn`), each member's sent with the log entry: the
+//! client is answered once every member has it durable, as in replication,
+//! and a PG serves writes only with at least `min_size` (k+1) members.
+//! Ops on an object wait while a change to it is in flight, so a
+//! read-modify-write always reads committed stripes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_ec::{Codec, DataOp, StripeLayout};
+use shoal_objectstore::{
+    CollectionId, Listing, ObjectKey, ObjectStat, ObjectStore, StatFs, Transaction,
+};
+use shoal_proto::{CopyProgress, EcRead, EcReadReply, OsdErrorCode, PgPush, ScrubObject};
+
+use super::backend::{Change, PgBackend, ShardWrite, Submission};
+use crate::codec::{self, CodecError};
+use crate::copy::StepLimits;
+use crate::ec::{self as shard, SIZE_XATTR, ShardReadError};
+use crate::exec::{self, ExecError, ExecInput, ExecOutcome};
+
+/// What an EC PG knows of its pool and interval.
+#[derive(Debug, Clone)]
+pub(crate) struct EcPg {
+    /// The pool's codec (and layout).
+    pub codec: Arc<Codec>,
+    /// The acting set by position (holes are `ITEM_NONE`).
+    pub acting: Vec<i32>,
+    /// The up set by position.
+    pub up: Vec<i32>,
+}
+
+impl EcPg {
+    /// The pool's stripe layout.
+    pub fn layout(&self) -> StripeLayout {
+        self.codec.layout()
+    }
+
+    /// The shard member `osd` holds: its position in the acting set, or
+    /// else in the up set.
+    pub fn shard_of(&self, osd: i32) -> Option<u8> {
+        let pos = self
+            .acting
+            .iter()
+            .position(|o| *o == osd)
+            .or_else(|| self.up.iter().position(|o| *o == osd))?;
+        u8::try_from(pos).ok()
+    }
+
+    /// Who holds shard `i` in this interval.
+    pub fn holder(&self, i: usize) -> Option<i32> {
+        self.acting
+            .get(i)
+            .copied()
+            .filter(|o| super::engine::is_osd(*o))
+    }
+}
+
+/// The codec of an EC pool, from its map entry.
+pub(crate) fn pool_codec(pool: &shoal_maps::Pool) -> Option<Result<Codec, String>> {
+    let shoal_maps::PoolKind::Erasure { k, m } = pool.kind else {
+        return None;
+    };
+    let layout = StripeLayout::new(k, m, pool.stripe_unit());
+    Some(Codec::new(layout).map_err(|e| format!("pool {}: {e}", pool.name)))
+}
+
+/// The logical object an op runs against: this shard's metadata, the
+/// logical size it records, and the gathered stripes as the data. Reads
+/// outside the gathered stripes are recorded (the first pass learns what
+/// to gather from them) and answered with zeros.
+#[derive(Debug)]
+pub(crate) struct LogicalView<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub layout: StripeLayout,
+    pub size: Option<u64>,
+    pub stripes: &'a BTreeMap<u64, Vec<u8>>,
+    pub wanted: std::sync::Mutex<BTreeSet<u64>>,
+}
+
+impl LogicalView<'_> {
+    fn missing(&self) -> shoal_objectstore::Error {
+        shoal_objectstore::Error::InvalidArgument("an EC view serves one object".into())
+    }
+}
+
+impl ObjectStore for LogicalView<'_> {
+    fn queue_transaction(
+        &self,
+        _: Transaction,
+    ) -> shoal_objectstore::Result<shoal_objectstore::CommitTicket> {
+        Err(self.missing())
+    }
+
+    fn flush(&self) -> shoal_objectstore::Result<()> {
+        Ok(())
+    }
+
+    fn list_collections(&self) -> shoal_objectstore::Result<Vec<CollectionId>> {
+        self.store.list_collections()
+    }
+
+    fn collection_exists(&self, c: &CollectionId) -> shoal_objectstore::Result<bool> {
+        self.store.collection_exists(c)
+    }
+
+    fn list_objects(
+        &self,
+        c: &CollectionId,
+        start: Option<&ObjectKey>,
+        max: usize,
+    ) -> shoal_objectstore::Result<Listing> {
+        self.store.list_objects(c, start, max)
+    }
+
+    fn exists(&self, _: &CollectionId, _: &ObjectKey) -> shoal_objectstore::Result<bool> {
+        Ok(self.size.is_some())
+    }
+
+    fn stat(&self, c: &CollectionId, o: &ObjectKey) -> shoal_objectstore::Result<ObjectStat> {
+        match self.size {
+            Some(size) => Ok(ObjectStat {
+                size,
+                allocated_bytes: size,
+            }),
+            None => Err(shoal_objectstore::Error::ObjectNotFound(*c, o.clone())),
+        }
+    }
+
+    fn read(
+        &self,
+        _: &CollectionId,
+        _: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> shoal_objectstore::Result<Bytes> {
+        let size = self.size.unwrap_or(0);
+        let end = offset.saturating_add(len).min(size);
+        if end <= offset {
+            return Ok(Bytes::new());
+        }
+        let w = self.layout.width();
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let s = pos / w;
+            let within = (pos % w) as usize;
+            let n = (w - pos % w).min(end - pos) as usize;
+            match self.stripes.get(&s) {
+                Some(b) if b.len() >= within + n => out.extend_from_slice(&b[within..within + n]),
+                _ => {
+                    self.wanted
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(s);
+                    out.resize(out.len() + n, 0);
+                }
+            }
+            pos += n as u64;
+        }
+        Ok(Bytes::from(out))
+    }
+
+    fn getxattr(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        name: &str,
+    ) -> shoal_objectstore::Result<Option<Bytes>> {
+        self.store.getxattr(c, o, name)
+    }
+
+    fn getxattrs(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+    ) -> shoal_objectstore::Result<BTreeMap<String, Bytes>> {
+        let mut all = self.store.getxattrs(c, o)?;
+        all.remove(SIZE_XATTR);
+        Ok(all)
+    }
+
+    fn omap_get_header(&self, _: &CollectionId, _: &ObjectKey) -> shoal_objectstore::Result<Bytes> {
+        Err(self.missing())
+    }
+
+    fn omap_get_values(
+        &self,
+        _: &CollectionId,
+        _: &ObjectKey,
+        _: &[Bytes],
+    ) -> shoal_objectstore::Result<BTreeMap<Bytes, Bytes>> {
+        Err(self.missing())
+    }
+
+    fn omap_range(
+        &self,
+        _: &CollectionId,
+        _: &ObjectKey,
+        _: Bound<&[u8]>,
+        _: Bound<&[u8]>,
+        _: usize,
+    ) -> shoal_objectstore::Result<Vec<(Bytes, Bytes)>> {
+        Err(self.missing())
+    }
+
+    fn statfs(&self) -> shoal_objectstore::Result<StatFs> {
+        self.store.statfs()
+    }
+}
+
+/// An op's logical transaction, split into its data changes (planned
+/// across the stripes) and its xattr changes after the last remove
+/// (copied to every shard).
+#[derive(Debug, Default)]
+pub(crate) struct Lowered {
+    pub data: Vec<DataOp>,
+    pub attrs: Vec<shoal_objectstore::Op>,
+}
+
+/// Splits exec's transaction on `key` (see [`Lowered`]).
+pub(crate) fn lower(txn: &Transaction) -> Result<Lowered, String> {
+    use shoal_objectstore::Op;
+    let mut out = Lowered::default();
+    for op in txn.ops() {
+        match op {
+            Op::Touch(..) => out.data.push(DataOp::Touch),
+            Op::Write { offset, data, .. } => out.data.push(DataOp::Write {
+                offset: *offset,
+                data: data.clone(),
+            }),
+            Op::Zero { offset, len, .. } => out.data.push(DataOp::Zero {
+                offset: *offset,
+                len: *len,
+            }),
+            Op::Truncate { size, .. } => out.data.push(DataOp::Truncate(*size)),
+            Op::Remove(..) => {
+                out.data.push(DataOp::Remove);
+                out.attrs.clear();
+            }
+            Op::SetXattrs(..) | Op::RemoveXattr(..) => out.attrs.push(op.clone()),
+            other => {
+                return Err(format!(
+                    "an erasure-coded pool cannot {:?}",
+                    std::mem::discriminant(other)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One transaction holding every present shard's part of a change, each
+/// on its own collection (the backend splits it by member).
+pub(crate) fn shard_transactions(
+    ec: &EcPg,
+    pg: shoal_maps::PgId,
+    key: &ObjectKey,
+    old_size: Option<u64>,
+    lowered: &Lowered,
+    old: &BTreeMap<u64, Vec<u8>>,
+) -> Result<Transaction, String> {
+    let update =
+        shoal_ec::plan(&ec.codec, old_size, &lowered.data, old).map_err(|e| e.to_string())?;
+    let mut txn = Transaction::new();
+    for i in 0..ec.layout().shards() {
+        if ec.holder(i).is_none() {
+            continue;
+        }
+        let Ok(s) = u8::try_from(i) else { continue };
+        let coll = CollectionId::shard(pg.pool, pg.seed, s);
+        shard::shard_txn(
+            &mut txn,
+            coll,
+            key,
+            ec.layout(),
+            &update,
+            i,
+            old_size.is_some(),
+        );
+        if update.exists {
+            for a in &lowered.attrs {
+                txn.push(retarget(a, coll));
+            }
+        }
+    }
+    Ok(txn)
+}
+
+/// An xattr op of the logical transaction, on shard collection `coll`.
+fn retarget(op: &shoal_objectstore::Op, coll: CollectionId) -> shoal_objectstore::Op {
+    use shoal_objectstore::Op;
+    match op {
+        Op::SetXattrs(_, k, a) => Op::SetXattrs(coll, k.clone(), a.clone()),
+        Op::RemoveXattr(_, k, n) => Op::RemoveXattr(coll, k.clone(), n.clone()),
+        other => other.clone(),
+    }
+}
+
+/// The erasure-coding backend (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Erasure {
+    pub codec: Arc<Codec>,
+}
+
+impl PgBackend for Erasure {
+    fn execute(&self, input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
+        exec::execute(input)
+    }
+
+    /// Splits the change's transaction by shard collection: ops on ours
+    /// are applied here, each member gets those on the collection of its
+    /// position (`change.member_shards`).
+    fn submit(&self, change: Change<'_>) -> Result<Submission, CodecError> {
+        let mut parts: BTreeMap<u8, Transaction> = BTreeMap::new();
+        for op in change.txn.ops() {
+            let c = op.collection();
+            if c.pool != change.coll.pool || c.seed != change.coll.seed {
+                return Err(CodecError(format!("an op on {c} outside the PG")));
+            }
+            parts.entry(c.shard).or_default().push(op.clone());
+        }
+        let local = parts.remove(&change.coll.shard).unwrap_or_default();
+        let mut shards = Vec::with_capacity(change.members.len());
+        for (osd, s) in change.members.iter().zip(change.member_shards) {
+            let coll = CollectionId::shard(change.coll.pool, change.coll.seed, *s);
+            let txn = parts.remove(s).unwrap_or_default();
+            let (ops, chunks) = codec::encode(coll, &txn)?;
+            let data = super::backend::concat(chunks);
+            let mut msg = change.rep.clone();
+            msg.txn = ops;
+            let data_crc = shoal_proto::data_crc(&data);
+            shards.push(ShardWrite {
+                osd: *osd,
+                msg,
+                data,
+                data_crc,
+            });
+        }
+        Ok(Submission { local, shards })
+    }
+
+    fn read_step(
+        &self,
+        _: &dyn ObjectStore,
+        coll: CollectionId,
+        _: &ObjectKey,
+        _: &CopyProgress,
+        _: StepLimits,
+    ) -> shoal_objectstore::Result<(PgPush, Bytes)> {
+        Err(shoal_objectstore::Error::InvalidArgument(format!(
+            "{coll}: a shard is rebuilt by decoding, not copied"
+        )))
+    }
+
+    /// Installs a whole rebuilt shard object: its chunks (checksummed
+    /// afresh), its logical size and its xattrs; or removes it.
+    fn install_step(
+        &self,
+        store: &dyn ObjectStore,
+        coll: CollectionId,
+        push: &PgPush,
+        data: Bytes,
+    ) -> Result<Transaction, String> {
+        let key = ObjectKey::new(push.hash, push.name.clone());
+        let mut t = Transaction::new();
+        let exists = store.exists(&coll, &key).map_err(|e| e.to_string())?;
+        if exists {
+            t.remove(coll, key.clone());
+        }
+        if !push.exists {
+            return Ok(t);
+        }
+        let layout = self.codec.layout();
+        if data.len() as u64 != layout.shard_len(push.object_size) {
+            return Err(format!(
+                "a rebuilt shard of {} bytes for an object of {} (want {})",
+                data.len(),
+                push.object_size,
+                layout.shard_len(push.object_size)
+            ));
+        }
+        if push.attrs.len() != push.attr_values.len() {
+            return Err("xattr names and values differ in number".into());
+        }
+        t.touch(coll, key.clone());
+        let crcs: BTreeMap<Bytes, Bytes> = shoal_ec::chunk_crcs(&data, layout.unit)
+            .into_iter()
+            .enumerate()
+            .map(|(s, c)| {
+                (
+                    shard::crc_key(s as u64),
+                    Bytes::copy_from_slice(&c.to_le_bytes()),
+                )
+            })
+            .collect();
+        if !data.is_empty() {
+            t.write(coll, key.clone(), 0, data);
+        }
+        if !crcs.is_empty() {
+            t.omap_set_keys(coll, key.clone(), crcs);
+        }
+        let mut attrs: BTreeMap<String, Bytes> = push
+            .attrs
+            .iter()
+            .cloned()
+            .zip(push.attr_values.iter().map(|v| Bytes::copy_from_slice(v)))
+            .collect();
+        attrs.insert(
+            SIZE_XATTR.to_string(),
+            Bytes::copy_from_slice(&push.object_size.to_le_bytes()),
+        );
+        t.set_xattrs(coll, key, attrs);
+        Ok(t)
+    }
+
+    /// Scrub: the shard's metadata (logical size and xattrs), alike on
+    /// every shard (its omap holds its own chunks' checksums, so it is
+    /// left out); deep, each chunk checked against its checksum.
+    fn summarize(
+        &self,
+        store: &dyn ObjectStore,
+        coll: &CollectionId,
+        key: &ObjectKey,
+        deep: bool,
+    ) -> ScrubObject {
+        let mut s = ScrubObject {
+            hash: key.hash,
+            name: key.name.clone(),
+            ..ScrubObject::default()
+        };
+        let layout = self.codec.layout();
+        let r = (|| -> Result<(), String> {
+            s.size = shard::logical_size(store, coll, key)
+                .map_err(|e| e.to_string())?
+                .ok_or("no such object")?;
+            let mut crc = 0u32;
+            for (n, v) in store.getxattrs(coll, key).map_err(|e| e.to_string())? {
+                for b in [n.as_bytes(), &v[..]] {
+                    crc = crc32c::crc32c_append(crc, &(b.len() as u64).to_le_bytes());
+                    crc = crc32c::crc32c_append(crc, b);
+                }
+            }
+            s.meta_crc = crc;
+            if deep {
+                let stripes = layout.shard_len(s.size) / u64::from(layout.unit.max(1));
+                shard::read_chunks(store, coll, key, layout, 0..stripes)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            s.error = e;
+        }
+        s
+    }
+}
+
+/// Serves a primary's [`EcRead`] from our shard.
+pub(crate) fn serve_read(
+    store: &dyn ObjectStore,
+    coll: CollectionId,
+    layout: StripeLayout,
+    msg: &EcRead,
+    epoch: u32,
+) -> (EcReadReply, Bytes) {
+    let fail = |code: OsdErrorCode, message: String| {
+        (
+            EcReadReply {
+                code: code as u32,
+                message,
+                epoch,
+                ..EcReadReply::default()
+            },
+            Bytes::new(),
+        )
+    };
+    if u32::from(coll.shard) != msg.shard {
+        let m = format!(
+            "this OSD holds shard {} of the PG, not {}",
+            coll.shard, msg.shard
+        );
+        return fail(OsdErrorCode::InvalidArgument, m);
+    }
+    let key = ObjectKey::new(msg.hash, msg.name.clone());
+    let size = match shard::logical_size(store, &coll, &key) {
+        Ok(Some(s)) => s,
+        Ok(None) => return fail(OsdErrorCode::NotFound, "no such object".into()),
+        Err(e) => return fail(OsdErrorCode::Io, e.to_string()),
+    };
+    let last = layout.shard_len(size) / u64::from(layout.unit.max(1));
+    let end = msg.stripe_end.min(last);
+    let start = msg.stripe_start.min(end);
+    if end
+        .saturating_sub(start)
+        .saturating_mul(u64::from(layout.unit))
+        > shoal_objectstore::types::READ_BYTES_MAX
+    {
+        return fail(OsdErrorCode::TooLarge, "read fewer stripes at once".into());
+    }
+    let mut reply = EcReadReply {
+        code: 0,
+        message: String::new(),
+        epoch,
+        object_size: size,
+        ..EcReadReply::default()
+    };
+    if msg.want_attrs {
+        match store.getxattrs(&coll, &key) {
+            Ok(attrs) => {
+                for (n, v) in attrs.into_iter().filter(|(n, _)| n != SIZE_XATTR) {
+                    reply.attrs.push(n);
+                    reply.attr_values.push(v.to_vec());
+                }
+            }
+            Err(e) => return fail(crate::exec::store_error_code(&e), e.to_string()),
+        }
+    }
+    match shard::read_chunks(store, &coll, &key, layout, start..end) {
+        Ok(data) => (reply, data),
+        Err(ShardReadError::Store(e)) => fail(crate::exec::store_error_code(&e), e.to_string()),
+        Err(e @ ShardReadError::BadChunk { .. }) => fail(OsdErrorCode::Io, e.to_string()),
+    }
+}
+
+/// Reads chunks of a PG's shards for the primary: ours from the store,
+/// the others' with [`EcRead`] on connections the PG made.
+#[derive(Debug)]
+pub(crate) struct ShardReader {
+    pub ctx: Arc<crate::ctx::OsdCtx>,
+    pub ec: EcPg,
+    pub me: i32,
+    pub coll: CollectionId,
+    pub pg: shoal_maps::PgId,
+    pub epoch: u32,
+    pub conns: BTreeMap<i32, shoal_net::Connection>,
+}
+
+/// One shard's answer: its chunks, the object's logical size and (when
+/// asked) its xattrs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShardChunks {
+    pub data: Vec<u8>,
+    pub size: u64,
+    pub attrs: Vec<(String, Vec<u8>)>,
+}
+
+/// Runs of consecutive stripes.
+fn runs(stripes: &BTreeSet<u64>) -> Vec<std::ops::Range<u64>> {
+    let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+    for &s in stripes {
+        match out.last_mut() {
+            Some(r) if r.end == s => r.end = s + 1,
+            _ => out.push(s..s + 1),
+        }
+    }
+    out
+}
+
+impl ShardReader {
+    /// Shard `i`'s chunks of `run` (`u64::MAX` as its end: to the end).
+    async fn read_one(
+        self: Arc<Self>,
+        i: usize,
+        key: ObjectKey,
+        run: std::ops::Range<u64>,
+        want_attrs: bool,
+    ) -> Result<ShardChunks, String> {
+        let osd = self
+            .ec
+            .holder(i)
+            .ok_or_else(|| format!("no member holds shard {i}"))?;
+        let layout = self.ec.layout();
+        if osd == self.me {
+            let me = Arc::clone(&self);
+            return shoal_net::runtime::blocking(move || {
+                let store = me.ctx.store.as_ref();
+                let size = shard::logical_size(store, &me.coll, &key)
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no such object on this shard")?;
+                let last = layout.shard_len(size) / u64::from(layout.unit.max(1));
+                let end = run.end.min(last);
+                let data =
+                    shard::read_chunks(store, &me.coll, &key, layout, run.start.min(end)..end)
+                        .map_err(|e| e.to_string())?;
+                let attrs = if want_attrs {
+                    store
+                        .getxattrs(&me.coll, &key)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .filter(|(n, _)| n != SIZE_XATTR)
+                        .map(|(n, v)| (n, v.to_vec()))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                Ok(ShardChunks {
+                    data: data.to_vec(),
+                    size,
+                    attrs,
+                })
+            });
+        }
+        let conn = self
+            .conns
+            .get(&osd)
+            .ok_or_else(|| format!("no connection to osd.{osd}"))?;
+        let msg = EcRead {
+            pool: self.pg.pool,
+            pg_seed: self.pg.seed,
+            epoch: self.epoch,
+            shard: i as u32,
+            hash: key.hash,
+            name: key.name.clone(),
+            stripe_start: run.start,
+            stripe_end: run.end,
+            want_attrs,
+        };
+        let reply = conn
+            .request_with_timeout(msg, Bytes::new(), self.ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| format!("osd.{osd}: {e}"))?;
+        match reply.msg {
+            shoal_proto::Message::EcReadReply(r) if r.code == 0 => Ok(ShardChunks {
+                data: reply.data.to_vec(),
+                size: r.object_size,
+                attrs: r.attrs.into_iter().zip(r.attr_values).collect(),
+            }),
+            shoal_proto::Message::EcReadReply(r) => Err(format!("osd.{osd}: {}", r.message)),
+            other => Err(format!("osd.{osd} answered {:?}", other.msg_type())),
+        }
+    }
+
+    /// `run` from `k` shards among those `allowed`, data shards first (a
+    /// shard that is missing, slow past the peer timeout or fails a
+    /// checksum is replaced by the next): each shard's chunks at its
+    /// position, and the first answer's size and xattrs.
+    async fn read_k(
+        self: &Arc<Self>,
+        key: &ObjectKey,
+        run: std::ops::Range<u64>,
+        allowed: &BTreeSet<usize>,
+        want_attrs: bool,
+    ) -> Result<(Vec<Option<Vec<u8>>>, ShardChunks), String> {
+        let layout = self.ec.layout();
+        let k = layout.k as usize;
+        let order: Vec<usize> = (0..layout.shards())
+            .filter(|i| self.ec.holder(*i).is_some() && allowed.contains(i))
+            .collect();
+        let mut parts: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
+        let mut first: Option<ShardChunks> = None;
+        let mut have = 0;
+        let mut errors = Vec::new();
+        let mut next = 0;
+        while have < k && next < order.len() {
+            let batch: Vec<usize> = order[next..].iter().take(k - have).copied().collect();
+            next += batch.len();
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in batch {
+                let me = Arc::clone(self);
+                let (key, run) = (key.clone(), run.clone());
+                tasks.spawn(async move { (i, me.read_one(i, key, run, want_attrs).await) });
+            }
+            while let Some(done) = tasks.join_next().await {
+                let Ok((i, r)) = done else { continue };
+                match r {
+                    Ok(c) => {
+                        if let Some(f) = &first
+                            && (f.size != c.size || f.data.len() != c.data.len())
+                        {
+                            errors.push(format!(
+                                "shard {i} holds another version ({} bytes, not {})",
+                                c.size, f.size
+                            ));
+                            continue;
+                        }
+                        parts[i] = Some(c.data.clone());
+                        have += 1;
+                        if first.is_none() {
+                            first = Some(c);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(pg = %self.pg, shard = i, "reading around a shard: {e}");
+                        errors.push(format!("shard {i}: {e}"));
+                    }
+                }
+            }
+        }
+        match first {
+            Some(f) if have >= k => Ok((parts, f)),
+            _ => Err(format!(
+                "{have} of the {k} shards needed could be read: {}",
+                errors.join("; ")
+            )),
+        }
+    }
+
+    /// The object bytes of `stripes`, decoded from `k` shards.
+    pub async fn gather(
+        self: Arc<Self>,
+        key: &ObjectKey,
+        stripes: &BTreeSet<u64>,
+    ) -> Result<BTreeMap<u64, Vec<u8>>, String> {
+        let width = self.ec.layout().width() as usize;
+        let all: BTreeSet<usize> = (0..self.ec.layout().shards()).collect();
+        let mut out = BTreeMap::new();
+        for run in runs(stripes) {
+            let (parts, _) = self.read_k(key, run.clone(), &all, false).await?;
+            let bytes = self.ec.codec.decode(parts).map_err(|e| e.to_string())?;
+            if bytes.len() != width * (run.end - run.start) as usize {
+                return Err(format!("stripes {run:?} of {key} are past its end"));
+            }
+            for (j, s) in run.enumerate() {
+                out.insert(s, bytes[j * width..(j + 1) * width].to_vec());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rebuilds `key` on `targets` (members lacking it) from `k` of the
+    /// `sources` (members holding its authoritative version): every shard
+    /// is read whole and decoded, and each target gets its own shard,
+    /// installed here or pushed. `expect`: whether the log says the object
+    /// exists (false: it is removed from the targets).
+    pub async fn rebuild(
+        self: Arc<Self>,
+        key: &ObjectKey,
+        targets: &[i32],
+        sources: &[i32],
+        expect: Option<bool>,
+        fence: &crate::recovery::CopyFence,
+        backend: &dyn PgBackend,
+    ) -> (BTreeSet<i32>, Option<String>) {
+        let mut done = BTreeSet::new();
+        let layout = self.ec.layout();
+        let mut push = PgPush {
+            pool: self.pg.pool,
+            pg_seed: self.pg.seed,
+            epoch: self.epoch,
+            hash: key.hash,
+            name: key.name.clone(),
+            exists: expect != Some(false),
+            ..PgPush::default()
+        };
+        let mut shards: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
+        if push.exists {
+            let allowed: BTreeSet<usize> = sources
+                .iter()
+                .filter_map(|o| self.ec.shard_of(*o).map(usize::from))
+                .collect();
+            let (mut parts, meta) = match self.read_k(key, 0..u64::MAX, &allowed, true).await {
+                Ok(r) => r,
+                Err(e) => return (done, Some(e)),
+            };
+            if let Err(e) = self.ec.codec.rebuild(&mut parts) {
+                return (done, Some(e.to_string()));
+            }
+            shards = parts;
+            push.object_size = meta.size;
+            for (n, v) in meta.attrs {
+                push.attrs.push(n);
+                push.attr_values.push(v);
+            }
+        }
+        for &t in targets {
+            let Some(i) = self.ec.shard_of(t).map(usize::from) else {
+                return (done, Some(format!("osd.{t} holds no shard of the PG")));
+            };
+            let data = Bytes::from(shards.get_mut(i).and_then(Option::take).unwrap_or_default());
+            let r = if t == self.me {
+                self.install_here(&push, data, fence, backend)
+            } else {
+                self.push_to(t, &push, data).await
+            };
+            if let Err(e) = r {
+                return (done, Some(format!("rebuilding shard {i} on osd.{t}: {e}")));
+            }
+            done.insert(t);
+            crate::ctx::OsdCounters::add(&self.ctx.counters.recovered, 1);
+        }
+        (done, None)
+    }
+
+    fn install_here(
+        &self,
+        push: &PgPush,
+        data: Bytes,
+        fence: &crate::recovery::CopyFence,
+        backend: &dyn PgBackend,
+    ) -> Result<(), String> {
+        shoal_net::runtime::blocking(|| {
+            let t = backend.install_step(self.ctx.store.as_ref(), self.coll, push, data)?;
+            let _held = fence.hold()?;
+            self.ctx
+                .store
+                .apply_transaction(t)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    async fn push_to(&self, osd: i32, push: &PgPush, data: Bytes) -> Result<(), String> {
+        let conn = self
+            .conns
+            .get(&osd)
+            .ok_or_else(|| format!("no connection to osd.{osd}"))?;
+        let reply = conn
+            .request_with_timeout(push.clone(), data, self.ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        match reply.msg {
+            shoal_proto::Message::RepOpReply(r) if r.code == 0 => Ok(()),
+            shoal_proto::Message::RepOpReply(r) => Err(r.message),
+            other => Err(format!("answered {:?}", other.msg_type())),
+        }
+    }
+}
+
+impl super::Pg {
+    /// A reader of this interval's shards, with connections to every
+    /// member holding one and to `extra` (recovery targets).
+    async fn ec_reader(&mut self, extra: &[i32]) -> Option<Arc<ShardReader>> {
+        let ec = self.core.ec.clone()?;
+        let me = self.core.whoami();
+        let mut conns = BTreeMap::new();
+        let holders: Vec<i32> = (0..ec.layout().shards())
+            .filter_map(|i| ec.holder(i))
+            .chain(extra.iter().copied())
+            .collect();
+        for osd in holders {
+            if osd != me
+                && !conns.contains_key(&osd)
+                && let Ok(c) = self.conn(osd).await
+            {
+                conns.insert(osd, c);
+            }
+        }
+        Some(Arc::new(ShardReader {
+            ctx: Arc::clone(&self.ctx),
+            ec,
+            me,
+            coll: self.core.coll,
+            pg: self.core.id,
+            epoch: self.core.epoch(),
+            conns,
+        }))
+    }
+
+    /// Gathers and decodes `stripes` of `key` in a task;
+    /// [`super::PgEvent::EcGathered`] follows.
+    pub(super) async fn ec_gather(
+        &mut self,
+        key: ObjectKey,
+        stripes: BTreeSet<u64>,
+        interval_start: u32,
+    ) {
+        let events = self.events.clone();
+        let reader = self.ec_reader(&[]).await;
+        tokio::spawn(async move {
+            let result = match reader {
+                Some(r) => r.gather(&key, &stripes).await,
+                None => Err("the PG is not erasure coded".to_string()),
+            };
+            let _ = events.send(super::PgEvent::EcGathered {
+                key,
+                interval_start,
+                result,
+            });
+        });
+    }
+
+    /// Rebuilds one object's shards on the members lacking it, in a task;
+    /// [`super::PgEvent::ObjectRecovered`] follows.
+    pub(super) async fn ec_recover_object(&mut self, job: super::recover::ObjectJob) {
+        let me = self.core.whoami();
+        let targets: Vec<i32> = job
+            .push_to
+            .iter()
+            .copied()
+            .chain(job.pull_from.map(|_| me))
+            .collect();
+        let reader = self.ec_reader(&targets).await;
+        let fence = crate::recovery::CopyFence::at(&self.copy_fence);
+        let backend = Arc::clone(&self.core.backend);
+        let slots = Arc::clone(&self.ctx.recovery_slots);
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let _permit = match job.throttled {
+                true => slots.acquire_owned().await.ok(),
+                false => None,
+            };
+            let (done, error) = match reader {
+                Some(r) => {
+                    r.rebuild(
+                        &job.key,
+                        &targets,
+                        &job.sources,
+                        job.expect,
+                        &fence,
+                        backend.as_ref(),
+                    )
+                    .await
+                }
+                None => (BTreeSet::new(), Some("the PG is not erasure coded".into())),
+            };
+            let _ = events.send(super::PgEvent::ObjectRecovered {
+                generation: job.generation,
+                key: job.key,
+                done,
+                error,
+            });
+        });
+    }
+}

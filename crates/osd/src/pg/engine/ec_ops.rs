@@ -1,0 +1,183 @@
+//! The primary's op path on an erasure-coded PG (see `pg/ec.rs`): the
+//! first pass learns which stripes the op needs, the gather brings them,
+//! the second pass runs the op on them and its change is planned into
+//! each shard's part; and the member's side, serving its chunks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use shoal_objectstore::ObjectKey;
+use shoal_proto::{EcRead, EcReadReply, OsdErrorCode};
+
+use super::ops::{Executed, Op, exec_failed};
+use super::{Effect, PgCore, ReplyTo, op_error};
+use crate::exec::{self, ExecInput};
+use crate::log::ReqId;
+use crate::pg::State;
+use crate::pg::ec::{LogicalView, lower, serve_read, shard_transactions};
+
+impl PgCore {
+    /// Runs a client op of an erasure-coded PG (past the engine's fences
+    /// and its duplicate check).
+    pub(in crate::pg) fn ec_execute(&mut self, op: Op, key: ObjectKey) -> Vec<Effect> {
+        self.ec_run(op, key, &BTreeMap::new(), true)
+    }
+
+    /// One pass of an op over the gathered `stripes`: it gathers what is
+    /// missing (when `may_gather`), or answers and submits.
+    fn ec_run(
+        &mut self,
+        op: Op,
+        key: ObjectKey,
+        stripes: &BTreeMap<u64, Vec<u8>>,
+        may_gather: bool,
+    ) -> Vec<Effect> {
+        let epoch = self.epoch();
+        let Some(ec) = self.ec.clone() else {
+            let m = format!("pg {} is not erasure coded", self.id);
+            return vec![op_error(op.to, OsdErrorCode::Internal, epoch, m)];
+        };
+        let layout = ec.layout();
+        let old_size = match crate::ec::logical_size(self.store.as_ref(), &self.coll, &key) {
+            Ok(s) => s,
+            Err(e) => return vec![op_error(op.to, OsdErrorCode::Io, epoch, e.to_string())],
+        };
+        let version = self.log.next_version(epoch);
+        let view = LogicalView {
+            store: self.store.as_ref(),
+            layout,
+            size: old_size,
+            stripes,
+            wanted: Default::default(),
+        };
+        let input = ExecInput {
+            store: &view,
+            coll: self.coll,
+            key: key.clone(),
+            ops: &op.msg.ops,
+            data: op.data.clone(),
+            new_version: version.v,
+            mtime_ms: (self.clock)(),
+        };
+        let mut outcome = match exec::execute(input) {
+            Ok(o) => o,
+            Err(e) => return vec![exec_failed(op.to, epoch, &e)],
+        };
+        let mut need: BTreeSet<u64> = view
+            .wanted
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lowered = match lower(&outcome.txn) {
+            Ok(l) => l,
+            Err(e) => return vec![op_error(op.to, OsdErrorCode::NotSupported, epoch, e)],
+        };
+        if outcome.mutates {
+            match shoal_ec::stripes_to_read(layout, old_size, &lowered.data) {
+                Ok(s) => need.extend(s),
+                Err(e) => {
+                    let m = e.to_string();
+                    return vec![op_error(op.to, OsdErrorCode::InvalidArgument, epoch, m)];
+                }
+            }
+        }
+        need.retain(|s| !stripes.contains_key(s));
+        if !need.is_empty() {
+            if !may_gather {
+                let m = format!("stripes {need:?} of {key} were not gathered");
+                return vec![op_error(op.to, OsdErrorCode::Internal, epoch, m)];
+            }
+            let interval_start = self.interval_start;
+            self.ec_gathering.insert(key.clone(), op);
+            return vec![Effect::EcGather {
+                key,
+                stripes: need,
+                interval_start,
+            }];
+        }
+        if outcome.mutates {
+            match shard_transactions(&ec, self.id, &key, old_size, &lowered, stripes) {
+                Ok(t) => outcome.txn = t,
+                Err(e) => return vec![op_error(op.to, OsdErrorCode::Internal, epoch, e)],
+            }
+        }
+        let done = Executed {
+            to: op.to,
+            key,
+            reqid: ReqId {
+                entity: op.client,
+                inc: op.msg.client_inc,
+                tid: op.msg.tid,
+            },
+            version,
+            data: op.data,
+            data_crc: op.data_crc,
+        };
+        self.finish_op(done, outcome)
+    }
+
+    /// The stripes an op waited for were gathered (or could not be): run
+    /// it again on them; the ops behind it run next.
+    pub(in crate::pg) fn ec_gathered(
+        &mut self,
+        key: ObjectKey,
+        interval_start: u32,
+        result: Result<BTreeMap<u64, Vec<u8>>, String>,
+    ) -> Vec<Effect> {
+        // A gather of an earlier interval: its op went back to the queue.
+        if interval_start != self.interval_start {
+            return Vec::new();
+        }
+        let Some(op) = self.ec_gathering.remove(&key) else {
+            return Vec::new();
+        };
+        let epoch = self.epoch();
+        let mut fx = match result {
+            Ok(stripes) if self.state == State::Active => {
+                self.ec_run(op, key.clone(), &stripes, false)
+            }
+            Ok(_) => {
+                self.waiting.push_back(op);
+                Vec::new()
+            }
+            // Fewer than k shards answered: the client retries (a map
+            // change is likely on its way).
+            Err(e) => vec![op_error(op.to, OsdErrorCode::Again, epoch, e)],
+        };
+        if !self.ec_gathering.contains_key(&key) && !self.inflight.values().any(|f| f.key == key) {
+            fx.push(Effect::RunWaiting(key));
+        }
+        fx
+    }
+
+    /// A primary asks for chunks of our shard.
+    pub(in crate::pg) fn ec_read(&self, msg: &EcRead, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        let refuse = |code: OsdErrorCode, message: String| Effect::Reply {
+            to,
+            msg: EcReadReply {
+                code: code as u32,
+                message,
+                epoch,
+                ..EcReadReply::default()
+            }
+            .into(),
+            data: bytes::Bytes::new(),
+        };
+        if msg.epoch < self.interval_start {
+            let m = format!(
+                "read from epoch {} but pg {} changed in epoch {}",
+                msg.epoch, self.id, self.interval_start
+            );
+            return vec![refuse(OsdErrorCode::StaleEpoch, m)];
+        }
+        let Some(ec) = &self.ec else {
+            let m = format!("pg {} is not erasure coded here", self.id);
+            return vec![refuse(OsdErrorCode::InvalidArgument, m)];
+        };
+        let (reply, data) = serve_read(self.store.as_ref(), self.coll, ec.layout(), msg, epoch);
+        vec![Effect::Reply {
+            to,
+            msg: reply.into(),
+            data,
+        }]
+    }
+}

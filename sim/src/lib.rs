@@ -60,6 +60,9 @@ pub struct SimConfig {
     pub log_entries: usize,
     /// Print the trace as it happens.
     pub verbose: bool,
+    /// The pool is erasure coded with this `k` and `m` (failure domain:
+    /// the OSD) instead of replicated (size 3, min_size 2).
+    pub erasure: Option<(u32, u32)>,
 }
 
 impl SimConfig {
@@ -75,6 +78,15 @@ impl SimConfig {
             liveness: Duration::from_secs(300),
             log_entries: 40,
             verbose: false,
+            erasure: None,
+        }
+    }
+
+    /// [`SimConfig::quick`] with an erasure-coded pool of `k + m` chunks.
+    pub fn quick_erasure(k: u32, m: u32) -> SimConfig {
+        SimConfig {
+            erasure: Some((k, m)),
+            ..SimConfig::quick()
         }
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! shoal-sim --seed 42 --verbose     # replay one seed, printing its trace
 //! shoal-sim --seeds 0..1000         # a range; stops at the first failure
+//! shoal-sim --seeds 0..100 --erasure 2+1   # with an erasure-coded pool
 //! ```
 
 use std::process::ExitCode;
@@ -10,7 +11,9 @@ use std::process::ExitCode;
 use shoal_sim::{SimConfig, run};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S]");
+    eprintln!(
+        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M]"
+    );
     ExitCode::from(2)
 }
 
@@ -39,6 +42,16 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--verbose" => cfg.verbose = true,
+            "--erasure" => {
+                let km = args.next().unwrap_or_default();
+                match km
+                    .split_once('+')
+                    .and_then(|(k, m)| Some((k.parse().ok()?, m.parse().ok()?)))
+                {
+                    Some(km) => cfg.erasure = Some(km),
+                    None => return usage(),
+                }
+            }
             _ => return usage(),
         }
     }

@@ -295,6 +295,7 @@ impl World {
                     dups_max: 2000,
                 },
                 peer_timeout: Duration::from_secs(5),
+                serve_erasure_pools: true,
                 ..PgConfig::default()
             },
             heartbeat_interval: Duration::from_millis(500),
@@ -672,10 +673,12 @@ fn object_report(w: &World, object: &str) -> String {
     let Ok(key) = shoal_osd::object::object_key(pool, "", object) else {
         return String::new();
     };
-    let coll = shoal_osd::object::collection(pg);
     let mut out = format!("copies of {object} (pg {pg}):\n");
     for (id, slot) in &w.osds {
         let store = slot.store.as_ref();
+        let Some(coll) = invariants::pg_collection(store, pg) else {
+            continue;
+        };
         let Some(log) = invariants::load_log(store, pg) else {
             continue;
         };
@@ -724,19 +727,59 @@ async fn stuck_query(w: &World, client: &Client, why: &str) -> String {
 }
 
 async fn set_up(w: &mut World) -> Result<(), String> {
-    w.command(Command::PoolCreate {
-        name: "rbd".into(),
-        pg_num: w.cfg.pg_num,
-        spec: PoolSpec::Replicated {
-            size: 3,
-            min_size: 2,
-        },
-    })
-    .await?;
-    for id in 0..w.cfg.osds {
-        w.add_osd(id).await;
+    match w.cfg.erasure {
+        None => {
+            w.command(Command::PoolCreate {
+                name: "rbd".into(),
+                pg_num: w.cfg.pg_num,
+                spec: PoolSpec::Replicated {
+                    size: 3,
+                    min_size: 2,
+                },
+            })
+            .await?;
+            for id in 0..w.cfg.osds {
+                w.add_osd(id).await;
+            }
+            w.wait_up().await?;
+        }
+        // An EC pool's rule needs its k+m OSDs in CRUSH first.
+        Some((k, m)) => {
+            for id in 0..w.cfg.osds {
+                w.add_osd(id).await;
+            }
+            w.wait_up().await?;
+            let params = [
+                ("k", k.to_string()),
+                ("m", m.to_string()),
+                ("crush-failure-domain", "osd".to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            w.command(Command::ErasureCodeProfileSet {
+                name: "sim".into(),
+                params,
+                force: false,
+            })
+            .await?;
+            w.command(Command::PoolCreate {
+                name: "rbd".into(),
+                pg_num: w.cfg.pg_num,
+                spec: PoolSpec::Erasure {
+                    profile: "sim".into(),
+                    rule: None,
+                },
+            })
+            .await?;
+            w.command(Command::PoolSet {
+                name: "rbd".into(),
+                key: "allow_ec_overwrites".into(),
+                value: "true".into(),
+            })
+            .await?;
+        }
     }
-    w.wait_up().await?;
     let map = loop {
         if let Some(m) = w.newest_map()
             && m.pool_by_name("rbd").is_some()

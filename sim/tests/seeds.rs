@@ -1,5 +1,7 @@
 //! The deterministic simulation in CI: 500 seeds (in ten tests, so nextest
-//! spreads them over the cores), and the same seed twice giving the same
+//! spreads them over the cores), eleven with an erasure-coded 2+1 pool
+//! (experimental: the seeds that hold today), and the same seed twice
+//! giving the same
 //! trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
 //! -- --ignored` runs N more seeds (thousands behind the flag); a failing
 //! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
@@ -110,6 +112,30 @@ fn seeds_400_to_449() {
 fn seeds_450_to_499() {
     let states = fifty(450);
     assert_seen(&states, &["backfill_wait"]);
+}
+
+/// Erasure-coded pools (2+1 on five OSDs) are experimental: these seeds
+/// hold today and guard what works (peering with k shards, recovery and
+/// backfill by decoding, rollback of changes fewer than k shards hold);
+/// seeds 5, 7, 9-12, 14 and 19 of 0-19 still fail (PGs that keep
+/// peering or stay unfound when OSDs change positions, and in 14 an
+/// acknowledged write lost) — issue 16's note.
+const ERASURE_2_1_SEEDS: &[u64] = &[0, 1, 2, 3, 4, 6, 13, 15, 16, 17, 18];
+
+#[test]
+fn erasure_2_1_seeds_that_hold() {
+    let cfg = SimConfig::quick_erasure(2, 1);
+    let mut states = BTreeSet::new();
+    for &seed in ERASURE_2_1_SEEDS {
+        match run(seed, &cfg) {
+            Ok(r) => states.extend(r.states),
+            Err(f) => panic!("erasure 2+1: {f}"),
+        }
+    }
+    assert_seen(
+        &states,
+        &["active", "clean", "peered", "recovering", "degraded"],
+    );
 }
 
 /// Seeds beyond the CI range that once failed, kept so their bugs stay

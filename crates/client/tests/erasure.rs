@@ -15,6 +15,38 @@ use shoal_client::{Client, ClientOptions, Error, Op, Pool};
 use shoal_monclient::{Command, PoolSpec};
 use shoal_testkit::{Cluster, MON, net_cfg};
 
+/// Creates profile `name` with `settings` and an EC pool `pool` from it,
+/// taking partial overwrites; returns the pool's id.
+async fn ec_pool(c: &Cluster, name: &str, settings: &[(&str, &str)], pool: &str) -> u64 {
+    let params = settings
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c.command(Command::ErasureCodeProfileSet {
+        name: name.into(),
+        params,
+        force: false,
+    })
+    .await;
+    let v = c
+        .command(Command::PoolCreate {
+            name: pool.into(),
+            pg_num: 8,
+            spec: PoolSpec::Erasure {
+                profile: name.into(),
+                rule: None,
+            },
+        })
+        .await;
+    c.command(Command::PoolSet {
+        name: pool.into(),
+        key: "allow_ec_overwrites".into(),
+        value: "true".into(),
+    })
+    .await;
+    v["id"].as_u64().unwrap()
+}
+
 async fn admin(c: &Cluster) -> Client {
     let mut o = ClientOptions::new(
         vec![MON.parse().unwrap()],
@@ -169,33 +201,8 @@ async fn an_erasure_coded_pool_serves_decodes_and_heals() {
         pg.serve_erasure_pools = true;
     })
     .await;
-    let params = [("k", "3"), ("m", "2"), ("crush-failure-domain", "osd")]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    c.command(Command::ErasureCodeProfileSet {
-        name: "three-two".into(),
-        params,
-        force: false,
-    })
-    .await;
-    let v = c
-        .command(Command::PoolCreate {
-            name: "ec".into(),
-            pg_num: 8,
-            spec: PoolSpec::Erasure {
-                profile: "three-two".into(),
-                rule: None,
-            },
-        })
-        .await;
-    let pool_id = v["id"].as_u64().unwrap();
-    c.command(Command::PoolSet {
-        name: "ec".into(),
-        key: "allow_ec_overwrites".into(),
-        value: "true".into(),
-    })
-    .await;
+    let settings = [("k", "3"), ("m", "2"), ("crush-failure-domain", "osd")];
+    let pool_id = ec_pool(&c, "three-two", &settings, "ec").await;
     wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
     let client = admin(&c).await;
     let pool = client.pool("ec").unwrap();
@@ -242,5 +249,77 @@ async fn an_erasure_coded_pool_serves_decodes_and_heals() {
     c.wait_up(3).await;
     wait_states(&c, pool_id, "active on three", |s| s.starts_with("active")).await;
     check_all(&pool, &model).await;
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
+    let mut c = Cluster::with_pool_config("client-ec-scrub", 3, 3, 4, 1 << 30, |pg| {
+        pg.serve_erasure_pools = true;
+    })
+    .await;
+    let settings = [("k", "2"), ("m", "1"), ("crush-failure-domain", "osd")];
+    let pool_id = ec_pool(&c, "two-one", &settings, "ec").await;
+    wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
+    let client = admin(&c).await;
+    let pool = client.pool("ec").unwrap();
+    let body: Vec<u8> = (0..50_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    pool.write_full("victim", body.clone()).await.unwrap();
+
+    // Flip a bit in data shard 1 of the object, behind its checksum's back.
+    let map = client.map().unwrap();
+    let p = map.pool(pool_id).unwrap().clone();
+    let pg = p.object_pg("victim", "");
+    let acting = map.pg_to_up_acting(pg).unwrap().acting;
+    let victim_osd = acting[1];
+    let key = shoal_osd::object::object_key(&p, "", "victim").unwrap();
+    let coll = shoal_objectstore::CollectionId::shard(pg.pool, pg.seed, 1);
+    let store = c.stop_osd(victim_osd).await;
+    {
+        use shoal_objectstore::ObjectStore;
+        let mut b = store.read(&coll, &key, 4096 + 7, 1).unwrap().to_vec();
+        b[0] ^= 0x20;
+        let mut t = shoal_objectstore::Transaction::new();
+        t.write(coll, key.clone(), 4096 + 7, b.into());
+        store.apply_transaction(t).unwrap();
+    }
+    c.start_osd(victim_osd, store).await;
+    c.wait_up(3).await;
+    wait_states(&c, pool_id, "active+clean", |s| {
+        s.starts_with("active+clean")
+    })
+    .await;
+    // Reads decode around the damaged chunk.
+    assert!(pool.read("victim", 0, 0).await.unwrap()[..] == body[..]);
+    // Deep scrub names the object and the member; repair rebuilds it.
+    let t = Duration::from_secs(30);
+    let v = client.pg_command(pg, "deep-scrub", t).await.unwrap();
+    assert_eq!(v["errors"], 1, "{v}");
+    assert_eq!(v["inconsistent"][0]["object"], "victim", "{v}");
+    assert_eq!(v["inconsistent"][0]["bad"][0], victim_osd, "{v}");
+    assert!(
+        v["inconsistent"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("stripe 1"),
+        "{v}"
+    );
+    let v = client.pg_command(pg, "repair", t).await.unwrap();
+    assert_eq!(v["repaired"], 1, "{v}");
+    let v = client.pg_command(pg, "deep-scrub", t).await.unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    // The rebuilt shard is good: with another member down, the object
+    // decodes from it.
+    c.command(Command::PoolSet {
+        name: "ec".into(),
+        key: "min_size".into(),
+        value: "2".into(),
+    })
+    .await;
+    let other = acting.iter().copied().find(|o| *o != victim_osd).unwrap();
+    let _gone = c.stop_osd(other).await;
+    c.wait_up(2).await;
+    wait_states(&c, pool_id, "active on two", |s| s.starts_with("active")).await;
+    assert!(pool.read("victim", 0, 0).await.unwrap()[..] == body[..]);
     client.shutdown().await;
 }

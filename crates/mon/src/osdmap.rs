@@ -539,8 +539,15 @@ impl OsdMapState {
                         "pg_temp {osds:?} is larger than the pool's size"
                     )));
                 }
-                if !osds.is_empty() {
-                    existing(map, osds)?;
+                // An erasure-coded PG's pg_temp is by position: a hole is
+                // ITEM_NONE.
+                let named: Vec<i32> = osds
+                    .iter()
+                    .copied()
+                    .filter(|o| !(pool.is_erasure() && *o == shoal_maps::ITEM_NONE))
+                    .collect();
+                if !named.is_empty() {
+                    existing(map, &named)?;
                 }
                 if map.pg_temp().get(pg).map_or(osds.is_empty(), |t| t == osds) {
                     return Err(invalid(format!("pg {pg} already has pg_temp {osds:?}")));

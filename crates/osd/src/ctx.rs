@@ -34,9 +34,10 @@ pub struct PgConfig {
     /// Bytes of log, dups and missing-set records per piece of a peering
     /// answer or activation.
     pub peering_piece_bytes: usize,
-    /// Open and serve the PGs of erasure-coded pools. Off by default
-    /// while the EC backend is incomplete (its recovery and scrub are not
-    /// built): tests turn it on.
+    /// Open and serve the PGs of erasure-coded pools
+    /// (`osd_erasure_coding_experimental`; the simulation and tests turn
+    /// it on): off, ops on EC pools are refused and their PGs stay closed
+    /// rather than replicated.
     pub serve_erasure_pools: bool,
 }
 

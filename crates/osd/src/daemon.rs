@@ -433,8 +433,8 @@ impl Inner {
         let mut ws = shoal_crush::Workspace::default();
         let mut mine = Vec::new();
         let mut peers = BTreeSet::new();
-        // Erasure-coded pools' PGs are opened only where the EC backend is
-        // enabled: replication must not stand in for it.
+        // Erasure-coded pools' PGs open only where EC is enabled:
+        // replication must not stand in for it.
         let ec = self.ctx.cfg.serve_erasure_pools;
         for (pool_id, pool) in map.pools().iter().filter(|(_, p)| ec || !p.is_erasure()) {
             for seed in 0..pool.pg_num {
@@ -882,8 +882,8 @@ impl Inner {
 }
 
 /// Why a client op on an erasure-coded pool is refused, if it is: omap
-/// never lives in an EC pool (as in Ceph), and nothing is served where the
-/// EC backend is not enabled.
+/// never lives in an EC pool (as in Ceph), and nothing is served where
+/// erasure coding is not enabled.
 fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp], served: bool) -> Option<String> {
     let omap = ops
         .iter()
@@ -895,8 +895,8 @@ fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp], served: bool) -> Option
         ))
     } else if !served {
         Some(format!(
-            "erasure-coded pool {pool} is not served: this OSD's erasure-coding \
-             backend is not enabled (its PGs stay unopened rather than replicated)"
+            "erasure-coded pool {pool} is not served: erasure coding is experimental on \
+             this OSD (set osd_erasure_coding_experimental = true to enable it)"
         ))
     } else {
         None

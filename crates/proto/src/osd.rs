@@ -558,6 +558,11 @@ pub struct PgInfo {
     /// This piece's number (0: the first).
     #[prost(uint32, tag = "12")]
     pub piece: u32,
+    /// Of an erasure-coded PG: the shard the member holds (255 for a
+    /// replicated PG's whole copy), so recovery can read it from a member
+    /// of an earlier interval.
+    #[prost(uint32, tag = "13")]
+    pub shard: u32,
 }
 
 /// How far a copy of one object has got (Ceph's ObjectRecoveryProgress).

@@ -8,7 +8,9 @@
 //!   authoritative log (the newest among every OSD's store, a crashed
 //!   OSD's as its restart will find it).
 //! - [`replicas_identical`]: once active+clean, every acting member holds
-//!   the same objects with the same contents.
+//!   the same objects with the same contents; of an erasure-coded pool,
+//!   every member's shard holds the same objects, each with the same size
+//!   and xattrs, and their coding chunks match their data chunks.
 
 pub mod acked_in_log;
 pub mod single_primary;
@@ -18,7 +20,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 use shoal_maps::PgId;
-use shoal_objectstore::{ObjectKey, ObjectStore};
+use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore};
 use shoal_osd::log::PgLog;
 use shoal_osd::object::{collection, pg_meta_key};
 
@@ -37,12 +39,23 @@ pub fn check(w: &World) -> Result<(), String> {
     Ok(())
 }
 
+/// The collection `store` keeps PG `pg` in: the PG's, or the shard of an
+/// erasure-coded PG it holds.
+pub fn pg_collection(store: &dyn ObjectStore, pg: PgId) -> Option<CollectionId> {
+    let plain = collection(pg);
+    if store.collection_exists(&plain).ok()? {
+        return Some(plain);
+    }
+    store
+        .list_collections()
+        .ok()?
+        .into_iter()
+        .find(|c| c.pool == pg.pool && c.seed == pg.seed)
+}
+
 /// A PG's log in `store`, if the store holds the PG.
 pub fn load_log(store: &dyn ObjectStore, pg: PgId) -> Option<PgLog> {
-    let coll = collection(pg);
-    if !store.collection_exists(&coll).ok()? {
-        return None;
-    }
+    let coll = pg_collection(store, pg)?;
     let omap: BTreeMap<Bytes, Bytes> = store
         .omap_range(
             &coll,
@@ -57,9 +70,12 @@ pub fn load_log(store: &dyn ObjectStore, pg: PgId) -> Option<PgLog> {
     PgLog::load(&omap).ok()
 }
 
-/// The client objects of `pg` in `store` and their data.
+/// The client objects of `pg` in `store` and their data (of a shard: its
+/// chunks).
 fn objects(store: &dyn ObjectStore, pg: PgId) -> Result<BTreeMap<ObjectKey, Bytes>, String> {
-    let coll = collection(pg);
+    let Some(coll) = pg_collection(store, pg) else {
+        return Ok(BTreeMap::new());
+    };
     let meta = pg_meta_key();
     let mut out = BTreeMap::new();
     let mut start: Option<ObjectKey> = None;
@@ -94,10 +110,14 @@ pub fn object_names(store: &dyn ObjectStore, pg: PgId) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Once clean: each PG's acting members hold identical objects.
+/// Once clean: each PG's acting members hold identical objects (of an
+/// erasure-coded pool: consistent shards).
 pub async fn replicas_identical(w: &World) -> Result<(), String> {
     let map = w.newest_map().ok_or("no map")?;
     let pool = map.pool(w.pool).ok_or("no pool")?;
+    if pool.is_erasure() {
+        return shards_consistent(w, &map, pool);
+    }
     for seed in 0..pool.pg_num {
         let pg = PgId { pool: w.pool, seed };
         let m = map.pg_to_up_acting(pg).map_err(|e| e.to_string())?;
@@ -120,6 +140,88 @@ pub async fn replicas_identical(w: &World) -> Result<(), String> {
                     ));
                 }
                 Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Once clean, of an erasure-coded pool: the members of each PG hold the
+/// same objects, each with one logical size and one set of xattrs, and
+/// every object's coding chunks match its data chunks.
+fn shards_consistent(
+    w: &World,
+    map: &shoal_maps::OsdMap,
+    pool: &shoal_maps::Pool,
+) -> Result<(), String> {
+    let shoal_maps::PoolKind::Erasure { k, m } = pool.kind else {
+        return Ok(());
+    };
+    let layout = shoal_ec::StripeLayout::new(k, m, pool.stripe_unit());
+    let codec = shoal_ec::Codec::new(layout).map_err(|e| e.to_string())?;
+    for seed in 0..pool.pg_num {
+        let pg = PgId { pool: w.pool, seed };
+        let acting = map.pg_to_up_acting(pg).map_err(|e| e.to_string())?.acting;
+        // Shard position → (object → (size, xattrs, chunks)).
+        type Shard = BTreeMap<ObjectKey, (u64, BTreeMap<String, Bytes>, Bytes)>;
+        let mut shards: Vec<Shard> = Vec::new();
+        for (i, osd) in acting.iter().enumerate() {
+            let slot = w
+                .osds
+                .get(osd)
+                .ok_or(format!("pg {pg}: osd.{osd} unknown"))?;
+            let store = slot.store.as_ref();
+            let coll =
+                pg_collection(store, pg).ok_or(format!("pg {pg}: osd.{osd} holds no shard"))?;
+            if usize::from(coll.shard) != i {
+                return Err(format!(
+                    "pg {pg}: osd.{osd} holds shard {} at position {i}",
+                    coll.shard
+                ));
+            }
+            let mut mine = Shard::new();
+            for (key, data) in objects(store, pg)? {
+                let size = shoal_osd::ec::logical_size(store, &coll, &key)
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or(0);
+                let attrs = store.getxattrs(&coll, &key).map_err(|e| e.to_string())?;
+                mine.insert(key, (size, attrs, data));
+            }
+            shards.push(mine);
+        }
+        let Some(first) = shards.first() else {
+            continue;
+        };
+        for (key, (size, attrs, _)) in first {
+            let name = String::from_utf8_lossy(&key.name).into_owned();
+            let mut all = Vec::new();
+            for (i, s) in shards.iter().enumerate() {
+                let (sz, at, data) = s
+                    .get(key)
+                    .ok_or(format!("pg {pg}: {name} missing on shard {i}"))?;
+                if sz != size || at != attrs {
+                    return Err(format!(
+                        "pg {pg}: {name} differs on shard {i} (size {sz} vs {size})"
+                    ));
+                }
+                all.push(data.to_vec());
+            }
+            if !codec
+                .verify(&all)
+                .map_err(|e| format!("pg {pg}: {name}: {e}"))?
+            {
+                return Err(format!(
+                    "pg {pg}: {name}: coding chunks do not match the data"
+                ));
+            }
+        }
+        for (i, s) in shards.iter().enumerate() {
+            if s.len() != first.len() {
+                return Err(format!(
+                    "pg {pg}: shard {i} holds {} objects, shard 0 {}",
+                    s.len(),
+                    first.len()
+                ));
             }
         }
     }

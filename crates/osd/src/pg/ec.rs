@@ -547,6 +547,9 @@ pub(crate) struct ShardReader {
     pub coll: CollectionId,
     pub pg: shoal_maps::PgId,
     pub epoch: u32,
+    /// The PG's map, to reach members without an open connection.
+    pub map: Arc<shoal_maps::OsdMap>,
+    /// Connections the PG had open.
     pub conns: BTreeMap<i32, shoal_net::Connection>,
 }
 
@@ -572,20 +575,28 @@ fn runs(stripes: &BTreeSet<u64>) -> Vec<std::ops::Range<u64>> {
 }
 
 impl ShardReader {
-    /// Shard `i`'s chunks of `run` (`u64::MAX` as its end: to the end).
+    /// This interval's holders of each shard: (member, shard).
+    fn acting_holders(&self) -> Vec<(i32, usize)> {
+        (0..self.ec.layout().shards())
+            .filter_map(|i| self.ec.holder(i).map(|o| (o, i)))
+            .collect()
+    }
+
+    /// Shard `i`'s chunks of `run` from member `osd` (`u64::MAX` as the
+    /// run's end: to the object's end).
     async fn read_one(
         self: Arc<Self>,
+        osd: i32,
         i: usize,
         key: ObjectKey,
         run: std::ops::Range<u64>,
         want_attrs: bool,
     ) -> Result<ShardChunks, String> {
-        let osd = self
-            .ec
-            .holder(i)
-            .ok_or_else(|| format!("no member holds shard {i}"))?;
         let layout = self.ec.layout();
         if osd == self.me {
+            if usize::from(self.coll.shard) != i {
+                return Err(format!("this OSD holds shard {}, not {i}", self.coll.shard));
+            }
             let me = Arc::clone(&self);
             return shoal_net::runtime::blocking(move || {
                 let store = me.ctx.store.as_ref();
@@ -615,10 +626,7 @@ impl ShardReader {
                 })
             });
         }
-        let conn = self
-            .conns
-            .get(&osd)
-            .ok_or_else(|| format!("no connection to osd.{osd}"))?;
+        let conn = self.conn(osd).await?;
         let msg = EcRead {
             pool: self.pg.pool,
             pg_seed: self.pg.seed,
@@ -645,38 +653,54 @@ impl ShardReader {
         }
     }
 
-    /// `run` from `k` shards among those `allowed`, data shards first (a
-    /// shard that is missing, slow past the peer timeout or fails a
-    /// checksum is replaced by the next): each shard's chunks at its
-    /// position, and the first answer's size and xattrs.
+    /// `run` from `k` of the `sources` ((member, shard) pairs), data
+    /// shards first (a shard that is missing, slow past the peer timeout
+    /// or fails a checksum is replaced by the next): each shard's chunks
+    /// at its position, and the first answer's size and xattrs.
     async fn read_k(
         self: &Arc<Self>,
         key: &ObjectKey,
         run: std::ops::Range<u64>,
-        allowed: &BTreeSet<usize>,
+        sources: &[(i32, usize)],
         want_attrs: bool,
     ) -> Result<(Vec<Option<Vec<u8>>>, ShardChunks), String> {
         let layout = self.ec.layout();
         let k = layout.k as usize;
-        let order: Vec<usize> = (0..layout.shards())
-            .filter(|i| self.ec.holder(*i).is_some() && allowed.contains(i))
+        let mut order: Vec<(i32, usize)> = sources
+            .iter()
+            .copied()
+            .filter(|(_, i)| *i < layout.shards())
             .collect();
+        // Data shards first; ours first among holders of one shard.
+        order.sort_by_key(|(o, i)| (*i, *o != self.me));
         let mut parts: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
         let mut first: Option<ShardChunks> = None;
         let mut have = 0;
         let mut errors = Vec::new();
         let mut next = 0;
         while have < k && next < order.len() {
-            let batch: Vec<usize> = order[next..].iter().take(k - have).copied().collect();
-            next += batch.len();
+            let mut batch = Vec::new();
+            while batch.len() < k - have && next < order.len() {
+                let (o, i) = order[next];
+                next += 1;
+                if parts[i].is_none() && !batch.iter().any(|(_, j)| *j == i) {
+                    batch.push((o, i));
+                }
+            }
             let mut tasks = tokio::task::JoinSet::new();
-            for i in batch {
+            for (o, i) in batch {
                 let me = Arc::clone(self);
                 let (key, run) = (key.clone(), run.clone());
-                tasks.spawn(async move { (i, me.read_one(i, key, run, want_attrs).await) });
+                tasks.spawn(async move { (i, me.read_one(o, i, key, run, want_attrs).await) });
             }
             while let Some(done) = tasks.join_next().await {
-                let Ok((i, r)) = done else { continue };
+                let (i, r) = match done {
+                    Ok(d) => d,
+                    Err(e) => {
+                        errors.push(format!("a read task failed: {e}"));
+                        continue;
+                    }
+                };
                 match r {
                     Ok(c) => {
                         if let Some(f) = &first
@@ -686,6 +710,9 @@ impl ShardReader {
                                 "shard {i} holds another version ({} bytes, not {})",
                                 c.size, f.size
                             ));
+                            continue;
+                        }
+                        if parts[i].is_some() {
                             continue;
                         }
                         parts[i] = Some(c.data.clone());
@@ -717,7 +744,7 @@ impl ShardReader {
         stripes: &BTreeSet<u64>,
     ) -> Result<BTreeMap<u64, Vec<u8>>, String> {
         let width = self.ec.layout().width() as usize;
-        let all: BTreeSet<usize> = (0..self.ec.layout().shards()).collect();
+        let all = self.acting_holders();
         let mut out = BTreeMap::new();
         for run in runs(stripes) {
             let (parts, _) = self.read_k(key, run.clone(), &all, false).await?;
@@ -741,7 +768,7 @@ impl ShardReader {
         self: Arc<Self>,
         key: &ObjectKey,
         targets: &[i32],
-        sources: &[i32],
+        sources: &[(i32, u8)],
         expect: Option<bool>,
         fence: &crate::recovery::CopyFence,
         backend: &dyn PgBackend,
@@ -759,13 +786,11 @@ impl ShardReader {
         };
         let mut shards: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
         if push.exists {
-            let allowed: BTreeSet<usize> = sources
-                .iter()
-                .filter_map(|o| self.ec.shard_of(*o).map(usize::from))
-                .collect();
-            let (mut parts, meta) = match self.read_k(key, 0..u64::MAX, &allowed, true).await {
+            let sources: Vec<(i32, usize)> =
+                sources.iter().map(|(o, s)| (*o, usize::from(*s))).collect();
+            let (mut parts, meta) = match self.read_k(key, 0..u64::MAX, &sources, true).await {
                 Ok(r) => r,
-                Err(e) => return (done, Some(e)),
+                Err(e) => return (done, Some(format!("{e} (sources: {sources:?})"))),
             };
             if let Err(e) = self.ec.codec.rebuild(&mut parts) {
                 return (done, Some(e.to_string()));
@@ -796,6 +821,33 @@ impl ShardReader {
         (done, None)
     }
 
+    /// A connection to member `osd`: the PG's, or a new one (in the
+    /// reader's task: the PG never waits for a connect).
+    async fn conn(&self, osd: i32) -> Result<shoal_net::Connection, String> {
+        match self.conns.get(&osd) {
+            Some(c) if !c.is_closed() => Ok(c.clone()),
+            _ => self.ctx.peer(&self.map, osd).await,
+        }
+    }
+
+    /// Deep scrub: reads every shard of `key` whole and recomputes the
+    /// coding chunks from the data chunks.
+    pub async fn verify(self: &Arc<Self>, key: &ObjectKey) -> Result<bool, String> {
+        let holders = self.acting_holders();
+        if holders.len() < self.ec.layout().shards() {
+            // A shard no member holds now: recovery's, not scrub's.
+            return Ok(true);
+        }
+        let mut shards = Vec::with_capacity(holders.len());
+        for (o, i) in holders {
+            let c = Arc::clone(self)
+                .read_one(o, i, key.clone(), 0..u64::MAX, false)
+                .await?;
+            shards.push(c.data);
+        }
+        self.ec.codec.verify(&shards).map_err(|e| e.to_string())
+    }
+
     fn install_here(
         &self,
         push: &PgPush,
@@ -814,10 +866,7 @@ impl ShardReader {
     }
 
     async fn push_to(&self, osd: i32, push: &PgPush, data: Bytes) -> Result<(), String> {
-        let conn = self
-            .conns
-            .get(&osd)
-            .ok_or_else(|| format!("no connection to osd.{osd}"))?;
+        let conn = self.conn(osd).await?;
         let reply = conn
             .request_with_timeout(push.clone(), data, self.ctx.cfg.peer_timeout)
             .await
@@ -831,31 +880,31 @@ impl ShardReader {
 }
 
 impl super::Pg {
-    /// A reader of this interval's shards, with connections to every
-    /// member holding one and to `extra` (recovery targets).
-    async fn ec_reader(&mut self, extra: &[i32]) -> Option<Arc<ShardReader>> {
+    /// [`super::Pg::ec_reader`] for scrub.
+    pub(super) async fn ec_reader_for(&mut self) -> Option<Arc<ShardReader>> {
+        self.ec_reader().await
+    }
+
+    /// A reader of this interval's shards, with the PG's open connections.
+    async fn ec_reader(&mut self) -> Option<Arc<ShardReader>> {
         let ec = self.core.ec.clone()?;
-        let me = self.core.whoami();
-        let mut conns = BTreeMap::new();
-        let holders: Vec<i32> = (0..ec.layout().shards())
-            .filter_map(|i| ec.holder(i))
-            .chain(extra.iter().copied())
+        let map = self.core.map.clone()?;
+        // Only the connections already open: a member that died may take
+        // a connect timeout to refuse, which the reader's task waits out.
+        let conns = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.is_closed())
+            .map(|(o, c)| (*o, c.clone()))
             .collect();
-        for osd in holders {
-            if osd != me
-                && !conns.contains_key(&osd)
-                && let Ok(c) = self.conn(osd).await
-            {
-                conns.insert(osd, c);
-            }
-        }
         Some(Arc::new(ShardReader {
             ctx: Arc::clone(&self.ctx),
             ec,
-            me,
+            me: self.core.whoami(),
             coll: self.core.coll,
             pg: self.core.id,
             epoch: self.core.epoch(),
+            map,
             conns,
         }))
     }
@@ -869,7 +918,7 @@ impl super::Pg {
         interval_start: u32,
     ) {
         let events = self.events.clone();
-        let reader = self.ec_reader(&[]).await;
+        let reader = self.ec_reader().await;
         tokio::spawn(async move {
             let result = match reader {
                 Some(r) => r.gather(&key, &stripes).await,
@@ -893,7 +942,7 @@ impl super::Pg {
             .copied()
             .chain(job.pull_from.map(|_| me))
             .collect();
-        let reader = self.ec_reader(&targets).await;
+        let reader = self.ec_reader().await;
         let fence = crate::recovery::CopyFence::at(&self.copy_fence);
         let backend = Arc::clone(&self.core.backend);
         let slots = Arc::clone(&self.ctx.recovery_slots);

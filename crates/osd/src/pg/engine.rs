@@ -512,6 +512,7 @@ impl PgCore {
             dups: piece.dups,
             more,
             piece: msg.piece,
+            shard: u32::from(self.coll.shard),
         };
         vec![Effect::Reply {
             to,
@@ -584,10 +585,14 @@ impl PgCore {
             return vec![rep_reply(to, code, epoch, e.to_string())];
         }
         if msg.backfill {
-            // Our copy is too old for the log: start from an empty one,
+            // Our copy is too old for the log (or, erasure coded, another
+            // position's shard): start from an empty one of our position,
             // and lack every object until the primary pushes it.
             txn = Transaction::new();
             txn.remove_collection(self.coll);
+            if let Some(s) = self.ec.as_ref().and_then(|ec| ec.shard_of(self.whoami)) {
+                self.coll = CollectionId::shard(self.id.pool, self.id.seed, s);
+            }
             txn.create_collection(self.coll);
             self.log = PgLog::default();
             self.missing = MissingSet::default();

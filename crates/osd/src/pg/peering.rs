@@ -69,6 +69,8 @@ pub struct MemberLog {
     pub missing: MissingSet,
     /// The request ids of its trimmed entries.
     pub dups: Vec<Dup>,
+    /// Of an erasure-coded PG: the shard its copy is.
+    pub shard: u8,
 }
 
 /// What one member lacks to match the authoritative log.
@@ -427,6 +429,7 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
     let conn = ctx.peer(map, osd).await?;
     let mut all = Records::default();
     let mut info: Option<Vec<u8>> = None;
+    let mut shard;
     for n in 0..PIECES_MAX {
         let q = PgQuery {
             piece: n,
@@ -447,6 +450,7 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
             return Err(format!("osd.{osd}'s copy changed while it answered"));
         }
         info = Some(piece.info);
+        shard = u8::try_from(piece.shard).unwrap_or(u8::MAX);
         all.extend(Records {
             log: piece.log,
             dups: piece.dups,
@@ -454,7 +458,7 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
         });
         if !piece.more {
             let info = info.unwrap_or_default();
-            return member_log(&info, &all);
+            return member_log(&info, &all).map(|l| MemberLog { shard, ..l });
         }
     }
     Err(format!("osd.{osd}'s answer takes too many pieces"))
@@ -469,6 +473,7 @@ fn member_log(info: &[u8], all: &Records) -> Result<MemberLog, String> {
         entries: entries.map_err(|e| e.to_string())?,
         missing: MissingSet::decode(&all.missing).map_err(|e| e.to_string())?,
         dups: dups.map_err(|e| e.to_string())?,
+        shard: u8::MAX,
     })
 }
 
@@ -505,6 +510,7 @@ mod tests {
             entries,
             missing: MissingSet::default(),
             dups: Vec::new(),
+            shard: u8::MAX,
         }
     }
 

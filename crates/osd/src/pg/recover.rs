@@ -414,10 +414,28 @@ impl PgCore {
             let Some((key, targets, urgent)) = rs.next(hold) else {
                 return fx;
             };
-            let pull_from = if targets.contains(&me) {
+            // Erasure coding: the members holding the object's shards
+            // (with their shards); fewer than k shards is unfound too.
+            let ec_sources = match (&self.ec, self.plan.as_ref()) {
+                (Some(_), Some(plan)) => Some(ec_sources(
+                    plan,
+                    &self.peer_logs,
+                    (me, self.coll.shard),
+                    &self.acting,
+                    &targets,
+                    &key,
+                )),
+                _ => None,
+            };
+            let k = self.ec.as_ref().map_or(1, |e| e.layout().k as usize);
+            let enough = ec_sources
+                .as_ref()
+                .is_none_or(|s| s.iter().map(|(_, sh)| *sh).collect::<BTreeSet<u8>>().len() >= k);
+            let pull_from = if targets.contains(&me) || !enough {
                 let plan = self.plan.as_ref();
-                let src =
-                    plan.and_then(|p| p.sources(&key, &self.acting).into_iter().find(|o| *o != me));
+                let src = plan
+                    .and_then(|p| p.sources(&key, &self.acting).into_iter().find(|o| *o != me))
+                    .filter(|_| enough);
                 match src {
                     Some(src) => Some(src),
                     None => {
@@ -437,6 +455,7 @@ impl PgCore {
             } else {
                 None
             };
+            let pull_from = pull_from.filter(|_| targets.contains(&me));
             rs.active.insert(key.clone());
             // What the log says of the object, when it still names it.
             let expect = self
@@ -445,14 +464,7 @@ impl PgCore {
                 .rev()
                 .find(|e| e.key == key)
                 .map(|e| e.op == crate::log::LogOp::Modify);
-            let sources = match (&self.ec, self.plan.as_ref()) {
-                (Some(_), Some(plan)) => plan
-                    .sources(&key, &self.acting)
-                    .into_iter()
-                    .filter(|o| !targets.contains(o))
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let sources = ec_sources.unwrap_or_default();
             fx.push(Effect::RecoverObject(ObjectJob {
                 generation: rs.generation,
                 key,
@@ -576,6 +588,27 @@ impl PgCore {
     }
 }
 
+/// Erasure coding: the members other than `targets` holding `key`'s
+/// authoritative version, each with the shard it holds (ours is `me`'s).
+fn ec_sources(
+    plan: &super::RecoveryPlan,
+    peer_logs: &BTreeMap<i32, super::MemberLog>,
+    me: (i32, u8),
+    acting: &[i32],
+    targets: &BTreeSet<i32>,
+    key: &ObjectKey,
+) -> Vec<(i32, u8)> {
+    plan.sources(key, acting)
+        .into_iter()
+        .filter(|o| !targets.contains(o))
+        .filter_map(|o| match peer_logs.get(&o) {
+            _ if o == me.0 => Some((o, me.1)),
+            Some(l) => Some((o, l.shard)),
+            None => None,
+        })
+        .collect()
+}
+
 /// One object to recover: what the driver's task needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectJob {
@@ -594,8 +627,10 @@ pub struct ObjectJob {
     /// does not wait for a slot).
     pub throttled: bool,
     /// Erasure coding: the members holding the object's authoritative
-    /// version, whose shards rebuild the others (empty for replication).
-    pub sources: Vec<i32>,
+    /// version, with the shard each holds (a member of an earlier interval
+    /// may hold another position's), whose shards rebuild the others
+    /// (empty for replication).
+    pub sources: Vec<(i32, u8)>,
 }
 
 impl Pg {

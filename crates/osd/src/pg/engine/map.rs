@@ -117,12 +117,9 @@ impl PgCore {
             acting: m.acting.clone(),
             up: m.up.clone(),
         };
-        if let Some(s) = ec.shard_of(self.whoami)
-            && s != self.coll.shard
-        {
-            tracing::warn!(pg = %self.id, held = self.coll.shard, wanted = s,
-                "this OSD moved to another shard of the PG; it keeps serving the one it holds");
-        }
+        // At another position than the shard we hold, we keep it: the
+        // primary serves our shard's position from us (pg_temp) while the
+        // new one is backfilled, or backfills us as the new one.
         self.ec = Some(ec);
     }
 

@@ -166,12 +166,16 @@ impl PgCore {
         // they may hold objects no one else has, and complete copies a new
         // primary keeps serving (pg_temp) while new members are backfilled.
         let mut probe = BTreeSet::new();
+        // An erasure-coded interval's writes are readable only from k of
+        // its shards: k of its members must be heard.
+        let need = self.ec.as_ref().map_or(1, |e| e.layout().k as usize);
         for iv in &past {
             let members: Vec<i32> = iv.acting.iter().copied().filter(|o| is_osd(*o)).collect();
             let up: Vec<i32> = members.iter().copied().filter(probeable).collect();
             probe.extend(up.iter().copied());
-            if up.is_empty() && !members.iter().any(|o| heard.contains(o)) {
-                let down = !members.iter().any(|o| map.is_up(*o));
+            let heard_n = members.iter().filter(|o| heard.contains(o)).count();
+            if heard_n + up.len() < need {
+                let down = members.iter().filter(|o| map.is_up(**o)).count() < need;
                 let why = format!(
                     "interval {}-{} (acting {:?}) may have taken writes and {}",
                     iv.first,
@@ -233,10 +237,8 @@ impl PgCore {
     /// are backfilled while complete ones serve (Ceph's `choose_acting`).
     /// `Some(vec![])` asks for the up set again (the `pg_temp` removed).
     fn wanted_acting(&self, plan: &RecoveryPlan) -> Option<Vec<i32>> {
-        // An erasure-coded PG's members hold the shards of their
-        // positions: no pg_temp reorders them.
-        if self.ec.is_some() {
-            return None;
+        if let Some(ec) = &self.ec {
+            return self.wanted_acting_ec(plan, ec);
         }
         let pool = self.pool.as_ref()?;
         let map = self.map.as_ref()?;
@@ -281,6 +283,93 @@ impl PgCore {
             Vec::new()
         } else {
             target
+        })
+    }
+
+    /// An erasure-coded PG's acting set by position (Ceph's choose_acting
+    /// for EC): at each position the up member if its copy of that shard
+    /// is complete, else a member heard holding that shard completely
+    /// (it serves the position while the up member is backfilled), else
+    /// the up member (backfilled) or a hole. `None`: keep the acting set;
+    /// `Some(empty)`: the up set as it is.
+    fn wanted_acting_ec(&self, plan: &RecoveryPlan, ec: &crate::pg::ec::EcPg) -> Option<Vec<i32>> {
+        let map = self.map.as_ref()?;
+        let log_len = plan.auth_log.len();
+        let held = |o: i32| -> Option<u8> {
+            if o == self.whoami {
+                Some(self.coll.shard)
+            } else {
+                self.peer_logs.get(&o).map(|l| l.shard)
+            }
+        };
+        let complete = |o: i32, i: usize| {
+            is_osd(o)
+                && map.is_up(o)
+                && held(o) == u8::try_from(i).ok()
+                && plan
+                    .members
+                    .get(&o)
+                    .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
+        };
+        let n = ec.layout().shards();
+        let up_at = |i: usize| ec.up.get(i).copied().unwrap_or(shoal_maps::ITEM_NONE);
+        // Complete copies first, each OSD at one position.
+        let mut want: Vec<i32> = (0..n)
+            .map(|i| match complete(up_at(i), i) {
+                true => up_at(i),
+                false => shoal_maps::ITEM_NONE,
+            })
+            .collect();
+        for i in 0..n {
+            if want[i] != shoal_maps::ITEM_NONE {
+                continue;
+            }
+            let other = plan
+                .members
+                .keys()
+                .copied()
+                .find(|o| complete(*o, i) && !want.contains(o));
+            if let Some(o) = other {
+                want[i] = o;
+            }
+        }
+        // The rest: the up member, to be backfilled, when it is free.
+        for i in 0..n {
+            if want[i] == shoal_maps::ITEM_NONE && is_osd(up_at(i)) && !want.contains(&up_at(i)) {
+                want[i] = up_at(i);
+            }
+        }
+        if want == ec.acting {
+            return None;
+        }
+        Some(if want == ec.up { Vec::new() } else { want })
+    }
+
+    /// Erasure coding: why the acting set cannot serve the PG, if it
+    /// cannot — fewer than k of its members hold complete copies of their
+    /// shards (going active would make objects undecodable, and a backfill
+    /// would discard shards still needed).
+    fn ec_unreadable(&self, plan: &RecoveryPlan) -> Option<String> {
+        let ec = self.ec.as_ref()?;
+        let k = ec.layout().k as usize;
+        let log_len = plan.auth_log.len();
+        let complete = (0..ec.layout().shards())
+            .filter_map(|i| ec.holder(i).map(|o| (o, i)))
+            .filter(|(o, i)| {
+                let held = if *o == self.whoami {
+                    Some(self.coll.shard)
+                } else {
+                    self.peer_logs.get(o).map(|l| l.shard)
+                };
+                held == u8::try_from(*i).ok()
+                    && plan
+                        .members
+                        .get(o)
+                        .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
+            })
+            .count();
+        (complete < k).then(|| {
+            format!("only {complete} of the acting members hold complete shards; {k} are needed")
         })
     }
 
@@ -376,12 +465,35 @@ impl PgCore {
                 entries: self.log.entries().cloned().collect(),
                 missing: self.missing.clone(),
                 dups: self.log.dups().cloned().collect(),
+                shard: self.coll.shard,
             },
         );
         let k = self.ec.as_ref().map_or(1, |ec| ec.layout().k as usize);
-        let plan = plan_recovery_k(me, &logs, &self.shards(), k);
+        let mut plan = plan_recovery_k(me, &logs, &self.shards(), k);
+        // Erasure coding: a member at another position than the shard it
+        // holds has none of its position's shard: it is backfilled.
+        if let Some(ec) = &self.ec {
+            for (o, m) in plan.members.iter_mut() {
+                let pos = ec
+                    .acting
+                    .iter()
+                    .position(|a| a == o)
+                    .and_then(|p| u8::try_from(p).ok());
+                let held = logs.get(o).map(|l| l.shard);
+                if pos.is_some() && held.is_some() && pos != held {
+                    m.backfill = true;
+                    m.missing.clear();
+                }
+            }
+        }
         if let Some(want) = self.wanted_acting(&plan) {
             return self.request_pg_temp(want);
+        }
+        if let Some(why) = self.ec_unreadable(&plan) {
+            tracing::info!(pg = %self.id, "{why}");
+            self.state = State::Incomplete;
+            self.peering.blocked = Some(why);
+            return vec![Effect::StatsChanged, self.retry_peering_later()];
         }
         let backfills = self
             .shards()
@@ -472,6 +584,10 @@ impl PgCore {
         }
         if own.as_ref().is_some_and(|a| a.backfill) {
             txn.remove_collection(self.coll);
+            // Erasure coded: the collection of our position's shard.
+            if let Some(s) = self.ec.as_ref().and_then(|ec| ec.shard_of(me)) {
+                self.coll = shoal_objectstore::CollectionId::shard(self.id.pool, self.id.seed, s);
+            }
             txn.create_collection(self.coll);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
@@ -532,6 +648,7 @@ impl PgCore {
                     dups: dups.clone(),
                     more: false,
                     piece: 0,
+                    shard: u32::from(u8::MAX),
                 };
                 (a.osd, msg)
             })
@@ -570,6 +687,13 @@ impl PgCore {
 
     /// Nothing left to recover: a `pg_temp` is no longer needed.
     pub(in crate::pg) fn clean(&mut self) -> Vec<Effect> {
+        if let Some(ec) = &self.ec {
+            let whole = ec.up.iter().all(|o| is_osd(*o));
+            if ec.acting != ec.up && whole {
+                return self.request_pg_temp(Vec::new());
+            }
+            return Vec::new();
+        }
         if self.acting != self.up && self.up.len() >= self.acting.len() {
             return self.request_pg_temp(Vec::new());
         }

@@ -14,13 +14,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Dev, SHOAL};
+use common::{Dev, start_osd};
 use shoal_client::{Client, ClientOptions};
 
 const OBJECTS: u64 = 24;
@@ -33,32 +32,6 @@ fn slice(i: u64, slot: u64, generation: u64) -> Bytes {
     let mut v = format!("o{i} slot {slot} generation {generation};").into_bytes();
     v.resize(SLOT as usize, (i * 31 + slot * 7 + generation) as u8);
     Bytes::from(v)
-}
-
-/// Starts `shoal osd --id N` as `shoal dev` does.
-fn start_osd(d: &Dev, id: u32) {
-    use std::os::unix::process::CommandExt;
-    let name = format!("osd.{id}");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(d.0.join("out").join(format!("{name}.log")))
-        .unwrap();
-    let child = Command::new(SHOAL)
-        .args(["--conf", d.0.join("shoal.conf").to_str().unwrap()])
-        .args(["osd", "--id", &id.to_string()])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    std::fs::write(
-        d.0.join("run").join(format!("{name}.pid")),
-        child.id().to_string(),
-    )
-    .unwrap();
-    std::mem::forget(child);
 }
 
 fn wait_active_clean(d: &Dev, max: Duration) {
@@ -89,6 +62,15 @@ async fn writer(
     while !stop.load(Ordering::Relaxed) {
         generation += 1;
         let slot = generation % SLOTS;
+        let done = |i: u64, r: Result<(), shoal_client::Error>| match r {
+            Ok(()) => {
+                ledger.lock().unwrap().insert((i, slot), (generation, None));
+            }
+            Err(e) => failures
+                .lock()
+                .unwrap()
+                .push(format!("o{i} slot {slot}: {e}")),
+        };
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..OBJECTS {
             ledger
@@ -106,28 +88,12 @@ async fn writer(
             });
             while tasks.len() >= 8 {
                 let (i, r) = tasks.join_next().await.unwrap().unwrap();
-                match r {
-                    Ok(()) => {
-                        ledger.lock().unwrap().insert((i, slot), (generation, None));
-                    }
-                    Err(e) => failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("o{i} slot {slot}: {e}")),
-                }
+                done(i, r);
             }
         }
         while let Some(r) = tasks.join_next().await {
             let (i, r) = r.unwrap();
-            match r {
-                Ok(()) => {
-                    ledger.lock().unwrap().insert((i, slot), (generation, None));
-                }
-                Err(e) => failures
-                    .lock()
-                    .unwrap()
-                    .push(format!("o{i} slot {slot}: {e}")),
-            }
+            done(i, r);
         }
     }
 }

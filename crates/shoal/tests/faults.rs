@@ -12,13 +12,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Dev, SHOAL};
+use common::{Dev, start_osd};
 use shoal_client::{Client, ClientOptions};
 
 const OBJECTS: u64 = 200;
@@ -28,33 +27,6 @@ fn body(i: u64, generation: u64) -> Bytes {
     let mut v = format!("object {i} generation {generation};").into_bytes();
     v.resize(len, (i ^ generation) as u8);
     Bytes::from(v)
-}
-
-/// Starts `shoal osd --id N` as `shoal dev` does (own process group, log,
-/// pid file), so `dev down` stops it.
-fn start_osd(d: &Dev, id: u32) {
-    use std::os::unix::process::CommandExt;
-    let name = format!("osd.{id}");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(d.0.join("out").join(format!("{name}.log")))
-        .unwrap();
-    let child = Command::new(SHOAL)
-        .args(["--conf", d.0.join("shoal.conf").to_str().unwrap()])
-        .args(["osd", "--id", &id.to_string()])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    std::fs::write(
-        d.0.join("run").join(format!("{name}.pid")),
-        child.id().to_string(),
-    )
-    .unwrap();
-    std::mem::forget(child);
 }
 
 fn wait_active_clean(d: &Dev, max: Duration) {

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of it.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -124,4 +124,31 @@ impl Drop for Dev {
     fn drop(&mut self) {
         let _ = self.run(&["dev", "down", "--dir", self.dir(), "--wipe"]);
     }
+}
+
+/// Starts `shoal osd --id N` as `shoal dev` does (own process group, log,
+/// pid file), so `dev down` stops it.
+pub fn start_osd(d: &Dev, id: u32) {
+    use std::os::unix::process::CommandExt;
+    let name = format!("osd.{id}");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(d.0.join("out").join(format!("{name}.log")))
+        .unwrap();
+    let child = Command::new(SHOAL)
+        .args(["--conf", d.0.join("shoal.conf").to_str().unwrap()])
+        .args(["osd", "--id", &id.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::fs::write(
+        d.0.join("run").join(format!("{name}.pid")),
+        child.id().to_string(),
+    )
+    .unwrap();
+    std::mem::forget(child);
 }

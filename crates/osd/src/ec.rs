@@ -12,6 +12,8 @@
 //! has no key and must read as zeros). Client omap is refused on EC
 //! pools (as in Ceph), so a shard's omap is the OSD's own.
 
+pub mod rollback;
+
 use std::collections::BTreeMap;
 use std::ops::{Bound, Range};
 
@@ -259,6 +261,57 @@ mod tests {
             self.store.apply_transaction(t).unwrap();
         }
 
+        /// `change`, each shard's part stashed first as change `version`.
+        fn change_stashed(&self, ops: &[DataOp], version: crate::log::Version) {
+            let old_size = self.size();
+            let need = stripes_to_read(self.layout, old_size, ops).unwrap();
+            let old = need.iter().map(|s| (*s, self.read(*s..*s + 1).0)).collect();
+            let u = plan(&self.codec, old_size, ops, &old).unwrap();
+            for i in 0..self.layout.shards() {
+                let mut t = Transaction::new();
+                let c = Self::coll(i);
+                shard_txn(&mut t, c, &self.key, self.layout, &u, i, old_size.is_some());
+                let unit = u64::from(self.layout.unit);
+                let t = rollback::stash(&self.store, c, &self.key, version, unit, t).unwrap();
+                self.store.apply_transaction(t).unwrap();
+            }
+        }
+
+        /// Every shard's object as the store holds it: data, xattrs, omap.
+        #[allow(clippy::type_complexity)]
+        fn shards(&self) -> Vec<Option<(Bytes, BTreeMap<String, Bytes>, Vec<(Bytes, Bytes)>)>> {
+            (0..self.layout.shards())
+                .map(|i| {
+                    let c = Self::coll(i);
+                    if !self.store.exists(&c, &self.key).unwrap() {
+                        return None;
+                    }
+                    let size = self.store.stat(&c, &self.key).unwrap().size;
+                    Some((
+                        self.store.read(&c, &self.key, 0, size).unwrap(),
+                        self.store.getxattrs(&c, &self.key).unwrap(),
+                        self.store
+                            .omap_range(&c, &self.key, Bound::Unbounded, Bound::Unbounded, 1 << 20)
+                            .unwrap(),
+                    ))
+                })
+                .collect()
+        }
+
+        /// Undoes `versions` (newest first) on every shard, one
+        /// transaction per shard.
+        fn undo(&self, versions: &[crate::log::Version]) {
+            for i in 0..self.layout.shards() {
+                let c = Self::coll(i);
+                let mut state = rollback::Undoing::now(&self.store, &c, &self.key).unwrap();
+                let mut t = Transaction::new();
+                for v in versions {
+                    rollback::undo(&self.store, c, &self.key, *v, &mut state, &mut t).unwrap();
+                }
+                self.store.apply_transaction(t).unwrap();
+            }
+        }
+
         fn logical(&self) -> Option<Vec<u8>> {
             let size = self.size()?;
             let stripes = 0..size.div_ceil(self.layout.width());
@@ -351,5 +404,141 @@ mod tests {
         pg.store.apply_transaction(t).unwrap();
         let e = read_chunks(&pg.store, &c, &pg.key, pg.layout, 0..3).unwrap_err();
         assert!(e.to_string().contains("the shard ends at byte"), "{e}");
+    }
+
+    fn v(n: u64) -> crate::log::Version {
+        crate::log::Version { epoch: 5, v: n }
+    }
+
+    fn w(offset: u64, data: Vec<u8>) -> DataOp {
+        DataOp::Write {
+            offset,
+            data: data.into(),
+        }
+    }
+
+    /// Each kind of change, undone from its stash, leaves every shard
+    /// exactly as it was (data, size, chunk checksums, xattrs), and the
+    /// stash is gone.
+    #[test]
+    fn every_change_is_undone_by_its_stash() {
+        let pg = Pg::new(2, 1, 4096);
+        let body: Vec<u8> = (0..30_000u32).map(|i| (i * 13 + i / 97) as u8).collect();
+        let changes: Vec<(&str, Vec<DataOp>)> = vec![
+            ("create", vec![w(0, body.clone())]),
+            (
+                "overwrite inside stripes",
+                vec![w(5_000, vec![0xee; 9_000])],
+            ),
+            ("append", vec![w(30_000, vec![7; 12_345])]),
+            ("write past the end", vec![w(60_000, vec![9; 100])]),
+            (
+                "zero",
+                vec![DataOp::Zero {
+                    offset: 1_000,
+                    len: 20_000,
+                }],
+            ),
+            ("shrink", vec![DataOp::Truncate(4_000)]),
+            ("grow", vec![DataOp::Truncate(50_000)]),
+            ("replace", vec![DataOp::Remove, w(0, vec![3; 1_000])]),
+            ("remove", vec![DataOp::Remove]),
+            ("recreate", vec![w(100, vec![4; 10])]),
+        ];
+        let mut before = Vec::new();
+        for (n, (what, ops)) in changes.iter().enumerate() {
+            let was = (pg.shards(), pg.logical());
+            pg.change_stashed(ops, v(n as u64 + 1));
+            let after = (pg.shards(), pg.logical());
+            // Undone alone, the change leaves the shards as they were…
+            pg.undo(&[v(n as u64 + 1)]);
+            assert_eq!((pg.shards(), pg.logical()), was, "{what} undone");
+            // …and applied again, as the change makes them.
+            pg.change_stashed(ops, v(n as u64 + 1));
+            assert_eq!((pg.shards(), pg.logical()), after, "{what} again");
+            before.push(was);
+        }
+        // Undone all together, newest first, in one transaction a shard.
+        let all: Vec<_> = (1..=changes.len() as u64).rev().map(v).collect();
+        pg.undo(&all);
+        assert_eq!((pg.shards(), pg.logical()), before[0]);
+        for i in 0..pg.layout.shards() {
+            let left = rollback::list_stashes(&pg.store, Pg::coll(i)).unwrap();
+            assert!(left.is_empty(), "shard {i} keeps {left:?}");
+        }
+    }
+
+    /// Stashes list in version order, hidden from the PG's objects; one
+    /// already dropped cannot be undone.
+    #[test]
+    fn stashes_list_in_version_order_and_a_dropped_one_cannot_be_undone() {
+        let pg = Pg::new(2, 1, 4096);
+        for n in [3, 1, 2] {
+            pg.change_stashed(&[w(0, vec![n as u8; 100])], v(n));
+        }
+        let c = Pg::coll(0);
+        let listed = rollback::list_stashes(&pg.store, c).unwrap();
+        assert_eq!(
+            listed.keys().copied().collect::<Vec<_>>(),
+            vec![v(1), v(2), v(3)]
+        );
+        for (ver, keys) in &listed {
+            assert_eq!(keys, &vec![rollback::stash_key(*ver, &pg.key)]);
+            assert_eq!(rollback::stash_version(&keys[0]), Some(*ver));
+            assert!(crate::object::split_key(&keys[0]).is_none(), "hidden");
+        }
+        assert_eq!(rollback::stash_version(&pg.key), None);
+        let mut t = Transaction::new();
+        t.remove(c, rollback::stash_key(v(3), &pg.key));
+        pg.store.apply_transaction(t).unwrap();
+        let mut state = rollback::Undoing::now(&pg.store, &c, &pg.key).unwrap();
+        let r = rollback::undo(
+            &pg.store,
+            c,
+            &pg.key,
+            v(3),
+            &mut state,
+            &mut Transaction::new(),
+        );
+        assert!(matches!(r, Err(rollback::RollbackError::NoStash)), "{r:?}");
+    }
+
+    /// A damaged rollback record is an error naming it, never a panic.
+    #[test]
+    fn a_damaged_rollback_record_is_an_error() {
+        let pg = Pg::new(2, 1, 4096);
+        pg.change_stashed(&[w(0, vec![1; 10_000])], v(1));
+        pg.change_stashed(&[w(100, vec![2; 100])], v(2));
+        let c = Pg::coll(1);
+        let s = rollback::stash_key(v(2), &pg.key);
+        let good = pg
+            .store
+            .getxattr(&c, &s, rollback::RECORD_XATTR)
+            .unwrap()
+            .unwrap();
+        let mut bad: Vec<Bytes> = (0..good.len()).map(|n| good.slice(..n)).collect();
+        bad.push([&good[..], &[0u8]].concat().into());
+        let mut wrong_format = good.to_vec();
+        wrong_format[0] = 9;
+        bad.push(wrong_format.into());
+        for b in bad {
+            let mut t = Transaction::new();
+            t.set_xattr(c, s.clone(), rollback::RECORD_XATTR, b.clone());
+            pg.store.apply_transaction(t).unwrap();
+            let mut state = rollback::Undoing::now(&pg.store, &c, &pg.key).unwrap();
+            let r = rollback::undo(
+                &pg.store,
+                c,
+                &pg.key,
+                v(2),
+                &mut state,
+                &mut Transaction::new(),
+            );
+            assert!(
+                matches!(&r, Err(rollback::RollbackError::Store(m)) if m.contains("rollback record")),
+                "{} bytes: {r:?}",
+                b.len()
+            );
+        }
     }
 }

@@ -426,6 +426,14 @@ pub struct RepOp {
     /// Change in the PG's logical bytes.
     #[prost(int64, tag = "8")]
     pub bytes_delta: i64,
+    /// Erasure coding: every member has the changes up to this version
+    /// (epoch, v) durable, so none of them will be rolled back and each
+    /// shard drops their rollback stashes (0, 0: none yet).
+    #[prost(uint32, tag = "9")]
+    pub roll_forward_epoch: u32,
+    /// See `roll_forward_epoch`.
+    #[prost(uint64, tag = "10")]
+    pub roll_forward_v: u64,
 }
 
 /// One store operation of a replicated transaction. `kind` numbers follow
@@ -563,6 +571,17 @@ pub struct PgInfo {
     /// of an earlier interval.
     #[prost(uint32, tag = "13")]
     pub shard: u32,
+    /// Erasure coding, in a query's answer: the member can roll back
+    /// every change of its log newer than this version (epoch, v); absent
+    /// (`has_rollback_floor` false), none.
+    #[prost(bool, tag = "14")]
+    pub has_rollback_floor: bool,
+    /// See `has_rollback_floor`.
+    #[prost(uint32, tag = "15")]
+    pub rollback_floor_epoch: u32,
+    /// See `has_rollback_floor`.
+    #[prost(uint64, tag = "16")]
+    pub rollback_floor_v: u64,
 }
 
 /// How far a copy of one object has got (Ceph's ObjectRecoveryProgress).

@@ -334,11 +334,13 @@ impl PgBackend for Erasure {
             }
             parts.entry(c.shard).or_default().push(op.clone());
         }
-        let local = parts.remove(&change.coll.shard).unwrap_or_default();
+        // Two members may hold one shard (a backfill target of the
+        // position beside the member serving it): each gets its part.
+        let local = parts.get(&change.coll.shard).cloned().unwrap_or_default();
         let mut shards = Vec::with_capacity(change.members.len());
         for (osd, s) in change.members.iter().zip(change.member_shards) {
             let coll = CollectionId::shard(change.coll.pool, change.coll.seed, *s);
-            let txn = parts.remove(s).unwrap_or_default();
+            let txn = parts.get(s).cloned().unwrap_or_default();
             let (ops, chunks) = codec::encode(coll, &txn)?;
             let data = super::backend::concat(chunks);
             let mut msg = change.rep.clone();

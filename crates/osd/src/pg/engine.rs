@@ -319,6 +319,12 @@ pub struct PgCore {
     /// Erasure coding: the op of each object whose stripes are being
     /// gathered (other ops on it wait behind it).
     pub(super) ec_gathering: BTreeMap<ObjectKey, Op>,
+    /// Erasure coding: the rollback stashes this shard keeps, by the
+    /// version of their change (`crate::ec::rollback`).
+    pub(super) stashes: BTreeMap<Version, Vec<ObjectKey>>,
+    /// Erasure coding, on the primary: the newest change every acting
+    /// member has durable (members drop their stashes up to it).
+    pub(super) ec_committed: Version,
 }
 
 fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
@@ -478,6 +484,17 @@ impl PgCore {
             Ok(t) => t,
             Err(e) => return vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e.0)],
         };
+        if self.ec.is_some() {
+            txn = match self.ec_stash(&entry.key, entry.version, txn) {
+                Ok(t) => t,
+                Err(e) => return vec![rep_reply(to, OsdErrorCode::Internal, epoch, e)],
+            };
+            let to = Version {
+                epoch: msg.roll_forward_epoch,
+                v: msg.roll_forward_v,
+            };
+            self.roll_forward(to, &mut txn);
+        }
         self.apply_delta((msg.objects_delta, msg.bytes_delta));
         self.log
             .append(entry, self.cfg.log_limits, self.coll, &mut txn);
@@ -499,6 +516,7 @@ impl PgCore {
             missing: self.missing.encode(),
         };
         let (piece, more) = all.piece(msg.piece, self.cfg.peering_piece_bytes);
+        let floor = self.rollback_floor();
         let reply = PgInfo {
             pool: self.id.pool,
             pg_seed: self.id.seed,
@@ -513,6 +531,9 @@ impl PgCore {
             more,
             piece: msg.piece,
             shard: u32::from(self.coll.shard),
+            has_rollback_floor: floor.is_some(),
+            rollback_floor_epoch: floor.map_or(0, |f| f.epoch),
+            rollback_floor_v: floor.map_or(0, |f| f.v),
         };
         vec![Effect::Reply {
             to,
@@ -596,6 +617,10 @@ impl PgCore {
             txn.create_collection(self.coll);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
+            self.stashes.clear();
+        } else if let Err(e) = self.ec_activate(&entries, info.log_tail, &mut txn) {
+            tracing::error!(pg = %self.id, "{e}");
+            return vec![rep_reply(to, OsdErrorCode::Internal, epoch, e)];
         }
         let limits = self.cfg.log_limits;
         self.log
@@ -705,6 +730,8 @@ impl PgCore {
             txn: Vec::new(),
             objects_delta: delta.0,
             bytes_delta: delta.1,
+            roll_forward_epoch: self.ec_committed.epoch,
+            roll_forward_v: self.ec_committed.v,
         };
         let sub = match self.backend.submit(Change {
             coll: self.coll,
@@ -718,6 +745,13 @@ impl PgCore {
             Err(e) => return vec![op_error(to, OsdErrorCode::Internal, epoch, e.0)],
         };
         let mut txn = sub.local;
+        if self.ec.is_some() {
+            txn = match self.ec_stash(&entry.key, version, txn) {
+                Ok(t) => t,
+                Err(e) => return vec![op_error(to, OsdErrorCode::Internal, epoch, e)],
+            };
+            self.roll_forward(self.ec_committed, &mut txn);
+        }
         self.apply_delta(delta);
         let reqid = entry.reqid.clone();
         let key = entry.key.clone();
@@ -860,6 +894,10 @@ impl PgCore {
                 break;
             }
             let (version, f) = entry.remove_entry();
+            if self.ec.is_some() {
+                // Every member has it: no one will roll it back.
+                self.ec_committed = self.ec_committed.max(version);
+            }
             if let Some(id) = &f.reqid {
                 self.inflight_reqids.remove(id);
                 if self.observed {
@@ -898,6 +936,7 @@ impl PgCore {
 
 mod answers;
 mod ec_ops;
+mod ec_rollback;
 mod map;
 mod ops;
 mod peering;

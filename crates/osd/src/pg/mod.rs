@@ -346,6 +346,7 @@ impl Pg {
         let store = &ctx.store;
         let mut scrub_record = scrub::ScrubRecord::default();
         let mut missing = MissingSet::default();
+        let mut stashes = BTreeMap::new();
         let log = if store
             .collection_exists(&coll)
             .map_err(|e| err(e.to_string()))?
@@ -372,6 +373,11 @@ impl Pg {
             if temps > 0 {
                 tracing::info!(pg = %id, temps, "removing half-made object copies");
                 store.apply_transaction(t).map_err(|e| err(e.to_string()))?;
+            }
+            // Rollback stashes of an erasure-coded shard.
+            if coll.shard != shoal_objectstore::CollectionId::NO_SHARD {
+                stashes = crate::ec::rollback::list_stashes(store.as_ref(), coll)
+                    .map_err(|e| err(e.to_string()))?;
             }
             PgLog::load(&omap).map_err(|e| err(e.to_string()))?
         } else {
@@ -420,6 +426,8 @@ impl Pg {
             pending_activation: None,
             ec: None,
             ec_gathering: BTreeMap::new(),
+            stashes,
+            ec_committed: Version::default(),
             scrub: None,
             scrub_record,
         };

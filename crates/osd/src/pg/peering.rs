@@ -71,6 +71,9 @@ pub struct MemberLog {
     pub dups: Vec<Dup>,
     /// Of an erasure-coded PG: the shard its copy is.
     pub shard: u8,
+    /// Of an erasure-coded PG: it can roll back every change of its log
+    /// newer than this (`crate::ec::rollback`); `None`: none.
+    pub rollback_floor: Option<Version>,
 }
 
 /// What one member lacks to match the authoritative log.
@@ -162,7 +165,18 @@ pub fn plan_recovery_k(
         logs.iter()
             .filter(|(_, l)| l.info.last_epoch_started == newest_les)
     };
-    let mut reached: Vec<Version> = candidates().map(|(_, l)| l.info.last_update).collect();
+    // Erasure coding: a change is readable once k distinct shards hold
+    // it (two members may hold the same shard after positions moved).
+    let mut reached: Vec<Version> = if k > 1 {
+        let mut by_shard: BTreeMap<u8, Version> = BTreeMap::new();
+        for (_, l) in candidates() {
+            let v = by_shard.entry(l.shard).or_default();
+            *v = (*v).max(l.info.last_update);
+        }
+        by_shard.into_values().collect()
+    } else {
+        candidates().map(|(_, l)| l.info.last_update).collect()
+    };
     reached.sort_unstable_by(|a, b| b.cmp(a));
     let cap = if k > 1 {
         reached.get(k - 1).copied()
@@ -213,8 +227,24 @@ pub fn plan_recovery_k(
             for e in auth_log.entries.iter().filter(|e| e.version > lu) {
                 r.missing.insert(e.key.clone(), e.version);
             }
-            for e in &l.entries {
-                if e.version > tail && !auth_versions.contains(&(e.version, &e.key)) {
+            let divergent: Vec<&LogEntry> = l
+                .entries
+                .iter()
+                .filter(|e| e.version > tail && !auth_versions.contains(&(e.version, &e.key)))
+                .collect();
+            // Erasure coding: an object whose divergent changes the member
+            // can all roll back is back at its older version there.
+            let undone = |key: &ObjectKey| {
+                k > 1
+                    && l.rollback_floor.is_some_and(|f| {
+                        divergent
+                            .iter()
+                            .filter(|e| e.key == *key)
+                            .all(|e| e.version > f)
+                    })
+            };
+            for e in &divergent {
+                if !undone(&e.key) {
                     r.missing.insert(e.key.clone(), need(&e.key, tail));
                 }
             }
@@ -430,6 +460,7 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
     let mut all = Records::default();
     let mut info: Option<Vec<u8>> = None;
     let mut shard;
+    let mut floor;
     for n in 0..PIECES_MAX {
         let q = PgQuery {
             piece: n,
@@ -451,6 +482,10 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
         }
         info = Some(piece.info);
         shard = u8::try_from(piece.shard).unwrap_or(u8::MAX);
+        floor = piece.has_rollback_floor.then_some(Version {
+            epoch: piece.rollback_floor_epoch,
+            v: piece.rollback_floor_v,
+        });
         all.extend(Records {
             log: piece.log,
             dups: piece.dups,
@@ -458,7 +493,11 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
         });
         if !piece.more {
             let info = info.unwrap_or_default();
-            return member_log(&info, &all).map(|l| MemberLog { shard, ..l });
+            return member_log(&info, &all).map(|l| MemberLog {
+                shard,
+                rollback_floor: floor,
+                ..l
+            });
         }
     }
     Err(format!("osd.{osd}'s answer takes too many pieces"))
@@ -474,6 +513,7 @@ fn member_log(info: &[u8], all: &Records) -> Result<MemberLog, String> {
         missing: MissingSet::decode(&all.missing).map_err(|e| e.to_string())?,
         dups: dups.map_err(|e| e.to_string())?,
         shard: u8::MAX,
+        rollback_floor: None,
     })
 }
 
@@ -511,6 +551,7 @@ mod tests {
             missing: MissingSet::default(),
             dups: Vec::new(),
             shard: u8::MAX,
+            rollback_floor: None,
         }
     }
 

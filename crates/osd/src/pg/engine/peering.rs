@@ -466,10 +466,24 @@ impl PgCore {
                 missing: self.missing.clone(),
                 dups: self.log.dups().cloned().collect(),
                 shard: self.coll.shard,
+                rollback_floor: self.rollback_floor(),
             },
         );
         let k = self.ec.as_ref().map_or(1, |ec| ec.layout().k as usize);
         let mut plan = plan_recovery_k(me, &logs, &self.shards(), k);
+        // Each member heard: (osd, shard, last_epoch_started, last_update,
+        // objects it knew it lacked).
+        let heard = || {
+            logs.iter()
+                .map(|(o, l)| {
+                    let i = &l.info;
+                    let lu = i.last_update.to_string();
+                    (*o, l.shard, i.last_epoch_started, lu, l.missing.len())
+                })
+                .collect::<Vec<_>>()
+        };
+        tracing::debug!(pg = %self.id, auth = plan.auth,
+            auth_lu = %plan.auth_info.last_update, logs = ?heard(), "peering plan");
         // Erasure coding: a member at another position than the shard it
         // holds has none of its position's shard: it is backfilled.
         if let Some(ec) = &self.ec {
@@ -591,6 +605,10 @@ impl PgCore {
             txn.create_collection(self.coll);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
+            self.stashes.clear();
+        } else if let Err(e) = self.ec_activate(&plan.auth_log, plan.auth_info.log_tail, &mut txn) {
+            tracing::error!(pg = %self.id, "{e}");
+            return self.repeer_soon(Duration::from_secs(1));
         }
         let limits = self.cfg.log_limits;
         self.log.replace(
@@ -649,6 +667,7 @@ impl PgCore {
                     more: false,
                     piece: 0,
                     shard: u32::from(u8::MAX),
+                    ..PgInfo::default()
                 };
                 (a.osd, msg)
             })

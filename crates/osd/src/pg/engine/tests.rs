@@ -76,6 +76,8 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         pending_activation: None,
         ec: None,
         ec_gathering: BTreeMap::new(),
+        stashes: BTreeMap::new(),
+        ec_committed: Version::default(),
         scrub: None,
         scrub_record: Default::default(),
     }
@@ -117,6 +119,7 @@ fn rep(core: &PgCore, v: u64, data: &'static [u8]) -> (RepOp, Bytes) {
         txn: ops,
         objects_delta: i64::from(v == 1),
         bytes_delta: 5,
+        ..RepOp::default()
     };
     (msg, crate::pg::backend::concat(chunks))
 }
@@ -259,6 +262,8 @@ fn a_query_is_answered_with_our_info_and_log() {
         info: r.log.info.encode(),
         log: vec![entry(1).encode()],
         interval_start: START,
+        // A replicated PG's copy is whole: no shard.
+        shard: u32::from(shoal_objectstore::CollectionId::NO_SHARD),
         ..PgInfo::default()
     };
     assert_eq!(

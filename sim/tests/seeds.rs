@@ -1,6 +1,6 @@
 //! The deterministic simulation in CI: 500 seeds (in ten tests, so nextest
-//! spreads them over the cores), thirteen each with an erasure-coded 2+1
-//! and 3+1 pool (experimental: the seeds that hold today), and the same
+//! spreads them over the cores), seeds 0-29 with an erasure-coded 2+1 and
+//! 3+1 pool (experimental: but for the few listed that fail), and the same
 //! seed twice giving the same trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
 //! -- --ignored` runs N more seeds (thousands behind the flag); a failing
 //! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
@@ -113,22 +113,21 @@ fn seeds_450_to_499() {
     assert_seen(&states, &["backfill_wait"]);
 }
 
-/// Erasure-coded pools on five OSDs are experimental: these seeds hold
-/// today and guard what works (peering with k shards, recovery and
-/// backfill by decoding, changes fewer than k shards hold rolled back from
-/// each shard's stash). Of seeds 0-19, 2+1 still fails 0, 5, 8, 10-12 and
-/// 19, and 3+1 fails 0, 3, 5, 7, 10, 14 and 15: PGs that keep peering or
-/// leave objects unfound after an OSD moves to another position (its old
-/// shard is discarded while still needed: Ceph keeps it as a stray), and
-/// coding chunks that disagree with the data after such moves — issue
-/// 16's note.
-const ERASURE_2_1_SEEDS: &[u64] = &[1, 2, 3, 4, 6, 7, 9, 13, 14, 15, 16, 17, 18];
-const ERASURE_3_1_SEEDS: &[u64] = &[1, 2, 4, 6, 8, 9, 11, 12, 13, 16, 17, 18, 19];
+/// Erasure-coded pools on five OSDs: seeds 0-29 but those below, which
+/// guard peering with k shards, recovery and backfill by decoding, changes
+/// fewer than k shards hold rolled back from each shard's stash, members
+/// moved to another position backfilled into it while the shard they held
+/// serves recovery as a stray. Of seeds 0-59, 2+1 still fails 5 and 20,
+/// and 3+1 fails 3, 14 and 32: objects left unfound because no k shards
+/// of their newest version survive where the simulation looks (issue 16's
+/// note).
+const ERASURE_2_1_FAILING: &[u64] = &[5, 20];
+const ERASURE_3_1_FAILING: &[u64] = &[3, 14];
 
-fn erasure_seeds(k: u32, m: u32, seeds: &[u64]) -> BTreeSet<String> {
+fn erasure_seeds(k: u32, m: u32, failing: &[u64]) -> BTreeSet<String> {
     let cfg = SimConfig::quick_erasure(k, m);
     let mut states = BTreeSet::new();
-    for &seed in seeds {
+    for seed in (0..30).filter(|s| !failing.contains(s)) {
         match run(seed, &cfg) {
             Ok(r) => states.extend(r.states),
             Err(f) => panic!("erasure {k}+{m}: {f}"),
@@ -139,7 +138,7 @@ fn erasure_seeds(k: u32, m: u32, seeds: &[u64]) -> BTreeSet<String> {
 
 #[test]
 fn erasure_2_1_seeds_that_hold() {
-    let states = erasure_seeds(2, 1, ERASURE_2_1_SEEDS);
+    let states = erasure_seeds(2, 1, ERASURE_2_1_FAILING);
     assert_seen(
         &states,
         &["active", "clean", "peered", "recovering", "degraded"],
@@ -148,7 +147,7 @@ fn erasure_2_1_seeds_that_hold() {
 
 #[test]
 fn erasure_3_1_seeds_that_hold() {
-    let states = erasure_seeds(3, 1, ERASURE_3_1_SEEDS);
+    let states = erasure_seeds(3, 1, ERASURE_3_1_FAILING);
     assert_seen(
         &states,
         &[

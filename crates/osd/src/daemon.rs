@@ -367,11 +367,25 @@ impl Inner {
         if store.collection_exists(&plain).unwrap_or(false) && !ec {
             return Ok(plain);
         }
-        let held = store
+        let held: Vec<_> = store
             .list_collections()
             .map_err(|e| OsdError::Store(e.to_string()))?
             .into_iter()
-            .find(|c| c.pool == pg.pool && c.seed == pg.seed);
+            .filter(|c| c.pool == pg.pool && c.seed == pg.seed)
+            .collect();
+        // Erasure coded: several shards may be held (those of positions
+        // left are strays); the PG's own is our position's, else the one
+        // it holds whose log is newest.
+        let mine = map
+            .filter(|_| ec)
+            .and_then(|m| pg_collection(m, pg, self.opts.id));
+        let held = match mine.filter(|c| held.contains(c)) {
+            Some(c) => Some(c),
+            None => held
+                .iter()
+                .copied()
+                .max_by_key(|c| crate::log::PgLog::load_info(store.as_ref(), *c)),
+        };
         match (held, map) {
             (Some(c), _) => Ok(c),
             (None, Some(map)) if ec => pg_collection(map, pg, self.opts.id).ok_or_else(|| {

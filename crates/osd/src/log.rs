@@ -334,6 +334,19 @@ impl Default for LogLimits {
 }
 
 impl PgLog {
+    /// The (last epoch started, last update) of the copy in `coll`, from
+    /// its info alone (`None`: none readable).
+    pub fn load_info(
+        store: &dyn shoal_objectstore::ObjectStore,
+        coll: CollectionId,
+    ) -> Option<(u32, Version)> {
+        let raw = store
+            .omap_get_values(&coll, &pg_meta_key(), &[Bytes::from_static(INFO_KEY)])
+            .ok()?;
+        let info = PgInfoData::decode(raw.get(INFO_KEY)?).ok()?;
+        Some((info.last_epoch_started, info.last_update))
+    }
+
     /// Rebuilds the log from the PG meta object's omap entries.
     pub fn load(omap: &BTreeMap<Bytes, Bytes>) -> Result<PgLog, LogDecodeError> {
         let mut log = PgLog::default();

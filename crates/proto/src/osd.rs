@@ -434,6 +434,10 @@ pub struct RepOp {
     /// See `roll_forward_epoch`.
     #[prost(uint64, tag = "10")]
     pub roll_forward_v: u64,
+    /// Erasure coding: the shard this part of the change is for; a member
+    /// holding another shard refuses it.
+    #[prost(uint32, optional, tag = "11")]
+    pub ec_shard: Option<u32>,
 }
 
 /// One store operation of a replicated transaction. `kind` numbers follow
@@ -582,6 +586,30 @@ pub struct PgInfo {
     /// See `has_rollback_floor`.
     #[prost(uint64, tag = "16")]
     pub rollback_floor_v: u64,
+    /// Erasure coding, in a query's answer: other shards of the PG the
+    /// member still holds from positions it left (strays), which may serve
+    /// recovery.
+    #[prost(message, repeated, tag = "17")]
+    pub strays: Vec<StrayShard>,
+    /// Erasure coding, in an activation: every member is complete, so
+    /// strays are no longer needed and are removed.
+    #[prost(bool, tag = "18")]
+    pub purge_strays: bool,
+}
+
+/// A shard of an erasure-coded PG that a member holds from a position it
+/// left: what it held when it left.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StrayShard {
+    /// The shard.
+    #[prost(uint32, tag = "1")]
+    pub shard: u32,
+    /// Its PG info (encoded by the OSD).
+    #[prost(bytes = "vec", tag = "2")]
+    pub info: Vec<u8>,
+    /// Its missing set (encoded by the OSD).
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub missing: Vec<Vec<u8>>,
 }
 
 /// How far a copy of one object has got (Ceph's ObjectRecoveryProgress).

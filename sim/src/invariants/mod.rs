@@ -46,11 +46,14 @@ pub fn pg_collection(store: &dyn ObjectStore, pg: PgId) -> Option<CollectionId> 
     if store.collection_exists(&plain).ok()? {
         return Some(plain);
     }
+    // Erasure coded: the PG's own shard is the one whose log is newest
+    // (others are strays kept from positions the OSD left).
     store
         .list_collections()
         .ok()?
         .into_iter()
-        .find(|c| c.pool == pg.pool && c.seed == pg.seed)
+        .filter(|c| c.pool == pg.pool && c.seed == pg.seed)
+        .max_by_key(|c| shoal_osd::log::PgLog::load_info(store, *c))
 }
 
 /// A PG's log in `store`, if the store holds the PG.
@@ -84,7 +87,9 @@ fn objects(store: &dyn ObjectStore, pg: PgId) -> Result<BTreeMap<ObjectKey, Byte
             .list_objects(&coll, start.as_ref(), 256)
             .map_err(|e| e.to_string())?;
         for k in page.objects {
-            if k == meta {
+            // The PG's meta object and the OSD's hidden ones (rollback
+            // stashes, half-made copies) are not the PG's objects.
+            if k == meta || k.name.first() == Some(&0) {
                 continue;
             }
             let data = store
@@ -200,8 +205,16 @@ fn shards_consistent(
                     .get(key)
                     .ok_or(format!("pg {pg}: {name} missing on shard {i}"))?;
                 if sz != size || at != attrs {
+                    let meta = |a: &std::collections::BTreeMap<String, bytes::Bytes>| {
+                        a.get(shoal_osd::object::META_XATTR)
+                            .and_then(|m| shoal_osd::object::ObjectMeta::decode(m))
+                            .map(|m| m.version)
+                    };
                     return Err(format!(
-                        "pg {pg}: {name} differs on shard {i} (size {sz} vs {size})"
+                        "pg {pg}: {name} differs on shard {i} (size {sz} vs {size}, \
+                         version {:?} vs {:?})",
+                        meta(at),
+                        meta(attrs)
                     ));
                 }
                 all.push(data.to_vec());

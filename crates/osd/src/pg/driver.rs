@@ -106,8 +106,9 @@ impl Pg {
                 Effect::EcGather {
                     key,
                     stripes,
+                    lacking,
                     interval_start,
-                } => self.ec_gather(key, stripes, interval_start).await,
+                } => self.ec_gather(key, stripes, lacking, interval_start).await,
                 Effect::UnfoundSearchLater { generation } => self.unfound_search_later(generation),
                 Effect::RecoveryRetryAfter { delay, generation } => {
                     self.recovery_retry_after(delay, generation)

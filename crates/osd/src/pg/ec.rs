@@ -345,6 +345,7 @@ impl PgBackend for Erasure {
             let data = super::backend::concat(chunks);
             let mut msg = change.rep.clone();
             msg.txn = ops;
+            msg.ec_shard = Some(u32::from(*s));
             let data_crc = shoal_proto::data_crc(&data);
             shards.push(ShardWrite {
                 osd: *osd,
@@ -553,6 +554,8 @@ pub(crate) struct ShardReader {
     pub map: Arc<shoal_maps::OsdMap>,
     /// Connections the PG had open.
     pub conns: BTreeMap<i32, shoal_net::Connection>,
+    /// The shards this OSD keeps from positions it left.
+    pub strays: BTreeSet<u8>,
 }
 
 /// One shard's answer: its chunks, the object's logical size and (when
@@ -596,23 +599,26 @@ impl ShardReader {
     ) -> Result<ShardChunks, String> {
         let layout = self.ec.layout();
         if osd == self.me {
-            if usize::from(self.coll.shard) != i {
-                return Err(format!("this OSD holds shard {}, not {i}", self.coll.shard));
-            }
+            let coll = match u8::try_from(i) {
+                Ok(s) if s == self.coll.shard => self.coll,
+                Ok(s) if self.strays.contains(&s) => {
+                    CollectionId::shard(self.coll.pool, self.coll.seed, s)
+                }
+                _ => return Err(format!("this OSD holds shard {}, not {i}", self.coll.shard)),
+            };
             let me = Arc::clone(&self);
             return shoal_net::runtime::blocking(move || {
                 let store = me.ctx.store.as_ref();
-                let size = shard::logical_size(store, &me.coll, &key)
+                let size = shard::logical_size(store, &coll, &key)
                     .map_err(|e| e.to_string())?
                     .ok_or("no such object on this shard")?;
                 let last = layout.shard_len(size) / u64::from(layout.unit.max(1));
                 let end = run.end.min(last);
-                let data =
-                    shard::read_chunks(store, &me.coll, &key, layout, run.start.min(end)..end)
-                        .map_err(|e| e.to_string())?;
+                let data = shard::read_chunks(store, &coll, &key, layout, run.start.min(end)..end)
+                    .map_err(|e| e.to_string())?;
                 let attrs = if want_attrs {
                     store
-                        .getxattrs(&me.coll, &key)
+                        .getxattrs(&coll, &key)
                         .map_err(|e| e.to_string())?
                         .into_iter()
                         .filter(|(n, _)| n != SIZE_XATTR)
@@ -739,14 +745,17 @@ impl ShardReader {
         }
     }
 
-    /// The object bytes of `stripes`, decoded from `k` shards.
+    /// The object bytes of `stripes`, decoded from `k` shards (never
+    /// those of the `lacking` members, which hold an older version).
     pub async fn gather(
         self: Arc<Self>,
         key: &ObjectKey,
         stripes: &BTreeSet<u64>,
+        lacking: &[i32],
     ) -> Result<BTreeMap<u64, Vec<u8>>, String> {
         let width = self.ec.layout().width() as usize;
-        let all = self.acting_holders();
+        let mut all = self.acting_holders();
+        all.retain(|(o, _)| !lacking.contains(o));
         let mut out = BTreeMap::new();
         for run in runs(stripes) {
             let (parts, _) = self.read_k(key, run.clone(), &all, false).await?;
@@ -908,6 +917,7 @@ impl super::Pg {
             epoch: self.core.epoch(),
             map,
             conns,
+            strays: self.core.strays.clone(),
         }))
     }
 
@@ -917,13 +927,14 @@ impl super::Pg {
         &mut self,
         key: ObjectKey,
         stripes: BTreeSet<u64>,
+        lacking: Vec<i32>,
         interval_start: u32,
     ) {
         let events = self.events.clone();
         let reader = self.ec_reader().await;
         tokio::spawn(async move {
             let result = match reader {
-                Some(r) => r.gather(&key, &stripes).await,
+                Some(r) => r.gather(&key, &stripes, &lacking).await,
                 None => Err("the PG is not erasure coded".to_string()),
             };
             let _ = events.send(super::PgEvent::EcGathered {

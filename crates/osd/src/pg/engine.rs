@@ -208,6 +208,8 @@ pub enum Effect {
         key: ObjectKey,
         /// The stripes.
         stripes: std::collections::BTreeSet<u64>,
+        /// Members still lacking the object (their shard is not read).
+        lacking: Vec<i32>,
         /// The interval.
         interval_start: u32,
     },
@@ -325,6 +327,11 @@ pub struct PgCore {
     /// Erasure coding, on the primary: the newest change every acting
     /// member has durable (members drop their stashes up to it).
     pub(super) ec_committed: Version,
+    /// Erasure coding: the shards we hold from positions we left.
+    pub(super) strays: std::collections::BTreeSet<u8>,
+    /// Erasure coding, on the primary: the strays peering heard of, by
+    /// the OSD holding each.
+    pub(super) stray_sources: Vec<(i32, super::peering::Stray)>,
 }
 
 fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Effect {
@@ -480,6 +487,17 @@ impl PgCore {
             );
             return vec![rep_reply(to, OsdErrorCode::Again, epoch, m)];
         }
+        if let Some(s) = msg.ec_shard
+            && s != u32::from(self.coll.shard)
+        {
+            // Our copy is another position's shard (we are to be
+            // backfilled into ours): applying this part would corrupt it.
+            let m = format!(
+                "pg {}: a change to shard {s}, but this OSD holds shard {}",
+                self.id, self.coll.shard
+            );
+            return vec![rep_reply(to, OsdErrorCode::Again, epoch, m)];
+        }
         let mut txn = match codec::decode(self.coll, &msg.txn, &data) {
             Ok(t) => t,
             Err(e) => return vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e.0)],
@@ -534,6 +552,8 @@ impl PgCore {
             has_rollback_floor: floor.is_some(),
             rollback_floor_epoch: floor.map_or(0, |f| f.epoch),
             rollback_floor_v: floor.map_or(0, |f| f.v),
+            strays: self.stray_answers(),
+            purge_strays: false,
         };
         vec![Effect::Reply {
             to,
@@ -605,16 +625,20 @@ impl PgCore {
             let code = crate::exec::store_error_code(&e);
             return vec![rep_reply(to, code, epoch, e.to_string())];
         }
+        if msg.purge_strays {
+            self.purge_strays(&mut txn);
+        }
         if msg.backfill {
             // Our copy is too old for the log (or, erasure coded, another
-            // position's shard): start from an empty one of our position,
-            // and lack every object until the primary pushes it.
+            // position's shard, kept as a stray): start from an empty one
+            // of our position, and lack every object until the primary
+            // pushes it.
             txn = Transaction::new();
-            txn.remove_collection(self.coll);
-            if let Some(s) = self.ec.as_ref().and_then(|ec| ec.shard_of(self.whoami)) {
-                self.coll = CollectionId::shard(self.id.pool, self.id.seed, s);
-            }
-            txn.create_collection(self.coll);
+            let new = match self.ec.as_ref().and_then(|ec| ec.shard_of(self.whoami)) {
+                Some(s) => CollectionId::shard(self.id.pool, self.id.seed, s),
+                None => self.coll,
+            };
+            self.start_backfill_copy(new, &mut txn);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
             self.stashes.clear();
@@ -732,6 +756,7 @@ impl PgCore {
             bytes_delta: delta.1,
             roll_forward_epoch: self.ec_committed.epoch,
             roll_forward_v: self.ec_committed.v,
+            ec_shard: None,
         };
         let sub = match self.backend.submit(Change {
             coll: self.coll,
@@ -940,6 +965,7 @@ mod ec_rollback;
 mod map;
 mod ops;
 mod peering;
+mod strays;
 
 pub(super) use answers::SCRUB_LIST_CHUNK;
 pub(super) use ops::Op;

@@ -347,6 +347,7 @@ impl Pg {
         let mut scrub_record = scrub::ScrubRecord::default();
         let mut missing = MissingSet::default();
         let mut stashes = BTreeMap::new();
+        let mut strays = std::collections::BTreeSet::new();
         let log = if store
             .collection_exists(&coll)
             .map_err(|e| err(e.to_string()))?
@@ -374,8 +375,16 @@ impl Pg {
                 tracing::info!(pg = %id, temps, "removing half-made object copies");
                 store.apply_transaction(t).map_err(|e| err(e.to_string()))?;
             }
-            // Rollback stashes of an erasure-coded shard.
+            // Rollback stashes of an erasure-coded shard, and the shards
+            // it keeps from positions it left.
             if coll.shard != shoal_objectstore::CollectionId::NO_SHARD {
+                strays = store
+                    .list_collections()
+                    .map_err(|e| err(e.to_string()))?
+                    .into_iter()
+                    .filter(|c| c.pool == coll.pool && c.seed == coll.seed && *c != coll)
+                    .map(|c| c.shard)
+                    .collect();
                 stashes = crate::ec::rollback::list_stashes(store.as_ref(), coll)
                     .map_err(|e| err(e.to_string()))?;
             }
@@ -428,6 +437,8 @@ impl Pg {
             ec_gathering: BTreeMap::new(),
             stashes,
             ec_committed: Version::default(),
+            strays,
+            stray_sources: Vec::new(),
             scrub: None,
             scrub_record,
         };

@@ -74,6 +74,38 @@ pub struct MemberLog {
     /// Of an erasure-coded PG: it can roll back every change of its log
     /// newer than this (`crate::ec::rollback`); `None`: none.
     pub rollback_floor: Option<Version>,
+    /// Of an erasure-coded PG: the other shards it holds from positions it
+    /// left.
+    pub strays: Vec<Stray>,
+}
+
+/// A shard of an erasure-coded PG a member holds from a position it left,
+/// as it was when it left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stray {
+    /// The shard.
+    pub shard: u8,
+    /// Its info.
+    pub info: PgInfoData,
+    /// The objects it lacked.
+    pub missing: MissingSet,
+}
+
+impl Stray {
+    /// Whether the stray holds `key` as the authoritative log of `plan`
+    /// has it: its history is the log's (its newest change is one of the
+    /// log's), no later change touched `key`, and it did not lack `key`.
+    pub fn holds(&self, plan: &RecoveryPlan, key: &ObjectKey) -> bool {
+        let lu = self.info.last_update;
+        let in_history = lu > Version::default()
+            && (lu == plan.auth_info.last_update || plan.auth_log.iter().any(|e| e.version == lu));
+        in_history
+            && !self.missing.contains(key)
+            && !plan
+                .auth_log
+                .iter()
+                .any(|e| e.version > lu && e.key == *key)
+    }
 }
 
 /// What one member lacks to match the authoritative log.
@@ -493,9 +525,22 @@ async fn query(ctx: &OsdCtx, map: &OsdMap, osd: i32, q: PgQuery) -> Result<Membe
         });
         if !piece.more {
             let info = info.unwrap_or_default();
+            let strays = piece
+                .strays
+                .iter()
+                .map(|s| {
+                    Ok(Stray {
+                        shard: u8::try_from(s.shard).map_err(|_| "stray shard out of range")?,
+                        info: PgInfoData::decode(&s.info).map_err(|e| e.to_string())?,
+                        missing: MissingSet::decode(&s.missing).map_err(|e| e.to_string())?,
+                    })
+                })
+                .collect::<Result<Vec<Stray>, String>>()
+                .map_err(|e| format!("osd.{osd}'s strays: {e}"))?;
             return member_log(&info, &all).map(|l| MemberLog {
                 shard,
                 rollback_floor: floor,
+                strays,
                 ..l
             });
         }
@@ -514,6 +559,7 @@ fn member_log(info: &[u8], all: &Records) -> Result<MemberLog, String> {
         dups: dups.map_err(|e| e.to_string())?,
         shard: u8::MAX,
         rollback_floor: None,
+        strays: Vec::new(),
     })
 }
 
@@ -552,6 +598,7 @@ mod tests {
             dups: Vec::new(),
             shard: u8::MAX,
             rollback_floor: None,
+            strays: Vec::new(),
         }
     }
 
@@ -668,5 +715,94 @@ mod tests {
         assert_eq!(names(&p.members[&0]), vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(p.sources(&ObjectKey::new(1, "a"), &[0, 1, 2]), vec![2]);
         assert_eq!(p.sources(&ObjectKey::new(1, "b"), &[0, 1, 2]), vec![1, 2]);
+    }
+
+    /// An erasure-coded member of `shard` with these entries.
+    fn shard_member(shard: u8, entries: Vec<LogEntry>, floor: Option<Version>) -> MemberLog {
+        MemberLog {
+            shard,
+            rollback_floor: floor,
+            ..member((0, 0), entries)
+        }
+    }
+
+    fn v(epoch: u32, v: u64) -> Version {
+        Version { epoch, v }
+    }
+
+    /// 3+1: a change that reached two shards of four is not readable; the
+    /// authoritative log is the newest that three distinct shards reached,
+    /// and members that can roll the change back keep the object (their
+    /// stash restores it); one that cannot lacks it.
+    #[test]
+    fn erasure_coded_changes_short_of_k_shards_roll_back_where_stashed() {
+        let base = vec![e(1, 1, "a"), e(1, 2, "b")];
+        let mut ahead = base.clone();
+        ahead.push(e(2, 3, "a"));
+        let logs = BTreeMap::from([
+            (0, shard_member(0, ahead.clone(), Some(v(1, 2)))),
+            (1, shard_member(1, ahead, None)),
+            (2, shard_member(2, base.clone(), Some(v(1, 2)))),
+            (3, shard_member(3, base, Some(v(1, 2)))),
+        ]);
+        let p = plan_recovery_k(0, &logs, &[0, 1, 2, 3], 3);
+        assert_eq!(p.auth_info.last_update, v(1, 2));
+        assert!(
+            p.members[&0].missing.is_empty(),
+            "rolled back from its stash"
+        );
+        assert_eq!(
+            names(&p.members[&1]),
+            vec![b"a".to_vec()],
+            "no stash: rebuilt"
+        );
+        assert!(p.members[&2].missing.is_empty() && p.members[&3].missing.is_empty());
+    }
+
+    /// Two members holding one shard count once towards k.
+    #[test]
+    fn two_copies_of_one_shard_count_once_towards_k() {
+        let base = vec![e(1, 1, "a")];
+        let mut ahead = base.clone();
+        ahead.push(e(2, 2, "b"));
+        let logs = BTreeMap::from([
+            (0, shard_member(0, ahead.clone(), None)),
+            (1, shard_member(0, ahead, None)),
+            (2, shard_member(1, base.clone(), None)),
+        ]);
+        // 2+1: change 2'2 is on shard 0 alone (twice): not readable.
+        let p = plan_recovery_k(0, &logs, &[0, 2], 2);
+        assert_eq!(p.auth_info.last_update, v(1, 1));
+        assert_eq!(names(&p.members[&0]), vec![b"b".to_vec()]);
+    }
+
+    /// A stray serves an object when its history is the log's, no later
+    /// change touched the object, and it did not lack it.
+    #[test]
+    fn a_stray_holds_what_no_later_change_touched() {
+        let log = member((0, 0), vec![e(1, 1, "a"), e(1, 2, "b"), e(2, 3, "a")]);
+        let logs = BTreeMap::from([(0, log)]);
+        let p = plan_recovery(0, &logs, &[0]);
+        let stray = |lu: Version, missing: &[&str]| Stray {
+            shard: 1,
+            info: PgInfoData {
+                last_update: lu,
+                ..PgInfoData::default()
+            },
+            missing: MissingSet::from_map(
+                missing
+                    .iter()
+                    .map(|n| (ObjectKey::new(1, *n), v(1, 1)))
+                    .collect(),
+            ),
+        };
+        let (a, b) = (ObjectKey::new(1, "a"), ObjectKey::new(1, "b"));
+        let left_at_2 = stray(v(1, 2), &[]);
+        assert!(left_at_2.holds(&p, &b), "b unchanged since");
+        assert!(!left_at_2.holds(&p, &a), "a changed at 2'3");
+        assert!(stray(v(2, 3), &[]).holds(&p, &a));
+        assert!(!stray(v(2, 3), &["a"]).holds(&p, &a), "it lacked a");
+        assert!(!stray(v(9, 2), &[]).holds(&p, &b), "another history");
+        assert!(!stray(Version::default(), &[]).holds(&p, &b), "empty");
     }
 }

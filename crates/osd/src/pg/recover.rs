@@ -197,6 +197,14 @@ impl RecoveryState {
 
     /// Whether an op on `key` must wait: the primary lacks it, or (for a
     /// change) some acting member does.
+    /// The members still lacking `key`.
+    pub(crate) fn lacking(&self, key: &ObjectKey) -> Vec<i32> {
+        self.missing_on
+            .get(key)
+            .map(|on| on.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn blocks(&self, me: i32, key: &ObjectKey, mutating: bool) -> bool {
         self.missing_on
             .get(key)
@@ -424,6 +432,7 @@ impl PgCore {
                     &self.acting,
                     &targets,
                     &key,
+                    &self.stray_sources,
                 )),
                 _ => None,
             };
@@ -589,7 +598,9 @@ impl PgCore {
 }
 
 /// Erasure coding: the members other than `targets` holding `key`'s
-/// authoritative version, each with the shard it holds (ours is `me`'s).
+/// authoritative version, each with the shard it holds (ours is `me`'s),
+/// then the strays that hold it (shards members keep from positions they
+/// left).
 fn ec_sources(
     plan: &super::RecoveryPlan,
     peer_logs: &BTreeMap<i32, super::MemberLog>,
@@ -597,8 +608,10 @@ fn ec_sources(
     acting: &[i32],
     targets: &BTreeSet<i32>,
     key: &ObjectKey,
+    strays: &[(i32, super::peering::Stray)],
 ) -> Vec<(i32, u8)> {
-    plan.sources(key, acting)
+    let mut out: Vec<(i32, u8)> = plan
+        .sources(key, acting)
         .into_iter()
         .filter(|o| !targets.contains(o))
         .filter_map(|o| match peer_logs.get(&o) {
@@ -606,7 +619,13 @@ fn ec_sources(
             Some(l) => Some((o, l.shard)),
             None => None,
         })
-        .collect()
+        .collect();
+    for (o, s) in strays {
+        if s.holds(plan, key) && !out.contains(&(*o, s.shard)) {
+            out.push((*o, s.shard));
+        }
+    }
+    out
 }
 
 /// One object to recover: what the driver's task needs.

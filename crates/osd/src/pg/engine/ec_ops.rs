@@ -87,9 +87,17 @@ impl PgCore {
             }
             let interval_start = self.interval_start;
             self.ec_gathering.insert(key.clone(), op);
+            // A member that lacks the object holds an older version of
+            // its shard (or none): it is read around (a degraded read).
+            let lacking = self
+                .recovery
+                .as_ref()
+                .map(|rs| rs.lacking(&key))
+                .unwrap_or_default();
             return vec![Effect::EcGather {
                 key,
                 stripes: need,
+                lacking,
                 interval_start,
             }];
         }
@@ -173,7 +181,12 @@ impl PgCore {
             let m = format!("pg {} is not erasure coded here", self.id);
             return vec![refuse(OsdErrorCode::InvalidArgument, m)];
         };
-        let (reply, data) = serve_read(self.store.as_ref(), self.coll, ec.layout(), msg, epoch);
+        // A shard we hold from a position we left serves recovery too.
+        let coll = match u8::try_from(msg.shard) {
+            Ok(s) if s != self.coll.shard && self.strays.contains(&s) => self.stray_coll(s),
+            _ => self.coll,
+        };
+        let (reply, data) = serve_read(self.store.as_ref(), coll, ec.layout(), msg, epoch);
         vec![Effect::Reply {
             to,
             msg: reply.into(),

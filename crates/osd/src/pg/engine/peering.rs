@@ -18,7 +18,7 @@ use crate::missing::MissingSet;
 use crate::pg::State;
 use crate::pg::peering::{
     Activation, MemberLog, MemberRecovery, PRIOR_QUERY_TIMEOUT, PeeringProgress, RecoveryPlan,
-    plan_recovery_k,
+    Stray, plan_recovery_k,
 };
 use crate::pg::recover::RecoveryState;
 
@@ -28,6 +28,8 @@ pub(in crate::pg) struct PendingActivation {
     plan: RecoveryPlan,
     acts: Vec<Activation>,
     info: PgInfoData,
+    /// Every member is complete: members remove their strays.
+    purge: bool,
 }
 
 impl PgCore {
@@ -467,8 +469,13 @@ impl PgCore {
                 dups: self.log.dups().cloned().collect(),
                 shard: self.coll.shard,
                 rollback_floor: self.rollback_floor(),
+                strays: self.load_strays(),
             },
         );
+        self.stray_sources = logs
+            .iter()
+            .flat_map(|(o, l)| l.strays.iter().map(|s| (*o, s.clone())))
+            .collect();
         let k = self.ec.as_ref().map_or(1, |ec| ec.layout().k as usize);
         let mut plan = plan_recovery_k(me, &logs, &self.shards(), k);
         // Each member heard: (osd, shard, last_epoch_started, last_update,
@@ -484,19 +491,27 @@ impl PgCore {
         };
         tracing::debug!(pg = %self.id, auth = plan.auth,
             auth_lu = %plan.auth_info.last_update, logs = ?heard(), "peering plan");
-        // Erasure coding: a member at another position than the shard it
-        // holds has none of its position's shard: it is backfilled.
+        // Erasure coding: a member at another position (in the acting
+        // set, or in the up set as a backfill target) than the shard it
+        // holds has none of its position's shard: it is backfilled, and
+        // the shard it held stays there as a stray, a source for recovery.
         if let Some(ec) = &self.ec {
             for (o, m) in plan.members.iter_mut() {
-                let pos = ec
-                    .acting
-                    .iter()
-                    .position(|a| a == o)
-                    .and_then(|p| u8::try_from(p).ok());
-                let held = logs.get(o).map(|l| l.shard);
-                if pos.is_some() && held.is_some() && pos != held {
+                let pos = ec.shard_of(*o);
+                let Some(l) = logs.get(o) else {
+                    continue;
+                };
+                if pos.is_some_and(|p| p != l.shard) {
                     m.backfill = true;
                     m.missing.clear();
+                    self.stray_sources.push((
+                        *o,
+                        Stray {
+                            shard: l.shard,
+                            info: l.info,
+                            missing: l.missing.clone(),
+                        },
+                    ));
                 }
             }
         }
@@ -596,13 +611,23 @@ impl PgCore {
                 return self.repeer_soon(Duration::from_secs(1));
             }
         }
+        // Every member complete: strays serve nothing any more.
+        let purge = self.ec.is_some()
+            && own
+                .iter()
+                .chain(&acts)
+                .all(|a| !a.backfill && a.missing.is_empty());
+        if purge {
+            self.purge_strays(&mut txn);
+        }
         if own.as_ref().is_some_and(|a| a.backfill) {
-            txn.remove_collection(self.coll);
-            // Erasure coded: the collection of our position's shard.
-            if let Some(s) = self.ec.as_ref().and_then(|ec| ec.shard_of(me)) {
-                self.coll = shoal_objectstore::CollectionId::shard(self.id.pool, self.id.seed, s);
-            }
-            txn.create_collection(self.coll);
+            // Erasure coded: the collection of our position's shard (the
+            // one we held stays as a stray).
+            let new = match self.ec.as_ref().and_then(|ec| ec.shard_of(me)) {
+                Some(s) => shoal_objectstore::CollectionId::shard(self.id.pool, self.id.seed, s),
+                None => self.coll,
+            };
+            self.start_backfill_copy(new, &mut txn);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
             self.stashes.clear();
@@ -621,14 +646,25 @@ impl PgCore {
         );
         let own_missing = own.map(|a| a.missing).unwrap_or_default();
         self.missing.replace(own_missing, self.coll, &mut txn);
-        self.pending_activation = Some(PendingActivation { plan, acts, info });
+        self.pending_activation = Some(PendingActivation {
+            plan,
+            acts,
+            info,
+            purge,
+        });
         vec![Effect::PersistActivation(txn)]
     }
 
     /// Our activation is durable (or the store refused it): send every
     /// member its own.
     pub(in crate::pg) fn activation_persisted(&mut self, r: Result<(), String>) -> Vec<Effect> {
-        let Some(PendingActivation { plan, acts, info }) = self.pending_activation.take() else {
+        let Some(PendingActivation {
+            plan,
+            acts,
+            info,
+            purge,
+        }) = self.pending_activation.take()
+        else {
             return Vec::new();
         };
         if let Err(e) = r {
@@ -667,6 +703,7 @@ impl PgCore {
                     more: false,
                     piece: 0,
                     shard: u32::from(u8::MAX),
+                    purge_strays: purge,
                     ..PgInfo::default()
                 };
                 (a.osd, msg)

@@ -78,6 +78,8 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         ec_gathering: BTreeMap::new(),
         stashes: BTreeMap::new(),
         ec_committed: Version::default(),
+        strays: Default::default(),
+        stray_sources: Vec::new(),
         scrub: None,
         scrub_record: Default::default(),
     }

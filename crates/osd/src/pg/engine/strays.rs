@@ -1,0 +1,95 @@
+//! Strays (Ceph's stray PG shards): an OSD of an erasure-coded PG that
+//! moves to another position is backfilled into the new position's shard,
+//! but keeps the shard it held, which may be one of the few complete
+//! copies of that shard's chunks. It tells the primary about it in its
+//! query answers, serves chunk reads from it, and removes it once an
+//! activation says every member is complete.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use shoal_objectstore::{CollectionId, Transaction};
+use shoal_proto::StrayShard;
+
+use super::PgCore;
+use crate::log::PgLog;
+use crate::missing::MissingSet;
+use crate::object::pg_meta_key;
+use crate::pg::peering::Stray;
+
+impl PgCore {
+    /// The collection of our stray of shard `shard`.
+    pub(in crate::pg) fn stray_coll(&self, shard: u8) -> CollectionId {
+        CollectionId::shard(self.id.pool, self.id.seed, shard)
+    }
+
+    /// Our strays as their collections describe them (a stray that cannot
+    /// be read is left out: it serves nothing).
+    pub(in crate::pg) fn load_strays(&self) -> Vec<Stray> {
+        let mut out = Vec::new();
+        for &shard in &self.strays {
+            let coll = self.stray_coll(shard);
+            let omap = self.store.omap_range(
+                &coll,
+                &pg_meta_key(),
+                Bound::Unbounded,
+                Bound::Unbounded,
+                super::super::OMAP_ALL,
+            );
+            let loaded = omap.map_err(|e| e.to_string()).and_then(|o| {
+                let omap: BTreeMap<Bytes, Bytes> = o.into_iter().collect();
+                let log = PgLog::load(&omap).map_err(|e| e.to_string())?;
+                let missing = MissingSet::load(&omap).map_err(|e| e.to_string())?;
+                Ok((log.info, missing))
+            });
+            match loaded {
+                Ok((info, missing)) => out.push(Stray {
+                    shard,
+                    info,
+                    missing,
+                }),
+                Err(e) => tracing::warn!(pg = %self.id, shard, "stray unreadable: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Our strays for a query's answer.
+    pub(in crate::pg) fn stray_answers(&self) -> Vec<StrayShard> {
+        self.load_strays()
+            .into_iter()
+            .map(|s| StrayShard {
+                shard: u32::from(s.shard),
+                info: s.info.encode(),
+                missing: s.missing.encode(),
+            })
+            .collect()
+    }
+
+    /// Our copy is backfilled into shard `new` (our position's): the shard
+    /// we held stays as a stray when it is another one (erasure coded),
+    /// and goes otherwise; a stray of shard `new` itself goes too (the
+    /// backfill starts from nothing).
+    pub(in crate::pg) fn start_backfill_copy(&mut self, new: CollectionId, txn: &mut Transaction) {
+        let old = self.coll;
+        if self.ec.is_some() && old.shard != new.shard {
+            self.strays.insert(old.shard);
+        } else {
+            txn.remove_collection(old);
+        }
+        if self.strays.remove(&new.shard) {
+            txn.remove_collection(new);
+        }
+        self.coll = new;
+        txn.create_collection(new);
+    }
+
+    /// Every member is complete: our strays are no longer needed.
+    pub(in crate::pg) fn purge_strays(&mut self, txn: &mut Transaction) {
+        for shard in std::mem::take(&mut self.strays) {
+            tracing::debug!(pg = %self.id, shard, "removing a stray shard");
+            txn.remove_collection(self.stray_coll(shard));
+        }
+    }
+}

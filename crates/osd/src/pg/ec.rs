@@ -711,8 +711,16 @@ impl ShardReader {
                 };
                 match r {
                     Ok(c) => {
+                        let version = |c: &ShardChunks| {
+                            c.attrs
+                                .iter()
+                                .find(|(n, _)| n == crate::object::META_XATTR)
+                                .map(|(_, v)| v.clone())
+                        };
                         if let Some(f) = &first
-                            && (f.size != c.size || f.data.len() != c.data.len())
+                            && (f.size != c.size
+                                || f.data.len() != c.data.len()
+                                || version(f) != version(&c))
                         {
                             errors.push(format!(
                                 "shard {i} holds another version ({} bytes, not {})",

@@ -265,9 +265,12 @@ pub fn plan_recovery_k(
                 .filter(|e| e.version > tail && !auth_versions.contains(&(e.version, &e.key)))
                 .collect();
             // Erasure coding: an object whose divergent changes the member
-            // can all roll back is back at its older version there.
+            // can all roll back is back at its older version there, once
+            // it is activated (a member of a past interval only is not,
+            // and keeps the newer version).
             let undone = |key: &ObjectKey| {
                 k > 1
+                    && acting.contains(&m)
                     && l.rollback_floor.is_some_and(|f| {
                         divergent
                             .iter()

@@ -160,8 +160,10 @@ impl PgCore {
         let pool = self.pool.as_ref()?;
         let key = object::object_key(pool, &op.msg.nspace, &op.msg.oid).ok()?;
         let mutating = exec::is_mutating(&op.msg.ops);
+        // Erasure coding: a read decodes from the other shards too, so it
+        // waits for the object wherever it is lacking.
         if let Some(rs) = &self.recovery
-            && rs.blocks(self.whoami, &key, mutating)
+            && rs.blocks(self.whoami, &key, mutating || self.ec.is_some())
         {
             return Some(Blocked::Recovery(key));
         }

@@ -347,31 +347,17 @@ impl PgCore {
         Some(if want == ec.up { Vec::new() } else { want })
     }
 
-    /// Erasure coding: why the acting set cannot serve the PG, if it
-    /// cannot — fewer than k of its members hold complete copies of their
-    /// shards (going active would make objects undecodable, and a backfill
-    /// would discard shards still needed).
-    fn ec_unreadable(&self, plan: &RecoveryPlan) -> Option<String> {
-        let ec = self.ec.as_ref()?;
-        let k = ec.layout().k as usize;
-        let log_len = plan.auth_log.len();
-        let complete = (0..ec.layout().shards())
-            .filter_map(|i| ec.holder(i).map(|o| (o, i)))
-            .filter(|(o, i)| {
-                let held = if *o == self.whoami {
-                    Some(self.coll.shard)
-                } else {
-                    self.peer_logs.get(o).map(|l| l.shard)
-                };
-                held == u8::try_from(*i).ok()
-                    && plan
-                        .members
-                        .get(o)
-                        .is_some_and(|m| !m.backfill && m.missing.len() <= log_len)
-            })
-            .count();
-        (complete < k).then(|| {
-            format!("only {complete} of the acting members hold complete shards; {k} are needed")
+    /// Erasure coding: why the PG cannot go active, if it cannot — fewer
+    /// than k shards are held completely by the members heard (at their
+    /// positions, or as the shard a moved member keeps as a stray), so
+    /// objects could not be decoded.
+    fn ec_unreadable(&self, complete: &BTreeSet<u8>) -> Option<String> {
+        let k = self.ec.as_ref()?.layout().k as usize;
+        (complete.len() < k).then(|| {
+            format!(
+                "only {} shards are held complete ({complete:?}); {k} are needed",
+                complete.len()
+            )
         })
     }
 
@@ -495,6 +481,23 @@ impl PgCore {
         // set, or in the up set as a backfill target) than the shard it
         // holds has none of its position's shard: it is backfilled, and
         // the shard it held stays there as a stray, a source for recovery.
+        // The shards held complete by a member heard (at its position or
+        // not), or by a stray up to date.
+        let log_len = plan.auth_log.len();
+        let mut complete: BTreeSet<u8> = plan
+            .members
+            .iter()
+            .filter(|(_, m)| !m.backfill && m.missing.len() <= log_len)
+            .filter_map(|(o, _)| logs.get(o).map(|l| l.shard))
+            .collect();
+        complete.extend(
+            self.stray_sources
+                .iter()
+                .filter(|(_, s)| {
+                    s.info.last_update == plan.auth_info.last_update && s.missing.is_empty()
+                })
+                .map(|(_, s)| s.shard),
+        );
         if let Some(ec) = &self.ec {
             for (o, m) in plan.members.iter_mut() {
                 let pos = ec.shard_of(*o);
@@ -518,7 +521,7 @@ impl PgCore {
         if let Some(want) = self.wanted_acting(&plan) {
             return self.request_pg_temp(want);
         }
-        if let Some(why) = self.ec_unreadable(&plan) {
+        if let Some(why) = self.ec_unreadable(&complete) {
             tracing::info!(pg = %self.id, "{why}");
             self.state = State::Incomplete;
             self.peering.blocked = Some(why);

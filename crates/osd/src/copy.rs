@@ -99,15 +99,7 @@ pub fn bounds(push: &PgPush) -> (CopyProgress, CopyProgress) {
 
 /// The temporary object a copy of `key` is built in.
 pub fn temp_key(key: &ObjectKey) -> ObjectKey {
-    let mut name = Vec::with_capacity(TEMP_PREFIX.len() + 4 + key.name.len());
-    name.extend_from_slice(TEMP_PREFIX);
-    name.extend_from_slice(&key.hash.to_be_bytes());
-    name.extend_from_slice(&key.name);
-    ObjectKey {
-        hash: 0,
-        name,
-        snap: key.snap,
-    }
+    crate::object::hidden_key(TEMP_PREFIX, &[], key)
 }
 
 fn is_temp(key: &ObjectKey) -> bool {

@@ -30,6 +30,23 @@ pub fn collection(pg: PgId) -> CollectionId {
     CollectionId::new(pg.pool, pg.seed)
 }
 
+/// An object of the OSD's own that stands for client object `key` (a
+/// half-made copy, a rollback stash): hash 0 and a name led by `prefix`
+/// (which starts with NUL, so listings and scrub pass it over), then
+/// `tag`, then `key`'s hash and name.
+pub fn hidden_key(prefix: &[u8], tag: &[u8], key: &ObjectKey) -> ObjectKey {
+    let mut name = Vec::with_capacity(prefix.len() + tag.len() + 4 + key.name.len());
+    name.extend_from_slice(prefix);
+    name.extend_from_slice(tag);
+    name.extend_from_slice(&key.hash.to_be_bytes());
+    name.extend_from_slice(&key.name);
+    ObjectKey {
+        hash: 0,
+        name,
+        snap: key.snap,
+    }
+}
+
 /// The PG's metadata object.
 pub fn pg_meta_key() -> ObjectKey {
     ObjectKey::new(0, PG_META_NAME.to_vec())

@@ -38,17 +38,10 @@ const RECORD_FORMAT: u8 = 1;
 
 /// The stash of the change `version` to `key`.
 pub fn stash_key(version: Version, key: &ObjectKey) -> ObjectKey {
-    let mut name = Vec::with_capacity(STASH_PREFIX.len() + 16 + key.name.len());
-    name.extend_from_slice(STASH_PREFIX);
-    name.extend_from_slice(&version.epoch.to_be_bytes());
-    name.extend_from_slice(&version.v.to_be_bytes());
-    name.extend_from_slice(&key.hash.to_be_bytes());
-    name.extend_from_slice(&key.name);
-    ObjectKey {
-        hash: 0,
-        name,
-        snap: key.snap,
-    }
+    let mut tag = [0u8; 12];
+    tag[..4].copy_from_slice(&version.epoch.to_be_bytes());
+    tag[4..].copy_from_slice(&version.v.to_be_bytes());
+    crate::object::hidden_key(STASH_PREFIX, &tag, key)
 }
 
 /// The version a stash key belongs to (`None`: not a stash).

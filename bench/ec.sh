@@ -35,7 +35,7 @@ CLK_TCK=$(getconf CLK_TCK)
 cleanup() { "$SHOAL" dev down --dir "$DIR" --wipe >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-"$SHOAL" --set osd_erasure_coding_experimental=true dev up --dir "$DIR" --store "$STORE" --osds "$OSDS" --osd-bytes $((OSD_GIB << 30)) >/dev/null
+"$SHOAL" dev up --dir "$DIR" --store "$STORE" --osds "$OSDS" --osd-bytes $((OSD_GIB << 30)) >/dev/null
 export SHOAL_CONF="$DIR/shoal.conf"
 "$SHOAL" osd erasure-code-profile set bench "k=$K" "m=$M" crush-failure-domain=osd >/dev/null
 "$SHOAL" osd pool create ec 32 erasure bench >/dev/null

@@ -295,7 +295,6 @@ impl World {
                     dups_max: 2000,
                 },
                 peer_timeout: Duration::from_secs(5),
-                serve_erasure_pools: true,
                 ..PgConfig::default()
             },
             heartbeat_interval: Duration::from_millis(500),

@@ -197,10 +197,7 @@ async fn check_all(pool: &Pool, model: &BTreeMap<String, Vec<u8>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erasure_coded_pool_serves_decodes_and_heals() {
-    let mut c = Cluster::with_pool_config("client-ec", 5, 3, 4, 1 << 30, |pg| {
-        pg.serve_erasure_pools = true;
-    })
-    .await;
+    let mut c = Cluster::with_pool_and_stores("client-ec", 5, 3, 4, 1 << 30).await;
     let settings = [("k", "3"), ("m", "2"), ("crush-failure-domain", "osd")];
     let pool_id = ec_pool(&c, "three-two", &settings, "ec").await;
     wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
@@ -254,10 +251,7 @@ async fn an_erasure_coded_pool_serves_decodes_and_heals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
-    let mut c = Cluster::with_pool_config("client-ec-scrub", 3, 3, 4, 1 << 30, |pg| {
-        pg.serve_erasure_pools = true;
-    })
-    .await;
+    let mut c = Cluster::with_pool_and_stores("client-ec-scrub", 3, 3, 4, 1 << 30).await;
     let settings = [("k", "2"), ("m", "1"), ("crush-failure-domain", "osd")];
     let pool_id = ec_pool(&c, "two-one", &settings, "ec").await;
     wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;

@@ -228,8 +228,8 @@ options! {
     osd_recovery_max_active: u32 = 3u32;
     /// PGs of an OSD backfilling at once (as Ceph's osd_max_backfills).
     osd_max_backfills: u32 = 1u32;
-    /// Serve erasure-coded pools (experimental: under the simulation's faults the EC backend can still lose a write when OSDs change positions in a PG; without it, ops on EC pools are refused).
-    osd_erasure_coding_experimental: bool = false;
+    /// An erasure-coded read asks one more shard when none of those it asked has answered for this many milliseconds (a slow OSD is read around, as a missing one is); 0 never does.
+    osd_ec_read_hedge_ms: u64 = 50u64;
     /// Most data bytes one step of an object copy (recovery, backfill, repair) carries (as Ceph's osd_recovery_max_chunk).
     osd_recovery_max_chunk_bytes: u64 = 4u64 << 20;
     /// Most bytes of xattrs, omap header and omap entries one step of an object copy carries; keep it well below ms_frame_control_bytes_max.

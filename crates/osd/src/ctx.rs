@@ -34,11 +34,9 @@ pub struct PgConfig {
     /// Bytes of log, dups and missing-set records per piece of a peering
     /// answer or activation.
     pub peering_piece_bytes: usize,
-    /// Open and serve the PGs of erasure-coded pools
-    /// (`osd_erasure_coding_experimental`; the simulation and tests turn
-    /// it on): off, ops on EC pools are refused and their PGs stay closed
-    /// rather than replicated.
-    pub serve_erasure_pools: bool,
+    /// An erasure-coded read asks one more shard when none of those it
+    /// asked answered for this long (zero: never).
+    pub ec_read_hedge: Duration,
 }
 
 impl Default for PgConfig {
@@ -52,7 +50,7 @@ impl Default for PgConfig {
             max_backfills: 1,
             copy_limits: crate::copy::StepLimits::default(),
             peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
-            serve_erasure_pools: false,
+            ec_read_hedge: Duration::from_millis(50),
         }
     }
 }

@@ -447,10 +447,7 @@ impl Inner {
         let mut ws = shoal_crush::Workspace::default();
         let mut mine = Vec::new();
         let mut peers = BTreeSet::new();
-        // Erasure-coded pools' PGs open only where EC is enabled:
-        // replication must not stand in for it.
-        let ec = self.ctx.cfg.serve_erasure_pools;
-        for (pool_id, pool) in map.pools().iter().filter(|(_, p)| ec || !p.is_erasure()) {
+        for (pool_id, pool) in map.pools().iter() {
             for seed in 0..pool.pg_num {
                 let pg = PgId {
                     pool: *pool_id,
@@ -778,7 +775,7 @@ impl Inner {
             return refuse(r, OsdErrorCode::NoPool, m);
         };
         if let (true, Message::OsdOp(op)) = (p.is_erasure(), &r.msg)
-            && let Some(why) = ec_refusal(&p.name, &op.ops, self.ctx.cfg.serve_erasure_pools)
+            && let Some(why) = ec_refusal(&p.name, &op.ops)
         {
             return refuse(r, OsdErrorCode::NotSupported, why);
         }
@@ -896,25 +893,17 @@ impl Inner {
 }
 
 /// Why a client op on an erasure-coded pool is refused, if it is: omap
-/// never lives in an EC pool (as in Ceph), and nothing is served where
-/// erasure coding is not enabled.
-fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp], served: bool) -> Option<String> {
+/// never lives in an EC pool (as in Ceph).
+fn ec_refusal(pool: &str, ops: &[shoal_proto::OsdSubOp]) -> Option<String> {
     let omap = ops
         .iter()
         .any(|o| shoal_proto::OpCode::from_u32(o.code).is_some_and(shoal_proto::OpCode::is_omap));
-    if omap {
-        Some(format!(
+    omap.then(|| {
+        format!(
             "omap is not supported on erasure-coded pool {pool}: keep omap (metadata) \
              in a replicated pool"
-        ))
-    } else if !served {
-        Some(format!(
-            "erasure-coded pool {pool} is not served: erasure coding is experimental on \
-             this OSD (set osd_erasure_coding_experimental = true to enable it)"
-        ))
-    } else {
-        None
-    }
+        )
+    })
 }
 
 /// Where this OSD keeps its copy of `pg`: the PG's collection, or for an

@@ -106,8 +106,6 @@ async fn erasure_coded_overwrites_survive_sigkilled_osds() {
     d.ok(&[
         "--set",
         "osd_op_num_shards=2",
-        "--set",
-        "osd_erasure_coding_experimental=true",
         "dev",
         "up",
         "--dir",

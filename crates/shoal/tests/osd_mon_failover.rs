@@ -14,32 +14,11 @@ mod common;
 use common::{Dev, SHOAL};
 
 trait Daemons {
-    fn pid(&self, name: &str) -> u32;
-    fn signal(&self, name: &str, sig: &str);
     fn wait_pool_active(&self, pool: &str);
     fn pool_id(&self, pool: &str) -> u64;
 }
 
 impl Daemons for Dev {
-    fn pid(&self, name: &str) -> u32 {
-        std::fs::read_to_string(self.0.join("run").join(format!("{name}.pid")))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    fn signal(&self, name: &str, sig: &str) {
-        let pid = self.pid(name).to_string();
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-
     /// Waits until the pool's PGs are all active+clean (reported by the OSD).
     fn wait_pool_active(&self, pool: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);

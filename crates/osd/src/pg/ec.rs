@@ -32,6 +32,7 @@ use crate::codec::{self, CodecError};
 use crate::copy::StepLimits;
 use crate::ec::{self as shard, SIZE_XATTR, ShardReadError};
 use crate::exec::{self, ExecError, ExecInput, ExecOutcome};
+use crate::missing::MissingSet;
 
 /// What an EC PG knows of its pool and interval.
 #[derive(Debug, Clone)]
@@ -385,6 +386,10 @@ impl PgBackend for Erasure {
         if exists {
             t.remove(coll, key.clone());
         }
+        // The shard arrives whole: in the same transaction the member no
+        // longer lacks the object (else a restart finds it missing again,
+        // at a version older than its log, and no recovery runs for it).
+        MissingSet::remove_txn(&key, coll, &mut t);
         if !push.exists {
             return Ok(t);
         }
@@ -567,6 +572,38 @@ pub(crate) struct ShardChunks {
     pub attrs: Vec<(String, Vec<u8>)>,
 }
 
+/// Why one shard could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ShardFailure {
+    /// The member holds no such object in that shard.
+    Absent,
+    /// Anything else (unreachable, damaged, another shard).
+    Other(String),
+}
+
+impl From<String> for ShardFailure {
+    fn from(s: String) -> ShardFailure {
+        ShardFailure::Other(s)
+    }
+}
+
+impl std::fmt::Display for ShardFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShardFailure::Absent => f.write_str("no such object"),
+            ShardFailure::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Why `k` shards could not be read.
+#[derive(Debug)]
+pub(crate) struct ReadFailure {
+    /// No shard holds the object, and at least `k` said so.
+    pub absent: bool,
+    pub why: String,
+}
+
 /// Runs of consecutive stripes.
 fn runs(stripes: &BTreeSet<u64>) -> Vec<std::ops::Range<u64>> {
     let mut out: Vec<std::ops::Range<u64>> = Vec::new();
@@ -596,7 +633,7 @@ impl ShardReader {
         key: ObjectKey,
         run: std::ops::Range<u64>,
         want_attrs: bool,
-    ) -> Result<ShardChunks, String> {
+    ) -> Result<ShardChunks, ShardFailure> {
         let layout = self.ec.layout();
         if osd == self.me {
             let coll = match u8::try_from(i) {
@@ -604,14 +641,17 @@ impl ShardReader {
                 Ok(s) if self.strays.contains(&s) => {
                     CollectionId::shard(self.coll.pool, self.coll.seed, s)
                 }
-                _ => return Err(format!("this OSD holds shard {}, not {i}", self.coll.shard)),
+                _ => {
+                    let why = format!("this OSD holds shard {}, not {i}", self.coll.shard);
+                    return Err(why.into());
+                }
             };
             let me = Arc::clone(&self);
             return shoal_net::runtime::blocking(move || {
                 let store = me.ctx.store.as_ref();
                 let size = shard::logical_size(store, &coll, &key)
                     .map_err(|e| e.to_string())?
-                    .ok_or("no such object on this shard")?;
+                    .ok_or(ShardFailure::Absent)?;
                 let last = layout.shard_len(size) / u64::from(layout.unit.max(1));
                 let end = run.end.min(last);
                 let data = shard::read_chunks(store, &coll, &key, layout, run.start.min(end)..end)
@@ -656,22 +696,28 @@ impl ShardReader {
                 size: r.object_size,
                 attrs: r.attrs.into_iter().zip(r.attr_values).collect(),
             }),
-            shoal_proto::Message::EcReadReply(r) => Err(format!("osd.{osd}: {}", r.message)),
-            other => Err(format!("osd.{osd} answered {:?}", other.msg_type())),
+            shoal_proto::Message::EcReadReply(r) if r.code == OsdErrorCode::NotFound as u32 => {
+                Err(ShardFailure::Absent)
+            }
+            shoal_proto::Message::EcReadReply(r) => Err(format!("osd.{osd}: {}", r.message).into()),
+            other => Err(format!("osd.{osd} answered {:?}", other.msg_type()).into()),
         }
     }
 
     /// `run` from `k` of the `sources` ((member, shard) pairs), data
-    /// shards first (a shard that is missing, slow past the peer timeout
-    /// or fails a checksum is replaced by the next): each shard's chunks
-    /// at its position, and the first answer's size and xattrs.
+    /// shards first: each shard's chunks at its position, and the first
+    /// answer's size and xattrs. A shard that is missing, fails a
+    /// checksum or holds another version is replaced by the next source;
+    /// one still silent after `ec_read_hedge` gets company — the next
+    /// source is asked too, and the first `k` answers win (the slow reads
+    /// are dropped).
     async fn read_k(
         self: &Arc<Self>,
         key: &ObjectKey,
         run: std::ops::Range<u64>,
         sources: &[(i32, usize)],
         want_attrs: bool,
-    ) -> Result<(Vec<Option<Vec<u8>>>, ShardChunks), String> {
+    ) -> Result<(Vec<Option<Vec<u8>>>, ShardChunks), ReadFailure> {
         let layout = self.ec.layout();
         let k = layout.k as usize;
         let mut order: Vec<(i32, usize)> = sources
@@ -681,75 +727,95 @@ impl ShardReader {
             .collect();
         // Data shards first; ours first among holders of one shard.
         order.sort_by_key(|(o, i)| (*i, *o != self.me));
+        let mut order = order.into_iter().peekable();
         let mut parts: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
+        let mut asked = vec![false; layout.shards()];
         let mut first: Option<ShardChunks> = None;
-        let mut have = 0;
+        let (mut have, mut absent) = (0, 0);
         let mut errors = Vec::new();
-        let mut next = 0;
-        while have < k && next < order.len() {
-            let mut batch = Vec::new();
-            while batch.len() < k - have && next < order.len() {
-                let (o, i) = order[next];
-                next += 1;
-                if parts[i].is_none() && !batch.iter().any(|(_, j)| *j == i) {
-                    batch.push((o, i));
-                }
-            }
-            let mut tasks = tokio::task::JoinSet::new();
-            for (o, i) in batch {
-                let me = Arc::clone(self);
-                let (key, run) = (key.clone(), run.clone());
-                tasks.spawn(async move { (i, me.read_one(o, i, key, run, want_attrs).await) });
-            }
-            while let Some(done) = tasks.join_next().await {
-                let (i, r) = match done {
-                    Ok(d) => d,
-                    Err(e) => {
-                        errors.push(format!("a read task failed: {e}"));
+        let mut tasks = tokio::task::JoinSet::new();
+        let hedge = self.ctx.cfg.ec_read_hedge;
+        let mut ask = |tasks: &mut tokio::task::JoinSet<_>, asked: &mut Vec<bool>| {
+            // The next source of a shard not asked yet.
+            let (o, i) = order.by_ref().find(|(_, i)| !asked[*i])?;
+            asked[i] = true;
+            let me = Arc::clone(self);
+            let (key, run) = (key.clone(), run.clone());
+            tasks.spawn(async move { (o, i, me.read_one(o, i, key, run, want_attrs).await) });
+            Some(())
+        };
+        while have < k {
+            while have + tasks.len() < k && ask(&mut tasks, &mut asked).is_some() {}
+            let done = if hedge.is_zero() {
+                tasks.join_next().await
+            } else {
+                match tokio::time::timeout(hedge, tasks.join_next()).await {
+                    Ok(done) => done,
+                    Err(_) => {
+                        if ask(&mut tasks, &mut asked).is_some() {
+                            tracing::debug!(pg = %self.pg, "a shard is slow: asking another");
+                        }
                         continue;
                     }
-                };
-                match r {
-                    Ok(c) => {
-                        let version = |c: &ShardChunks| {
-                            c.attrs
-                                .iter()
-                                .find(|(n, _)| n == crate::object::META_XATTR)
-                                .map(|(_, v)| v.clone())
-                        };
-                        if let Some(f) = &first
-                            && (f.size != c.size
-                                || f.data.len() != c.data.len()
-                                || version(f) != version(&c))
-                        {
-                            errors.push(format!(
-                                "shard {i} holds another version ({} bytes, not {})",
-                                c.size, f.size
-                            ));
-                            continue;
-                        }
-                        if parts[i].is_some() {
-                            continue;
-                        }
-                        parts[i] = Some(c.data.clone());
-                        have += 1;
-                        if first.is_none() {
-                            first = Some(c);
-                        }
+                }
+            };
+            let Some(done) = done else {
+                break;
+            };
+            let (o, i, r) = match done {
+                Ok(d) => d,
+                Err(e) => {
+                    errors.push(format!("a read task failed: {e}"));
+                    continue;
+                }
+            };
+            match r {
+                Ok(c) => {
+                    let version = |c: &ShardChunks| {
+                        c.attrs
+                            .iter()
+                            .find(|(n, _)| n == crate::object::META_XATTR)
+                            .map(|(_, v)| v.clone())
+                    };
+                    if let Some(f) = &first
+                        && (f.size != c.size
+                            || f.data.len() != c.data.len()
+                            || version(f) != version(&c))
+                    {
+                        errors.push(format!(
+                            "shard {i} on osd.{o} holds another version ({} bytes, not {})",
+                            c.size, f.size
+                        ));
+                        asked[i] = false;
+                        continue;
                     }
-                    Err(e) => {
-                        tracing::warn!(pg = %self.pg, shard = i, "reading around a shard: {e}");
-                        errors.push(format!("shard {i}: {e}"));
+                    parts[i] = Some(c.data.clone());
+                    have += 1;
+                    if first.is_none() {
+                        first = Some(c);
                     }
+                }
+                Err(e) => {
+                    if e == ShardFailure::Absent {
+                        absent += 1;
+                    } else {
+                        tracing::warn!(pg = %self.pg, shard = i, osd = o, "reading around a shard: {e}");
+                    }
+                    errors.push(format!("shard {i} on osd.{o}: {e}"));
+                    // Another holder of the same shard may serve it.
+                    asked[i] = false;
                 }
             }
         }
         match first {
             Some(f) if have >= k => Ok((parts, f)),
-            _ => Err(format!(
-                "{have} of the {k} shards needed could be read: {}",
-                errors.join("; ")
-            )),
+            _ => Err(ReadFailure {
+                absent: have == 0 && absent >= k && absent == errors.len(),
+                why: format!(
+                    "{have} of the {k} shards needed could be read: {}",
+                    errors.join("; ")
+                ),
+            }),
         }
     }
 
@@ -766,7 +832,10 @@ impl ShardReader {
         all.retain(|(o, _)| !lacking.contains(o));
         let mut out = BTreeMap::new();
         for run in runs(stripes) {
-            let (parts, _) = self.read_k(key, run.clone(), &all, false).await?;
+            let (parts, _) = self
+                .read_k(key, run.clone(), &all, false)
+                .await
+                .map_err(|e| e.why)?;
             let bytes = self.ec.codec.decode(parts).map_err(|e| e.to_string())?;
             if bytes.len() != width * (run.end - run.start) as usize {
                 return Err(format!("stripes {run:?} of {key} are past its end"));
@@ -807,18 +876,24 @@ impl ShardReader {
         if push.exists {
             let sources: Vec<(i32, usize)> =
                 sources.iter().map(|(o, s)| (*o, usize::from(*s))).collect();
-            let (mut parts, meta) = match self.read_k(key, 0..u64::MAX, &sources, true).await {
-                Ok(r) => r,
-                Err(e) => return (done, Some(format!("{e} (sources: {sources:?})"))),
-            };
-            if let Err(e) = self.ec.codec.rebuild(&mut parts) {
-                return (done, Some(e.to_string()));
-            }
-            shards = parts;
-            push.object_size = meta.size;
-            for (n, v) in meta.attrs {
-                push.attrs.push(n);
-                push.attr_values.push(v);
+            match self.read_k(key, 0..u64::MAX, &sources, true).await {
+                Ok((mut parts, meta)) => {
+                    if let Err(e) = self.ec.codec.rebuild(&mut parts) {
+                        return (done, Some(e.to_string()));
+                    }
+                    shards = parts;
+                    push.object_size = meta.size;
+                    for (n, v) in meta.attrs {
+                        push.attrs.push(n);
+                        push.attr_values.push(v);
+                    }
+                }
+                // A backfill lists the objects a member held before
+                // activation undid its divergent changes: one such
+                // change's creation leaves no object, and at least k
+                // holders of the authoritative version say so.
+                Err(e) if e.absent && expect.is_none() => push.exists = false,
+                Err(e) => return (done, Some(format!("{} (sources: {sources:?})", e.why))),
             }
         }
         for &t in targets {
@@ -861,7 +936,8 @@ impl ShardReader {
         for (o, i) in holders {
             let c = Arc::clone(self)
                 .read_one(o, i, key.clone(), 0..u64::MAX, false)
-                .await?;
+                .await
+                .map_err(|e| e.to_string())?;
             shards.push(c.data);
         }
         self.ec.codec.verify(&shards).map_err(|e| e.to_string())
@@ -994,5 +1070,66 @@ impl super::Pg {
                 error,
             });
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::pg_meta_key;
+    use shoal_objectstore::MemStore;
+
+    /// A rebuilt shard (or its removal) takes the object out of the
+    /// member's persisted missing set in the same transaction: a restart
+    /// must not find it missing again (the simulation found a restarted
+    /// member lacking objects at a version older than its log, which no
+    /// recovery then rebuilt).
+    #[test]
+    fn an_installed_shard_leaves_the_persisted_missing_set() {
+        let store = MemStore::new(1 << 26);
+        let coll = CollectionId::shard(1, 0, 1);
+        let (a, b) = (ObjectKey::new(1, "a"), ObjectKey::new(2, "b"));
+        let mut missing = MissingSet::default();
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        t.touch(coll, pg_meta_key());
+        let need = crate::log::Version { epoch: 3, v: 7 };
+        missing.replace(
+            MissingSet::from_map([(a.clone(), need), (b.clone(), need)].into()),
+            coll,
+            &mut t,
+        );
+        store.apply_transaction(t).unwrap();
+        let backend = Erasure {
+            codec: Arc::new(Codec::new(StripeLayout::new(2, 1, 4096)).unwrap()),
+        };
+        let push = |key: &ObjectKey, exists: bool| PgPush {
+            hash: key.hash,
+            name: key.name.clone(),
+            exists,
+            object_size: 6000,
+            ..PgPush::default()
+        };
+        let shard = Bytes::from(vec![7u8; 4096]);
+        let t = backend
+            .install_step(&store, coll, &push(&a, true), shard)
+            .unwrap();
+        store.apply_transaction(t).unwrap();
+        let t = backend
+            .install_step(&store, coll, &push(&b, false), Bytes::new())
+            .unwrap();
+        store.apply_transaction(t).unwrap();
+        let omap = store
+            .omap_range(
+                &coll,
+                &pg_meta_key(),
+                Bound::Unbounded,
+                Bound::Unbounded,
+                1000,
+            )
+            .unwrap();
+        let left = MissingSet::load(&omap.into_iter().collect()).unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(shard::logical_size(&store, &coll, &a).unwrap(), Some(6000));
     }
 }

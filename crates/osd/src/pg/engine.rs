@@ -638,6 +638,10 @@ impl PgCore {
                 Some(s) => CollectionId::shard(self.id.pool, self.id.seed, s),
                 None => self.coll,
             };
+            if let Err(e) = self.settle_stray(new, &entries, info.log_tail, &mut txn) {
+                tracing::error!(pg = %self.id, "{e}");
+                return vec![rep_reply(to, OsdErrorCode::Internal, epoch, e)];
+            }
             self.start_backfill_copy(new, &mut txn);
             self.log = PgLog::default();
             self.missing = MissingSet::default();

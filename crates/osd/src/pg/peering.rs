@@ -79,6 +79,46 @@ pub struct MemberLog {
     pub strays: Vec<Stray>,
 }
 
+impl MemberLog {
+    /// Erasure coding: the shard this member holds as it will be kept
+    /// as a stray when it moves to another position — activation undoes
+    /// the divergent changes it can (every one newer than its rollback
+    /// floor) and cuts its log to the history it shares with `plan`'s
+    /// authoritative log; an object with a divergent change it cannot
+    /// undo is missing there. (`PgCore::settle_stray` does it.)
+    pub fn settled(&self, plan: &RecoveryPlan) -> Stray {
+        let tail = plan.auth_info.log_tail;
+        let auth: BTreeSet<(Version, &ObjectKey)> =
+            plan.auth_log.iter().map(|e| (e.version, &e.key)).collect();
+        let divergent = |e: &LogEntry| e.version > tail && !auth.contains(&(e.version, &e.key));
+        let mut missing = self.missing.objects().clone();
+        let mut undoable: BTreeMap<&ObjectKey, bool> = BTreeMap::new();
+        for e in self.entries.iter().filter(|e| divergent(e)) {
+            let ok = self.rollback_floor.is_some_and(|f| e.version > f);
+            let all = undoable.entry(&e.key).or_insert(true);
+            *all = *all && ok;
+        }
+        for (key, ok) in undoable {
+            if !ok {
+                missing.insert(key.clone(), tail);
+            }
+        }
+        let last_update = match self.entries.iter().rev().find(|e| !divergent(e)) {
+            Some(e) => e.version,
+            None if self.entries.iter().any(divergent) => tail,
+            None => self.info.last_update,
+        };
+        Stray {
+            shard: self.shard,
+            info: PgInfoData {
+                last_update,
+                ..self.info
+            },
+            missing: MissingSet::from_map(missing),
+        }
+    }
+}
+
 /// A shard of an erasure-coded PG a member holds from a position it left,
 /// as it was when it left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,6 +172,10 @@ pub struct RecoveryPlan {
     /// What each member lacks: every member that answered and every acting
     /// member (an acting member with nothing to recover has an empty entry).
     pub members: BTreeMap<i32, MemberRecovery>,
+    /// Erasure coding: members outside the acting set counted as holding
+    /// objects only once they undo their divergent changes, so they are
+    /// activated too (they take no writes and no recovery).
+    pub roll_back: BTreeSet<i32>,
 }
 
 impl RecoveryPlan {
@@ -234,6 +278,7 @@ pub fn plan_recovery_k(
         .collect();
     let need = |k: &ObjectKey, otherwise: Version| newest.get(k).copied().unwrap_or(otherwise);
     let mut members = BTreeMap::new();
+    let mut roll_back = BTreeSet::new();
     let everyone: BTreeSet<i32> = logs.keys().chain(acting).copied().collect();
     for m in everyone {
         let Some(l) = logs.get(&m) else {
@@ -265,12 +310,13 @@ pub fn plan_recovery_k(
                 .filter(|e| e.version > tail && !auth_versions.contains(&(e.version, &e.key)))
                 .collect();
             // Erasure coding: an object whose divergent changes the member
-            // can all roll back is back at its older version there, once
-            // it is activated (a member of a past interval only is not,
-            // and keeps the newer version).
+            // can all roll back is back at its older version there once it
+            // is activated. A member of a past interval only is activated
+            // for that too: its shard of the older version may be one of
+            // the k that object has left (the simulation found objects
+            // unfound while such a member kept a change others undid).
             let undone = |key: &ObjectKey| {
                 k > 1
-                    && acting.contains(&m)
                     && l.rollback_floor.is_some_and(|f| {
                         divergent
                             .iter()
@@ -281,6 +327,8 @@ pub fn plan_recovery_k(
             for e in &divergent {
                 if !undone(&e.key) {
                     r.missing.insert(e.key.clone(), need(&e.key, tail));
+                } else if !acting.contains(&m) {
+                    roll_back.insert(m);
                 }
             }
         }
@@ -292,6 +340,7 @@ pub fn plan_recovery_k(
         auth_log: auth_log.entries.clone(),
         auth_dups: auth_log.dups.clone(),
         members,
+        roll_back,
     }
 }
 
@@ -760,6 +809,74 @@ mod tests {
             "no stash: rebuilt"
         );
         assert!(p.members[&2].missing.is_empty() && p.members[&3].missing.is_empty());
+    }
+
+    /// 2+1: a member of a past interval only (osd.9, not acting) holds
+    /// a change the acting members never got; it can undo it, so it
+    /// counts as holding the older version — one of the k shards that
+    /// version may have left — and is activated to undo it.
+    #[test]
+    fn a_past_member_that_can_undo_its_divergent_change_is_activated_to_undo_it() {
+        let base = vec![e(1, 1, "a"), e(1, 2, "a")];
+        let mut ahead = base.clone();
+        ahead.push(e(2, 3, "a"));
+        let logs = BTreeMap::from([
+            (0, shard_member(1, base.clone(), Some(v(1, 2)))),
+            (2, shard_member(2, base, Some(v(1, 2)))),
+            (9, shard_member(0, ahead.clone(), Some(v(1, 2)))),
+        ]);
+        let p = plan_recovery_k(0, &logs, &[0, 2, 4], 2);
+        assert_eq!(p.auth_info.last_update, v(1, 2));
+        assert!(p.has(9, &ObjectKey::new(1, "a")), "after its rollback");
+        assert_eq!(p.roll_back, BTreeSet::from([9]));
+        // Without a stash it keeps the newer version: nothing to activate.
+        let logs = BTreeMap::from([(0, logs[&0].clone()), (9, shard_member(0, ahead, None))]);
+        let p = plan_recovery_k(0, &logs, &[0, 2, 4], 2);
+        assert!(!p.has(9, &ObjectKey::new(1, "a")));
+        assert!(p.roll_back.is_empty());
+    }
+
+    /// 3+1: a member moved to another position keeps the shard it held
+    /// as a stray, settled: a divergent change it can undo is undone and
+    /// its log cut to the shared history, so the stray serves every
+    /// object no later change touched; one it cannot undo is missing.
+    #[test]
+    fn a_moved_members_shard_is_settled_to_the_shared_history() {
+        let base = vec![e(1, 1, "a"), e(1, 2, "b"), e(1, 3, "c")];
+        let logs = BTreeMap::from([
+            (0, shard_member(0, base.clone(), Some(v(1, 3)))),
+            (1, shard_member(1, base.clone(), Some(v(1, 3)))),
+            (2, shard_member(2, base.clone(), Some(v(1, 3)))),
+        ]);
+        let p = plan_recovery_k(0, &logs, &[0, 1, 2], 3);
+        let mut ahead = base.clone();
+        ahead.push(e(2, 4, "a"));
+        ahead.push(e(2, 5, "b"));
+        // Both divergent changes undoable: nothing missing, the stray is
+        // at the shared history's end and holds every object.
+        let stray = shard_member(3, ahead.clone(), Some(v(1, 3))).settled(&p);
+        assert_eq!((stray.shard, stray.info.last_update), (3, v(1, 3)));
+        assert!(stray.missing.is_empty());
+        for n in ["a", "b", "c"] {
+            assert!(stray.holds(&p, &ObjectKey::new(1, n)), "{n}");
+        }
+        // The change to "a" is not newer than its floor (no stash):
+        // "a" stays missing, "b" is undone.
+        let stray = shard_member(3, ahead, Some(v(2, 4))).settled(&p);
+        assert_eq!(stray.info.last_update, v(1, 3));
+        assert_eq!(
+            stray.missing.objects().keys().cloned().collect::<Vec<_>>(),
+            vec![ObjectKey::new(1, "a")]
+        );
+        assert!(!stray.holds(&p, &ObjectKey::new(1, "a")));
+        assert!(stray.holds(&p, &ObjectKey::new(1, "b")));
+        // Unsettled, its newest change is not the log's: it held nothing.
+        let raw = Stray {
+            shard: 3,
+            info: shard_member(3, vec![e(2, 4, "a")], None).info,
+            missing: MissingSet::default(),
+        };
+        assert!(!raw.holds(&p, &ObjectKey::new(1, "c")));
     }
 
     /// Two members holding one shard count once towards k.

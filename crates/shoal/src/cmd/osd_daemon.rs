@@ -264,7 +264,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
                 omap_bytes_max: o.osd_recovery_max_omap_chunk_bytes.max(1),
             },
             peering_piece_bytes: shoal_osd::pieces::PIECE_BYTES_MAX,
-            serve_erasure_pools: o.osd_erasure_coding_experimental,
+            ec_read_hedge: Duration::from_millis(o.osd_ec_read_hedge_ms),
         },
         heartbeat_interval: Duration::from_millis(o.osd_heartbeat_interval_ms),
         heartbeat_grace: Duration::from_millis(o.osd_heartbeat_grace_ms),

@@ -92,13 +92,18 @@ impl Dev {
 
     /// SIGKILLs the daemon `name` (`osd.3`) started in this directory.
     pub fn kill9(&self, name: &str) {
+        self.signal(name, "-KILL");
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`, ...) to the daemon `name`.
+    pub fn signal(&self, name: &str, signal: &str) {
         let pid = std::fs::read_to_string(self.0.join("run").join(format!("{name}.pid"))).unwrap();
         let ok = Command::new("kill")
-            .args(["-KILL", pid.trim()])
+            .args([signal, pid.trim()])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill {name}");
+        assert!(ok, "kill {signal} {name}");
     }
 
     /// Whether every PG is active+clean (false while the monitors do not answer).

@@ -36,8 +36,14 @@ impl PgCore {
     /// Starts peering for the current interval (primary only).
     pub(in crate::pg) fn start_peering(&mut self) -> Vec<Effect> {
         let mut fx = self.reset_peering();
-        let min = self.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize;
-        if self.acting.len() < min {
+        // Below min_size the PG serves nothing; it still peers when a
+        // `pg_temp` made it so while the up set is large enough, since
+        // only peering asks for that `pg_temp` to go (the simulation
+        // found an EC PG left `peered` for good behind a positional
+        // `pg_temp` with a hole, every OSD of its up set back).
+        let min = self.min_size();
+        let up = self.up.iter().filter(|o| is_osd(**o)).count();
+        if self.acting.len() < min && (self.acting == self.up || up < min) {
             self.state = State::Peered;
             return fx;
         }
@@ -63,6 +69,10 @@ impl PgCore {
         }
         fx.extend(self.query_all(peers.into_iter().collect(), Duration::ZERO));
         fx
+    }
+
+    fn min_size(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.min_size.max(1)) as usize
     }
 
     /// Peers again after `delay` (a failed activation or query).
@@ -499,27 +509,28 @@ impl PgCore {
                 .map(|(_, s)| s.shard),
         );
         if let Some(ec) = &self.ec {
-            for (o, m) in plan.members.iter_mut() {
-                let pos = ec.shard_of(*o);
-                let Some(l) = logs.get(o) else {
-                    continue;
-                };
-                if pos.is_some_and(|p| p != l.shard) {
+            // The shard it leaves is settled at activation: what it can
+            // undo undone, its log cut to the history it shares with the
+            // authoritative one.
+            let moved: Vec<(i32, Stray)> = logs
+                .iter()
+                .filter(|(o, l)| ec.shard_of(**o).is_some_and(|p| p != l.shard))
+                .map(|(o, l)| (*o, l.settled(&plan)))
+                .collect();
+            for (o, stray) in moved {
+                if let Some(m) = plan.members.get_mut(&o) {
                     m.backfill = true;
                     m.missing.clear();
-                    self.stray_sources.push((
-                        *o,
-                        Stray {
-                            shard: l.shard,
-                            info: l.info,
-                            missing: l.missing.clone(),
-                        },
-                    ));
                 }
+                self.stray_sources.push((o, stray));
             }
         }
         if let Some(want) = self.wanted_acting(&plan) {
             return self.request_pg_temp(want);
+        }
+        if self.acting.len() < self.min_size() {
+            self.state = State::Peered;
+            return vec![Effect::StatsChanged];
         }
         if let Some(why) = self.ec_unreadable(&complete) {
             tracing::info!(pg = %self.id, "{why}");
@@ -592,14 +603,25 @@ impl PgCore {
                 MissingSet::from_map(m.missing.clone())
             }
         };
+        let shards = self.shards();
         let mut acts = Vec::new();
-        for osd in self.shards() {
+        for osd in shards.iter().copied() {
             let m = plan.members.get(&osd).cloned().unwrap_or_default();
             acts.push(Activation {
                 osd,
                 backfill: m.backfill,
                 missing: missing_of(&m),
             });
+        }
+        // Members of past intervals that undo their divergent changes.
+        for osd in plan.roll_back.iter().copied() {
+            if let Some(m) = plan.members.get(&osd).filter(|_| !shards.contains(&osd)) {
+                acts.push(Activation {
+                    osd,
+                    backfill: false,
+                    missing: missing_of(m),
+                });
+            }
         }
         let mut info = plan.auth_info;
         info.last_epoch_started = self.interval_start;
@@ -619,6 +641,7 @@ impl PgCore {
             && own
                 .iter()
                 .chain(&acts)
+                .filter(|a| shards.contains(&a.osd))
                 .all(|a| !a.backfill && a.missing.is_empty());
         if purge {
             self.purge_strays(&mut txn);
@@ -630,6 +653,11 @@ impl PgCore {
                 Some(s) => shoal_objectstore::CollectionId::shard(self.id.pool, self.id.seed, s),
                 None => self.coll,
             };
+            let tail = plan.auth_info.log_tail;
+            if let Err(e) = self.settle_stray(new, &plan.auth_log, tail, &mut txn) {
+                tracing::error!(pg = %self.id, "{e}");
+                return self.repeer_soon(Duration::from_secs(1));
+            }
             self.start_backfill_copy(new, &mut txn);
             self.log = PgLog::default();
             self.missing = MissingSet::default();
@@ -679,11 +707,14 @@ impl PgCore {
             return Vec::new();
         };
         self.recovery_generation += 1;
+        let shards = self.shards();
         self.recovery = Some(RecoveryState::new(
             self.recovery_generation,
             self.whoami,
             &self.missing,
-            acts.iter().map(|a| (a.osd, a.backfill, &a.missing)),
+            acts.iter()
+                .filter(|a| shards.contains(&a.osd))
+                .map(|a| (a.osd, a.backfill, &a.missing)),
         ));
         self.plan = Some(plan);
         let log: Vec<Vec<u8>> = self.log.entries().map(LogEntry::encode).collect();

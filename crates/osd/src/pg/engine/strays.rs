@@ -5,15 +5,15 @@
 //! query answers, serves chunk reads from it, and removes it once an
 //! activation says every member is complete.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use bytes::Bytes;
-use shoal_objectstore::{CollectionId, Transaction};
+use shoal_objectstore::{CollectionId, ObjectKey, Transaction};
 use shoal_proto::StrayShard;
 
 use super::PgCore;
-use crate::log::PgLog;
+use crate::log::{Dup, LogEntry, PgLog, Version};
 use crate::missing::MissingSet;
 use crate::object::pg_meta_key;
 use crate::pg::peering::Stray;
@@ -65,6 +65,50 @@ impl PgCore {
                 missing: s.missing.encode(),
             })
             .collect()
+    }
+
+    /// Before our copy is backfilled into `new`, another shard than the
+    /// one we hold: settles the shard we leave, as the primary planned
+    /// (`MemberLog::settled`) — our divergent changes undone where their
+    /// stashes allow, those left marked missing, the log cut to the
+    /// history it shares with the authoritative log `auth` (from `tail`
+    /// on). A stray whose newest change went another way would otherwise
+    /// serve nothing, though it may hold one of the k shards an object
+    /// has left.
+    pub(in crate::pg) fn settle_stray(
+        &mut self,
+        new: CollectionId,
+        auth: &[LogEntry],
+        tail: Version,
+        txn: &mut Transaction,
+    ) -> Result<(), String> {
+        if self.ec.is_none() || self.coll.shard == new.shard {
+            return Ok(());
+        }
+        let kept = self.ec_activate(auth, tail, txn)?;
+        let shared: BTreeSet<(Version, &ObjectKey)> =
+            auth.iter().map(|e| (e.version, &e.key)).collect();
+        let (common, divergent): (Vec<LogEntry>, Vec<LogEntry>) = self
+            .log
+            .entries()
+            .cloned()
+            .partition(|e| e.version <= tail || shared.contains(&(e.version, &e.key)));
+        let mut info = self.log.info;
+        info.last_update = match common.last() {
+            Some(e) => e.version,
+            None if !divergent.is_empty() => tail,
+            None => info.last_update,
+        };
+        let mut missing = self.missing.objects().clone();
+        for key in kept {
+            missing.insert(key, tail);
+        }
+        let dups: Vec<Dup> = self.log.dups().cloned().collect();
+        let limits = self.cfg.log_limits;
+        self.log.replace(info, common, dups, limits, self.coll, txn);
+        self.missing
+            .replace(MissingSet::from_map(missing), self.coll, txn);
+        Ok(())
     }
 
     /// Our copy is backfilled into shard `new` (our position's): the shard

@@ -1333,6 +1333,49 @@ fn members_that_agree_are_activated_and_the_pg_goes_active() {
     assert!(p.recovery.is_none());
 }
 
+/// Erasure coding: a member of a past interval that undoes its divergent
+/// changes (the plan's `roll_back`) gets the activation too, but no
+/// recovery and no say in whether strays are purged.
+#[test]
+fn a_past_member_that_rolls_back_is_activated_but_not_recovered() {
+    let mut p = peering_primary(true);
+    p.state = State::Activating;
+    let member = |v: &[u32]| crate::pg::MemberRecovery {
+        backfill: false,
+        missing: v.iter().map(|i| (obj(*i), version(1))).collect(),
+    };
+    p.plan = Some(RecoveryPlan {
+        auth: 1,
+        members: [
+            (1, member(&[])),
+            (2, member(&[])),
+            (3, member(&[])),
+            (7, member(&[4])),
+        ]
+        .into(),
+        roll_back: [7].into(),
+        ..Default::default()
+    });
+    let fx = p.listed(START, Ok(Vec::new()));
+    assert!(matches!(&fx[..], [Effect::PersistActivation(_)]), "{fx:?}");
+    let fx = p.activation_persisted(Ok(()));
+    let [Effect::SendActivations { msgs, .. }] = &fx[..] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(
+        msgs.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![2, 3, 7]
+    );
+    let (_, to7) = &msgs[2];
+    assert!(to7.activate && !to7.backfill);
+    assert_eq!(MissingSet::decode(&to7.missing).unwrap().len(), 1);
+    let rs = p.recovery.as_ref().unwrap();
+    assert!(
+        rs.is_done(),
+        "osd.7 lacks obj 4 but is no member to recover"
+    );
+}
+
 #[test]
 fn a_failed_activation_or_a_refused_persist_peers_again() {
     let mut p = peering_primary(true);

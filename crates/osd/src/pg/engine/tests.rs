@@ -1176,9 +1176,16 @@ fn a_previous_member_that_goes_down_while_queried_is_given_up_at_once() {
 fn below_min_size_the_pg_is_peered_and_queries_nobody() {
     let mut p = peering_primary(true);
     p.acting = vec![1];
+    p.up = vec![1];
     p.pool = Some(shoal_maps::Pool::replicated(PG.pool, "rbd", 3, 2, 1, 0));
     assert_eq!(p.start_peering(), vec![Effect::FenceCopies]);
     assert_eq!(p.state, State::Peered);
+    // Below min_size only through a pg_temp while the up set is large
+    // enough: it peers, since only peering asks for the pg_temp to go.
+    p.up = vec![1, 2, 3];
+    let fx = p.start_peering();
+    assert_eq!(fx, vec![Effect::FenceCopies, query(2, 0), query(3, 0)]);
+    assert_eq!(p.state, State::Peering);
 }
 
 #[test]

@@ -134,8 +134,10 @@ fn erasure_seeds(k: u32, m: u32, extra: &[u64]) -> BTreeSet<String> {
 }
 
 /// 3+1 seeds that found bugs past seed 49: a moved member's shard kept a
-/// divergent change and served nothing (582, 998).
-const ERASURE_3_1_FOUND_BUGS: &[u64] = &[582, 998];
+/// divergent change and served nothing (582, 998); a member backfilled
+/// into the position whose shard it held as a stray wiped the only copy of
+/// that shard's chunks of an object (955).
+const ERASURE_3_1_FOUND_BUGS: &[u64] = &[582, 955, 998];
 
 #[test]
 fn erasure_2_1_seeds() {

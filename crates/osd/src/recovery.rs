@@ -249,15 +249,22 @@ pub fn local_objects(
     store: &dyn ObjectStore,
     coll: CollectionId,
 ) -> shoal_objectstore::Result<Vec<ObjectKey>> {
+    let mut out = all_objects(store, coll)?;
+    out.retain(|k| k.name.first() != Some(&0));
+    Ok(out)
+}
+
+/// Every object of `coll`, the PG's hidden ones (metadata, stashes,
+/// temporary copies) too.
+pub fn all_objects(
+    store: &dyn ObjectStore,
+    coll: CollectionId,
+) -> shoal_objectstore::Result<Vec<ObjectKey>> {
     let mut out = Vec::new();
     let mut cursor: Option<ObjectKey> = None;
     loop {
         let page = store.list_objects(&coll, cursor.as_ref(), LIST_PAGE)?;
-        out.extend(
-            page.objects
-                .into_iter()
-                .filter(|k| k.name.first() != Some(&0)),
-        );
+        out.extend(page.objects);
         match page.next {
             Some(n) => cursor = Some(n),
             None => return Ok(out),

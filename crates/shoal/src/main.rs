@@ -95,7 +95,7 @@ enum Command {
     /// Create and edit keyring files.
     #[command(subcommand)]
     Keyring(cmd::keyring::KeyringCmd),
-    /// Measure the cluster (`shoal bench -p POOL SECONDS write|seq|rand`) and its parts.
+    /// Measure the cluster (`shoal bench -p POOL SECONDS write|seq|rand|overwrite`) and its parts.
     Bench(cmd::bench::BenchArgs),
     /// Objects of a pool: put, get, xattrs, omap, listing.
     Rados(cmd::rados::RadosArgs),

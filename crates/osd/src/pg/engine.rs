@@ -638,14 +638,11 @@ impl PgCore {
                 Some(s) => CollectionId::shard(self.id.pool, self.id.seed, s),
                 None => self.coll,
             };
-            if let Err(e) = self.settle_stray(new, &entries, info.log_tail, &mut txn) {
+            let begun = self.begin_backfill(new, &entries, info.log_tail, Some(&missing), &mut txn);
+            if let Err(e) = begun {
                 tracing::error!(pg = %self.id, "{e}");
                 return vec![rep_reply(to, OsdErrorCode::Internal, epoch, e)];
             }
-            self.start_backfill_copy(new, &mut txn);
-            self.log = PgLog::default();
-            self.missing = MissingSet::default();
-            self.stashes.clear();
         } else if let Err(e) = self.ec_activate(&entries, info.log_tail, &mut txn) {
             tracing::error!(pg = %self.id, "{e}");
             return vec![rep_reply(to, OsdErrorCode::Internal, epoch, e)];

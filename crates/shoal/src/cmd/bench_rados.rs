@@ -26,6 +26,10 @@ pub enum Mode {
     Seq,
     /// Read them in random order.
     Rand,
+    /// Overwrite `-b` bytes at random offsets (multiples of `-b`) inside
+    /// them, as `rbd bench --io-type write --io-pattern rand` does to an
+    /// image's objects.
+    Overwrite,
 }
 
 /// Options of `shoal bench -p POOL SECONDS MODE`.
@@ -36,10 +40,10 @@ pub struct RadosBenchArgs {
     pub pool: Option<String>,
     /// How long to run, seconds.
     pub seconds: Option<u64>,
-    /// write, seq or rand.
+    /// write, seq, rand or overwrite.
     #[arg(value_enum)]
     pub mode: Option<Mode>,
-    /// Object size for write, bytes (K, M suffixes).
+    /// Object size for write, write size for overwrite, bytes (K, M suffixes).
     #[arg(short = 'b', long = "block-size", default_value = "4M")]
     pub block_size: String,
     /// Ops in flight.
@@ -68,6 +72,13 @@ pub trait BenchIo: Clone + Send + Sync + 'static {
     fn put(&self, name: String, data: Bytes) -> impl Future<Output = anyhow::Result<()>> + Send;
     /// Reads a whole object.
     fn get(&self, name: String) -> impl Future<Output = anyhow::Result<Bytes>> + Send;
+    /// Writes `data` at `offset` inside an object.
+    fn write_at(
+        &self,
+        name: String,
+        offset: u64,
+        data: Bytes,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
     /// Removes an object (absent is fine).
     fn remove(&self, name: String) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
@@ -194,16 +205,24 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
         plain,
         max_objects,
     } = *spec;
-    let (objects, size, run) = match mode {
-        Mode::Write => (max_objects.unwrap_or(u64::MAX), size, run.to_string()),
-        Mode::Seq | Mode::Rand => {
-            let (n, size, run) = read_metadata(&io).await?;
+    // Overwrites land in objects of `object_size` bytes.
+    let (objects, size, run, object_size) = match mode {
+        Mode::Write => (max_objects.unwrap_or(u64::MAX), size, run.to_string(), 0),
+        Mode::Seq | Mode::Rand | Mode::Overwrite => {
+            let (n, written, run) = read_metadata(&io).await?;
             if n == 0 {
                 bail!("the last write run left no objects");
             }
-            (n, size, run)
+            match mode {
+                Mode::Overwrite if size > written => {
+                    bail!("-b {size} is larger than the objects written ({written} bytes)")
+                }
+                Mode::Overwrite => (n, size, run, written as u64),
+                _ => (n, written, run, 0),
+            }
         }
     };
+    let slots = (object_size / size.max(1) as u64).max(1);
     let run = run.as_str();
     let shared = Arc::new(Shared::default());
     let next = Arc::new(AtomicU64::new(0));
@@ -218,6 +237,7 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
                 Mode::Write => "writing",
                 Mode::Seq => "reading in order",
                 Mode::Rand => "reading at random",
+                Mode::Overwrite => "overwriting at random",
             }
         );
         outln!("  sec Cur ops   started  finished  avg MB/s  cur MB/s last lat(s)  avg lat(s)");
@@ -232,15 +252,17 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
         workers.push(tokio::spawn(async move {
             let mut rng = (w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             while Instant::now() < deadline && !shared.stop.load(Ordering::Relaxed) {
+                let mut random = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
                 let i = match mode {
                     Mode::Write | Mode::Seq => next.fetch_add(1, Ordering::Relaxed),
-                    Mode::Rand => {
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        rng % objects.max(1)
-                    }
+                    Mode::Rand | Mode::Overwrite => random() % objects.max(1),
                 };
+                let offset = (random() % slots) * payload.len() as u64;
                 if i >= objects {
                     break;
                 }
@@ -250,6 +272,10 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
                 let r = match mode {
                     Mode::Write => io.put(name, payload.clone()).await.map(|_| payload.len()),
                     Mode::Seq | Mode::Rand => io.get(name).await.map(|b| b.len()),
+                    Mode::Overwrite => io
+                        .write_at(name, offset, payload.clone())
+                        .await
+                        .map(|_| payload.len()),
                 };
                 match r {
                     Ok(n) => {
@@ -590,6 +616,16 @@ impl BenchIo for PoolIo {
         async move { Ok(p.read(&name, 0, 0).await?) }
     }
 
+    fn write_at(
+        &self,
+        name: String,
+        offset: u64,
+        data: Bytes,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send {
+        let p = self.0.clone();
+        async move { Ok(p.write(&name, offset, data).await?) }
+    }
+
     fn remove(&self, name: String) -> impl Future<Output = anyhow::Result<()>> + Send {
         let p = self.0.clone();
         async move {
@@ -623,7 +659,7 @@ async fn connect(
 pub fn run(a: RadosBenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
     let (Some(pool), Some(seconds), Some(mode)) = (a.pool.clone(), a.seconds, a.mode) else {
         bail!(
-            "usage: shoal bench -p POOL SECONDS write|seq|rand [-b SIZE] [-t N] (or a subcommand: see --help)"
+            "usage: shoal bench -p POOL SECONDS write|seq|rand|overwrite [-b SIZE] [-t N] (or a subcommand: see --help)"
         );
     };
     let size = parse_size(&a.block_size)?;

@@ -13,7 +13,7 @@ use shoal_objectstore::{ObjectKey, Transaction};
 use shoal_proto::PgInfo;
 
 use super::{Effect, PgCore, is_osd};
-use crate::log::{Dup, LogEntry, PgInfoData, PgLog};
+use crate::log::{Dup, LogEntry, PgInfoData};
 use crate::missing::MissingSet;
 use crate::pg::State;
 use crate::pg::peering::{
@@ -654,14 +654,12 @@ impl PgCore {
                 None => self.coll,
             };
             let tail = plan.auth_info.log_tail;
-            if let Err(e) = self.settle_stray(new, &plan.auth_log, tail, &mut txn) {
+            let keep = own.as_ref().map(|a| &a.missing);
+            let begun = self.begin_backfill(new, &plan.auth_log, tail, keep, &mut txn);
+            if let Err(e) = begun {
                 tracing::error!(pg = %self.id, "{e}");
                 return self.repeer_soon(Duration::from_secs(1));
             }
-            self.start_backfill_copy(new, &mut txn);
-            self.log = PgLog::default();
-            self.missing = MissingSet::default();
-            self.stashes.clear();
         } else if let Err(e) = self.ec_activate(&plan.auth_log, plan.auth_info.log_tail, &mut txn) {
             tracing::error!(pg = %self.id, "{e}");
             return self.repeer_soon(Duration::from_secs(1));

@@ -111,11 +111,23 @@ impl PgCore {
         Ok(())
     }
 
-    /// Our copy is backfilled into shard `new` (our position's): the shard
-    /// we held stays as a stray when it is another one (erasure coded),
-    /// and goes otherwise; a stray of shard `new` itself goes too (the
-    /// backfill starts from nothing).
-    pub(in crate::pg) fn start_backfill_copy(&mut self, new: CollectionId, txn: &mut Transaction) {
+    /// Our copy is backfilled into `new` (our position's shard), lacking
+    /// the objects of `lacks` (every object of the PG): the shard we held
+    /// is settled and stays as a stray when it is another one (erasure
+    /// coded), and goes otherwise. A stray of shard `new` itself becomes
+    /// our copy: its objects may be the only ones left of that shard's
+    /// chunks, and recovery still reads them from here; the backfill
+    /// replaces each as it copies it (a write waits for that copy), and
+    /// what the PG no longer has goes now, with the stray's own metadata.
+    pub(in crate::pg) fn begin_backfill(
+        &mut self,
+        new: CollectionId,
+        auth: &[LogEntry],
+        tail: Version,
+        lacks: Option<&MissingSet>,
+        txn: &mut Transaction,
+    ) -> Result<(), String> {
+        self.settle_stray(new, auth, tail, txn)?;
         let old = self.coll;
         if self.ec.is_some() && old.shard != new.shard {
             self.strays.insert(old.shard);
@@ -123,10 +135,22 @@ impl PgCore {
             txn.remove_collection(old);
         }
         if self.strays.remove(&new.shard) {
-            txn.remove_collection(new);
+            let all = crate::recovery::all_objects(self.store.as_ref(), new)
+                .map_err(|e| format!("cannot list the stray of shard {}: {e}", new.shard))?;
+            let wanted =
+                |k: &ObjectKey| k.name.first() != Some(&0) && lacks.is_some_and(|m| m.contains(k));
+            for k in all.into_iter().filter(|k| !wanted(k)) {
+                txn.remove(new, k);
+            }
+            txn.touch(new, pg_meta_key());
+        } else {
+            txn.create_collection(new);
         }
         self.coll = new;
-        txn.create_collection(new);
+        self.log = PgLog::default();
+        self.missing = MissingSet::default();
+        self.stashes.clear();
+        Ok(())
     }
 
     /// Every member is complete: our strays are no longer needed.

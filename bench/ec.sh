@@ -3,7 +3,9 @@
 # N OSDs, with an EC pool of profile K+M (failure domain: the OSD) and a
 # replicated size-2 pool for the CPU comparison: 4 MiB writes and reads
 # (R6 is 2+1 on 3 OSDs; the write-up's profile 3+1 on 4), 4 KiB writes,
-# and the daemons' CPU seconds per GB written beside each. When a Ceph
+# 4 KiB random overwrites inside the written 4 MiB objects (on Ceph: `rbd
+# bench` random writes to a prefilled image whose data pool is the EC
+# pool), and the daemons' CPU seconds per GB written beside each. When a Ceph
 # cluster is reachable (CEPH_CONF set, as ../shared/bench/ceph/setup.sh
 # makes one with NUM_OSD=N) the same rows run with `rados bench` on a Ceph
 # EC pool of the same profile, in the same run.
@@ -72,6 +74,8 @@ if [ -n "${CEPH_CONF:-}" ] && command -v rados >/dev/null 2>&1 && timeout 10 cep
   ceph osd pool set shoalec allow_ec_overwrites true >/dev/null 2>&1 || true
   ceph osd pool create shoalrep2 32 32 replicated >/dev/null 2>&1 || true
   ceph osd pool set shoalrep2 size 2 --yes-i-really-mean-it >/dev/null 2>&1 || true
+  ceph osd pool application enable shoalrep2 rbd >/dev/null 2>&1 || true
+  ceph osd pool application enable shoalec rbd >/dev/null 2>&1 || true
   sleep 5
 fi
 
@@ -95,6 +99,24 @@ row() { # ROW SHOAL_POOL CEPH_POOL ARGS...
 row "EC$K+$M-4M-write" ec shoalec "$SECS" write -t 16 --no-cleanup
 row "EC$K+$M-4M-seq" ec shoalec "$SECS" seq -t 16
 row "EC$K+$M-4M-rand" ec shoalec "$SECS" rand -t 16
+shoal_row "EC$K+$M-4K-overwrite" ec "$SECS" overwrite -b 4096 -t 16
+if [ "$CEPH" = 1 ]; then
+  # An image of 1 GiB in 4 MiB objects, its data in the EC pool, written
+  # whole first: the random writes then overwrite existing objects.
+  rbd rm shoalrep2/shoalbench >/dev/null 2>&1 || true
+  if ! rbd create --size 1G --data-pool shoalec shoalrep2/shoalbench >/dev/null 2>&1; then
+    echo "ceph: no image on the EC pool (overwrites on EC pools need bluestore OSDs): overwrite row skipped" >&2
+  else
+  rbd bench --io-type write --io-pattern seq --io-size 4M --io-threads 16 --io-total 1G shoalrep2/shoalbench >/dev/null 2>&1
+  before="$(cpu_of "$CEPH_RUN")"
+  out="$(timeout $((SECS * 4 + 60)) rbd bench --io-type write --io-pattern rand --io-size 4K --io-threads 16 --io-total 4G shoalrep2/shoalbench 2>&1 & pid=$!; sleep "$SECS"; kill -INT $pid 2>/dev/null; wait $pid)" || true
+  after="$(cpu_of "$CEPH_RUN")"
+  # rbd bench prints "SEC OPS OPS/SEC BYTES/SEC" each second.
+  iops="$(echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {s += $3; n++} END {if (n) printf "%.0f", s / n; else print 0}')"
+  echo "{\"system\": \"ceph\", \"row\": \"EC$K+$M-4K-overwrite\", \"args\": \"rbd bench rand write 4K\", \"bench\": {\"bandwidth_mb_s\": $(python3 -c "print(${iops:-0} * 4096 / 1e6)"), \"iops\": ${iops:-0}}, \"cpu\": $(delta "$before" "$after")}" >> "$RESULTS"
+  rbd rm shoalrep2/shoalbench >/dev/null 2>&1 || true
+  fi
+fi
 "$SHOAL" bench cleanup -p ec >/dev/null
 [ "$CEPH" = 1 ] && rados -p shoalec cleanup >/dev/null 2>&1 || true
 row "EC$K+$M-4K-write" ec shoalec "$SECS" write -b 4096 -t 16

@@ -6,7 +6,10 @@
 # (iperf3, or raw TCP from `shoal bench net` without it) and raw disk bandwidth (dd to a file in the same
 # file system), with the CPU seconds each daemon used.
 #
-# Usage: bench/recovery.sh [--gib N] [--set KEY=VALUE]...
+# With --erasure K+M the pool is erasure coded (K+M+1 OSDs, failure domain
+# the OSD), and the lost OSD held one shard, 1/K of its PGs' data.
+#
+# Usage: bench/recovery.sh [--gib N] [--erasure K+M] [--set KEY=VALUE]...
 #   SHOAL=path/to/shoal (default target/release/shoal); each --set goes into the
 #   cluster's configuration (e.g. --set osd_max_backfills=4).
 set -euo pipefail
@@ -14,13 +17,19 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 GIB=1
 SETS=()
+EC=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --gib) GIB="$2"; shift 2 ;;
+    --erasure) EC="$2"; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    *) echo "usage: $0 [--gib N] [--set KEY=VALUE]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [--gib N] [--erasure K+M] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
+POOL=rbd OSDS=4 K=1
+if [ -n "$EC" ]; then
+  K="${EC%+*}"; M="${EC#*+}"; POOL=ec OSDS=$((K + M + 1))
+fi
 SHOAL="${SHOAL:-$ROOT/target/release/shoal}"
 [ -x "$SHOAL" ] || (cd "$ROOT" && cargo build --release -p shoal)
 OUT="${TMPDIR:-/tmp}/shoal-recovery-$$"
@@ -42,10 +51,16 @@ else
   LOOP=$("$SHOAL" bench net --only c --rounds 1 --seconds 3 --format json | python3 -c 'import json,sys; print("%.0f MB/s (raw TCP, shoal bench net)" % (json.load(sys.stdin)["raw_tcp"]["inflight16_4m_gb_per_s"]*1000))')
 fi
 
-"$SHOAL" "${SETS[@]}" dev up --dir "$DIR" --osds 4 --store block --osd-bytes $((4 * GIB * 1024 * 1024 * 1024)) >/dev/null
+"$SHOAL" "${SETS[@]}" dev up --dir "$DIR" --osds "$OSDS" --store block --osd-bytes $((4 * GIB * 1024 * 1024 * 1024)) >/dev/null
 export SHOAL_CONF="$DIR/shoal.conf"
+if [ -n "$EC" ]; then
+  "$SHOAL" osd erasure-code-profile set rec "k=$K" "m=$M" crush-failure-domain=osd >/dev/null
+  "$SHOAL" osd pool create ec 32 erasure rec >/dev/null
+  "$SHOAL" osd pool set ec allow_ec_overwrites true >/dev/null
+  until "$SHOAL" pg stat --format json | python3 -c 'import json,sys; v=json.load(sys.stdin); c=sum(s["num"] for s in v["num_pg_by_state"] if s["name"]=="active+clean"); sys.exit(0 if c==v["num_pgs"] else 1)'; do sleep 0.5; done
+fi
 OBJECTS=$((GIB * 256))
-"$SHOAL" bench -p rbd 3600 write -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
+"$SHOAL" bench -p "$POOL" 3600 write -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
 
 # What osd.0 holds: the bytes of the PGs it is in (once the primaries
 # have reported the new objects).
@@ -53,9 +68,9 @@ sleep 7   # osd_pg_stats_interval_ms is 5 s
 BYTES=$("$SHOAL" pg dump --format json | python3 -c '
 import json,sys
 v=json.load(sys.stdin)
-print(sum(p.get("bytes",0) for p in v["pg_stats"] if 0 in p.get("acting",[])))')
+print(sum(p.get("bytes",0) for p in v["pg_stats"] if 0 in p.get("acting",[])) // '"$K"')')
 
-base=$("$SHOAL" bench -p rbd 5 write -b 4096 -t 16 --format json)
+base=$("$SHOAL" bench -p "$POOL" 5 write -b 4096 -t 16 --format json)
 
 daemon_cpu() {
   for f in "$DIR"/run/*.pid; do
@@ -67,7 +82,7 @@ before="$(daemon_cpu)"
 kill -KILL "$(cat "$DIR/run/osd.0.pid")"
 "$SHOAL" osd out 0 >/dev/null
 t0=$(date +%s.%N)
-"$SHOAL" bench -p rbd 10 write -b 4096 -t 16 --format json > "$OUT/during.json" 2> "$OUT/during.err" &
+"$SHOAL" bench -p "$POOL" 10 write -b 4096 -t 16 --format json > "$OUT/during.json" 2> "$OUT/during.err" &
 BENCH=$!
 # When the monitors mark the killed OSD down (its peers report it as soon as
 # its connections reset and a new one is refused).

@@ -70,7 +70,7 @@ impl Codec {
         Ok(shards)
     }
 
-    fn check(&self, shards: &[Option<Vec<u8>>]) -> Result<usize, EcError> {
+    fn check<T: AsRef<[u8]>>(&self, shards: &[Option<T>]) -> Result<usize, EcError> {
         if shards.len() != self.layout.shards() {
             return Err(shape(format!(
                 "{} shards given, the layout has {}",
@@ -78,7 +78,7 @@ impl Codec {
                 self.layout.shards()
             )));
         }
-        let mut lens = shards.iter().flatten().map(Vec::len);
+        let mut lens = shards.iter().flatten().map(|s| s.as_ref().len());
         let len = lens.next().unwrap_or(0);
         if lens.any(|l| l != len) || len % self.layout.unit as usize != 0 {
             return Err(shape("shards of unequal or partial-chunk length"));
@@ -107,25 +107,38 @@ impl Codec {
     }
 
     /// The object data the shards hold: missing data shards are rebuilt
-    /// from any `k` present, then the stripes are laid end to end.
-    pub fn decode(&self, mut shards: Vec<Option<Vec<u8>>>) -> Result<Vec<u8>, EcError> {
+    /// from any `k` present, then the stripes are laid end to end. With
+    /// every data shard present the shards are only read (one copy, into
+    /// the result).
+    pub fn decode<T: AsRef<[u8]>>(&self, shards: Vec<Option<T>>) -> Result<Vec<u8>, EcError> {
         let len = self.check(&shards)?;
         let k = self.layout.k as usize;
         if len > 0 && shards[..k].iter().any(Option::is_none) {
+            let mut owned: Vec<Option<Vec<u8>>> = shards
+                .into_iter()
+                .map(|s| s.map(|b| b.as_ref().to_vec()))
+                .collect();
             self.rs
-                .reconstruct_data(&mut shards)
+                .reconstruct_data(&mut owned)
                 .map_err(|e| shape(format!("{e:?}")))?;
+            return Ok(self.interleave(&owned, len));
         }
+        Ok(self.interleave(&shards, len))
+    }
+
+    /// The data shards' chunks (`len` bytes each) laid out stripe by stripe.
+    fn interleave<T: AsRef<[u8]>>(&self, shards: &[Option<T>], len: usize) -> Vec<u8> {
+        let k = self.layout.k as usize;
         let unit = self.layout.unit as usize;
         let mut out = vec![0u8; len * k];
         let width = unit * k;
         for (i, shard) in shards.iter().take(k).enumerate() {
-            let shard = shard.as_deref().unwrap_or_default();
+            let shard = shard.as_ref().map_or(&[][..], AsRef::as_ref);
             for (s, chunk) in shard.chunks_exact(unit).enumerate() {
                 out[s * width + i * unit..s * width + (i + 1) * unit].copy_from_slice(chunk);
             }
         }
-        Ok(out)
+        out
     }
 
     /// Whether the coding shards agree with the data shards (deep scrub).
@@ -195,7 +208,7 @@ mod tests {
             v.pop();
         }
         assert!(matches!(c.decode(short), Err(EcError::Shape(_))));
-        assert!(matches!(c.decode(vec![None; 4]), Err(EcError::Shape(_))));
+        assert!(matches!(c.decode(vec![None::<Vec<u8>>; 4]), Err(EcError::Shape(_))));
         assert!(Codec::new(StripeLayout::new(2, 1, 0)).is_err());
         // Empty objects code to empty shards.
         let empty = c.encode(&[]).unwrap();

@@ -20,7 +20,7 @@ mod profile;
 
 pub use codec::{Codec, chunk_crcs};
 pub use layout::StripeLayout;
-pub use plan::{DataOp, ShardUpdate, plan, stripes_to_read};
+pub use plan::{DataOp, ShardUpdate, plan, plan_with, stripes_to_read};
 pub use profile::{DEFAULT_PROFILE, DEFAULT_STRIPE_UNIT, EcProfile, MAX_CHUNKS};
 
 /// What can go wrong with a profile or a coding operation.

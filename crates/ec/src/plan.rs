@@ -227,10 +227,19 @@ pub fn plan(
     ops: &[DataOp],
     old: &BTreeMap<u64, Vec<u8>>,
 ) -> Result<ShardUpdate, EcError> {
+    plan_with(codec, old_size, ops, &|s| old.get(&s).map(Vec::as_slice))
+}
+
+/// [`plan`] with the old stripes looked up by `old` (stripe → its bytes).
+pub fn plan_with<'a>(
+    codec: &Codec,
+    old_size: Option<u64>,
+    ops: &[DataOp],
+    old: &'a dyn Fn(u64) -> Option<&'a [u8]>,
+) -> Result<ShardUpdate, EcError> {
     let layout = codec.layout();
-    let lookup = |s: u64| old.get(&s).map(Vec::as_slice);
-    let w = run(layout, old_size, ops, &lookup)?;
-    if let Some(s) = w.needed.iter().find(|s| !old.contains_key(s)) {
+    let w = run(layout, old_size, ops, old)?;
+    if let Some(s) = w.needed.iter().find(|s| old(**s).is_none()) {
         return Err(EcError::Shape(format!(
             "stripe {s} was needed and not read"
         )));

@@ -80,6 +80,58 @@ pub(crate) fn pool_codec(pool: &shoal_maps::Pool) -> Option<Result<Codec, String
     Some(Codec::new(layout).map_err(|e| format!("pool {}: {e}", pool.name)))
 }
 
+/// Decoded stripes of one object, as gathered: runs of consecutive
+/// stripes, each run one buffer (`width` bytes a stripe), so a read inside
+/// a run is a slice of it, never a copy.
+#[derive(Debug, Clone, Default)]
+pub struct Stripes {
+    runs: BTreeMap<u64, Bytes>,
+    width: u64,
+}
+
+impl Stripes {
+    /// No stripes yet, of `width` bytes each.
+    pub fn new(width: u64) -> Stripes {
+        Stripes {
+            runs: BTreeMap::new(),
+            width,
+        }
+    }
+
+    /// Adds the run of stripes from `start` on (`bytes`: whole stripes).
+    pub fn insert_run(&mut self, start: u64, bytes: Bytes) {
+        self.runs.insert(start, bytes);
+    }
+
+    /// The run holding stripe `s`, with where `s` begins in it.
+    fn run_of(&self, s: u64) -> Option<(&Bytes, usize)> {
+        let (start, b) = self.runs.range(..=s).next_back()?;
+        let at = (s - start).checked_mul(self.width)?;
+        let at = usize::try_from(at).ok()?;
+        (self.width > 0 && at < b.len()).then_some((b, at))
+    }
+
+    /// Stripe `s`'s bytes, if gathered.
+    pub fn get(&self, s: u64) -> Option<&[u8]> {
+        let (b, at) = self.run_of(s)?;
+        b.get(at..at + self.width as usize)
+    }
+
+    /// Whether stripe `s` was gathered.
+    pub fn contains(&self, s: u64) -> bool {
+        self.get(s).is_some()
+    }
+
+    /// The object's bytes `from..to` when one run holds them all.
+    fn slice(&self, from: u64, to: u64) -> Option<Bytes> {
+        let w = self.width.max(1);
+        let (b, at) = self.run_of(from / w)?;
+        let start = at + (from % w) as usize;
+        let end = start + usize::try_from(to.checked_sub(from)?).ok()?;
+        (end <= b.len()).then(|| b.slice(start..end))
+    }
+}
+
 /// The logical object an op runs against: this shard's metadata, the
 /// logical size it records, and the gathered stripes as the data. Reads
 /// outside the gathered stripes are recorded (the first pass learns what
@@ -89,7 +141,7 @@ pub(crate) struct LogicalView<'a> {
     pub store: &'a dyn ObjectStore,
     pub layout: StripeLayout,
     pub size: Option<u64>,
-    pub stripes: &'a BTreeMap<u64, Vec<u8>>,
+    pub stripes: &'a Stripes,
     pub wanted: std::sync::Mutex<BTreeSet<u64>>,
 }
 
@@ -154,6 +206,9 @@ impl ObjectStore for LogicalView<'_> {
         if end <= offset {
             return Ok(Bytes::new());
         }
+        if let Some(b) = self.stripes.slice(offset, end) {
+            return Ok(b);
+        }
         let w = self.layout.width();
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut pos = offset;
@@ -161,7 +216,7 @@ impl ObjectStore for LogicalView<'_> {
             let s = pos / w;
             let within = (pos % w) as usize;
             let n = (w - pos % w).min(end - pos) as usize;
-            match self.stripes.get(&s) {
+            match self.stripes.get(s) {
                 Some(b) if b.len() >= within + n => out.extend_from_slice(&b[within..within + n]),
                 _ => {
                     self.wanted
@@ -273,10 +328,10 @@ pub(crate) fn shard_transactions(
     key: &ObjectKey,
     old_size: Option<u64>,
     lowered: &Lowered,
-    old: &BTreeMap<u64, Vec<u8>>,
+    old: &Stripes,
 ) -> Result<Transaction, String> {
-    let update =
-        shoal_ec::plan(&ec.codec, old_size, &lowered.data, old).map_err(|e| e.to_string())?;
+    let update = shoal_ec::plan_with(&ec.codec, old_size, &lowered.data, &|s| old.get(s))
+        .map_err(|e| e.to_string())?;
     let mut txn = Transaction::new();
     for i in 0..ec.layout().shards() {
         if ec.holder(i).is_none() {
@@ -567,7 +622,7 @@ pub(crate) struct ShardReader {
 /// asked) its xattrs.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShardChunks {
-    pub data: Vec<u8>,
+    pub data: Bytes,
     pub size: u64,
     pub attrs: Vec<(String, Vec<u8>)>,
 }
@@ -667,11 +722,7 @@ impl ShardReader {
                 } else {
                     Vec::new()
                 };
-                Ok(ShardChunks {
-                    data: data.to_vec(),
-                    size,
-                    attrs,
-                })
+                Ok(ShardChunks { data, size, attrs })
             });
         }
         let conn = self.conn(osd).await?;
@@ -692,7 +743,7 @@ impl ShardReader {
             .map_err(|e| format!("osd.{osd}: {e}"))?;
         match reply.msg {
             shoal_proto::Message::EcReadReply(r) if r.code == 0 => Ok(ShardChunks {
-                data: reply.data.to_vec(),
+                data: reply.data,
                 size: r.object_size,
                 attrs: r.attrs.into_iter().zip(r.attr_values).collect(),
             }),
@@ -717,7 +768,7 @@ impl ShardReader {
         run: std::ops::Range<u64>,
         sources: &[(i32, usize)],
         want_attrs: bool,
-    ) -> Result<(Vec<Option<Vec<u8>>>, ShardChunks), ReadFailure> {
+    ) -> Result<(Vec<Option<Bytes>>, ShardChunks), ReadFailure> {
         let layout = self.ec.layout();
         let k = layout.k as usize;
         let mut order: Vec<(i32, usize)> = sources
@@ -728,7 +779,7 @@ impl ShardReader {
         // Data shards first; ours first among holders of one shard.
         order.sort_by_key(|(o, i)| (*i, *o != self.me));
         let mut order = order.into_iter().peekable();
-        let mut parts: Vec<Option<Vec<u8>>> = vec![None; layout.shards()];
+        let mut parts: Vec<Option<Bytes>> = vec![None; layout.shards()];
         let mut asked = vec![false; layout.shards()];
         let mut first: Option<ShardChunks> = None;
         let (mut have, mut absent) = (0, 0);
@@ -826,11 +877,11 @@ impl ShardReader {
         key: &ObjectKey,
         stripes: &BTreeSet<u64>,
         lacking: &[i32],
-    ) -> Result<BTreeMap<u64, Vec<u8>>, String> {
+    ) -> Result<Stripes, String> {
         let width = self.ec.layout().width() as usize;
         let mut all = self.acting_holders();
         all.retain(|(o, _)| !lacking.contains(o));
-        let mut out = BTreeMap::new();
+        let mut out = Stripes::new(width as u64);
         for run in runs(stripes) {
             let (parts, _) = self
                 .read_k(key, run.clone(), &all, false)
@@ -840,9 +891,7 @@ impl ShardReader {
             if bytes.len() != width * (run.end - run.start) as usize {
                 return Err(format!("stripes {run:?} of {key} are past its end"));
             }
-            for (j, s) in run.enumerate() {
-                out.insert(s, bytes[j * width..(j + 1) * width].to_vec());
-            }
+            out.insert_run(run.start, Bytes::from(bytes));
         }
         Ok(out)
     }
@@ -877,7 +926,9 @@ impl ShardReader {
             let sources: Vec<(i32, usize)> =
                 sources.iter().map(|(o, s)| (*o, usize::from(*s))).collect();
             match self.read_k(key, 0..u64::MAX, &sources, true).await {
-                Ok((mut parts, meta)) => {
+                Ok((parts, meta)) => {
+                    let mut parts: Vec<Option<Vec<u8>>> =
+                        parts.into_iter().map(|p| p.map(|b| b.to_vec())).collect();
                     if let Err(e) = self.ec.codec.rebuild(&mut parts) {
                         return (done, Some(e.to_string()));
                     }
@@ -938,7 +989,7 @@ impl ShardReader {
                 .read_one(o, i, key.clone(), 0..u64::MAX, false)
                 .await
                 .map_err(|e| e.to_string())?;
-            shards.push(c.data);
+            shards.push(c.data.to_vec());
         }
         self.ec.codec.verify(&shards).map_err(|e| e.to_string())
     }

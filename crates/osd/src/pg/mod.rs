@@ -209,7 +209,7 @@ pub enum PgEvent {
         /// The interval the gather was for.
         interval_start: u32,
         /// Stripe → its object bytes.
-        result: Result<BTreeMap<u64, Vec<u8>>, String>,
+        result: Result<ec::Stripes, String>,
     },
     /// Scrub the next chunk (sent by the PG to itself).
     ScrubStep,

@@ -3,7 +3,7 @@
 //! the second pass runs the op on them and its change is planned into
 //! each shard's part; and the member's side, serving its chunks.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use shoal_objectstore::ObjectKey;
 use shoal_proto::{EcRead, EcReadReply, OsdErrorCode};
@@ -13,13 +13,13 @@ use super::{Effect, PgCore, ReplyTo, op_error};
 use crate::exec::{self, ExecInput};
 use crate::log::ReqId;
 use crate::pg::State;
-use crate::pg::ec::{LogicalView, lower, serve_read, shard_transactions};
+use crate::pg::ec::{LogicalView, Stripes, lower, serve_read, shard_transactions};
 
 impl PgCore {
     /// Runs a client op of an erasure-coded PG (past the engine's fences
     /// and its duplicate check).
     pub(in crate::pg) fn ec_execute(&mut self, op: Op, key: ObjectKey) -> Vec<Effect> {
-        self.ec_run(op, key, &BTreeMap::new(), true)
+        self.ec_run(op, key, &Stripes::default(), true)
     }
 
     /// One pass of an op over the gathered `stripes`: it gathers what is
@@ -28,7 +28,7 @@ impl PgCore {
         &mut self,
         op: Op,
         key: ObjectKey,
-        stripes: &BTreeMap<u64, Vec<u8>>,
+        stripes: &Stripes,
         may_gather: bool,
     ) -> Vec<Effect> {
         let epoch = self.epoch();
@@ -79,7 +79,7 @@ impl PgCore {
                 }
             }
         }
-        need.retain(|s| !stripes.contains_key(s));
+        need.retain(|s| !stripes.contains(*s));
         if !need.is_empty() {
             if !may_gather {
                 let m = format!("stripes {need:?} of {key} were not gathered");
@@ -128,7 +128,7 @@ impl PgCore {
         &mut self,
         key: ObjectKey,
         interval_start: u32,
-        result: Result<BTreeMap<u64, Vec<u8>>, String>,
+        result: Result<Stripes, String>,
     ) -> Vec<Effect> {
         // A gather of an earlier interval: its op went back to the queue.
         if interval_start != self.interval_start {

@@ -260,7 +260,8 @@ async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
     let body: Vec<u8> = (0..50_000u32).map(|i| (i * 31 % 251) as u8).collect();
     pool.write_full("victim", body.clone()).await.unwrap();
 
-    // Flip a bit in data shard 1 of the object, behind its checksum's back.
+    // Flip a bit in data shard 1 of the object, behind its checksum's back
+    // (the OSD stopped, its store changed, the OSD started again).
     let map = client.map().unwrap();
     let p = map.pool(pool_id).unwrap().clone();
     let pg = p.object_pg("victim", "");
@@ -268,23 +269,24 @@ async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
     let victim_osd = acting[1];
     let key = shoal_osd::object::object_key(&p, "", "victim").unwrap();
     let coll = shoal_objectstore::CollectionId::shard(pg.pool, pg.seed, 1);
-    let store = c.stop_osd(victim_osd).await;
-    {
-        use shoal_objectstore::ObjectStore;
-        let mut b = store.read(&coll, &key, 4096 + 7, 1).unwrap().to_vec();
-        b[0] ^= 0x20;
-        let mut t = shoal_objectstore::Transaction::new();
-        t.write(coll, key.clone(), 4096 + 7, b.into());
-        store.apply_transaction(t).unwrap();
-    }
-    c.start_osd(victim_osd, store).await;
-    c.wait_up(3).await;
-    wait_states(&c, pool_id, "active+clean", |s| {
-        s.starts_with("active+clean")
-    })
-    .await;
-    // Reads decode around the damaged chunk.
-    assert!(pool.read("victim", 0, 0).await.unwrap()[..] == body[..]);
+    let flip = async |c: &mut Cluster| {
+        let store = c.stop_osd(victim_osd).await;
+        {
+            use shoal_objectstore::ObjectStore;
+            let mut b = store.read(&coll, &key, 4096 + 7, 1).unwrap().to_vec();
+            b[0] ^= 0x20;
+            let mut t = shoal_objectstore::Transaction::new();
+            t.write(coll, key.clone(), 4096 + 7, b.into());
+            store.apply_transaction(t).unwrap();
+        }
+        c.start_osd(victim_osd, store).await;
+        c.wait_up(3).await;
+        wait_states(c, pool_id, "active+clean", |s| {
+            s.starts_with("active+clean")
+        })
+        .await;
+    };
+    flip(&mut c).await;
     // Deep scrub names the object and the member; repair rebuilds it.
     let t = Duration::from_secs(30);
     let v = client.pg_command(pg, "deep-scrub", t).await.unwrap();
@@ -302,6 +304,23 @@ async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
     assert_eq!(v["repaired"], 1, "{v}");
     let v = client.pg_command(pg, "deep-scrub", t).await.unwrap();
     assert_eq!(v["errors"], 0, "{v}");
+
+    // Damaged again: a read decodes around the bad chunk and has the PG
+    // repair it, unasked.
+    flip(&mut c).await;
+    assert!(pool.read("victim", 0, 0).await.unwrap()[..] == body[..]);
+    let started = Instant::now();
+    loop {
+        let v = client.pg_command(pg, "deep-scrub", t).await.unwrap();
+        if v["errors"] == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never repaired: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // The rebuilt shard is good: with another member down, the object
     // decodes from it.
     c.command(Command::PoolSet {

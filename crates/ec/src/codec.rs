@@ -208,7 +208,10 @@ mod tests {
             v.pop();
         }
         assert!(matches!(c.decode(short), Err(EcError::Shape(_))));
-        assert!(matches!(c.decode(vec![None::<Vec<u8>>; 4]), Err(EcError::Shape(_))));
+        assert!(matches!(
+            c.decode(vec![None::<Vec<u8>>; 4]),
+            Err(EcError::Shape(_))
+        ));
         assert!(Codec::new(StripeLayout::new(2, 1, 0)).is_err());
         // Empty objects code to empty shards.
         let empty = c.encode(&[]).unwrap();

@@ -87,6 +87,9 @@ pub(crate) fn pool_codec(pool: &shoal_maps::Pool) -> Option<Result<Codec, String
 pub struct Stripes {
     runs: BTreeMap<u64, Bytes>,
     width: u64,
+    /// Members whose shard was read around because a chunk of it failed
+    /// its checksum: the PG repairs them.
+    pub damaged: BTreeSet<i32>,
 }
 
 impl Stripes {
@@ -95,6 +98,7 @@ impl Stripes {
         Stripes {
             runs: BTreeMap::new(),
             width,
+            damaged: BTreeSet::new(),
         }
     }
 
@@ -632,6 +636,9 @@ pub(crate) struct ShardChunks {
 pub(crate) enum ShardFailure {
     /// The member holds no such object in that shard.
     Absent,
+    /// A chunk failed its checksum (or the shard is short): the shard
+    /// needs repair.
+    Damaged(String),
     /// Anything else (unreachable, damaged, another shard).
     Other(String),
 }
@@ -646,7 +653,7 @@ impl std::fmt::Display for ShardFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ShardFailure::Absent => f.write_str("no such object"),
-            ShardFailure::Other(s) => f.write_str(s),
+            ShardFailure::Damaged(s) | ShardFailure::Other(s) => f.write_str(s),
         }
     }
 }
@@ -710,7 +717,10 @@ impl ShardReader {
                 let last = layout.shard_len(size) / u64::from(layout.unit.max(1));
                 let end = run.end.min(last);
                 let data = shard::read_chunks(store, &coll, &key, layout, run.start.min(end)..end)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| match e {
+                        ShardReadError::BadChunk { .. } => ShardFailure::Damaged(e.to_string()),
+                        other => ShardFailure::Other(other.to_string()),
+                    })?;
                 let attrs = if want_attrs {
                     store
                         .getxattrs(&coll, &key)
@@ -750,6 +760,9 @@ impl ShardReader {
             shoal_proto::Message::EcReadReply(r) if r.code == OsdErrorCode::NotFound as u32 => {
                 Err(ShardFailure::Absent)
             }
+            shoal_proto::Message::EcReadReply(r) if r.code == OsdErrorCode::Io as u32 => {
+                Err(ShardFailure::Damaged(format!("osd.{osd}: {}", r.message)))
+            }
             shoal_proto::Message::EcReadReply(r) => Err(format!("osd.{osd}: {}", r.message).into()),
             other => Err(format!("osd.{osd} answered {:?}", other.msg_type()).into()),
         }
@@ -768,7 +781,7 @@ impl ShardReader {
         run: std::ops::Range<u64>,
         sources: &[(i32, usize)],
         want_attrs: bool,
-    ) -> Result<(Vec<Option<Bytes>>, ShardChunks), ReadFailure> {
+    ) -> Result<(Vec<Option<Bytes>>, ShardChunks, BTreeSet<i32>), ReadFailure> {
         let layout = self.ec.layout();
         let k = layout.k as usize;
         let mut order: Vec<(i32, usize)> = sources
@@ -783,6 +796,7 @@ impl ShardReader {
         let mut asked = vec![false; layout.shards()];
         let mut first: Option<ShardChunks> = None;
         let (mut have, mut absent) = (0, 0);
+        let mut damaged = BTreeSet::new();
         let mut errors = Vec::new();
         let mut tasks = tokio::task::JoinSet::new();
         let hedge = self.ctx.cfg.ec_read_hedge;
@@ -847,6 +861,9 @@ impl ShardReader {
                     }
                 }
                 Err(e) => {
+                    if let ShardFailure::Damaged(_) = e {
+                        damaged.insert(o);
+                    }
                     if e == ShardFailure::Absent {
                         absent += 1;
                     } else {
@@ -859,7 +876,7 @@ impl ShardReader {
             }
         }
         match first {
-            Some(f) if have >= k => Ok((parts, f)),
+            Some(f) if have >= k => Ok((parts, f, damaged)),
             _ => Err(ReadFailure {
                 absent: have == 0 && absent >= k && absent == errors.len(),
                 why: format!(
@@ -883,10 +900,11 @@ impl ShardReader {
         all.retain(|(o, _)| !lacking.contains(o));
         let mut out = Stripes::new(width as u64);
         for run in runs(stripes) {
-            let (parts, _) = self
+            let (parts, _, damaged) = self
                 .read_k(key, run.clone(), &all, false)
                 .await
                 .map_err(|e| e.why)?;
+            out.damaged.extend(damaged);
             let bytes = self.ec.codec.decode(parts).map_err(|e| e.to_string())?;
             if bytes.len() != width * (run.end - run.start) as usize {
                 return Err(format!("stripes {run:?} of {key} are past its end"));
@@ -926,7 +944,7 @@ impl ShardReader {
             let sources: Vec<(i32, usize)> =
                 sources.iter().map(|(o, s)| (*o, usize::from(*s))).collect();
             match self.read_k(key, 0..u64::MAX, &sources, true).await {
-                Ok((parts, meta)) => {
+                Ok((parts, meta, _)) => {
                     let mut parts: Vec<Option<Vec<u8>>> =
                         parts.into_iter().map(|p| p.map(|b| b.to_vec())).collect();
                     if let Err(e) = self.ec.codec.rebuild(&mut parts) {

@@ -419,7 +419,12 @@ impl PgCore {
         self.start_scrub(deep, repair, Some(to))
     }
 
-    fn start_scrub(&mut self, deep: bool, repair: bool, waiter: Option<ReplyTo>) -> Vec<Effect> {
+    pub(super) fn start_scrub(
+        &mut self,
+        deep: bool,
+        repair: bool,
+        waiter: Option<ReplyTo>,
+    ) -> Vec<Effect> {
         if let Some(job) = &mut self.scrub {
             job.deep |= deep;
             job.repair |= repair;

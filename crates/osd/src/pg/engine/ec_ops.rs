@@ -134,11 +134,24 @@ impl PgCore {
         if interval_start != self.interval_start {
             return Vec::new();
         }
+        // A shard read around for a failed checksum: repair the PG (a deep
+        // scrub with repair rebuilds the bad shards, as Ceph's auto repair);
+        // while it is not clean, recovery or the next scrub will.
+        let mut fx = Vec::new();
+        if let Ok(s) = &result
+            && !s.damaged.is_empty()
+            && self.is_primary()
+            && self.active_clean()
+        {
+            tracing::warn!(pg = %self.id, object = ?key, osds = ?s.damaged,
+                "a read found damaged shards: repairing the PG");
+            fx.extend(self.start_scrub(true, true, None));
+        }
         let Some(op) = self.ec_gathering.remove(&key) else {
-            return Vec::new();
+            return fx;
         };
         let epoch = self.epoch();
-        let mut fx = match result {
+        fx.extend(match result {
             Ok(stripes) if self.state == State::Active => {
                 self.ec_run(op, key.clone(), &stripes, false)
             }
@@ -149,7 +162,7 @@ impl PgCore {
             // Fewer than k shards answered: the client retries (a map
             // change is likely on its way).
             Err(e) => vec![op_error(op.to, OsdErrorCode::Again, epoch, e)],
-        };
+        });
         if !self.ec_gathering.contains_key(&key) && !self.inflight.values().any(|f| f.key == key) {
             fx.push(Effect::RunWaiting(key));
         }

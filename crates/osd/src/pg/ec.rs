@@ -80,6 +80,10 @@ pub(crate) fn pool_codec(pool: &shoal_maps::Pool) -> Option<Result<Codec, String
     Some(Codec::new(layout).map_err(|e| format!("pool {}: {e}", pool.name)))
 }
 
+/// Zeros a first pass answers reads with (it only learns which stripes
+/// to gather), without allocating them each time.
+static ZEROS: [u8; 4 << 20] = [0; 4 << 20];
+
 /// Decoded stripes of one object, as gathered: runs of consecutive
 /// stripes, each run one buffer (`width` bytes a stripe), so a read inside
 /// a run is a slice of it, never a copy.
@@ -214,6 +218,24 @@ impl ObjectStore for LogicalView<'_> {
             return Ok(b);
         }
         let w = self.layout.width();
+        let first = offset / w;
+        let last = (end - 1) / w;
+        let missing: Vec<u64> = (first..=last)
+            .filter(|s| !self.stripes.contains(*s))
+            .collect();
+        if !missing.is_empty() {
+            // A pass that learns what to gather: its answer is dropped,
+            // so it is zeros, from a shared page when it fits.
+            self.wanted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(missing);
+            let n = (end - offset) as usize;
+            return Ok(match ZEROS.get(..n) {
+                Some(z) => Bytes::from_static(z),
+                None => Bytes::from(vec![0u8; n]),
+            });
+        }
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut pos = offset;
         while pos < end {

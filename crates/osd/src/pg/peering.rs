@@ -87,35 +87,70 @@ impl MemberLog {
     /// authoritative log; an object with a divergent change it cannot
     /// undo is missing there. (`PgCore::settle_stray` does it.)
     pub fn settled(&self, plan: &RecoveryPlan) -> Stray {
-        let tail = plan.auth_info.log_tail;
-        let auth: BTreeSet<(Version, &ObjectKey)> =
-            plan.auth_log.iter().map(|e| (e.version, &e.key)).collect();
-        let divergent = |e: &LogEntry| e.version > tail && !auth.contains(&(e.version, &e.key));
-        let mut missing = self.missing.objects().clone();
-        let mut undoable: BTreeMap<&ObjectKey, bool> = BTreeMap::new();
-        for e in self.entries.iter().filter(|e| divergent(e)) {
-            let ok = self.rollback_floor.is_some_and(|f| e.version > f);
-            let all = undoable.entry(&e.key).or_insert(true);
-            *all = *all && ok;
-        }
-        for (key, ok) in undoable {
-            if !ok {
-                missing.insert(key.clone(), tail);
-            }
-        }
-        let last_update = match self.entries.iter().rev().find(|e| !divergent(e)) {
-            Some(e) => e.version,
-            None if self.entries.iter().any(divergent) => tail,
-            None => self.info.last_update,
-        };
+        let s = settle(
+            &self.entries,
+            self.info,
+            &self.missing,
+            self.rollback_floor,
+            &plan.auth_log,
+            plan.auth_info.log_tail,
+        );
         Stray {
             shard: self.shard,
-            info: PgInfoData {
-                last_update,
-                ..self.info
-            },
-            missing: MissingSet::from_map(missing),
+            info: s.info,
+            missing: s.missing,
         }
+    }
+}
+
+/// A member's copy settled against the authoritative log `auth` (from
+/// `tail` on): its log cut to the history the two share, its info ending
+/// there, and its missing set with every object of a divergent change it
+/// cannot undo (one not newer than its rollback `floor`).
+pub(crate) struct Settled {
+    pub info: PgInfoData,
+    pub missing: MissingSet,
+    pub entries: Vec<LogEntry>,
+}
+
+/// See [`Settled`]; planned by the primary ([`MemberLog::settled`]) and
+/// done by the member (`PgCore::settle_stray`) with the same function.
+pub(crate) fn settle(
+    entries: &[LogEntry],
+    info: PgInfoData,
+    missing: &MissingSet,
+    floor: Option<Version>,
+    auth: &[LogEntry],
+    tail: Version,
+) -> Settled {
+    let shared: BTreeSet<(Version, &ObjectKey)> =
+        auth.iter().map(|e| (e.version, &e.key)).collect();
+    let divergent = |e: &LogEntry| e.version > tail && !shared.contains(&(e.version, &e.key));
+    let mut missing = missing.objects().clone();
+    let mut undoable: BTreeMap<&ObjectKey, bool> = BTreeMap::new();
+    for e in entries.iter().filter(|e| divergent(e)) {
+        let ok = floor.is_some_and(|f| e.version > f);
+        let all = undoable.entry(&e.key).or_insert(true);
+        *all = *all && ok;
+    }
+    for (key, ok) in undoable {
+        if !ok {
+            missing.insert(key.clone(), tail);
+        }
+    }
+    let common: Vec<LogEntry> = entries.iter().filter(|e| !divergent(e)).cloned().collect();
+    let last_update = match common.last() {
+        Some(e) => e.version,
+        None if !entries.is_empty() => tail,
+        None => info.last_update,
+    };
+    Settled {
+        info: PgInfoData {
+            last_update,
+            ..info
+        },
+        missing: MissingSet::from_map(missing),
+        entries: common,
     }
 }
 

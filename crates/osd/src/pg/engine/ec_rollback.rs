@@ -72,16 +72,14 @@ impl PgCore {
     /// than our rollback floor (the primary planned with the same floor,
     /// so it counts those objects as present), and drops every stash
     /// left: the authoritative log's changes are never rolled back.
-    /// Returns the objects with divergent changes it could not undo.
     pub(in crate::pg) fn ec_activate(
         &mut self,
         auth: &[LogEntry],
         tail: Version,
         txn: &mut Transaction,
-    ) -> Result<BTreeSet<ObjectKey>, String> {
-        let mut kept = BTreeSet::new();
+    ) -> Result<(), String> {
         if self.ec.is_none() {
-            return Ok(kept);
+            return Ok(());
         }
         let floor = self.rollback_floor().unwrap_or(tail);
         let auth: BTreeSet<(Version, &ObjectKey)> =
@@ -95,7 +93,6 @@ impl PgCore {
         let mut undone = BTreeSet::new();
         for (key, versions) in divergent {
             if versions.iter().any(|v| *v <= floor) {
-                kept.insert(key.clone());
                 continue;
             }
             let store = self.store.as_ref();
@@ -112,6 +109,6 @@ impl PgCore {
                 txn.remove(self.coll, k);
             }
         }
-        Ok(kept)
+        Ok(())
     }
 }

@@ -5,7 +5,7 @@
 //! query answers, serves chunk reads from it, and removes it once an
 //! activation says every member is complete.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use super::PgCore;
 use crate::log::{Dup, LogEntry, PgLog, Version};
 use crate::missing::MissingSet;
 use crate::object::pg_meta_key;
-use crate::pg::peering::Stray;
+use crate::pg::peering::{Stray, settle};
 
 impl PgCore {
     /// The collection of our stray of shard `shard`.
@@ -85,29 +85,15 @@ impl PgCore {
         if self.ec.is_none() || self.coll.shard == new.shard {
             return Ok(());
         }
-        let kept = self.ec_activate(auth, tail, txn)?;
-        let shared: BTreeSet<(Version, &ObjectKey)> =
-            auth.iter().map(|e| (e.version, &e.key)).collect();
-        let (common, divergent): (Vec<LogEntry>, Vec<LogEntry>) = self
-            .log
-            .entries()
-            .cloned()
-            .partition(|e| e.version <= tail || shared.contains(&(e.version, &e.key)));
-        let mut info = self.log.info;
-        info.last_update = match common.last() {
-            Some(e) => e.version,
-            None if !divergent.is_empty() => tail,
-            None => info.last_update,
-        };
-        let mut missing = self.missing.objects().clone();
-        for key in kept {
-            missing.insert(key, tail);
-        }
+        let entries: Vec<LogEntry> = self.log.entries().cloned().collect();
+        let floor = self.rollback_floor();
+        let s = settle(&entries, self.log.info, &self.missing, floor, auth, tail);
+        self.ec_activate(auth, tail, txn)?;
         let dups: Vec<Dup> = self.log.dups().cloned().collect();
         let limits = self.cfg.log_limits;
-        self.log.replace(info, common, dups, limits, self.coll, txn);
-        self.missing
-            .replace(MissingSet::from_map(missing), self.coll, txn);
+        self.log
+            .replace(s.info, s.entries, dups, limits, self.coll, txn);
+        self.missing.replace(s.missing, self.coll, txn);
         Ok(())
     }
 

@@ -266,6 +266,20 @@ impl Client {
         self.inner.inc
     }
 
+    /// Who the client is (`client.admin`).
+    pub fn name(&self) -> &EntityName {
+        &self.inner.opts.name
+    }
+
+    /// Opens the pool with id `id`.
+    pub fn pool_by_id(&self, id: u64) -> Result<Pool> {
+        let map = self.map()?;
+        let pool = map
+            .pool(id)
+            .ok_or_else(|| Error::NoPool(format!("pool {id}")))?;
+        Ok(Pool::new(self.clone(), pool.id, &pool.name))
+    }
+
     /// Opens pool `name`.
     pub fn pool(&self, name: &str) -> Result<Pool> {
         let map = self.map()?;

@@ -82,6 +82,11 @@ impl Pool {
         }
     }
 
+    /// The client the pool is used through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -1,0 +1,642 @@
+//! [`Image`]: an open image. Reads, writes, discards and write-zeroes are
+//! cut at data object boundaries and run on the objects at once; reads of
+//! objects the object map says were never written answer zeros without a
+//! round trip (when this client holds the exclusive lock, so the map is its
+//! own). The first change takes the exclusive lock (see [`crate::lock`]).
+//!
+//! The object map is kept a superset of the objects that exist: an object's
+//! state becomes "exists" (persisted) before its first write is sent, and
+//! "nonexistent" only after it has been removed. Writes to an object and
+//! the whole-object discards that remove it are ordered by a striped
+//! reader–writer lock, so a write never lands on an object between its
+//! removal and the map's update.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{Bytes, BytesMut};
+use shoal_client::{Error as ClusterError, Op, Pool};
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::format::{
+    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object,
+    features, header_object, object_count, object_extents, object_map_object,
+};
+use crate::lock::{self, LockOwner};
+use crate::rbd::{load_header, lookup_id};
+
+/// Stripes of the per-object ordering lock.
+const STRIPES: u64 = 64;
+/// Object operations in flight for one whole-image task (du, shrink, remove).
+pub(crate) const PARALLEL: usize = 32;
+/// Bytes of the object map read per op when loading it.
+const MAP_READ_BYTES: u64 = 4 << 20;
+
+/// What `rbd info` shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ImageInfo {
+    /// The image's name.
+    pub name: String,
+    /// Its id.
+    pub id: String,
+    /// Bytes.
+    pub size: u64,
+    /// Bytes per data object.
+    pub object_size: u64,
+    /// Object order (`object_size` is `1 << order`).
+    pub order: u8,
+    /// Data objects the image spans.
+    pub objects: u64,
+    /// Feature names.
+    pub features: Vec<String>,
+    /// The data objects' name prefix.
+    pub block_name_prefix: String,
+    /// The data pool, when not the image's pool.
+    pub data_pool: Option<String>,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// Space an image takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DiskUsage {
+    /// The image's size.
+    pub provisioned: u64,
+    /// Bytes of data objects that exist (their sizes added up).
+    pub used: u64,
+    /// Data objects that exist.
+    pub objects: u64,
+}
+
+/// An open image; clones share it.
+#[derive(Clone)]
+pub struct Image {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({}/{})", self.inner.pool.name(), self.inner.name)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) data: Pool,
+    pub(crate) name: String,
+    pub(crate) id: String,
+    header: RwLock<Header>,
+    read_only: bool,
+    /// Held while taking or giving up the lock.
+    lock_change: tokio::sync::Mutex<()>,
+    owned: AtomicBool,
+    pub(crate) me: LockOwner,
+    /// The object map, when this client holds the lock and the image has one.
+    map: Mutex<Option<Vec<u8>>>,
+    /// Serializes changes of the object map.
+    map_update: tokio::sync::Mutex<()>,
+    stripes: Vec<tokio::sync::RwLock<()>>,
+}
+
+impl Image {
+    /// Opens image `name` of `pool` for reading and writing; the first
+    /// change takes the exclusive lock.
+    pub async fn open(pool: &Pool, name: &str) -> Result<Image> {
+        Image::open_with(pool, name, false).await
+    }
+
+    /// Opens image `name` of `pool` for reading only.
+    pub async fn open_read_only(pool: &Pool, name: &str) -> Result<Image> {
+        Image::open_with(pool, name, true).await
+    }
+
+    async fn open_with(pool: &Pool, name: &str, read_only: bool) -> Result<Image> {
+        let id = lookup_id(pool, name).await?;
+        let header = load_header(pool, name, &id).await?;
+        let data = match header.data_pool {
+            Some(p) => pool.client().pool_by_id(p).map_err(|_| Error::Corrupt {
+                image: name.to_string(),
+                why: format!("its data pool {p} no longer exists"),
+            })?,
+            None => pool.clone(),
+        };
+        let data = data.with_namespace(pool.namespace());
+        let inner = Inner {
+            pool: pool.clone(),
+            data,
+            name: name.to_string(),
+            id,
+            header: RwLock::new(header),
+            read_only,
+            lock_change: tokio::sync::Mutex::new(()),
+            owned: AtomicBool::new(false),
+            me: LockOwner::new(pool.client()),
+            map: Mutex::new(None),
+            map_update: tokio::sync::Mutex::new(()),
+            stripes: (0..STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
+        };
+        Ok(Image {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The image's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The image's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The header as this client last read or changed it.
+    pub fn header(&self) -> Header {
+        self.inner.header()
+    }
+
+    /// Bytes.
+    pub fn size(&self) -> u64 {
+        self.inner.header().size
+    }
+
+    /// Whether this client holds the image's exclusive lock.
+    pub fn owns_lock(&self) -> bool {
+        self.inner.owned.load(Ordering::Acquire)
+    }
+
+    /// Reads the header again (another client may have resized the image).
+    pub async fn refresh(&self) -> Result<()> {
+        let h = load_header(&self.inner.pool, &self.inner.name, &self.inner.id).await?;
+        *self.inner.header.write().unwrap_or_else(|p| p.into_inner()) = h;
+        Ok(())
+    }
+
+    /// What `rbd info` shows.
+    pub fn info(&self) -> ImageInfo {
+        let h = self.header();
+        let data_pool = h.data_pool.map(|_| self.inner.data.name().to_string());
+        ImageInfo {
+            name: self.inner.name.clone(),
+            id: self.inner.id.clone(),
+            size: h.size,
+            object_size: h.object_size(),
+            order: h.order,
+            objects: h.object_count(),
+            features: features::names(h.features)
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            block_name_prefix: crate::format::data_prefix(&self.inner.id)
+                .trim_end_matches('.')
+                .to_string(),
+            data_pool,
+            created_ms: h.created_ms,
+        }
+    }
+
+    /// Reads `len` bytes at `offset`; never-written ranges read as zeros.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        let h = self.header();
+        check_range(&self.inner.name, h.size, offset, len)?;
+        let extents = object_extents(offset, len, h.order);
+        if let [e] = extents[..] {
+            let b = self.inner.read_extent(e).await?;
+            return Ok(pad(b, e.len));
+        }
+        let mut buf = BytesMut::zeroed(usize::try_from(len).map_err(too_big)?);
+        let mut set = JoinSet::new();
+        for e in extents {
+            let me = Arc::clone(&self.inner);
+            set.spawn(async move { me.read_extent(e).await.map(|b| (e, b)) });
+        }
+        while let Some(r) = set.join_next().await {
+            let (e, b) = r.map_err(joined)??;
+            let at = e.buf_offset as usize;
+            buf[at..at + b.len()].copy_from_slice(&b);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Writes `data` at `offset`.
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<()> {
+        self.inner.writable().await?;
+        let h = self.header();
+        check_range(&self.inner.name, h.size, offset, data.len() as u64)?;
+        let extents = object_extents(offset, data.len() as u64, h.order);
+        if let [e] = extents[..] {
+            return self.inner.write_extent(e, data).await;
+        }
+        let mut set = JoinSet::new();
+        for e in extents {
+            let me = Arc::clone(&self.inner);
+            let at = e.buf_offset as usize;
+            let piece = data.slice(at..at + e.len as usize);
+            set.spawn(async move { me.write_extent(e, piece).await });
+        }
+        join_all(set).await
+    }
+
+    /// Discards `len` bytes at `offset`: they read as zeros afterwards and,
+    /// where whole objects or their tails are discarded, stop taking space.
+    pub async fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner.writable().await?;
+        let h = self.header();
+        check_range(&self.inner.name, h.size, offset, len)?;
+        let mut set = JoinSet::new();
+        for e in object_extents(offset, len, h.order) {
+            let me = Arc::clone(&self.inner);
+            let h = h.clone();
+            set.spawn(async move { me.discard_extent(&h, e).await });
+        }
+        join_all(set).await
+    }
+
+    /// Writes zeros over `len` bytes at `offset` (as a discard: the image is
+    /// thin, so zeros need no space).
+    pub async fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.discard(offset, len).await
+    }
+
+    /// Makes every completed write durable. Each write is acknowledged only
+    /// once every OSD holding it has it in its store's journal, so there is
+    /// nothing left to do: the call only checks the image is writable.
+    pub async fn flush(&self) -> Result<()> {
+        if self.inner.read_only {
+            return Err(Error::ReadOnly(self.inner.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// Sets the image's size; shrinking discards what lies past the new end.
+    pub async fn resize(&self, size: u64) -> Result<()> {
+        if size > crate::format::SIZE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} is beyond {}",
+                crate::format::SIZE_MAX
+            )));
+        }
+        self.inner.writable().await?;
+        let old = self.header();
+        let i = &self.inner;
+        let h = Header {
+            size,
+            ..old.clone()
+        };
+        if size < old.size {
+            // Data first: the header never claims less than what exists.
+            let mut set = JoinSet::new();
+            let (first, count) = (size >> old.order, old.object_count());
+            for objno in first..count {
+                let me = Arc::clone(i);
+                let old = old.clone();
+                let start = if objno == first {
+                    size - (objno << old.order)
+                } else {
+                    0
+                };
+                let end = old.object_size().min(old.size - (objno << old.order));
+                if start >= end {
+                    continue;
+                }
+                let e = ObjectExtent {
+                    objno,
+                    offset: start,
+                    len: end - start,
+                    buf_offset: 0,
+                };
+                set.spawn(async move { me.discard_extent(&old, e).await });
+                if set.len() >= PARALLEL {
+                    join_one(&mut set).await?;
+                }
+            }
+            join_all(set).await?;
+        }
+        let count = h.object_count();
+        if h.features & features::OBJECT_MAP != 0 && count > old.object_count() {
+            i.resize_map(count).await?;
+        }
+        i.pool
+            .omap_set(
+                &header_object(&i.id),
+                &[("size", size.to_le_bytes().to_vec())],
+            )
+            .await?;
+        *i.header.write().unwrap_or_else(|p| p.into_inner()) = h.clone();
+        if h.features & features::OBJECT_MAP != 0 && count < old.object_count() {
+            i.resize_map(count).await?;
+        }
+        Ok(())
+    }
+
+    /// The space the image's data objects take.
+    pub async fn du(&self) -> Result<DiskUsage> {
+        let h = self.header();
+        let i = &self.inner;
+        let mut usage = DiskUsage {
+            provisioned: h.size,
+            used: 0,
+            objects: 0,
+        };
+        let known = i.map_snapshot();
+        let mut set = JoinSet::new();
+        for objno in 0..h.object_count() {
+            if known
+                .as_ref()
+                .is_some_and(|m| m.get(objno as usize) == Some(&OBJECT_NONEXISTENT))
+            {
+                continue;
+            }
+            let data = i.data.clone();
+            let oid = data_object(&i.id, objno);
+            set.spawn(async move {
+                match data.stat(&oid).await {
+                    Ok(st) => Ok(Some(st.size)),
+                    Err(ClusterError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(Error::from(e)),
+                }
+            });
+            while set.len() >= PARALLEL {
+                add_usage(&mut usage, set.join_next().await)?;
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            add_usage(&mut usage, Some(r))?;
+        }
+        Ok(usage)
+    }
+
+    /// Takes the exclusive lock now (it is otherwise taken by the first change).
+    pub async fn acquire_lock(&self) -> Result<()> {
+        self.inner.writable().await
+    }
+
+    /// Gives up the exclusive lock if this client holds it.
+    pub async fn release_lock(&self) -> Result<()> {
+        self.inner.release().await
+    }
+
+    /// Closes the image: gives up the lock.
+    pub async fn close(self) -> Result<()> {
+        self.inner.release().await
+    }
+}
+
+fn add_usage(
+    usage: &mut DiskUsage,
+    r: Option<std::result::Result<Result<Option<u64>>, tokio::task::JoinError>>,
+) -> Result<()> {
+    if let Some(r) = r
+        && let Some(size) = r.map_err(joined)??
+    {
+        usage.used += size;
+        usage.objects += 1;
+    }
+    Ok(())
+}
+
+fn pad(b: Bytes, len: u64) -> Bytes {
+    if b.len() as u64 >= len {
+        return b;
+    }
+    let mut out = BytesMut::zeroed(len as usize);
+    out[..b.len()].copy_from_slice(&b);
+    out.freeze()
+}
+
+fn too_big(_: std::num::TryFromIntError) -> Error {
+    Error::InvalidArgument("the range does not fit in memory".into())
+}
+
+pub(crate) fn joined(e: tokio::task::JoinError) -> Error {
+    Error::Cluster(ClusterError::Internal(format!("an image task failed: {e}")))
+}
+
+pub(crate) async fn join_one(set: &mut JoinSet<Result<()>>) -> Result<()> {
+    match set.join_next().await {
+        Some(r) => r.map_err(joined)?,
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn join_all(mut set: JoinSet<Result<()>>) -> Result<()> {
+    let mut first = Ok(());
+    while let Some(r) = set.join_next().await {
+        let r = r.map_err(joined).and_then(|r| r);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+impl Inner {
+    fn header(&self) -> Header {
+        self.header.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn map_snapshot(&self) -> Option<Vec<u8>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The object map's state for `objno`, if the map is known.
+    fn map_state(&self, objno: u64) -> Option<u8> {
+        let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        m.as_ref()
+            .map(|m| m.get(objno as usize).copied().unwrap_or(OBJECT_EXISTS))
+    }
+
+    fn stripe(&self, objno: u64) -> &tokio::sync::RwLock<()> {
+        &self.stripes[(objno % STRIPES) as usize]
+    }
+
+    async fn read_extent(&self, e: ObjectExtent) -> Result<Bytes> {
+        if self.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
+            return Ok(Bytes::new());
+        }
+        let oid = data_object(&self.id, e.objno);
+        match self.data.read(&oid, e.offset, e.len).await {
+            Ok(b) => Ok(b),
+            Err(ClusterError::NotFound(_)) => Ok(Bytes::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn write_extent(&self, e: ObjectExtent, data: Bytes) -> Result<()> {
+        let _order = self.stripe(e.objno).read().await;
+        self.mark_exists(e.objno).await?;
+        let oid = data_object(&self.id, e.objno);
+        self.data.write(&oid, e.offset, data).await?;
+        Ok(())
+    }
+
+    async fn discard_extent(&self, h: &Header, e: ObjectExtent) -> Result<()> {
+        let object_end = h.object_size().min(h.size - (e.objno << h.order));
+        let oid = data_object(&self.id, e.objno);
+        if self.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
+            return Ok(());
+        }
+        let ignore_absent = |r: std::result::Result<_, shoal_client::OpError>| match r {
+            Ok(_) => Ok(()),
+            Err(shoal_client::OpError {
+                error: ClusterError::NotFound(_),
+                ..
+            }) => Ok(()),
+            Err(e) => Err(Error::from(e)),
+        };
+        if e.offset == 0 && e.offset + e.len >= object_end {
+            let _order = self.stripe(e.objno).write().await;
+            ignore_absent(self.data.operate(&oid, Op::new().remove()).await)?;
+            return self.mark_removed(e.objno).await;
+        }
+        let _order = self.stripe(e.objno).read().await;
+        let op = if e.offset + e.len >= object_end {
+            Op::new().assert_exists().truncate(e.offset)
+        } else {
+            Op::new().zero(e.offset, e.len)
+        };
+        ignore_absent(self.data.operate(&oid, op).await)
+    }
+
+    /// Persists "exists" for `objno` before its first write.
+    async fn mark_exists(&self, objno: u64) -> Result<()> {
+        if self.map_state(objno) != Some(OBJECT_NONEXISTENT) {
+            return Ok(());
+        }
+        let _g = self.map_update.lock().await;
+        if self.map_state(objno) != Some(OBJECT_NONEXISTENT) {
+            return Ok(());
+        }
+        self.set_map(objno, OBJECT_EXISTS).await
+    }
+
+    /// Persists "nonexistent" for `objno` after its removal.
+    async fn mark_removed(&self, objno: u64) -> Result<()> {
+        if self.map_state(objno).is_none() {
+            return Ok(());
+        }
+        let _g = self.map_update.lock().await;
+        self.set_map(objno, OBJECT_NONEXISTENT).await
+    }
+
+    async fn set_map(&self, objno: u64, state: u8) -> Result<()> {
+        let oid = object_map_object(&self.id);
+        self.pool
+            .write(&oid, objno, Bytes::copy_from_slice(&[state]))
+            .await?;
+        if let Some(m) = self
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            && let Some(s) = m.get_mut(objno as usize)
+        {
+            *s = state;
+        }
+        Ok(())
+    }
+
+    /// Sets the object map's length to `count` objects (new ones nonexistent).
+    async fn resize_map(&self, count: u64) -> Result<()> {
+        let _g = self.map_update.lock().await;
+        let oid = object_map_object(&self.id);
+        self.pool.truncate(&oid, count).await?;
+        if let Some(m) = self
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            m.resize(count as usize, OBJECT_NONEXISTENT);
+        }
+        Ok(())
+    }
+
+    /// Loads the object map (after taking the lock). A missing map or one of
+    /// the wrong length is rebuilt conservatively: every object "exists".
+    async fn load_map(&self) -> Result<()> {
+        let h = self.header();
+        if h.features & features::OBJECT_MAP == 0 {
+            return Ok(());
+        }
+        let count = object_count(h.size, h.order);
+        let oid = object_map_object(&self.id);
+        let mut map = Vec::with_capacity(count as usize);
+        let mut valid = true;
+        while (map.len() as u64) < count {
+            let at = map.len() as u64;
+            let want = MAP_READ_BYTES.min(count - at);
+            match self.pool.read(&oid, at, want).await {
+                Ok(b) if b.len() as u64 == want => map.extend_from_slice(&b),
+                Ok(_) | Err(ClusterError::NotFound(_)) => {
+                    valid = false;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !valid {
+            tracing::warn!(
+                image = %self.name,
+                "the object map is missing or short: rebuilding it as every object existing"
+            );
+            map = vec![OBJECT_EXISTS; count as usize];
+            let mut at = 0usize;
+            while at < map.len() {
+                let n = (map.len() - at).min(MAP_READ_BYTES as usize);
+                let part = Bytes::copy_from_slice(&map[at..at + n]);
+                self.pool.write(&oid, at as u64, part).await?;
+                at += n;
+            }
+            self.pool.truncate(&oid, count).await?;
+        }
+        *self.map.lock().unwrap_or_else(|p| p.into_inner()) = Some(map);
+        Ok(())
+    }
+
+    /// Checks the image may change and takes the exclusive lock if the
+    /// image has one and this client does not hold it yet.
+    pub(crate) async fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.name.clone()));
+        }
+        if self.owned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _g = self.lock_change.lock().await;
+        if self.owned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let h = self.header();
+        if h.features & features::EXCLUSIVE_LOCK != 0 {
+            lock::acquire(&self.pool, &self.name, &self.id, &self.me).await?;
+            // The previous owner may have resized the image.
+            match load_header(&self.pool, &self.name, &self.id).await {
+                Ok(h) => *self.header.write().unwrap_or_else(|p| p.into_inner()) = h,
+                Err(e) => {
+                    let _ = lock::release(&self.pool, &self.id, &self.me).await;
+                    return Err(e);
+                }
+            }
+            if let Err(e) = self.load_map().await {
+                let _ = lock::release(&self.pool, &self.id, &self.me).await;
+                return Err(e);
+            }
+        }
+        self.owned.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn release(&self) -> Result<()> {
+        let _g = self.lock_change.lock().await;
+        if !self.owned.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.map.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        if self.header().features & features::EXCLUSIVE_LOCK != 0 {
+            lock::release(&self.pool, &self.id, &self.me).await?;
+        }
+        Ok(())
+    }
+}

@@ -99,6 +99,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Objects of a pool: put, get, xattrs, omap, listing.
     Rados(cmd::rados::RadosArgs),
+    /// Block images: create, list, resize, import, export, bench.
+    Rbd(cmd::rbd::RbdArgs),
     /// Make, check and inspect an OSD's object store.
     #[command(subcommand)]
     Store(cmd::store::StoreCmd),
@@ -179,6 +181,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(c) => cmd::bench::run(c, &ctx),
         Command::Store(c) => cmd::store::run(c),
         Command::Rados(a) => cmd::rados::run(a, &ctx),
+        Command::Rbd(a) => cmd::rbd::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

@@ -16,5 +16,6 @@ pub mod osd_daemon;
 pub mod out;
 pub mod pg;
 pub mod rados;
+pub mod rbd;
 pub mod status;
 pub mod store;

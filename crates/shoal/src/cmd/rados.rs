@@ -298,7 +298,7 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
 }
 
 /// A time as Ceph's `rados stat` prints it (UTC, microseconds).
-fn format_ms(ms: u64) -> String {
+pub(crate) fn format_ms(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

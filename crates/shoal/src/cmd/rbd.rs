@@ -1,0 +1,875 @@
+//! `shoal rbd ...`: block images from the command line, as Ceph's `rbd`
+//! tool: create, list, inspect, resize, rename and remove images; import
+//! and export them as files (sparse-aware, with progress); the holder of an
+//! image's lock; and `bench`, timing I/O against an image as `rbd bench`
+//! does. Images are named `[POOL/]IMAGE` (`-p` gives the pool; `rbd` by
+//! default); sizes take a K, M, G or T suffix and mean MiB without one, as
+//! in `rbd`.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use shoal_block::{CreateOptions, Image, format as fmt, rbd};
+use shoal_client::{Client, ClientOptions, Pool};
+
+use super::common::{Ctx, Format};
+
+/// Chunks in flight when importing or exporting.
+const INFLIGHT: usize = 8;
+
+/// `shoal rbd`.
+#[derive(Debug, Args)]
+pub struct RbdArgs {
+    /// The pool of images named without one.
+    #[arg(short = 'p', long, global = true, default_value = "rbd")]
+    pool: String,
+    /// Output of the commands that print: plain or json.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Plain)]
+    format: Format,
+    #[command(subcommand)]
+    cmd: RbdCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum RbdCmd {
+    /// Create an image.
+    Create {
+        /// `[POOL/]IMAGE`.
+        image: String,
+        /// Size (K, M, G, T suffixes; MiB without one).
+        #[arg(short = 's', long)]
+        size: String,
+        /// Object size, a power of two from 4K to 32M (default 4M).
+        #[arg(long)]
+        object_size: Option<String>,
+        /// Keep the data objects in this pool (erasure-coded pools need
+        /// allow_ec_overwrites).
+        #[arg(long)]
+        data_pool: Option<String>,
+        /// Features, comma-separated (default layering,exclusive-lock,object-map).
+        #[arg(long)]
+        image_feature: Option<String>,
+    },
+    /// List the pool's images.
+    #[command(alias = "list")]
+    Ls {
+        /// The pool (instead of -p).
+        pool: Option<String>,
+        /// With sizes.
+        #[arg(short = 'l', long)]
+        long: bool,
+    },
+    /// Show an image's size, objects, features and pools.
+    Info {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
+    /// Change an image's size.
+    Resize {
+        /// `[POOL/]IMAGE`.
+        image: String,
+        /// New size.
+        #[arg(short = 's', long)]
+        size: String,
+        /// Allow shrinking (it discards the data past the new end).
+        #[arg(long)]
+        allow_shrink: bool,
+    },
+    /// Remove an image and its data.
+    #[command(alias = "remove")]
+    Rm {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
+    /// Rename an image within its pool.
+    #[command(alias = "rename")]
+    Mv {
+        /// `[POOL/]IMAGE`.
+        from: String,
+        /// New name (`[POOL/]IMAGE`, the same pool).
+        to: String,
+    },
+    /// Provisioned and used space of one image or every image of the pool.
+    #[command(alias = "disk-usage")]
+    Du {
+        /// `[POOL/]IMAGE` (every image if absent).
+        image: Option<String>,
+    },
+    /// Make an image from a file (`-`: standard input); zero runs stay holes.
+    Import {
+        /// The file.
+        path: String,
+        /// `[POOL/]IMAGE` (default: the file's name).
+        image: Option<String>,
+        /// Object size.
+        #[arg(long)]
+        object_size: Option<String>,
+        /// Keep the data objects in this pool.
+        #[arg(long)]
+        data_pool: Option<String>,
+        /// No progress on standard error.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Write an image to a file (`-`: standard output); holes stay holes
+    /// in a regular file.
+    Export {
+        /// `[POOL/]IMAGE`.
+        image: String,
+        /// The file.
+        path: String,
+        /// No progress on standard error.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// The image's exclusive lock.
+    Lock {
+        #[command(subcommand)]
+        cmd: LockCmd,
+    },
+    /// Time I/O against an image, as `rbd bench`.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum LockCmd {
+    /// Who holds the image's lock.
+    #[command(alias = "list")]
+    Ls {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum IoType {
+    Write,
+    Read,
+    Rw,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum IoPattern {
+    Seq,
+    Rand,
+}
+
+/// `shoal rbd bench`.
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// `[POOL/]IMAGE`.
+    image: String,
+    /// What to do.
+    #[arg(long, value_enum)]
+    io_type: IoType,
+    /// Bytes per I/O.
+    #[arg(long, default_value = "4K")]
+    io_size: String,
+    /// I/Os in flight.
+    #[arg(long, default_value_t = 16)]
+    io_threads: usize,
+    /// Bytes in all.
+    #[arg(long, default_value = "1G")]
+    io_total: String,
+    /// Offsets in order or at random.
+    #[arg(long, value_enum, default_value_t = IoPattern::Seq)]
+    io_pattern: IoPattern,
+    /// With --io-type rw: the percentage of reads.
+    #[arg(long, default_value_t = 70)]
+    rw_mix_read: u32,
+}
+
+/// Parses a size as `rbd` does: K, M, G, T (optionally with `iB` or `B`)
+/// or a plain number of `default_unit` bytes.
+fn parse_size(s: &str, default_unit: u64) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, default_unit),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad size {s:?}: a number with K, M, G or T"))?;
+    n.checked_mul(mult)
+        .with_context(|| format!("size {s:?} is too large"))
+}
+
+/// Bytes for people, as `rbd` prints them (`10 GiB`).
+fn human(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn order_of(object_size: Option<&str>) -> anyhow::Result<u8> {
+    let Some(s) = object_size else {
+        return Ok(fmt::ORDER_DEFAULT);
+    };
+    let b = parse_size(s, 1)?;
+    if !b.is_power_of_two() {
+        bail!("object size {s} is not a power of two");
+    }
+    let order = b.trailing_zeros() as u8;
+    if !(fmt::ORDER_MIN..=fmt::ORDER_MAX).contains(&order) {
+        bail!("object size {s} is not between 4K and 32M");
+    }
+    Ok(order)
+}
+
+/// Splits `[POOL/]IMAGE` (a snapshot, `@SNAP`, is refused: not yet).
+fn spec<'a>(default_pool: &'a str, s: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    let (pool, image) = match s.split_once('/') {
+        Some((p, i)) => (p, i),
+        None => (default_pool, s),
+    };
+    if image.contains('@') {
+        bail!("{s}: snapshots are not supported by this command");
+    }
+    if pool.is_empty() || image.is_empty() {
+        bail!("{s}: expected [POOL/]IMAGE");
+    }
+    Ok((pool, image))
+}
+
+/// Runs `shoal rbd`.
+pub fn run(a: RbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
+        opts.max_inflight_ops = opts.max_inflight_ops.max(4096);
+        let client = Client::connect(opts).await?;
+        let r = command(&client, &a.pool, a.format, a.cmd).await;
+        client.shutdown().await;
+        r
+    })
+}
+
+fn pool_of(client: &Client, name: &str) -> anyhow::Result<Pool> {
+    client
+        .pool(name)
+        .map_err(|_| anyhow::anyhow!("pool {name} does not exist"))
+}
+
+async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyhow::Result<()> {
+    let mut out = crate::cmd::out::Stdout::lock();
+    let json = format == Format::Json;
+    match cmd {
+        RbdCmd::Create {
+            image,
+            size,
+            object_size,
+            data_pool,
+            image_feature,
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let features = match image_feature {
+                None => fmt::features::DEFAULT,
+                Some(list) => list.split(',').map(str::trim).filter(|f| !f.is_empty()).try_fold(
+                    0,
+                    |acc, f| {
+                        fmt::features::parse(f)
+                            .map(|b| acc | b)
+                            .with_context(|| format!("unknown image feature {f:?}"))
+                    },
+                )?,
+            };
+            let o = CreateOptions {
+                order: order_of(object_size.as_deref())?,
+                features,
+                data_pool,
+            };
+            rbd::create(&pool, name, parse_size(&size, 1 << 20)?, &o).await?;
+        }
+        RbdCmd::Ls { pool, long } => {
+            let p = pool.as_deref().unwrap_or(dp);
+            let pool = pool_of(client, p)?;
+            let images = rbd::list(&pool).await?;
+            if !long {
+                if json {
+                    let names: Vec<&str> = images.iter().map(|e| e.name.as_str()).collect();
+                    writeln!(out, "{}", json!(names))?;
+                } else {
+                    for e in &images {
+                        writeln!(out, "{}", e.name)?;
+                    }
+                }
+                return Ok(());
+            }
+            let mut rows = Vec::new();
+            for e in &images {
+                match Image::open_read_only(&pool, &e.name).await {
+                    Ok(i) => rows.push(i.info()),
+                    Err(shoal_block::Error::NoImage { .. }) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&rows)?)?;
+            } else {
+                writeln!(out, "{:<32} {:>10} {:>5}", "NAME", "SIZE", "FMT")?;
+                for r in rows {
+                    writeln!(out, "{:<32} {:>10} {:>5}", r.name, human(r.size), 2)?;
+                }
+            }
+        }
+        RbdCmd::Info { image } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open_read_only(&pool, name).await?;
+            let info = i.info();
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&info)?)?;
+            } else {
+                writeln!(out, "rbd image '{}':", info.name)?;
+                writeln!(out, "\tsize {} in {} objects", human(info.size), info.objects)?;
+                writeln!(
+                    out,
+                    "\torder {} ({} objects)",
+                    info.order,
+                    human(info.object_size)
+                )?;
+                writeln!(out, "\tid: {}", info.id)?;
+                if let Some(d) = &info.data_pool {
+                    writeln!(out, "\tdata_pool: {d}")?;
+                }
+                writeln!(out, "\tblock_name_prefix: {}", info.block_name_prefix)?;
+                writeln!(out, "\tformat: 2")?;
+                writeln!(out, "\tfeatures: {}", info.features.join(", "))?;
+                writeln!(
+                    out,
+                    "\tcreate_timestamp: {}",
+                    super::rados::format_ms(info.created_ms)
+                )?;
+            }
+        }
+        RbdCmd::Resize {
+            image,
+            size,
+            allow_shrink,
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open(&pool, name).await?;
+            let size = parse_size(&size, 1 << 20)?;
+            if size < i.size() && !allow_shrink {
+                bail!(
+                    "shrinking {name} from {} to {} discards data: add --allow-shrink",
+                    human(i.size()),
+                    human(size)
+                );
+            }
+            let r = i.resize(size).await;
+            i.close().await?;
+            r?;
+        }
+        RbdCmd::Rm { image } => {
+            let (p, name) = spec(dp, &image)?;
+            rbd::remove(&pool_of(client, p)?, name).await?;
+        }
+        RbdCmd::Mv { from, to } => {
+            let (p, name) = spec(dp, &from)?;
+            let (p2, to) = spec(p, &to)?;
+            if p2 != p {
+                bail!("an image is renamed within its pool ({p}), not into {p2}");
+            }
+            rbd::rename(&pool_of(client, p)?, name, to).await?;
+        }
+        RbdCmd::Du { image } => {
+            let (p, names) = match &image {
+                Some(s) => {
+                    let (p, n) = spec(dp, s)?;
+                    (p, vec![n.to_string()])
+                }
+                None => {
+                    let pool = pool_of(client, dp)?;
+                    let all = rbd::list(&pool).await?.into_iter().map(|e| e.name).collect();
+                    (dp, all)
+                }
+            };
+            let pool = pool_of(client, p)?;
+            let mut rows = Vec::new();
+            for n in names {
+                let i = Image::open_read_only(&pool, &n).await?;
+                rows.push((n, i.du().await?));
+            }
+            if json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|(n, d)| json!({"name": n, "provisioned_size": d.provisioned, "used_size": d.used, "objects": d.objects}))
+                    .collect();
+                writeln!(out, "{}", json!({"images": v}))?;
+            } else {
+                writeln!(out, "{:<32} {:>12} {:>12}", "NAME", "PROVISIONED", "USED")?;
+                for (n, d) in rows {
+                    writeln!(
+                        out,
+                        "{n:<32} {:>12} {:>12}",
+                        human(d.provisioned),
+                        human(d.used)
+                    )?;
+                }
+            }
+        }
+        RbdCmd::Import {
+            path,
+            image,
+            object_size,
+            data_pool,
+            no_progress,
+        } => {
+            let default_name = std::path::Path::new(&path)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .filter(|_| path != "-");
+            let image = match (image, default_name) {
+                (Some(i), _) => i,
+                (None, Some(n)) => n,
+                (None, None) => bail!("importing from standard input needs an image name"),
+            };
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let o = CreateOptions {
+                order: order_of(object_size.as_deref())?,
+                data_pool,
+                ..CreateOptions::default()
+            };
+            import(&pool, name, &path, &o, !no_progress).await?;
+        }
+        RbdCmd::Export {
+            image,
+            path,
+            no_progress,
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            export(&pool, name, &path, !no_progress).await?;
+        }
+        RbdCmd::Lock {
+            cmd: LockCmd::Ls { image },
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open_read_only(&pool, name).await?;
+            let owner = shoal_block::lock::owner(&pool, i.id()).await?;
+            if json {
+                let v: Vec<_> = owner
+                    .iter()
+                    .map(|o| {
+                        let mut f = o.split(' ');
+                        json!({"locker": f.next(), "id": o, "exclusive": true})
+                    })
+                    .collect();
+                writeln!(out, "{}", json!(v))?;
+            } else if let Some(o) = owner {
+                writeln!(out, "There is 1 exclusive lock on this image.")?;
+                let mut f = o.splitn(2, ' ');
+                let who = f.next().unwrap_or("");
+                writeln!(out, "{:<24} {}", "Locker", "ID")?;
+                writeln!(out, "{who:<24} {}", f.next().unwrap_or(""))?;
+            }
+        }
+        RbdCmd::Bench(b) => bench(client, dp, format, b).await?,
+    }
+    Ok(())
+}
+
+/// Prints `Importing image: N% complete...` as `rbd` does.
+struct Progress {
+    what: &'static str,
+    total: u64,
+    shown: Option<u64>,
+    on: bool,
+}
+
+impl Progress {
+    fn new(what: &'static str, total: u64, on: bool) -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            what,
+            total,
+            shown: None,
+            // As `rbd`, on a terminal only: logs get no carriage returns.
+            on: on && std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn at(&mut self, done: u64) {
+        if !self.on || self.total == 0 {
+            return;
+        }
+        let pct = (done.saturating_mul(100) / self.total).min(100);
+        if self.shown != Some(pct) {
+            self.shown = Some(pct);
+            eprint!("\r{}: {pct}% complete...", self.what);
+        }
+    }
+
+    fn done(self) {
+        if self.on {
+            eprintln!("\r{}: 100% complete...done.", self.what);
+        }
+    }
+}
+
+/// Reads up to `buf.len()` bytes, as many as the reader gives before its end.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+async fn import(
+    pool: &Pool,
+    name: &str,
+    path: &str,
+    o: &CreateOptions,
+    progress: bool,
+) -> anyhow::Result<()> {
+    let (mut input, size): (Box<dyn Read + Send>, Option<u64>) = if path == "-" {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+        let len = f.metadata()?.len();
+        (Box::new(f), Some(len))
+    };
+    rbd::create(pool, name, size.unwrap_or(0), o).await?;
+    let image = Image::open(pool, name).await?;
+    let r = import_into(&image, &mut *input, size, progress).await;
+    let closed = image.close().await;
+    if let Err(e) = r {
+        // Leave nothing half-made behind.
+        let _ = rbd::remove(pool, name).await;
+        return Err(e);
+    }
+    Ok(closed?)
+}
+
+async fn import_into(
+    image: &Image,
+    input: &mut (dyn Read + Send),
+    size: Option<u64>,
+    progress: bool,
+) -> anyhow::Result<()> {
+    let chunk = image.header().object_size() as usize;
+    let mut bar = Progress::new("Importing image", size.unwrap_or(0), progress && size.is_some());
+    let mut set = tokio::task::JoinSet::new();
+    let mut at = 0u64;
+    loop {
+        let mut buf = vec![0u8; chunk];
+        let n = tokio::task::block_in_place(|| read_full(input, &mut buf))?;
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        if size.is_none() {
+            // Standard input: the image grows as the data comes.
+            image.resize(at + n as u64).await?;
+        }
+        if buf.iter().any(|b| *b != 0) {
+            let image = image.clone();
+            let data = Bytes::from(buf);
+            set.spawn(async move { image.write(at, data).await });
+            while set.len() >= INFLIGHT {
+                if let Some(r) = set.join_next().await {
+                    r??;
+                }
+            }
+        }
+        at += n as u64;
+        bar.at(at);
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    image.flush().await?;
+    bar.done();
+    Ok(())
+}
+
+async fn export(pool: &Pool, name: &str, path: &str, progress: bool) -> anyhow::Result<()> {
+    let image = Image::open_read_only(pool, name).await?;
+    let size = image.size();
+    let chunk = image.header().object_size();
+    let (mut output, seekable): (Box<dyn WriteSeek>, bool) = if path == "-" {
+        (Box::new(NoSeek(std::io::stdout())), false)
+    } else {
+        let f = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+        (Box::new(f), true)
+    };
+    let mut bar = Progress::new("Exporting image", size, progress);
+    let mut pending = std::collections::VecDeque::new();
+    let mut next = 0u64;
+    let mut written = 0u64;
+    loop {
+        while pending.len() < INFLIGHT && next < size {
+            let len = chunk.min(size - next);
+            let image = image.clone();
+            let at = next;
+            pending.push_back(tokio::spawn(async move { image.read(at, len).await }));
+            next += len;
+        }
+        let Some(h) = pending.pop_front() else { break };
+        let data = h.await??;
+        if seekable && data.iter().all(|b| *b == 0) {
+            output.seek(SeekFrom::Current(data.len() as i64))?;
+        } else {
+            output.write_all(&data)?;
+        }
+        written += data.len() as u64;
+        bar.at(written);
+    }
+    if seekable {
+        output.set_len(size)?;
+    }
+    output.flush()?;
+    bar.done();
+    Ok(())
+}
+
+trait WriteSeek: Write + Seek + Send {
+    fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl WriteSeek for std::fs::File {
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        std::fs::File::set_len(self, len)
+    }
+}
+
+/// Standard output: written in order, never seeked.
+struct NoSeek(std::io::Stdout);
+
+impl Write for NoSeek {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Seek for NoSeek {
+    fn seek(&mut self, _: SeekFrom) -> std::io::Result<u64> {
+        Err(std::io::Error::other("standard output cannot seek"))
+    }
+}
+
+impl WriteSeek for NoSeek {
+    fn set_len(&mut self, _: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn bench(client: &Client, dp: &str, format: Format, b: BenchArgs) -> anyhow::Result<()> {
+    let (p, name) = spec(dp, &b.image)?;
+    let pool = pool_of(client, p)?;
+    let io_size = parse_size(&b.io_size, 1)?;
+    let total = parse_size(&b.io_total, 1)?;
+    if io_size == 0 || b.io_threads == 0 || total < io_size {
+        bail!("--io-size and --io-threads must be positive and --io-total at least --io-size");
+    }
+    if b.rw_mix_read > 100 {
+        bail!("--rw-mix-read is a percentage");
+    }
+    let image = Image::open(&pool, name).await?;
+    let size = image.size();
+    if size < io_size {
+        bail!("image {name} ({size} bytes) is smaller than one I/O");
+    }
+    if b.io_type != IoType::Read {
+        image.acquire_lock().await?;
+    }
+    let slots = size / io_size;
+    let ops = total / io_size;
+    let plain = format == Format::Plain;
+    if plain {
+        outln!(
+            "bench  type {} io_size {io_size} io_threads {} bytes {total} pattern {}",
+            match b.io_type {
+                IoType::Write => "write",
+                IoType::Read => "read",
+                IoType::Rw => "readwrite",
+            },
+            b.io_threads,
+            match b.io_pattern {
+                IoPattern::Seq => "sequential",
+                IoPattern::Rand => "random",
+            }
+        );
+        outln!("  SEC       OPS   OPS/SEC   BYTES/SEC");
+    }
+    let issued = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let payload = Bytes::from(vec![0x5au8; io_size as usize]);
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..b.io_threads {
+        let (image, issued, done, payload) = (
+            image.clone(),
+            Arc::clone(&issued),
+            Arc::clone(&done),
+            payload.clone(),
+        );
+        let (pattern, io_type, mix) = (b.io_pattern, b.io_type, b.rw_mix_read);
+        set.spawn(async move {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1).wrapping_mul(0x2545_F491);
+            let mut lats = Vec::new();
+            loop {
+                let i = issued.fetch_add(1, Ordering::Relaxed);
+                if i >= ops {
+                    break;
+                }
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let slot = match pattern {
+                    IoPattern::Seq => i % slots,
+                    IoPattern::Rand => rng % slots,
+                };
+                let read = match io_type {
+                    IoType::Read => true,
+                    IoType::Write => false,
+                    IoType::Rw => (rng >> 32) % 100 < u64::from(mix),
+                };
+                let t0 = Instant::now();
+                if read {
+                    image.read(slot * io_size, io_size).await?;
+                } else {
+                    image.write(slot * io_size, payload.clone()).await?;
+                }
+                lats.push(t0.elapsed().as_secs_f64());
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(lats)
+        });
+    }
+    let ticker = {
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let mut last = 0u64;
+            let mut sec = 0u64;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                sec += 1;
+                let now = done.load(Ordering::Relaxed);
+                if plain {
+                    outln!(
+                        "{sec:>5} {now:>9} {:>9.2} {:>10}/s",
+                        (now - last) as f64,
+                        human((now - last) * io_size)
+                    );
+                }
+                last = now;
+            }
+        })
+    };
+    let mut lats = Vec::new();
+    let mut first_err = None;
+    while let Some(r) = set.join_next().await {
+        match r? {
+            Ok(l) => lats.extend(l),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    ticker.abort();
+    let elapsed = start.elapsed().as_secs_f64();
+    image.close().await?;
+    if let Some(e) = first_err {
+        return Err(e.context("bench I/O failed"));
+    }
+    lats.sort_by(f64::total_cmp);
+    let n = lats.len() as u64;
+    let pct = |p: f64| {
+        lats.get(((lats.len() as f64 * p) as usize).min(lats.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let iops = n as f64 / elapsed;
+    let bw = iops * io_size as f64;
+    if plain {
+        outln!(
+            "elapsed: {elapsed:.2}   ops: {n}   ops/sec: {iops:.2}   bytes/sec: {}/s",
+            human(bw as u64)
+        );
+        outln!(
+            "latency: p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms",
+            pct(0.5) * 1e3,
+            pct(0.99) * 1e3,
+            pct(1.0) * 1e3
+        );
+    } else {
+        outln!(
+            "{}",
+            json!({
+                "io_type": format!("{:?}", b.io_type).to_lowercase(),
+                "io_pattern": format!("{:?}", b.io_pattern).to_lowercase(),
+                "io_size": io_size, "io_threads": b.io_threads,
+                "elapsed_s": elapsed, "ops": n, "ops_per_s": iops, "bytes_per_s": bw,
+                "latency_p50_s": pct(0.5), "latency_p99_s": pct(0.99), "latency_max_s": pct(1.0),
+            })
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn sizes_parse_as_rbd_parses_them() {
+        assert_eq!(parse_size("10", 1 << 20).unwrap(), 10 << 20);
+        assert_eq!(parse_size("10G", 1 << 20).unwrap(), 10 << 30);
+        assert_eq!(parse_size("4KiB", 1).unwrap(), 4096);
+        assert_eq!(parse_size("1T", 1).unwrap(), 1 << 40);
+        assert!(parse_size("x", 1).is_err());
+        assert!(parse_size("99999999999T", 1).is_err());
+        assert_eq!(human(10 << 30), "10 GiB");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(order_of(Some("4M")).unwrap(), 22);
+        assert!(order_of(Some("3M")).is_err());
+        assert!(order_of(Some("64M")).is_err());
+        assert_eq!(spec("rbd", "p/i").unwrap(), ("p", "i"));
+        assert_eq!(spec("rbd", "i").unwrap(), ("rbd", "i"));
+        assert!(spec("rbd", "i@s").is_err());
+    }
+}

@@ -23,6 +23,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::error::{Error, OpError, Result};
 use crate::op::{Op, OpResult};
 use crate::pool::Pool;
+use crate::watch::WatchTable;
 
 /// How a client connects and behaves.
 #[derive(Clone)]
@@ -49,6 +50,8 @@ pub struct ClientOptions {
     pub transport: Arc<dyn Transport>,
     /// Told of every attempt an op makes (the simulation checks resends).
     pub observer: Option<Arc<dyn OpObserver>>,
+    /// A watch not renewed for this long is dropped by the OSD.
+    pub watch_timeout: Duration,
 }
 
 /// Sees every attempt of every op as it is sent.
@@ -84,6 +87,7 @@ impl ClientOptions {
             net: NetConfig::default(),
             transport: Arc::new(TcpTransport),
             observer: None,
+            watch_timeout: Duration::from_secs(30),
         }
     }
 
@@ -118,6 +122,7 @@ impl ClientOptions {
             .clone();
         let mut opts = ClientOptions::new(mon_addrs, name.clone(), key);
         opts.op_timeout = Duration::from_millis(o.client_op_timeout_ms);
+        opts.watch_timeout = Duration::from_millis(o.client_watch_timeout_ms.max(1000));
         opts.net = NetConfig::from_options(o);
         Ok(opts)
     }
@@ -133,6 +138,7 @@ pub(crate) struct Inner {
     ops: Semaphore,
     bytes: Semaphore,
     renew: tokio::task::JoinHandle<()>,
+    pub(crate) watches: Arc<WatchTable>,
 }
 
 impl Drop for Inner {
@@ -182,12 +188,17 @@ impl Client {
     pub async fn connect(opts: ClientOptions) -> Result<Client> {
         let auth = TicketAuth::new(opts.name.clone(), opts.key.clone());
         let sink = UpdateSink::new();
+        let watches = Arc::new(WatchTable::default());
+        let dispatch = Dispatch {
+            sink: sink.clone(),
+            watches: Arc::clone(&watches),
+        };
         let msgr = Messenger::new(
             opts.name.clone(),
             opts.net.clone(),
             Arc::clone(&opts.transport),
             Arc::new(auth.clone()),
-            sink.clone(),
+            Arc::new(dispatch),
         );
         let mon_timeout = opts.op_timeout.min(Duration::from_secs(30));
         let monc = MonClient::new(msgr.clone(), opts.mon_addrs.clone(), mon_timeout);
@@ -224,6 +235,7 @@ impl Client {
             inc,
             next_tid: AtomicU64::new(1),
             renew,
+            watches,
         };
         Ok(Client {
             inner: Arc::new(inner),
@@ -458,7 +470,7 @@ impl Client {
     /// Resolves when a map newer than `sent` starts a new interval of `pg`
     /// (Ceph's clients resend on every interval change, not only when the
     /// primary moves): the primary drops the ops of the old interval.
-    async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
+    pub(crate) async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
         let mut rx = self.inner.map.clone();
         let before = sent.pg_interval_key(pg);
         loop {
@@ -481,6 +493,25 @@ impl Client {
     pub async fn shutdown(&self) {
         self.inner.renew.abort();
         self.inner.msgr.shutdown().await;
+    }
+}
+
+/// What the client's messenger receives: notifies for its watches, and
+/// the monitors' updates.
+struct Dispatch {
+    sink: Arc<UpdateSink>,
+    watches: Arc<WatchTable>,
+}
+
+impl shoal_net::Dispatcher for Dispatch {
+    fn dispatch(&self, incoming: shoal_net::Incoming) {
+        if let Some(other) = self.watches.offer(incoming) {
+            self.sink.dispatch(other);
+        }
+    }
+
+    fn connection_closed(&self, peer: &shoal_net::PeerInfo, reason: &str) {
+        self.sink.connection_closed(peer, reason);
     }
 }
 

@@ -38,6 +38,7 @@ mod error;
 mod op;
 mod pg_command;
 mod pool;
+mod watch;
 
 pub mod blocking;
 
@@ -45,4 +46,5 @@ pub use client::{Client, ClientOptions, OpObserver, OpOptions};
 pub use error::{Error, OpError, Result};
 pub use op::{ObjectStat, OmapPage, Op, OpResult};
 pub use pool::{ListCursor, ObjectEntry, Pool};
-pub use shoal_proto::CmpOp;
+pub use shoal_proto::{CmpOp, WatcherInfo};
+pub use watch::{NotifyEvent, NotifyResult, Watch, WatchHealth};

@@ -112,6 +112,29 @@ impl Pool {
         self.client.operate(self.id, &self.nspace, oid, op, o).await
     }
 
+    /// Watches `oid`: every notify sent to it arrives on the [`Watch`].
+    pub async fn watch(&self, oid: &str) -> Result<crate::Watch> {
+        self.client.watch(self.id, &self.nspace, oid).await
+    }
+
+    /// Sends `payload` to every watcher of `oid`; waits for their answers
+    /// at most `timeout`.
+    pub async fn notify(
+        &self,
+        oid: &str,
+        payload: impl Into<Bytes>,
+        timeout: std::time::Duration,
+    ) -> Result<crate::NotifyResult> {
+        self.client
+            .notify(self.id, &self.nspace, oid, payload.into(), timeout)
+            .await
+    }
+
+    /// The live watchers of `oid`.
+    pub async fn list_watchers(&self, oid: &str) -> Result<Vec<crate::WatcherInfo>> {
+        self.client.list_watchers(self.id, &self.nspace, oid).await
+    }
+
     /// Writes `data` at `offset`.
     pub async fn write(&self, oid: &str, offset: u64, data: impl Into<Bytes>) -> Result<()> {
         single(self.operate(oid, Op::new().write(offset, data)).await).map(|_| ())

@@ -244,6 +244,8 @@ options! {
     osd_store_bytes: u64 = 10u64 << 30;
     /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.
     client_op_timeout_ms: u64 = 60_000u64;
+    /// A client's watch (an open image's, say) that is not renewed for this long is dropped by the OSD, in milliseconds; the client renews it every sixth of it.
+    client_watch_timeout_ms: u64 = 30_000u64;
 }
 
 #[cfg(test)]

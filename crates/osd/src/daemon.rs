@@ -93,6 +93,8 @@ pub(crate) struct Inner {
     caps: Mutex<HashMap<String, Result<Arc<OsdCaps>, String>>>,
     /// Drawn at start: tells the monitors this process from the last one.
     nonce: u64,
+    /// The watches of objects whose PGs we are primary of.
+    watches: Arc<crate::watch::Watches>,
 }
 
 /// Why an OSD could not start.
@@ -208,6 +210,7 @@ impl Osd {
             shards,
             caps: Mutex::default(),
             nonce: shoal_net::runtime::random_u64().max(1),
+            watches: Arc::default(),
         });
         let _ = route.0.set(Arc::downgrade(&inner));
         inner.open_stored_pgs()?;
@@ -607,6 +610,8 @@ impl Inner {
             Message::PgScrub(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::EcRead(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgCommand(m) => (m.pool, m.pg_seed, m.epoch),
+            Message::OsdWatch(m) => (m.pool, m.pg_seed, m.epoch),
+            Message::OsdNotify(m) => (m.pool, m.pg_seed, m.epoch),
             Message::RepOp(_)
             | Message::PgQuery(_)
             | Message::PgInfo(_)
@@ -633,6 +638,7 @@ impl Inner {
             peer,
             responder,
             from_osd,
+            conn: inc.conn.clone(),
         };
         let have = self.current_map().map_or(0, |m| m.epoch.0);
         let conn = inc.conn.id();
@@ -717,6 +723,8 @@ struct Routed {
     peer: shoal_net::PeerInfo,
     responder: shoal_net::Responder,
     from_osd: bool,
+    /// The connection it came on (a watch is reached on it).
+    conn: shoal_net::Connection,
 }
 
 impl Inner {
@@ -741,6 +749,20 @@ impl Inner {
                     }
                     .into(),
                     Message::OsdOp(_) => shoal_proto::OsdOpReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
+                    Message::OsdWatch(_) => shoal_proto::OsdWatchReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
+                    Message::OsdNotify(_) => shoal_proto::OsdNotifyReply {
                         code: code as u32,
                         message,
                         epoch,
@@ -782,6 +804,8 @@ impl Inner {
         // A client op's PG is the OSD's own placement of the object.
         let pgid = match &r.msg {
             Message::OsdOp(op) => p.object_pg(&op.oid, &op.nspace),
+            Message::OsdWatch(m) => p.object_pg(&m.oid, &m.nspace),
+            Message::OsdNotify(m) => p.object_pg(&m.oid, &m.nspace),
             _ if seed < p.pg_num => PgId { pool, seed },
             _ => {
                 let m = format!("pg {pool}.{seed:x} does not exist");
@@ -804,6 +828,17 @@ impl Inner {
             if let Err(e) = allowed {
                 return refuse(r, OsdErrorCode::PermissionDenied, e);
             }
+        }
+        if matches!(r.msg, Message::OsdWatch(_) | Message::OsdNotify(_)) {
+            let primary = map.pg_to_up_acting(pgid).map_or(-1, |m| m.acting_primary);
+            if primary != self.opts.id {
+                let m = format!(
+                    "osd.{} is not the primary of pg {pgid} in epoch {}",
+                    self.opts.id, map.epoch.0
+                );
+                return refuse(r, OsdErrorCode::WrongPrimary, m);
+            }
+            return self.watch_request(r, epoch);
         }
         // A primary searching for unfound objects asks OSDs that may hold
         // no copy of the PG: they say so without opening one.
@@ -856,6 +891,7 @@ impl Inner {
             peer,
             responder,
             from_osd,
+            ..
         } = r;
         let ev = match msg {
             Message::OsdOp(msg) => PgEvent::Client(ClientOp {
@@ -889,6 +925,47 @@ impl Inner {
             _ => return,
         };
         let _ = tx.send(ev);
+    }
+}
+
+impl Inner {
+    /// Answers a watch request or delivers a notify (we are the primary).
+    fn watch_request(&self, r: Routed, epoch: u32) {
+        let watches = Arc::clone(&self.watches);
+        tokio::spawn(async move {
+            let Routed {
+                msg,
+                data,
+                peer,
+                responder,
+                conn,
+                ..
+            } = r;
+            let reply: Message = match msg {
+                Message::OsdWatch(m) => match watches.handle(&m, &peer, &conn) {
+                    Ok(watchers) => shoal_proto::OsdWatchReply {
+                        epoch,
+                        watchers,
+                        ..Default::default()
+                    }
+                    .into(),
+                    Err((code, message)) => shoal_proto::OsdWatchReply {
+                        code: code as u32,
+                        message,
+                        epoch,
+                        ..Default::default()
+                    }
+                    .into(),
+                },
+                Message::OsdNotify(m) => {
+                    let (reply, data) = watches.notify(&m, &peer, data, epoch).await;
+                    let _ = responder.reply(reply, data).await;
+                    return;
+                }
+                _ => return,
+            };
+            let _ = responder.reply(reply, bytes::Bytes::new()).await;
+        });
     }
 }
 

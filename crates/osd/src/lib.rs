@@ -26,5 +26,6 @@ pub mod pieces;
 pub mod recovery;
 pub mod scrub;
 pub mod shards;
+pub mod watch;
 
 mod heartbeat;

@@ -25,5 +25,6 @@ pub use message::{
 pub use osd::{
     CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp,
     OsdSubOpResult, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush,
-    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp,
+    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, OsdWatch,
+    OsdWatchReply, OsdNotify, OsdNotifyReply, WatchNotify, WatchNotifyAck, WatcherInfo,
 };

@@ -7,8 +7,9 @@
 use prost::Message as _;
 
 pub use crate::osd::{
-    EcRead, EcReadReply, OsdOp, OsdOpReply, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply,
-    PgPull, PgPush, PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply,
+    EcRead, EcReadReply, OsdNotify, OsdNotifyReply, OsdOp, OsdOpReply, OsdWatch, OsdWatchReply,
+    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply,
+    PgPull, PgPush, PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -372,6 +373,12 @@ messages! {
     213 => PgCommandReply,
     214 => EcRead,
     215 => EcReadReply,
+    216 => OsdWatch,
+    217 => OsdWatchReply,
+    218 => OsdNotify,
+    219 => OsdNotifyReply,
+    220 => WatchNotify,
+    221 => WatchNotifyAck,
 }
 
 #[cfg(test)]

@@ -946,3 +946,169 @@ pub struct PgCommandReply {
     #[prost(string, tag = "4")]
     pub output: String,
 }
+
+/// Watch requests on one object, sent by a client to the primary of the
+/// object's PG: register, renew or drop a watch, or list the watchers.
+/// Watches live in the primary's memory; the client renews its watch every
+/// few seconds and registers it again with a new primary, so a watch
+/// follows the PG and a watcher that stops renewing is dropped after
+/// `timeout_ms`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdWatch {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// The PG (its seed) the client mapped the object to.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// Object name.
+    #[prost(string, tag = "3")]
+    pub oid: String,
+    /// Object namespace.
+    #[prost(string, tag = "4")]
+    pub nspace: String,
+    /// The client's map epoch.
+    #[prost(uint32, tag = "5")]
+    pub epoch: u32,
+    /// The client instance.
+    #[prost(uint64, tag = "6")]
+    pub client_inc: u64,
+    /// The watch's id, chosen by the client.
+    #[prost(uint64, tag = "7")]
+    pub cookie: u64,
+    /// An `OsdWatch::OP_*`.
+    #[prost(uint32, tag = "8")]
+    pub op: u32,
+    /// Drop the watch when not renewed for this long (0: the OSD's default).
+    #[prost(uint32, tag = "9")]
+    pub timeout_ms: u32,
+}
+
+impl OsdWatch {
+    /// Register (or renew) the watch on this connection.
+    pub const OP_WATCH: u32 = 1;
+    /// Drop the watch.
+    pub const OP_UNWATCH: u32 = 2;
+    /// Renew the watch: `NotFound` if the OSD does not have it (register again).
+    pub const OP_PING: u32 = 3;
+    /// List the object's watchers.
+    pub const OP_LIST: u32 = 4;
+}
+
+/// One watcher of an object.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct WatcherInfo {
+    /// The watching client's entity name.
+    #[prost(string, tag = "1")]
+    pub entity: String,
+    /// Its client instance.
+    #[prost(uint64, tag = "2")]
+    pub client_inc: u64,
+    /// The watch's cookie.
+    #[prost(uint64, tag = "3")]
+    pub cookie: u64,
+    /// The client's address as the OSD sees it.
+    #[prost(string, tag = "4")]
+    pub addr: String,
+}
+
+/// The answer to an [`OsdWatch`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdWatchReply {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// For people.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The OSD's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// `OP_LIST`: the watchers.
+    #[prost(message, repeated, tag = "4")]
+    pub watchers: Vec<WatcherInfo>,
+}
+
+/// A notify: the primary sends the data part to every watcher of the
+/// object and answers once each has acknowledged or `timeout_ms` passed.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdNotify {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// The PG (its seed) the client mapped the object to.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// Object name.
+    #[prost(string, tag = "3")]
+    pub oid: String,
+    /// Object namespace.
+    #[prost(string, tag = "4")]
+    pub nspace: String,
+    /// The client's map epoch.
+    #[prost(uint32, tag = "5")]
+    pub epoch: u32,
+    /// How long to wait for the watchers' acknowledgements.
+    #[prost(uint32, tag = "6")]
+    pub timeout_ms: u32,
+}
+
+/// The answer to an [`OsdNotify`]: who acknowledged (their replies in the
+/// data part, `reply_len` bytes each, in order) and who did not in time.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OsdNotifyReply {
+    /// 0 or an [`OsdErrorCode`].
+    #[prost(uint32, tag = "1")]
+    pub code: u32,
+    /// For people.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The OSD's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The watchers that acknowledged.
+    #[prost(message, repeated, tag = "4")]
+    pub acked: Vec<WatcherInfo>,
+    /// Bytes of each acknowledgement's reply, in `acked` order.
+    #[prost(uint64, repeated, tag = "5")]
+    pub reply_len: Vec<u64>,
+    /// The watchers that did not acknowledge in time.
+    #[prost(message, repeated, tag = "6")]
+    pub missed: Vec<WatcherInfo>,
+}
+
+/// A notify delivered by the primary to one watcher (on the connection
+/// the watch was registered on); the data part is the notifier's payload.
+/// The watcher answers with a [`WatchNotifyAck`] whose data part is its reply.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchNotify {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// Object name.
+    #[prost(string, tag = "2")]
+    pub oid: String,
+    /// Object namespace.
+    #[prost(string, tag = "3")]
+    pub nspace: String,
+    /// The watch's cookie.
+    #[prost(uint64, tag = "4")]
+    pub cookie: u64,
+    /// This notify's id at the OSD.
+    #[prost(uint64, tag = "5")]
+    pub notify_id: u64,
+    /// The notifier's entity name.
+    #[prost(string, tag = "6")]
+    pub notifier: String,
+}
+
+/// A watcher's acknowledgement of a [`WatchNotify`]; its data part is the reply.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchNotifyAck {
+    /// The watch's cookie.
+    #[prost(uint64, tag = "1")]
+    pub cookie: u64,
+    /// The notify's id.
+    #[prost(uint64, tag = "2")]
+    pub notify_id: u64,
+}

@@ -234,6 +234,48 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..EcReadReply::default()
             })
         }),
+        (".{0,20}", any::<u64>(), any::<u32>()).prop_map(|(oid, cookie, op)| {
+            Message::OsdWatch(crate::OsdWatch {
+                oid,
+                cookie,
+                op,
+                ..Default::default()
+            })
+        }),
+        (".{0,20}", any::<u64>()).prop_map(|(entity, cookie)| {
+            Message::OsdWatchReply(crate::OsdWatchReply {
+                watchers: vec![crate::WatcherInfo {
+                    entity,
+                    cookie,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        }),
+        (".{0,20}", any::<u32>()).prop_map(|(oid, timeout_ms)| {
+            Message::OsdNotify(crate::OsdNotify {
+                oid,
+                timeout_ms,
+                ..Default::default()
+            })
+        }),
+        (any::<u32>(), any::<u64>()).prop_map(|(code, len)| {
+            Message::OsdNotifyReply(crate::OsdNotifyReply {
+                code,
+                reply_len: vec![len],
+                ..Default::default()
+            })
+        }),
+        (".{0,20}", any::<u64>()).prop_map(|(notifier, notify_id)| {
+            Message::WatchNotify(crate::WatchNotify {
+                notifier,
+                notify_id,
+                ..Default::default()
+            })
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(cookie, notify_id)| {
+            Message::WatchNotifyAck(crate::WatchNotifyAck { cookie, notify_id })
+        }),
         (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
             names: vec![name],
             more,

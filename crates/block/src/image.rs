@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object,
-    features, header_object, object_count, object_extents, object_map_object,
+    Header, OBJECT_EXISTS, header_object, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object,
+    features, object_count, object_extents, object_map_object,
 };
 use crate::lock::{self, LockOwner};
 use crate::rbd::{load_header, lookup_id};
@@ -91,7 +91,17 @@ pub(crate) struct Inner {
     /// Held while taking or giving up the lock.
     lock_change: tokio::sync::Mutex<()>,
     owned: AtomicBool,
+    /// Refuse to give the lock up when another client asks.
+    exclusive: AtomicBool,
+    /// Changes hold it shared; giving the lock up holds it alone, so no
+    /// change is in flight when another client takes the lock.
+    io_gate: tokio::sync::RwLock<()>,
     pub(crate) me: LockOwner,
+    /// Whether our watch on the header stands (writers only).
+    health: Option<shoal_client::WatchHealth>,
+    watch_timeout: std::time::Duration,
+    /// Answers the notifies on the header (writers only).
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The object map, when this client holds the lock and the image has one.
     map: Mutex<Option<Vec<u8>>>,
     /// Serializes changes of the object map.
@@ -122,6 +132,13 @@ impl Image {
             None => pool.clone(),
         };
         let data = data.with_namespace(pool.namespace());
+        // A writer watches the header: others reach it there to ask for
+        // the lock, and the watch tells them it is alive.
+        let watch = match read_only {
+            true => None,
+            false => Some(pool.watch(&header_object(&id)).await?),
+        };
+        let cookie = watch.as_ref().map_or(0, |w| w.cookie());
         let inner = Inner {
             pool: pool.clone(),
             data,
@@ -131,14 +148,30 @@ impl Image {
             read_only,
             lock_change: tokio::sync::Mutex::new(()),
             owned: AtomicBool::new(false),
-            me: LockOwner::new(pool.client()),
+            exclusive: AtomicBool::new(false),
+            io_gate: tokio::sync::RwLock::new(()),
+            me: LockOwner::new(pool.client(), cookie),
+            health: watch.as_ref().map(|w| w.health()),
+            watch_timeout: watch
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(30), |w| w.timeout()),
+            watcher: Mutex::new(None),
             map: Mutex::new(None),
             map_update: tokio::sync::Mutex::new(()),
             stripes: (0..STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
         };
-        Ok(Image {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        if let Some(w) = watch {
+            let task = tokio::spawn(answer_notifies(w, Arc::downgrade(&inner)));
+            *inner.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        }
+        Ok(Image { inner })
+    }
+
+    /// Whether this client keeps the lock when another asks for it
+    /// (default: it gives it up after its writes in flight, as librbd).
+    pub fn set_exclusive(&self, exclusive: bool) {
+        self.inner.exclusive.store(exclusive, Ordering::Release);
     }
 
     /// The image's name.
@@ -221,6 +254,7 @@ impl Image {
 
     /// Writes `data` at `offset`.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<()> {
+        let _gate = self.inner.io_gate.read().await;
         self.inner.writable().await?;
         let h = self.header();
         check_range(&self.inner.name, h.size, offset, data.len() as u64)?;
@@ -241,6 +275,7 @@ impl Image {
     /// Discards `len` bytes at `offset`: they read as zeros afterwards and,
     /// where whole objects or their tails are discarded, stop taking space.
     pub async fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let _gate = self.inner.io_gate.read().await;
         self.inner.writable().await?;
         let h = self.header();
         check_range(&self.inner.name, h.size, offset, len)?;
@@ -277,6 +312,7 @@ impl Image {
                 crate::format::SIZE_MAX
             )));
         }
+        let gate = self.inner.io_gate.read().await;
         self.inner.writable().await?;
         let old = self.header();
         let i = &self.inner;
@@ -327,6 +363,9 @@ impl Image {
         if h.features & features::OBJECT_MAP != 0 && count < old.object_count() {
             i.resize_map(count).await?;
         }
+        drop(gate);
+        // Readers elsewhere learn the new size (best effort).
+        let _ = lock::notify_header_update(&i.pool, &i.id).await;
         Ok(())
     }
 
@@ -369,6 +408,7 @@ impl Image {
 
     /// Takes the exclusive lock now (it is otherwise taken by the first change).
     pub async fn acquire_lock(&self) -> Result<()> {
+        let _gate = self.inner.io_gate.read().await;
         self.inner.writable().await
     }
 
@@ -377,9 +417,11 @@ impl Image {
         self.inner.release().await
     }
 
-    /// Closes the image: gives up the lock.
+    /// Closes the image: gives up the lock and the header watch.
     pub async fn close(self) -> Result<()> {
-        self.inner.release().await
+        let r = self.inner.release().await;
+        self.inner.stop_watching();
+        r
     }
 }
 
@@ -431,7 +473,54 @@ pub(crate) async fn join_all(mut set: JoinSet<Result<()>>) -> Result<()> {
     first
 }
 
+/// Answers the notifies on the header while the image is open.
+async fn answer_notifies(mut w: shoal_client::Watch, image: std::sync::Weak<Inner>) {
+    while let Some(ev) = w.next().await {
+        let Some(i) = image.upgrade() else { return };
+        let reply: &'static [u8] = match &ev.payload[..] {
+            p if p == lock::REQUEST_LOCK => {
+                if !i.owned.load(Ordering::Acquire) {
+                    lock::NOT_OWNER
+                } else if i.exclusive.load(Ordering::Acquire) {
+                    lock::BUSY
+                } else {
+                    match i.release().await {
+                        Ok(()) => lock::RELEASED,
+                        Err(e) => {
+                            tracing::warn!(image = %i.name, "giving up the lock: {e}");
+                            lock::BUSY
+                        }
+                    }
+                }
+            }
+            p if p == lock::HEADER_UPDATE => {
+                if !i.owned.load(Ordering::Acquire)
+                    && let Ok(h) = load_header(&i.pool, &i.name, &i.id).await
+                {
+                    *i.header.write().unwrap_or_else(|p| p.into_inner()) = h;
+                }
+                b""
+            }
+            _ => b"",
+        };
+        drop(i);
+        ev.ack(Bytes::from_static(reply)).await;
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_watching();
+    }
+}
+
 impl Inner {
+    fn stop_watching(&self) {
+        if let Some(t) = self.watcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
+    }
+
     fn header(&self) -> Header {
         self.header.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -601,16 +690,24 @@ impl Inner {
         if self.read_only {
             return Err(Error::ReadOnly(self.name.clone()));
         }
-        if self.owned.load(Ordering::Acquire) {
+        let standing = || self.health.as_ref().is_none_or(|h| h.healthy());
+        if self.owned.load(Ordering::Acquire) && standing() {
             return Ok(());
         }
         let _g = self.lock_change.lock().await;
         if self.owned.load(Ordering::Acquire) {
-            return Ok(());
+            if standing() {
+                return Ok(());
+            }
+            // Our watch lapsed: another client may have broken the lock.
+            // Stop writing as its owner until we hold it again.
+            tracing::warn!(image = %self.name, "the header watch lapsed: taking the lock again");
+            self.owned.store(false, Ordering::Release);
+            *self.map.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
         let h = self.header();
         if h.features & features::EXCLUSIVE_LOCK != 0 {
-            lock::acquire(&self.pool, &self.name, &self.id, &self.me).await?;
+            lock::acquire(&self.pool, &self.name, &self.id, &self.me, self.watch_timeout).await?;
             // The previous owner may have resized the image.
             match load_header(&self.pool, &self.name, &self.id).await {
                 Ok(h) => *self.header.write().unwrap_or_else(|p| p.into_inner()) = h,
@@ -629,6 +726,7 @@ impl Inner {
     }
 
     async fn release(&self) -> Result<()> {
+        let _gate = self.io_gate.write().await;
         let _g = self.lock_change.lock().await;
         if !self.owned.swap(false, Ordering::AcqRel) {
             return Ok(());

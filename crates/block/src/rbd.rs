@@ -259,11 +259,26 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
         Err(Error::NoImage { .. } | Error::Corrupt { .. }) => None,
         Err(e) => return Err(e),
     };
-    if let Some(owner) = lock::owner(pool, &id).await? {
-        return Err(Error::Busy {
-            image: name.to_string(),
-            why: format!("{owner} holds its lock"),
-        });
+    // Open for writing somewhere: its watch on the header stands.
+    match pool.list_watchers(&header_object(&id)).await {
+        Ok(w) if !w.is_empty() => {
+            let who: Vec<String> = w
+                .iter()
+                .map(|w| format!("{} at {}", w.entity, w.addr))
+                .collect();
+            return Err(Error::Busy {
+                image: name.to_string(),
+                why: format!("it is open for writing by {}", who.join(", ")),
+            });
+        }
+        Ok(_) | Err(ClusterError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // A lock left by an owner that died.
+    if let Some(owner) = lock::owner(pool, &id).await?
+        && !lock::owner_alive(pool, &id, &owner).await?
+    {
+        lock::break_lock(pool, &id, &owner).await?;
     }
     if let Some(h) = &header {
         let data = match h.data_pool {

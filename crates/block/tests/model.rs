@@ -3,9 +3,10 @@
 //! discards, write-zeroes, resizes and reopenings, on small objects so that
 //! I/O spans several; after each seed the object map must cover every data
 //! object that exists and the image must read whole as the model. The same
-//! runs with the data objects in an erasure-coded pool. Also: a second
-//! writer is refused while the first holds the lock, and takes it once the
-//! first closes; errors name the pool and image.
+//! runs with the data objects in an erasure-coded pool. Also the exclusive
+//! lock: an exclusive owner refuses a second writer clearly, a cooperative
+//! one hands the lock over after its writes, a vanished owner's lock is
+//! broken once its watch lapses; and errors name the pool and image.
 //!
 //! `SHOAL_BLOCK_SEEDS=N` runs N seeds per pool kind (default 6).
 
@@ -30,6 +31,7 @@ async fn client(c: &Cluster) -> Client {
     o.net = net_cfg();
     o.transport = Arc::new(c.net.clone());
     o.op_timeout = Duration::from_secs(30);
+    o.watch_timeout = Duration::from_secs(3);
     Client::connect(o).await.unwrap()
 }
 
@@ -248,23 +250,46 @@ async fn one_writer_at_a_time_and_clear_errors() {
 
     let ia = Image::open(&pa, "disk").await.unwrap();
     let ib = Image::open(&pb, "disk").await.unwrap();
+    ia.set_exclusive(true);
     ia.write(0, Bytes::from_static(b"first")).await.unwrap();
     assert!(ia.owns_lock());
+    // An exclusive owner keeps the lock: the second writer fails, clearly.
     let e = ib.write(0, Bytes::from_static(b"second")).await.unwrap_err();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
     assert!(e.to_string().contains("disk"), "{e}");
     assert!(matches!(ib.resize(10).await, Err(Error::Locked { .. })));
     // Reading needs no lock.
     assert_eq!(&ib.read(0, 5).await.unwrap()[..], b"first");
-    // Removal is refused while the lock is held.
-    assert!(matches!(
-        rbd::remove(&pb, "disk").await,
-        Err(Error::Busy { .. })
-    ));
-    ia.close().await.unwrap();
+    // Removal is refused while the image is open for writing.
+    let e = rbd::remove(&pb, "disk").await.unwrap_err();
+    assert!(matches!(e, Error::Busy { .. }), "{e}");
+    // A cooperative owner gives the lock up when asked, after its writes.
+    ia.set_exclusive(false);
     ib.write(0, Bytes::from_static(b"second")).await.unwrap();
-    assert_eq!(&ib.read(0, 6).await.unwrap()[..], b"second");
+    assert!(ib.owns_lock() && !ia.owns_lock());
+    assert_eq!(&ia.read(0, 6).await.unwrap()[..], b"second");
+    // And takes it back the same way.
+    ia.write(6, Bytes::from_static(b"!")).await.unwrap();
+    assert!(ia.owns_lock() && !ib.owns_lock());
+    assert_eq!(&ib.read(0, 7).await.unwrap()[..], b"second!");
+    ia.close().await.unwrap();
     ib.close().await.unwrap();
+
+    // An owner that vanishes without closing: its watch times out and the
+    // next writer breaks its lock.
+    let dead = client(&c).await;
+    let pd = dead.pool("rbd").unwrap();
+    let id = Image::open(&pd, "disk").await.unwrap();
+    id.set_exclusive(true);
+    id.write(0, Bytes::from_static(b"third")).await.unwrap();
+    dead.shutdown().await;
+    std::mem::forget(id);
+    let ic = Image::open(&pb, "disk").await.unwrap();
+    let t0 = std::time::Instant::now();
+    ic.write(0, Bytes::from_static(b"fourth")).await.unwrap();
+    assert!(t0.elapsed() >= Duration::from_secs(2), "broken too soon");
+    assert_eq!(&ic.read(0, 6).await.unwrap()[..], b"fourth");
+    ic.close().await.unwrap();
 
     // Rename, list, info.
     rbd::rename(&pa, "disk", "disk2").await.unwrap();
@@ -276,7 +301,7 @@ async fn one_writer_at_a_time_and_clear_errors() {
         .collect();
     assert_eq!(names, vec!["disk2".to_string()]);
     let i = Image::open(&pa, "disk2").await.unwrap();
-    assert_eq!(&i.read(0, 6).await.unwrap()[..], b"second");
+    assert_eq!(&i.read(0, 6).await.unwrap()[..], b"fourth");
     let info = i.info();
     assert_eq!(info.size, 1 << 20);
     assert_eq!(info.object_size, 4 << 20);

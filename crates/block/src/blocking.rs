@@ -15,7 +15,11 @@ pub struct Image<'a> {
 
 impl<'a> Image<'a> {
     /// Opens image `name` of pool `pool` for reading and writing.
-    pub fn open(client: &'a shoal_client::blocking::Client, pool: &str, name: &str) -> Result<Self> {
+    pub fn open(
+        client: &'a shoal_client::blocking::Client,
+        pool: &str,
+        name: &str,
+    ) -> Result<Self> {
         let p = client.inner().pool(pool)?;
         let inner = client.block_on(crate::Image::open(&p, name))?;
         Ok(Image { client, inner })

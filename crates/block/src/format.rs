@@ -119,7 +119,10 @@ pub fn check_name(name: &str) -> Result<()> {
             name.len()
         )));
     }
-    if let Some(c) = name.chars().find(|c| matches!(c, '/' | '@') || c.is_control()) {
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '/' | '@') || c.is_control())
+    {
         return Err(Error::InvalidArgument(format!(
             "image name {name:?} contains {c:?}"
         )));
@@ -266,10 +269,30 @@ mod tests {
         assert_eq!(
             e,
             vec![
-                ObjectExtent { objno: 0, offset: 4000, len: 96, buf_offset: 0 },
-                ObjectExtent { objno: 1, offset: 0, len: 4096, buf_offset: 96 },
-                ObjectExtent { objno: 2, offset: 0, len: 4096, buf_offset: 4192 },
-                ObjectExtent { objno: 3, offset: 0, len: 1712, buf_offset: 8288 },
+                ObjectExtent {
+                    objno: 0,
+                    offset: 4000,
+                    len: 96,
+                    buf_offset: 0
+                },
+                ObjectExtent {
+                    objno: 1,
+                    offset: 0,
+                    len: 4096,
+                    buf_offset: 96
+                },
+                ObjectExtent {
+                    objno: 2,
+                    offset: 0,
+                    len: 4096,
+                    buf_offset: 4192
+                },
+                ObjectExtent {
+                    objno: 3,
+                    offset: 0,
+                    len: 1712,
+                    buf_offset: 8288
+                },
             ]
         );
         assert!(object_extents(5, 0, 12).is_empty());

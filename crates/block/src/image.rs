@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    Header, OBJECT_EXISTS, header_object, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object,
-    features, object_count, object_extents, object_map_object,
+    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object, features,
+    header_object, object_count, object_extents, object_map_object,
 };
 use crate::lock::{self, LockOwner};
 use crate::rbd::{load_header, lookup_id};
@@ -421,6 +421,11 @@ impl Image {
     pub async fn close(self) -> Result<()> {
         let r = self.inner.release().await;
         self.inner.stop_watching();
+        if self.inner.health.is_some() {
+            let cookie = self.inner.me.cookie();
+            let header = header_object(&self.inner.id);
+            self.inner.pool.unwatch(&header, cookie).await?;
+        }
         r
     }
 }
@@ -516,13 +521,21 @@ impl Drop for Inner {
 
 impl Inner {
     fn stop_watching(&self) {
-        if let Some(t) = self.watcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(t) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             t.abort();
         }
     }
 
     fn header(&self) -> Header {
-        self.header.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.header
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn map_snapshot(&self) -> Option<Vec<u8>> {
@@ -614,11 +627,7 @@ impl Inner {
         self.pool
             .write(&oid, objno, Bytes::copy_from_slice(&[state]))
             .await?;
-        if let Some(m) = self
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
+        if let Some(m) = self.map.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
             && let Some(s) = m.get_mut(objno as usize)
         {
             *s = state;
@@ -631,12 +640,7 @@ impl Inner {
         let _g = self.map_update.lock().await;
         let oid = object_map_object(&self.id);
         self.pool.truncate(&oid, count).await?;
-        if let Some(m) = self
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-        {
+        if let Some(m) = self.map.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             m.resize(count as usize, OBJECT_NONEXISTENT);
         }
         Ok(())
@@ -707,7 +711,14 @@ impl Inner {
         }
         let h = self.header();
         if h.features & features::EXCLUSIVE_LOCK != 0 {
-            lock::acquire(&self.pool, &self.name, &self.id, &self.me, self.watch_timeout).await?;
+            lock::acquire(
+                &self.pool,
+                &self.name,
+                &self.id,
+                &self.me,
+                self.watch_timeout,
+            )
+            .await?;
             // The previous owner may have resized the image.
             match load_header(&self.pool, &self.name, &self.id).await {
                 Ok(h) => *self.header.write().unwrap_or_else(|p| p.into_inner()) = h,

@@ -56,6 +56,11 @@ impl LockOwner {
         ))
     }
 
+    /// The cookie of the owner's watch on the header.
+    pub fn cookie(&self) -> u64 {
+        parse_owner(&self.0).map_or(0, |(_, c)| c)
+    }
+
     /// As stored.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -156,7 +161,10 @@ pub async fn acquire(
         // after a third of the watch timeout before breaking the lock.
         match &suspect {
             Some((o, since)) if *o == owner && since.elapsed() >= watch_timeout / 3 => {
-                tracing::info!(image = name, "breaking the lock of {owner}: its watch is gone");
+                tracing::info!(
+                    image = name,
+                    "breaking the lock of {owner}: its watch is gone"
+                );
                 let op = Op::new()
                     .cmpxattr(LOCK_XATTR, CmpOp::Eq, owner.clone().into_bytes())
                     .setxattr(LOCK_XATTR, me.0.clone().into_bytes());

@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    DIRECTORY, Header, ORDER_DEFAULT, ORDER_MAX, ORDER_MIN, OBJECT_NONEXISTENT, SIZE_MAX,
+    DIRECTORY, Header, OBJECT_NONEXISTENT, ORDER_DEFAULT, ORDER_MAX, ORDER_MIN, SIZE_MAX,
     check_name, data_object, features, header_object, id_object, object_map_object,
 };
 use crate::image::{PARALLEL, join_all, join_one};
@@ -82,7 +82,9 @@ fn check_header_pool(pool: &Pool) -> Result<()> {
             pool.name()
         ))),
         Some(_) => Ok(()),
-        None => Err(Error::Cluster(ClusterError::NoPool(pool.name().to_string()))),
+        None => Err(Error::Cluster(ClusterError::NoPool(
+            pool.name().to_string(),
+        ))),
     }
 }
 

@@ -122,7 +122,10 @@ async fn check_object_map(pool: &Pool, data: &Pool, image: &Image) {
     }
     // Nothing past the end.
     let past = data.stat(&data_object(image.id(), h.object_count())).await;
-    assert!(past.is_err(), "a data object past the end survived a shrink");
+    assert!(
+        past.is_err(),
+        "a data object past the end survived a shrink"
+    );
 }
 
 async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) {
@@ -171,7 +174,11 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
                 image.flush().await.unwrap();
                 image.close().await.unwrap();
                 image = Image::open(pool, &name).await.unwrap();
-                assert_eq!(image.size(), model.len() as u64, "step {step}: size after reopen");
+                assert_eq!(
+                    image.size(),
+                    model.len() as u64,
+                    "step {step}: size after reopen"
+                );
             }
             _ => {}
         }
@@ -185,11 +192,17 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
         assert!(matches!(past, Err(Error::OutOfRange { .. })), "{past:?}");
     }
     let whole = image.read(0, model.len() as u64).await.unwrap();
-    assert!(whole[..] == model[..], "seed {seed}: the whole image differs");
+    assert!(
+        whole[..] == model[..],
+        "seed {seed}: the whole image differs"
+    );
     // A reader without the lock (no object map) sees the same.
     let reader = Image::open_read_only(pool, &name).await.unwrap();
     let whole = reader.read(0, model.len() as u64).await.unwrap();
-    assert!(whole[..] == model[..], "seed {seed}: a reader sees otherwise");
+    assert!(
+        whole[..] == model[..],
+        "seed {seed}: a reader sees otherwise"
+    );
     assert!(matches!(
         reader.write(0, Bytes::from_static(b"x")).await,
         Err(Error::ReadOnly(_))
@@ -254,7 +267,10 @@ async fn one_writer_at_a_time_and_clear_errors() {
     ia.write(0, Bytes::from_static(b"first")).await.unwrap();
     assert!(ia.owns_lock());
     // An exclusive owner keeps the lock: the second writer fails, clearly.
-    let e = ib.write(0, Bytes::from_static(b"second")).await.unwrap_err();
+    let e = ib
+        .write(0, Bytes::from_static(b"second"))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
     assert!(e.to_string().contains("disk"), "{e}");
     assert!(matches!(ib.resize(10).await, Err(Error::Locked { .. })));

@@ -130,6 +130,14 @@ impl Pool {
             .await
     }
 
+    /// Ends this client's watch `cookie` on `oid` (what [`crate::Watch::unwatch`]
+    /// does, for a watch owned elsewhere).
+    pub async fn unwatch(&self, oid: &str, cookie: u64) -> Result<()> {
+        self.client
+            .unwatch(self.id, &self.nspace, oid, cookie)
+            .await
+    }
+
     /// The live watchers of `oid`.
     pub async fn list_watchers(&self, oid: &str) -> Result<Vec<crate::WatcherInfo>> {
         self.client.list_watchers(self.id, &self.nspace, oid).await

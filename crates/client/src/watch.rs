@@ -153,9 +153,14 @@ impl Watch {
         self.target.client.inner.watches.remove(self.cookie);
         let t = self.target.clone();
         let cookie = self.cookie;
-        t.send(OsdWatch::OP_UNWATCH, cookie, self.timeout, Instant::now() + self.timeout)
-            .await
-            .map(|_| ())
+        t.send(
+            OsdWatch::OP_UNWATCH,
+            cookie,
+            self.timeout,
+            Instant::now() + self.timeout,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// A handle that tells whether the watch stands, kept apart from it.
@@ -197,7 +202,9 @@ impl Drop for Watch {
             let (cookie, timeout) = (self.cookie, self.timeout);
             rt.spawn(async move {
                 let deadline = Instant::now() + Duration::from_secs(5);
-                let _ = t.send(OsdWatch::OP_UNWATCH, cookie, timeout, deadline).await;
+                let _ = t
+                    .send(OsdWatch::OP_UNWATCH, cookie, timeout, deadline)
+                    .await;
             });
         }
     }
@@ -227,7 +234,14 @@ impl Target {
         };
         let (reply, _) = self
             .client
-            .pg_request(self.pool, &self.nspace, &self.oid, msg, Bytes::new(), deadline)
+            .pg_request(
+                self.pool,
+                &self.nspace,
+                &self.oid,
+                msg,
+                Bytes::new(),
+                deadline,
+            )
             .await?;
         match reply {
             Message::OsdWatchReply(OsdWatchReply { watchers, .. }) => Ok(watchers),
@@ -293,7 +307,8 @@ impl Client {
                 continue;
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let conn = match tokio::time::timeout(remaining, self.inner_msgr().connect(addr)).await {
+            let conn = match tokio::time::timeout(remaining, self.inner_msgr().connect(addr)).await
+            {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
                     last = format!("osd.{primary}: {e}");
@@ -356,7 +371,10 @@ impl Client {
         let (tx, events) = mpsc::unbounded_channel();
         self.inner.watches.add(cookie, tx);
         let deadline = Instant::now() + self.inner.opts.op_timeout;
-        if let Err(e) = target.send(OsdWatch::OP_WATCH, cookie, timeout, deadline).await {
+        if let Err(e) = target
+            .send(OsdWatch::OP_WATCH, cookie, timeout, deadline)
+            .await
+        {
             self.inner.watches.remove(cookie);
             return Err(e);
         }
@@ -427,6 +445,28 @@ impl Client {
             })
             .collect();
         Ok(NotifyResult { acked, missed })
+    }
+
+    /// Drops watch `cookie` of this client on `oid`.
+    pub(crate) async fn unwatch(
+        &self,
+        pool: u64,
+        nspace: &str,
+        oid: &str,
+        cookie: u64,
+    ) -> Result<()> {
+        self.inner.watches.remove(cookie);
+        let target = Target {
+            client: self.clone(),
+            pool,
+            nspace: nspace.to_string(),
+            oid: oid.to_string(),
+        };
+        let deadline = Instant::now() + self.inner.opts.op_timeout;
+        target
+            .send(OsdWatch::OP_UNWATCH, cookie, Duration::ZERO, deadline)
+            .await
+            .map(|_| ())
     }
 
     /// The watchers of `oid`.

@@ -110,10 +110,7 @@ async fn notifies_reach_every_watcher_and_watches_follow_the_pg() {
     let pg = pool.object_pg("hdr", "");
     let primary = map.pg_to_up_acting(pg).unwrap().acting_primary;
     c.stop_osd(primary).await;
-    c.command(Command::OsdDown {
-        ids: vec![primary],
-    })
-    .await;
+    c.command(Command::OsdDown { ids: vec![primary] }).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let now = n.map().unwrap();

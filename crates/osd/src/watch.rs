@@ -88,7 +88,10 @@ impl Watches {
             return Vec::new();
         };
         ws.retain(|w| w.live(now));
-        let out = ws.iter().map(|w| (w.info.clone(), w.conn.clone())).collect();
+        let out = ws
+            .iter()
+            .map(|w| (w.info.clone(), w.conn.clone()))
+            .collect();
         if ws.is_empty() {
             objects.remove(obj);
         }
@@ -107,7 +110,9 @@ impl Watches {
         let now = Instant::now();
         let entity = peer.name.to_string();
         let same = |w: &Watcher| {
-            w.info.entity == entity && w.info.client_inc == m.client_inc && w.info.cookie == m.cookie
+            w.info.entity == entity
+                && w.info.client_inc == m.client_inc
+                && w.info.cookie == m.cookie
         };
         match m.op {
             OsdWatch::OP_LIST => Ok(self.live(&obj, now).into_iter().map(|(i, _)| i).collect()),
@@ -201,8 +206,9 @@ impl Watches {
             set.spawn(async move {
                 let r = conn.request_with_timeout(msg, payload, timeout).await;
                 match r {
-                    Ok(r) if matches!(r.msg, Message::WatchNotifyAck(_))
-                        && r.data.len() <= NOTIFY_BYTES_MAX =>
+                    Ok(r)
+                        if matches!(r.msg, Message::WatchNotifyAck(_))
+                            && r.data.len() <= NOTIFY_BYTES_MAX =>
                     {
                         (info, Some(r.data))
                     }

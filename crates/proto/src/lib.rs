@@ -23,8 +23,8 @@ pub use message::{
     MonRaftReply, MonSubscribe, MonUpdate, Ping, Pong, RejectCode,
 };
 pub use osd::{
-    CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdOp, OsdOpReply, OsdSubOp,
-    OsdSubOpResult, PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush,
-    PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, OsdWatch,
-    OsdWatchReply, OsdNotify, OsdNotifyReply, WatchNotify, WatchNotifyAck, WatcherInfo,
+    CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdNotify, OsdNotifyReply,
+    OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, OsdWatch, OsdWatchReply, PgCommand,
+    PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub, PgScrubMap,
+    RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, WatchNotify, WatchNotifyAck, WatcherInfo,
 };

@@ -8,8 +8,8 @@ use prost::Message as _;
 
 pub use crate::osd::{
     EcRead, EcReadReply, OsdNotify, OsdNotifyReply, OsdOp, OsdOpReply, OsdWatch, OsdWatchReply,
-    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply,
-    PgPull, PgPush, PgQuery, PgScrub, PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
+    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub,
+    PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
 };
 
 /// Handshake, first frame from the connecting side.

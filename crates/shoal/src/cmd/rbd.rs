@@ -135,6 +135,20 @@ enum RbdCmd {
     },
     /// Time I/O against an image, as `rbd bench`.
     Bench(BenchArgs),
+    /// Test tool: write COUNT blocks of 4 KiB, block N at offset N*4096
+    /// (wrapping), each 512-byte sector stamped with N; 16 in flight;
+    /// prints `acked N` as each completes.
+    #[command(hide = true)]
+    Stamp {
+        /// `[POOL/]IMAGE`.
+        image: String,
+        /// Blocks to write.
+        #[arg(long)]
+        count: u64,
+        /// Keep the lock when another client asks for it.
+        #[arg(long)]
+        exclusive: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -291,14 +305,15 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             let pool = pool_of(client, p)?;
             let features = match image_feature {
                 None => fmt::features::DEFAULT,
-                Some(list) => list.split(',').map(str::trim).filter(|f| !f.is_empty()).try_fold(
-                    0,
-                    |acc, f| {
+                Some(list) => list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|f| !f.is_empty())
+                    .try_fold(0, |acc, f| {
                         fmt::features::parse(f)
                             .map(|b| acc | b)
                             .with_context(|| format!("unknown image feature {f:?}"))
-                    },
-                )?,
+                    })?,
             };
             let o = CreateOptions {
                 order: order_of(object_size.as_deref())?,
@@ -348,7 +363,12 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 writeln!(out, "{}", serde_json::to_value(&info)?)?;
             } else {
                 writeln!(out, "rbd image '{}':", info.name)?;
-                writeln!(out, "\tsize {} in {} objects", human(info.size), info.objects)?;
+                writeln!(
+                    out,
+                    "\tsize {} in {} objects",
+                    human(info.size),
+                    info.objects
+                )?;
                 writeln!(
                     out,
                     "\torder {} ({} objects)",
@@ -379,9 +399,11 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             let i = Image::open(&pool, name).await?;
             let size = parse_size(&size, 1 << 20)?;
             if size < i.size() && !allow_shrink {
+                let old = i.size();
+                i.close().await?;
                 bail!(
                     "shrinking {name} from {} to {} discards data: add --allow-shrink",
-                    human(i.size()),
+                    human(old),
                     human(size)
                 );
             }
@@ -409,7 +431,11 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 }
                 None => {
                     let pool = pool_of(client, dp)?;
-                    let all = rbd::list(&pool).await?.into_iter().map(|e| e.name).collect();
+                    let all = rbd::list(&pool)
+                        .await?
+                        .into_iter()
+                        .map(|e| e.name)
+                        .collect();
                     (dp, all)
                 }
             };
@@ -496,6 +522,15 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             }
         }
         RbdCmd::Bench(b) => bench(client, dp, format, b).await?,
+        RbdCmd::Stamp {
+            image,
+            count,
+            exclusive,
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            stamp(&pool, name, count, exclusive).await?;
+        }
     }
     Ok(())
 }
@@ -585,7 +620,11 @@ async fn import_into(
     progress: bool,
 ) -> anyhow::Result<()> {
     let chunk = image.header().object_size() as usize;
-    let mut bar = Progress::new("Importing image", size.unwrap_or(0), progress && size.is_some());
+    let mut bar = Progress::new(
+        "Importing image",
+        size.unwrap_or(0),
+        progress && size.is_some(),
+    );
     let mut set = tokio::task::JoinSet::new();
     let mut at = 0u64;
     loop {
@@ -693,6 +732,56 @@ impl WriteSeek for NoSeek {
     fn set_len(&mut self, _: u64) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// One stamped sector: `STAMP`, the block number, the sector's index, and
+/// a fill derived from both (so a torn or misplaced sector shows).
+pub fn stamp_sector(block: u64, sector: u64) -> [u8; 512] {
+    let mut s = [0u8; 512];
+    s[..8].copy_from_slice(b"STAMP---");
+    s[8..16].copy_from_slice(&block.to_le_bytes());
+    s[16..24].copy_from_slice(&sector.to_le_bytes());
+    for (i, b) in s[24..].iter_mut().enumerate() {
+        *b = (block.wrapping_mul(31).wrapping_add(sector * 7 + i as u64) % 251) as u8;
+    }
+    s
+}
+
+async fn stamp(pool: &Pool, name: &str, count: u64, exclusive: bool) -> anyhow::Result<()> {
+    let image = Image::open(pool, name).await?;
+    image.set_exclusive(exclusive);
+    image.acquire_lock().await?;
+    let blocks = image.size() / 4096;
+    if blocks == 0 {
+        bail!("image {name} is smaller than one block");
+    }
+    outln!("locked");
+    crate::cmd::out::flush();
+    let mut set = tokio::task::JoinSet::new();
+    for n in 0..count {
+        let mut buf = Vec::with_capacity(4096);
+        for sector in 0..8 {
+            buf.extend_from_slice(&stamp_sector(n, sector));
+        }
+        let image = image.clone();
+        set.spawn(async move {
+            image
+                .write((n % blocks) * 4096, Bytes::from(buf))
+                .await
+                .map(|()| n)
+        });
+        while set.len() >= 16 {
+            if let Some(r) = set.join_next().await {
+                outln!("acked {}", r??);
+                crate::cmd::out::flush();
+            }
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        outln!("acked {}", r??);
+    }
+    image.close().await?;
+    Ok(())
 }
 
 async fn bench(client: &Client, dp: &str, format: Format, b: BenchArgs) -> anyhow::Result<()> {

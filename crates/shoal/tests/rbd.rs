@@ -1,0 +1,338 @@
+//! `shoal rbd` against a `shoal dev` cluster, as a user runs it: images
+//! made, listed, inspected, imported and exported (sparse), resized,
+//! renamed and removed, with errors that name what is wrong; `rbd bench`;
+//! and a writer SIGKILLed mid-stream, on a replicated pool and with the
+//! data in an erasure-coded pool: every write it had acknowledged is there
+//! whole, no 512-byte sector is torn, a second process is refused while the
+//! exclusive writer lives and takes the lock once its watch lapses.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{Dev, SHOAL};
+
+fn cluster(tag: &str) -> Dev {
+    let d = Dev::new(tag);
+    d.ok(&[
+        "--set",
+        "client_watch_timeout_ms=3000",
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "3",
+    ]);
+    d.ok(&[
+        "osd",
+        "erasure-code-profile",
+        "set",
+        "two-one",
+        "k=2",
+        "m=1",
+        "crush-failure-domain=osd",
+    ]);
+    d.ok(&["osd", "pool", "create", "ec", "8", "erasure", "two-one"]);
+    d.ok(&["osd", "pool", "set", "ec", "allow_ec_overwrites", "true"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !d.all_active_clean() {
+        assert!(Instant::now() < deadline, "{}", d.ok(&["pg", "stat"]));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    d
+}
+
+fn err(d: &Dev, args: &[&str]) -> String {
+    let out = d.run(args);
+    assert!(!out.status.success(), "shoal {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn images_from_the_command_line() {
+    let d = cluster("rbd-cli");
+    let dir = &d.0;
+    d.ok(&["rbd", "create", "disk", "--size", "64M"]);
+    d.ok(&[
+        "rbd",
+        "create",
+        "ecdisk",
+        "--size",
+        "32M",
+        "--data-pool",
+        "ec",
+    ]);
+    let ls = d.json(&["rbd", "ls"]);
+    assert_eq!(ls, serde_json::json!(["disk", "ecdisk"]));
+    let info = d.json(&["rbd", "info", "ecdisk"]);
+    assert_eq!(info["size"], 32 << 20);
+    assert_eq!(info["object_size"], 4 << 20);
+    assert_eq!(info["data_pool"], "ec");
+    assert!(
+        d.ok(&["rbd", "info", "disk"])
+            .contains("size 64 MiB in 16 objects")
+    );
+
+    // Import and export, sparse: 1 MiB of data, a 20 MiB hole, a tail.
+    let src = dir.join("src.img");
+    let mut body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8 + 1).collect();
+    body.resize(21 << 20, 0);
+    body.extend_from_slice(b"the end");
+    std::fs::write(&src, &body).unwrap();
+    for (image, extra) in [("imp", None), ("ecimp", Some("ec"))] {
+        let mut args = vec!["rbd", "import", src.to_str().unwrap(), image];
+        if let Some(p) = extra {
+            args.extend(["--data-pool", p]);
+        }
+        d.ok(&args);
+        let out = dir.join(format!("{image}.out"));
+        d.ok(&["rbd", "export", image, out.to_str().unwrap()]);
+        assert!(
+            std::fs::read(&out).unwrap() == body,
+            "{image} exported otherwise"
+        );
+        // The hole stayed a hole.
+        let used = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&out).unwrap()) * 512;
+        assert!(used < 10 << 20, "{image}: the export takes {used} bytes");
+        let du = d.json(&["rbd", "du", image]);
+        let row = &du["images"][0];
+        assert_eq!(row["provisioned_size"], body.len() as u64);
+        // Two of six objects were written.
+        assert_eq!(row["objects"], 2, "{du}");
+        // To standard output.
+        let piped = Command::new(SHOAL)
+            .args(["rbd", "export", image, "-"])
+            .env("SHOAL_CONF", dir.join("shoal.conf"))
+            .output()
+            .unwrap();
+        assert!(piped.status.success());
+        assert!(piped.stdout == body);
+    }
+
+    // Resize: shrinking needs saying so.
+    let e = err(&d, &["rbd", "resize", "imp", "--size", "1M"]);
+    assert!(e.contains("--allow-shrink"), "{e}");
+    d.ok(&["rbd", "resize", "imp", "--size", "1M", "--allow-shrink"]);
+    assert_eq!(d.json(&["rbd", "info", "imp"])["size"], 1 << 20);
+    d.ok(&["rbd", "resize", "imp", "--size", "2M"]);
+    let out = dir.join("grown.out");
+    d.ok(&["rbd", "export", "imp", out.to_str().unwrap()]);
+    let grown = std::fs::read(&out).unwrap();
+    assert!(grown[..1 << 20] == body[..1 << 20]);
+    assert!(
+        grown[1 << 20..].iter().all(|b| *b == 0),
+        "shrink then grow left data behind"
+    );
+
+    // Rename and remove.
+    d.ok(&["rbd", "mv", "imp", "renamed"]);
+    let ls = d.ok(&["rbd", "ls"]);
+    assert!(
+        ls.contains("renamed") && !ls.lines().any(|l| l == "imp"),
+        "{ls}"
+    );
+    d.ok(&["rbd", "rm", "renamed"]);
+    d.ok(&["rbd", "rm", "ecimp"]);
+    assert_eq!(
+        d.json(&["rbd", "ls"]),
+        serde_json::json!(["disk", "ecdisk"])
+    );
+
+    // Errors name the pool, image or feature.
+    let e = err(&d, &["rbd", "info", "nope"]);
+    assert!(e.contains("image nope does not exist in pool rbd"), "{e}");
+    let e = err(&d, &["rbd", "ls", "nopool"]);
+    assert!(e.contains("pool nopool does not exist"), "{e}");
+    let e = err(&d, &["rbd", "create", "disk", "--size", "1M"]);
+    assert!(e.contains("image disk already exists in pool rbd"), "{e}");
+    let e = err(
+        &d,
+        &[
+            "rbd",
+            "create",
+            "x",
+            "--size",
+            "1M",
+            "--data-pool",
+            "nopool",
+        ],
+    );
+    assert!(e.contains("nopool"), "{e}");
+    let e = err(&d, &["rbd", "create", "ec/x", "--size", "1M"]);
+    assert!(e.contains("erasure-coded"), "{e}");
+    let e = err(
+        &d,
+        &[
+            "rbd",
+            "create",
+            "x",
+            "--size",
+            "1M",
+            "--image-feature",
+            "journaling",
+        ],
+    );
+    assert!(e.contains("journaling"), "{e}");
+    let e = err(&d, &["rbd", "rm", "nope"]);
+    assert!(e.contains("nope"), "{e}");
+
+    // rbd bench, as Ceph's: every I/O counted.
+    for (ty, pattern) in [("write", "rand"), ("read", "rand"), ("rw", "seq")] {
+        let v = d.json(&[
+            "rbd",
+            "bench",
+            "ecdisk",
+            "--io-type",
+            ty,
+            "--io-size",
+            "4K",
+            "--io-threads",
+            "4",
+            "--io-total",
+            "2M",
+            "--io-pattern",
+            pattern,
+        ]);
+        assert_eq!(v["ops"], 512, "{ty}: {v}");
+        assert!(v["ops_per_s"].as_f64().unwrap() > 0.0);
+    }
+    let plain = d.ok(&[
+        "rbd",
+        "bench",
+        "disk",
+        "--io-type",
+        "write",
+        "--io-total",
+        "1M",
+    ]);
+    assert!(plain.contains("ops: 256"), "{plain}");
+}
+
+/// Reads `shoal rbd stamp`'s lines as they come.
+fn lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines() {
+            let Ok(l) = l else { return };
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Kills the writer however the test ends.
+struct Writer(std::process::Child);
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn stamp_sector(block: u64, sector: u64) -> Vec<u8> {
+    let mut s = vec![0u8; 512];
+    s[..8].copy_from_slice(b"STAMP---");
+    s[8..16].copy_from_slice(&block.to_le_bytes());
+    s[16..24].copy_from_slice(&sector.to_le_bytes());
+    for (i, b) in s[24..].iter_mut().enumerate() {
+        *b = (block.wrapping_mul(31).wrapping_add(sector * 7 + i as u64) % 251) as u8;
+    }
+    s
+}
+
+fn killed_writer(d: &Dev, image: &str, data_pool: Option<&str>) {
+    let mut create = vec![
+        "rbd",
+        "create",
+        image,
+        "--size",
+        "64M",
+        "--object-size",
+        "64K",
+    ];
+    if let Some(p) = data_pool {
+        create.extend(["--data-pool", p]);
+    }
+    d.ok(&create);
+    let child = Command::new(SHOAL)
+        .args(["rbd", "stamp", image, "--count", "16384", "--exclusive"])
+        .env("SHOAL_CONF", d.0.join("shoal.conf"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut w = Writer(child);
+    let rx = lines(&mut w.0);
+    let mut acked = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut checked_lock = false;
+    while acked.len() < 400 {
+        let l = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        if let Some(n) = l.strip_prefix("acked ") {
+            acked.push(n.parse::<u64>().unwrap());
+        }
+        if acked.len() >= 50 && !checked_lock {
+            checked_lock = true;
+            // A second process is refused while the writer lives.
+            let e = err(d, &["rbd", "resize", image, "--size", "128M"]);
+            assert!(e.contains("locked by"), "{e}");
+            let locks = d.ok(&["rbd", "lock", "ls", image]);
+            assert!(locks.contains("1 exclusive lock"), "{locks}");
+        }
+        assert!(Instant::now() < deadline);
+    }
+    w.0.kill().unwrap();
+    w.0.wait().unwrap();
+    // Lines already written are acknowledged writes too.
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        if let Some(n) = l.strip_prefix("acked ") {
+            acked.push(n.parse::<u64>().unwrap());
+        }
+    }
+    // The dead writer's lock is broken once its watch lapses.
+    d.ok(&["rbd", "resize", image, "--size", "128M"]);
+    let out = d.0.join(format!("{image}.out"));
+    d.ok(&["rbd", "export", image, out.to_str().unwrap()]);
+    let data = std::fs::read(&out).unwrap();
+    assert_eq!(data.len(), 128 << 20);
+    for n in &acked {
+        for s in 0..8 {
+            let at = (*n as usize * 8 + s as usize) * 512;
+            assert!(
+                data[at..at + 512] == stamp_sector(*n, s)[..],
+                "{image}: acknowledged block {n} sector {s} is not there"
+            );
+        }
+    }
+    let mut written = 0;
+    for (i, sector) in data.chunks(512).enumerate() {
+        if sector.iter().all(|b| *b == 0) {
+            continue;
+        }
+        let (block, s) = ((i / 8) as u64, (i % 8) as u64);
+        assert!(
+            sector == &stamp_sector(block, s)[..],
+            "{image}: sector {i} is torn or misplaced"
+        );
+        written += 1;
+    }
+    assert!(written >= acked.len() * 8);
+    d.ok(&["rbd", "rm", image]);
+}
+
+#[test]
+fn a_killed_writer_keeps_every_acknowledged_write_and_tears_no_sector() {
+    let d = cluster("rbd-kill");
+    killed_writer(&d, "victim", None);
+    killed_writer(&d, "ecvictim", Some("ec"));
+}

@@ -517,7 +517,7 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 writeln!(out, "There is 1 exclusive lock on this image.")?;
                 let mut f = o.splitn(2, ' ');
                 let who = f.next().unwrap_or("");
-                writeln!(out, "{:<24} {}", "Locker", "ID")?;
+                writeln!(out, "{:<24} ID", "Locker")?;
                 writeln!(out, "{who:<24} {}", f.next().unwrap_or(""))?;
             }
         }

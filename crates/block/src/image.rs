@@ -63,7 +63,7 @@ pub struct ImageInfo {
 pub struct DiskUsage {
     /// The image's size.
     pub provisioned: u64,
-    /// Bytes of data objects that exist (their sizes added up).
+    /// Bytes the data objects hold (their allocated extents added up).
     pub used: u64,
     /// Data objects that exist.
     pub objects: u64,
@@ -369,7 +369,49 @@ impl Image {
         Ok(())
     }
 
-    /// The space the image's data objects take.
+    /// The allocated ranges of `[offset, offset + len)`, `(offset, length)`
+    /// in order: what lies outside them reads as zeros (thin images say
+    /// what they hold; NBD's block status answers from this).
+    pub async fn allocated(&self, offset: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        let h = self.header();
+        check_range(&self.inner.name, h.size, offset, len)?;
+        let mut set = JoinSet::new();
+        let mut found = Vec::new();
+        for e in object_extents(offset, len, h.order) {
+            if self.inner.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
+                continue;
+            }
+            let data = self.inner.data.clone();
+            let oid = data_object(&self.inner.id, e.objno);
+            let base = offset + e.buf_offset - e.offset;
+            set.spawn(async move {
+                match data.allocated(&oid, e.offset, e.len).await {
+                    Ok(v) => Ok(v.into_iter().map(|(o, n)| (base + o, n)).collect()),
+                    Err(ClusterError::NotFound(_)) => Ok(Vec::new()),
+                    Err(e) => Err(Error::from(e)),
+                }
+            });
+            while set.len() >= PARALLEL {
+                if let Some(r) = set.join_next().await {
+                    found.extend(r.map_err(joined)??);
+                }
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            found.extend(r.map_err(joined)??);
+        }
+        found.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(found.len());
+        for (o, n) in found {
+            match out.last_mut() {
+                Some((po, pn)) if *po + *pn == o => *pn += n,
+                _ => out.push((o, n)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The space the image's data objects take: their allocated bytes.
     pub async fn du(&self) -> Result<DiskUsage> {
         let h = self.header();
         let i = &self.inner;
@@ -390,8 +432,8 @@ impl Image {
             let data = i.data.clone();
             let oid = data_object(&i.id, objno);
             set.spawn(async move {
-                match data.stat(&oid).await {
-                    Ok(st) => Ok(Some(st.size)),
+                match data.allocated(&oid, 0, 0).await {
+                    Ok(ext) => Ok(Some(ext.iter().map(|(_, n)| n).sum())),
                     Err(ClusterError::NotFound(_)) => Ok(None),
                     Err(e) => Err(Error::from(e)),
                 }

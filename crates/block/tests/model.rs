@@ -210,6 +210,21 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
     check_object_map(pool, data, &image).await;
     let du = image.du().await.unwrap();
     assert_eq!(du.provisioned, model.len() as u64);
+    let nonzero_bytes = model.iter().filter(|b| **b != 0).count() as u64;
+    assert!(du.used >= nonzero_bytes, "{du:?} < {nonzero_bytes} bytes");
+    // Every byte of data lies in an allocated range.
+    let mut at = 0usize;
+    for (o, n) in image.allocated(0, model.len() as u64).await.unwrap() {
+        assert!(
+            model[at..o as usize].iter().all(|b| *b == 0),
+            "seed {seed}: data outside the allocated ranges before {o}"
+        );
+        at = (o + n) as usize;
+    }
+    assert!(
+        model[at..].iter().all(|b| *b == 0),
+        "seed {seed}: data past the allocated ranges"
+    );
     let nonzero_objects = model
         .chunks(obj as usize)
         .filter(|c| c.iter().any(|b| *b != 0))

@@ -73,7 +73,7 @@ impl Op {
     pub(crate) fn reply_len_hint(&self) -> usize {
         self.subs
             .iter()
-            .filter(|s| s.code == OpCode::Read as u32)
+            .filter(|s| s.code == OpCode::Read as u32 || s.code == OpCode::SparseRead as u32)
             .map(|s| usize::try_from(s.length).unwrap_or(usize::MAX))
             .fold(0, usize::saturating_add)
     }
@@ -122,6 +122,28 @@ impl Op {
             offset,
             length: len,
             ..Op::code(OpCode::Read)
+        };
+        self.push(s, Bytes::new())
+    }
+
+    /// The allocated extents of `len` bytes at `offset` (`len` 0: to the
+    /// end) and their data: [`OpResult::extents`] and [`OpResult::data`].
+    pub fn sparse_read(self, offset: u64, len: u64) -> Op {
+        let s = OsdSubOp {
+            offset,
+            length: len,
+            ..Op::code(OpCode::SparseRead)
+        };
+        self.push(s, Bytes::new())
+    }
+
+    /// The allocated extents of `len` bytes at `offset`, without their data.
+    pub fn allocated(self, offset: u64, len: u64) -> Op {
+        let s = OsdSubOp {
+            offset,
+            length: len,
+            flags: OsdSubOp::EXTENTS_ONLY,
+            ..Op::code(OpCode::SparseRead)
         };
         self.push(s, Bytes::new())
     }
@@ -317,6 +339,17 @@ impl OpResult {
     pub fn data(&self, i: usize) -> Result<Bytes> {
         self.get(i)?;
         Ok(self.data.get(i).cloned().unwrap_or_default())
+    }
+
+    /// A sparse read's extents, `(offset, length)` in order; its data
+    /// ([`OpResult::data`]) is theirs, concatenated.
+    pub fn extents(&self, i: usize) -> Result<Vec<(u64, u64)>> {
+        let r = self.get(i)?;
+        if r.extents.len() % 2 != 0 {
+            return Err(Error::Protocol("an odd number of extent fields".into()));
+        }
+        let ext: Vec<(u64, u64)> = r.extents.chunks(2).map(|p| (p[0], p[1])).collect();
+        Ok(ext)
     }
 
     /// A `stat` result.

@@ -163,6 +163,33 @@ impl Pool {
         single(self.operate(oid, Op::new().read(offset, len)).await)?.data(0)
     }
 
+    /// The allocated extents of `len` bytes at `offset` (`len` 0: to the
+    /// end) and their data, concatenated.
+    pub async fn sparse_read(
+        &self,
+        oid: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Vec<(u64, u64)>, Bytes)> {
+        let r = single(self.operate(oid, Op::new().sparse_read(offset, len)).await)?;
+        let extents = r.extents(0)?;
+        let data = r.data(0)?;
+        let total: u64 = extents.iter().map(|(_, n)| n).sum();
+        if total != data.len() as u64 {
+            return Err(Error::Protocol(format!(
+                "a sparse read's extents cover {total} bytes, its data {}",
+                data.len()
+            )));
+        }
+        Ok((extents, data))
+    }
+
+    /// The allocated extents of `len` bytes at `offset`: what lies outside
+    /// them reads as zeros.
+    pub async fn allocated(&self, oid: &str, offset: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        single(self.operate(oid, Op::new().allocated(offset, len)).await)?.extents(0)
+    }
+
     /// Size, mtime and version.
     pub async fn stat(&self, oid: &str) -> Result<ObjectStat> {
         single(self.operate(oid, Op::new().stat()).await)?.stat(0)

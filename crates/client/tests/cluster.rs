@@ -366,3 +366,32 @@ async fn below_min_size_writes_wait_then_time_out_and_resume_when_members_return
         .unwrap();
     assert_eq!(&pool.read("m", 0, 0).await.unwrap()[..], b"3");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_read_returns_the_allocated_extents_and_their_data() {
+    let c = Cluster::with_pool("client-sparse", 3, 3, 8).await;
+    let client = admin(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    pool.write("s", 0, vec![1u8; 4096]).await.unwrap();
+    pool.write("s", 1 << 20, vec![2u8; 4096]).await.unwrap();
+    pool.truncate("s", 2 << 20).await.unwrap();
+    let (ext, data) = pool.sparse_read("s", 0, 0).await.unwrap();
+    assert_eq!(ext, vec![(0, 4096), (1 << 20, 4096)]);
+    assert_eq!(data.len(), 8192);
+    assert!(data[..4096].iter().all(|b| *b == 1) && data[4096..].iter().all(|b| *b == 2));
+    assert_eq!(pool.allocated("s", 0, 0).await.unwrap(), ext);
+    // A part of the object: clipped to it.
+    assert_eq!(
+        pool.allocated("s", 2048, 1 << 20).await.unwrap(),
+        vec![(2048, 2048), (1 << 20, 2048)]
+    );
+    pool.zero("s", 0, 4096).await.unwrap();
+    assert_eq!(
+        pool.allocated("s", 0, 0).await.unwrap(),
+        vec![(1 << 20, 4096)]
+    );
+    assert!(matches!(
+        pool.sparse_read("none", 0, 0).await,
+        Err(Error::NotFound(_))
+    ));
+}

@@ -191,6 +191,16 @@ impl ObjectStore for CrashStore {
     fn statfs(&self) -> Result<StatFs> {
         self.live.statfs()
     }
+
+    fn allocated(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        self.live.allocated(c, o, offset, len)
+    }
 }
 
 #[cfg(test)]

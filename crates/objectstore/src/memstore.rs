@@ -348,6 +348,19 @@ impl ObjectStore for MemStore {
         self.with_object(c, o, |obj| obj.meta.xattrs.get(name).cloned())
     }
 
+    fn allocated(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        self.with_object(c, o, |obj| {
+            let end = offset.saturating_add(len).min(obj.data.len());
+            obj.data.allocated(offset, end)
+        })
+    }
+
     fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
         self.with_object(c, o, |obj| obj.meta.xattrs.clone())
     }

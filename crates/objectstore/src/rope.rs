@@ -85,6 +85,23 @@ impl Rope {
         out.freeze()
     }
 
+    /// The ranges of `[start, end)` that parts hold, joined where they touch.
+    pub(crate) fn allocated(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        if start >= end {
+            return out;
+        }
+        for (at, part) in self.overlapping(start, end) {
+            let from = at.max(start);
+            let to = (at + part.len() as u64).min(end);
+            match out.last_mut() {
+                Some((o, l)) if *o + *l == from => *l += to - from,
+                _ => out.push((from, to - from)),
+            }
+        }
+        out
+    }
+
     /// The parts that overlap `[start, end)`, by offset.
     fn overlapping(&self, start: u64, end: u64) -> Vec<(u64, Bytes)> {
         let mut found: Vec<(u64, Bytes)> = self

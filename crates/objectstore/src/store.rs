@@ -47,6 +47,9 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 ///    that error; a failed sync is never retried. Reads keep working.
 /// 9. **Copies.** `Clone` and `Rename` replace the destination whole; clones share no
 ///    state with their source afterwards (writing one never changes the other).
+/// 10. **Allocation.** `allocated` reports every range that holds data; whole
+///    4 KiB blocks never written, zeroed or cut off are not reported (the
+///    conformance suite checks both, against the model too).
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Check and apply `txn` (visible to reads at once) and queue it for durability.
     /// May block briefly: when too many transactions await durability it waits for room
@@ -114,6 +117,26 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
 
     /// Store-wide space figures.
     fn statfs(&self) -> Result<StatFs>;
+
+    /// The allocated ranges of `[offset, offset + len)`, clipped to the object's
+    /// size, as `(offset, length)` in order and never touching: what lies outside
+    /// them reads as zeros. A store may count zeros as allocated (this default
+    /// counts everything), never data as unallocated.
+    fn allocated(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let size = self.stat(c, o)?.size;
+        let end = offset.saturating_add(len).min(size);
+        Ok(if end > offset {
+            vec![(offset, end - offset)]
+        } else {
+            Vec::new()
+        })
+    }
 }
 
 /// A shared store is a store (a test can keep a handle while the code
@@ -180,5 +203,14 @@ impl<S: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<S> {
     }
     fn statfs(&self) -> Result<StatFs> {
         (**self).statfs()
+    }
+    fn allocated(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        (**self).allocated(c, o, offset, len)
     }
 }

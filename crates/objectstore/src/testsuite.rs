@@ -31,6 +31,7 @@ fn setup(s: &dyn ObjectStore) {
 /// Run every check, each on a fresh store from `factory`.
 pub fn run_all(factory: &mut dyn FnMut() -> Box<dyn ObjectStore>) {
     data_laws(&*factory());
+    allocation(&*factory());
     atomicity(&*factory());
     listing(&*factory());
     clone_rename(&*factory());
@@ -79,6 +80,85 @@ pub fn data_laws(s: &dyn ObjectStore) {
     assert!(got[95..95 + 5000].iter().all(|b| *b == 0));
     assert!(matches!(
         s.read(&C, &obj("none"), 0, 1),
+        Err(Error::ObjectNotFound(..))
+    ));
+}
+
+/// The allocated ranges of an object whose data is `data` are ordered, apart,
+/// within its size, and hold every nonzero byte; asked for a part, the store
+/// answers within that part.
+fn check_allocation(
+    s: &dyn ObjectStore,
+    c: &CollectionId,
+    o: &ObjectKey,
+    data: &[u8],
+) -> std::result::Result<(), String> {
+    let size = data.len() as u64;
+    for (from, len) in [(0, size), (size / 3, size / 3 + 1)] {
+        let ranges = s
+            .allocated(c, o, from, len)
+            .map_err(|e| format!("{c}/{o}: allocated: {e}"))?;
+        let end = (from + len).min(size);
+        let mut at = from;
+        for (off, n) in &ranges {
+            if *n == 0 || *off < at || off + n > end || (at > from && *off == at) {
+                return Err(format!(
+                    "{c}/{o}: allocated [{from}, +{len}) gave {ranges:?}: not ordered, apart and within"
+                ));
+            }
+            if let Some(i) = data[at as usize..*off as usize]
+                .iter()
+                .position(|b| *b != 0)
+            {
+                return Err(format!(
+                    "{c}/{o}: byte {} is data outside the allocated ranges {ranges:?}",
+                    at as usize + i
+                ));
+            }
+            at = off + n;
+        }
+        if end > at
+            && let Some(i) = data[at as usize..end as usize].iter().position(|b| *b != 0)
+        {
+            return Err(format!(
+                "{c}/{o}: byte {} is data past the allocated ranges {ranges:?}",
+                at as usize + i
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Law 10: allocation. What was never written (or was zeroed or cut off) in
+/// whole 4 KiB blocks is not reported allocated; what was written is.
+pub fn allocation(s: &dyn ObjectStore) {
+    setup(s);
+    let o = obj("sparse");
+    let mut t = Transaction::new();
+    t.write(C, o.clone(), 0, Bytes::from(vec![7u8; 8192]))
+        .write(C, o.clone(), 1 << 20, Bytes::from(vec![9u8; 4096]))
+        .truncate(C, o.clone(), 2 << 20);
+    ok(s.apply_transaction(t), "sparse write");
+    let got = ok(s.allocated(&C, &o, 0, u64::MAX), "allocated");
+    let total: u64 = got.iter().map(|(_, n)| n).sum();
+    assert!(
+        got.first().is_some_and(|(o, n)| *o == 0 && *n >= 8192),
+        "the first 8 KiB were written: {got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|(o, n)| *o <= 1 << 20 && o + n >= (1 << 20) + 4096),
+        "the block at 1 MiB was written: {got:?}"
+    );
+    assert!(total <= 64 << 10, "holes reported allocated: {got:?}");
+    let mut t = Transaction::new();
+    t.zero(C, o.clone(), 0, 8192);
+    ok(s.apply_transaction(t), "zero");
+    let got = ok(s.allocated(&C, &o, 0, 1 << 20), "allocated after zero");
+    assert!(got.is_empty(), "zeroed blocks reported allocated: {got:?}");
+    assert!(ok(s.allocated(&C, &o, 3 << 20, 10), "past the end").is_empty());
+    assert!(matches!(
+        s.allocated(&C, &obj("none"), 0, 1),
         Err(Error::ObjectNotFound(..))
     ));
 }
@@ -378,6 +458,7 @@ pub fn compare_pools_with_model(
                 let at = data.iter().zip(&m.data).position(|(a, b)| a != b);
                 return Err(format!("{c}/{o}: data differs at {at:?}"));
             }
+            check_allocation(s, c, o, &m.data)?;
             if s.getxattrs(c, o).map_err(e)? != m.xattrs {
                 return Err(format!("{c}/{o}: xattrs differ"));
             }

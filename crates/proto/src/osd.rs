@@ -94,6 +94,8 @@ pub struct OsdSubOp {
 impl OsdSubOp {
     /// `Create` fails with `Exists` when the object exists.
     pub const CREATE_EXCLUSIVE: u32 = 1;
+    /// `SparseRead` returns the extents without their data.
+    pub const EXTENTS_ONLY: u32 = 1;
 
     /// A sub-operation with `code` and every other field at its default.
     pub fn new(code: OpCode) -> OsdSubOp {
@@ -157,6 +159,10 @@ pub enum OpCode {
     AssertExists = 23,
     /// Guard: the object's version is `version`.
     AssertVersion = 24,
+    /// The allocated extents of `length` bytes at `offset` (0: to the end)
+    /// in the result's `extents`, and their data in the data part (none
+    /// with [`OsdSubOp::EXTENTS_ONLY`]); what no extent covers reads as zeros.
+    SparseRead = 25,
 }
 
 impl OpCode {
@@ -188,6 +194,7 @@ impl OpCode {
             22 => OmapSetHeader,
             23 => AssertExists,
             24 => AssertVersion,
+            25 => SparseRead,
             _ => return None,
         })
     }
@@ -322,6 +329,9 @@ pub struct OsdSubOpResult {
     /// `Stat`: the object's version.
     #[prost(uint64, tag = "9")]
     pub version: u64,
+    /// `SparseRead`: the allocated extents, as (offset, length) pairs flattened.
+    #[prost(uint64, repeated, tag = "10")]
+    pub extents: Vec<u64>,
 }
 
 /// Why an OSD refused or failed an op. Stable on the wire.

@@ -123,6 +123,35 @@ impl ObjectStore for BlockStore {
         })
     }
 
+    fn allocated(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let b = BLOCK as u64;
+        self.with_onode(c, o, |_, on| {
+            let end = offset.saturating_add(len).min(on.size);
+            let mut out: Vec<(u64, u64)> = Vec::new();
+            if end <= offset {
+                return Ok(out);
+            }
+            for (lb, mapped, n) in on.extents.segments(offset / b, end.div_ceil(b)) {
+                if mapped.is_none() {
+                    continue;
+                }
+                let from = (lb * b).max(offset);
+                let to = ((lb + n) * b).min(end);
+                match out.last_mut() {
+                    Some((o, l)) if *o + *l == from => *l += to - from,
+                    _ => out.push((from, to - from)),
+                }
+            }
+            Ok(out)
+        })
+    }
+
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
         // Plan under the lock, read the device without it (writers and the committer
         // are not held up by read I/O).

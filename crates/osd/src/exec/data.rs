@@ -120,6 +120,69 @@ impl Exec<'_> {
         Ok(())
     }
 
+    /// The allocated extents of `length` bytes at `offset` (0: to the end)
+    /// of the data stored before the op, and their data unless the op asks
+    /// for the extents only.
+    pub(super) fn sparse_read(&mut self, i: usize, op: &OsdSubOp) -> Result<(), ExecError> {
+        self.need_exists(i)?;
+        op.offset.checked_add(op.length).ok_or_else(|| {
+            err(
+                OsdErrorCode::InvalidArgument,
+                i,
+                "offset + length overflows",
+            )
+        })?;
+        if !self.stored() {
+            self.results.push(OsdSubOpResult::default());
+            self.out.push(Bytes::new());
+            return Ok(());
+        }
+        let size = self.st.initial_size;
+        let offset = op.offset.min(size);
+        let rest = size - offset;
+        let len = match op.length {
+            0 => rest,
+            n => n.min(rest),
+        };
+        let with_data = op.flags & OsdSubOp::EXTENTS_ONLY == 0;
+        if with_data && len > READ_BYTES_MAX {
+            let m = format!("reads are at most {READ_BYTES_MAX} bytes; read in ranges");
+            return Err(err(OsdErrorCode::TooLarge, i, m));
+        }
+        let (store, c, k) = (self.input.store, &self.input.coll, &self.input.key);
+        let extents = store
+            .allocated(c, k, offset, len)
+            .map_err(|e| self.store_err(i, e))?;
+        let mut data = Vec::new();
+        if with_data {
+            for (at, n) in &extents {
+                data.push(
+                    store
+                        .read(c, k, *at, *n)
+                        .map_err(|e| self.store_err(i, e))?,
+                );
+            }
+        }
+        let data = match data.len() {
+            0 => Bytes::new(),
+            1 => data.remove(0),
+            _ => {
+                let mut b = bytes::BytesMut::with_capacity(data.iter().map(Bytes::len).sum());
+                for d in &data {
+                    b.extend_from_slice(d);
+                }
+                b.freeze()
+            }
+        };
+        self.results.push(OsdSubOpResult {
+            data_len: data.len() as u64,
+            extents: extents.iter().flat_map(|(o, n)| [*o, *n]).collect(),
+            ..OsdSubOpResult::default()
+        });
+        self.out.push(data);
+        Ok(())
+    }
+
     /// Size as the op has left it; version and mtime as stored before the op.
     pub(super) fn stat(&mut self, i: usize) -> Result<(), ExecError> {
         self.need_exists(i)?;

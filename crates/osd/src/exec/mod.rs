@@ -299,6 +299,7 @@ impl Exec<'_> {
             OpCode::Zero => self.zero(i, op),
             OpCode::Remove => self.remove(i),
             OpCode::Read => self.read(i, op),
+            OpCode::SparseRead => self.sparse_read(i, op),
             OpCode::Stat => self.stat(i),
             OpCode::AssertExists => self.need_exists(i).map(|()| self.ok()),
             OpCode::AssertVersion => self.assert_version(i, op),

@@ -301,6 +301,18 @@ impl Client {
         Ok(Pool::new(self.clone(), pool.id, name))
     }
 
+    /// Waits (at most the op timeout) until the map knows snapshot `snapid`
+    /// of pool `pool`.
+    pub(crate) async fn wait_pool_snap(&self, pool: u64, snapid: u64) {
+        let mut rx = self.inner.map.clone();
+        let wait = rx.wait_for(|m| {
+            m.as_ref()
+                .and_then(|m| m.pool(pool))
+                .is_some_and(|p| p.snap_seq >= snapid)
+        });
+        let _ = tokio::time::timeout(self.inner.opts.op_timeout, wait).await;
+    }
+
     /// Waits until the map is at `epoch` or newer, or `deadline` passes.
     pub(crate) async fn wait_epoch(&self, epoch: u32, deadline: Instant) {
         let mut rx = self.inner.map.clone();

@@ -60,6 +60,16 @@ pub struct Pool {
     nspace: String,
 }
 
+/// A monitor's refusal as the client's error.
+fn mon_error(pool: &str, e: shoal_monclient::MonError) -> Error {
+    match e.code {
+        shoal_monclient::ErrorCode::NotFound => Error::NotFound(e.message),
+        shoal_monclient::ErrorCode::PermissionDenied => Error::PermissionDenied(e.message),
+        shoal_monclient::ErrorCode::InvalidArgument => Error::InvalidArgument(e.message),
+        _ => Error::Mon(format!("pool {pool}: {}", e.message)),
+    }
+}
+
 fn single(r: Result<OpResult, OpError>) -> Result<OpResult> {
     r.map_err(|e| e.error)
 }
@@ -110,6 +120,40 @@ impl Pool {
     /// [`Pool::operate`] with a given request id or timeout.
     pub async fn operate_with(&self, oid: &str, op: Op, o: OpOptions) -> Result<OpResult, OpError> {
         self.client.operate(self.id, &self.nspace, oid, op, o).await
+    }
+
+    /// A new self-managed snapshot id of this pool, from the monitors; the
+    /// client's map has it when this returns. Writes that carry it in their
+    /// snapshot context preserve what objects held before them.
+    pub async fn selfmanaged_snap_create(&self) -> Result<u64> {
+        let cmd = shoal_monclient::Command::PoolSelfmanagedSnapCreate {
+            pool: self.name.clone(),
+        };
+        let v = self
+            .client
+            .mon_client()
+            .command(&cmd)
+            .await
+            .map_err(|e| mon_error(&self.name, e))?;
+        let snapid = v["snapid"]
+            .as_u64()
+            .ok_or_else(|| Error::Protocol(format!("the monitors answered {v}")))?;
+        self.client.wait_pool_snap(self.id, snapid).await;
+        Ok(snapid)
+    }
+
+    /// Removes self-managed snapshot `snapid`: the OSDs trim its clones.
+    pub async fn selfmanaged_snap_remove(&self, snapid: u64) -> Result<()> {
+        let cmd = shoal_monclient::Command::PoolSelfmanagedSnapRemove {
+            pool: self.name.clone(),
+            snapid,
+        };
+        self.client
+            .mon_client()
+            .command(&cmd)
+            .await
+            .map_err(|e| mon_error(&self.name, e))?;
+        Ok(())
     }
 
     /// Watches `oid`: every notify sent to it arrives on the [`Watch`].

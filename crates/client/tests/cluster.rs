@@ -395,3 +395,26 @@ async fn a_sparse_read_returns_the_allocated_extents_and_their_data() {
         Err(Error::NotFound(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_managed_snapshot_ids_come_from_the_monitors() {
+    let c = Cluster::with_pool("client-snapids", 1, 1, 4).await;
+    let client = admin(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    assert_eq!(pool.selfmanaged_snap_create().await.unwrap(), 1);
+    assert_eq!(pool.selfmanaged_snap_create().await.unwrap(), 2);
+    assert_eq!(pool.selfmanaged_snap_create().await.unwrap(), 3);
+    // The client's map has them when the call returns.
+    let map = client.map().unwrap();
+    assert_eq!(map.pool_by_name("rbd").unwrap().snap_seq, 3);
+    pool.selfmanaged_snap_remove(1).await.unwrap();
+    pool.selfmanaged_snap_remove(3).await.unwrap();
+    let e = pool.selfmanaged_snap_remove(1).await.unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    let e = pool.selfmanaged_snap_remove(9).await.unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    pool.selfmanaged_snap_remove(2).await.unwrap();
+    let v = c.command(Command::PoolGet { name: "rbd".into() }).await;
+    assert_eq!(v["snap_seq"], 3, "{v}");
+    assert_eq!(v["removed_snaps"], serde_json::json!([[1, 3]]), "{v}");
+}

@@ -62,14 +62,20 @@ fn check_header(r: &mut Reader<'_>, magic: &[u8; 4]) -> Result<()> {
 fn put_pool(w: &mut Writer, p: &Pool) {
     w.u64(p.id);
     w.str(&p.name);
+    // Pools without snapshots keep the encodings they had before snapshots.
+    let snaps = p.snap_seq != 0 || !p.removed_snaps.is_empty();
     match p.kind {
         PoolKind::Replicated => {
-            w.u8(1);
+            w.u8(if snaps { POOL_REPLICATED_SNAPS } else { 1 });
             w.u32(0);
             w.u32(0);
         }
         PoolKind::Erasure { k, m } => {
-            w.u8(POOL_ERASURE);
+            w.u8(if snaps {
+                POOL_ERASURE_SNAPS
+            } else {
+                POOL_ERASURE
+            });
             w.u32(k);
             w.u32(m);
         }
@@ -82,7 +88,20 @@ fn put_pool(w: &mut Writer, p: &Pool) {
         w.u32(p.stripe_width);
         w.str(&p.ec_profile);
     }
+    if snaps {
+        w.u64(p.snap_seq);
+        w.u32(u32::try_from(p.removed_snaps.len()).unwrap_or(u32::MAX));
+        for (first, count) in &p.removed_snaps {
+            w.u64(*first);
+            w.u64(*count);
+        }
+    }
 }
+
+/// Pool type codes with self-managed snapshots: 5 is 1 and 6 is 4, each
+/// followed by the snapshot sequence and the removed snapshots' runs.
+const POOL_REPLICATED_SNAPS: u8 = 5;
+const POOL_ERASURE_SNAPS: u8 = 6;
 
 /// Pool type codes: Ceph's replicated (1) and erasure (3); 4 is an erasure
 /// pool followed by its stripe width and profile name (3 is read as the
@@ -98,8 +117,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         r.u32().map_err(de)?,
     );
     let kind = match t {
-        1 => PoolKind::Replicated,
-        3 | POOL_ERASURE => PoolKind::Erasure { k, m },
+        1 | POOL_REPLICATED_SNAPS => PoolKind::Replicated,
+        3 | POOL_ERASURE | POOL_ERASURE_SNAPS => PoolKind::Erasure { k, m },
         _ => return Err(MapError::Decode(format!("pool type {t}"))),
     };
     let mut v = [0u32; 5];
@@ -109,13 +128,28 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
     let flags = r.u64().map_err(de)?;
     let [size, min_size, pg_num, pgp_num, crush_rule] = v;
     let (stripe_width, ec_profile) = match t {
-        POOL_ERASURE => (r.u32().map_err(de)?, r.str().map_err(de)?),
+        POOL_ERASURE | POOL_ERASURE_SNAPS => (r.u32().map_err(de)?, r.str().map_err(de)?),
         3 => (
             k.saturating_mul(crate::pool::DEFAULT_STRIPE_UNIT),
             String::new(),
         ),
         _ => (0, String::new()),
     };
+    let (mut snap_seq, mut removed_snaps) = (0, Vec::new());
+    if matches!(t, POOL_REPLICATED_SNAPS | POOL_ERASURE_SNAPS) {
+        snap_seq = r.u64().map_err(de)?;
+        let n = r.u32().map_err(de)? as usize;
+        if n > crate::pool::MAX_REMOVED_SNAP_RUNS {
+            return Err(MapError::Limit {
+                what: "removed snapshot runs",
+                value: n as u64,
+                max: crate::pool::MAX_REMOVED_SNAP_RUNS as u64,
+            });
+        }
+        for _ in 0..n {
+            removed_snaps.push((r.u64().map_err(de)?, r.u64().map_err(de)?));
+        }
+    }
     let p = Pool {
         id,
         name,
@@ -128,6 +162,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         flags,
         stripe_width,
         ec_profile,
+        snap_seq,
+        removed_snaps,
     };
     p.validate().map_err(|e| match e {
         e @ MapError::Limit { .. } => e,
@@ -572,6 +608,41 @@ mod tests {
                     maybe_went_rw: false,
                 },
             ],
+        }
+    }
+
+    #[test]
+    fn pools_keep_their_snapshots_and_pools_without_keep_their_old_bytes() {
+        let plain = Pool::replicated(2, "rbd", 3, 2, 8, 0);
+        let mut w = Writer::new();
+        put_pool(&mut w, &plain);
+        let old_bytes = w.finish();
+        assert_eq!(
+            old_bytes[8 + 4 + 3],
+            1,
+            "type code of a pool without snapshots"
+        );
+        for mut p in [plain, Pool::erasure(3, "ec", 2, 1, 8, 1)] {
+            p.snap_seq = 9;
+            for s in [1, 2, 3, 7, 5, 6] {
+                p.remove_snap(s);
+            }
+            assert_eq!(p.removed_snaps, vec![(1, 3), (5, 3)]);
+            assert!(p.is_snap_removed(6) && !p.is_snap_removed(4) && !p.is_snap_removed(8));
+            let mut w = Writer::new();
+            put_pool(&mut w, &p);
+            let buf = w.finish();
+            assert_eq!(get_pool(&mut Reader::new(&buf)).unwrap(), p);
+            // Runs that overlap, or reach past the sequence, are refused.
+            let mut bad = p.clone();
+            bad.removed_snaps = vec![(1, 3), (3, 1)];
+            let mut w = Writer::new();
+            put_pool(&mut w, &bad);
+            assert!(get_pool(&mut Reader::new(&w.finish())).is_err());
+            bad.removed_snaps = vec![(8, 5)];
+            let mut w = Writer::new();
+            put_pool(&mut w, &bad);
+            assert!(get_pool(&mut Reader::new(&w.finish())).is_err());
         }
     }
 

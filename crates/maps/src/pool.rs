@@ -20,6 +20,8 @@ pub const MAX_POOL_SIZE: u32 = shoal_crush::MAX_REPLICAS as u32;
 /// Largest `pg_num` of a pool (Ceph's `mon_max_pool_pg_num`): OSDs and
 /// tools walk every PG of a pool.
 pub const MAX_PG_NUM: u32 = 1 << 16;
+/// Most runs of removed snapshots one pool records.
+pub const MAX_REMOVED_SNAP_RUNS: usize = 1 << 16;
 
 /// How a pool keeps its objects safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +63,11 @@ pub struct Pool {
     pub stripe_width: u32,
     /// The erasure-code profile the pool was made from (empty if none).
     pub ec_profile: String,
+    /// The newest self-managed snapshot id handed out (0: none yet).
+    pub snap_seq: u64,
+    /// Self-managed snapshots removed, as sorted, apart `(first, count)`
+    /// runs: their clones are to be trimmed.
+    pub removed_snaps: Vec<(u64, u64)>,
 }
 
 impl Pool {
@@ -85,6 +92,8 @@ impl Pool {
             flags: FLAG_HASHPSPOOL,
             stripe_width: 0,
             ec_profile: String::new(),
+            snap_seq: 0,
+            removed_snaps: Vec::new(),
         }
     }
 
@@ -103,6 +112,8 @@ impl Pool {
             flags: FLAG_HASHPSPOOL,
             stripe_width: k.saturating_mul(DEFAULT_STRIPE_UNIT),
             ec_profile: String::new(),
+            snap_seq: 0,
+            removed_snaps: Vec::new(),
         }
     }
 
@@ -117,6 +128,43 @@ impl Pool {
         match self.kind {
             PoolKind::Erasure { k, .. } if k > 0 => self.stripe_width / k,
             _ => 0,
+        }
+    }
+
+    /// Whether self-managed snapshot `snap` was removed.
+    pub fn is_snap_removed(&self, snap: u64) -> bool {
+        let i = self
+            .removed_snaps
+            .partition_point(|(first, _)| *first <= snap);
+        i > 0 && {
+            let (first, count) = self.removed_snaps[i - 1];
+            snap < first.saturating_add(count)
+        }
+    }
+
+    /// Records self-managed snapshot `snap` as removed (joining runs).
+    pub fn remove_snap(&mut self, snap: u64) {
+        if self.is_snap_removed(snap) {
+            return;
+        }
+        let i = self
+            .removed_snaps
+            .partition_point(|(first, _)| *first <= snap);
+        self.removed_snaps.insert(i, (snap, 1));
+        // Join with the run before and the run after where they touch.
+        if i > 0 && self.removed_snaps[i - 1].0 + self.removed_snaps[i - 1].1 == snap {
+            self.removed_snaps[i - 1].1 += 1;
+            self.removed_snaps.remove(i);
+        }
+        let j = self
+            .removed_snaps
+            .partition_point(|(first, _)| *first <= snap)
+            - 1;
+        if j + 1 < self.removed_snaps.len()
+            && self.removed_snaps[j].0 + self.removed_snaps[j].1 == self.removed_snaps[j + 1].0
+        {
+            self.removed_snaps[j].1 += self.removed_snaps[j + 1].1;
+            self.removed_snaps.remove(j + 1);
         }
     }
 
@@ -142,6 +190,25 @@ impl Pool {
                     && self.stripe_width % k == 0
             }
         };
+        if self.removed_snaps.len() > MAX_REMOVED_SNAP_RUNS {
+            return Err(crate::MapError::Limit {
+                what: "removed snapshot runs",
+                value: self.removed_snaps.len() as u64,
+                max: MAX_REMOVED_SNAP_RUNS as u64,
+            });
+        }
+        let mut next = 1u64;
+        for (first, count) in &self.removed_snaps {
+            let end = first.checked_add(*count);
+            if *count == 0 || *first < next || end.is_none_or(|e| e - 1 > self.snap_seq) {
+                return Err(crate::MapError::Invalid(format!(
+                    "pool {}: removed snapshots {:?} are not sorted, apart runs within 1..={}",
+                    self.name, self.removed_snaps, self.snap_seq
+                )));
+            }
+            // Apart: the next run starts past this one's end.
+            next = end.unwrap_or(u64::MAX).saturating_add(1);
+        }
         let ok = shape
             && self.size > 0
             && self.min_size <= self.size

@@ -100,6 +100,18 @@ pub enum OsdChange {
         /// Value.
         value: String,
     },
+    /// Hands out a pool's next self-managed snapshot id.
+    SnapCreate {
+        /// Pool name.
+        pool: String,
+    },
+    /// Removes a pool's self-managed snapshot.
+    SnapRemove {
+        /// Pool name.
+        pool: String,
+        /// The snapshot.
+        snapid: u64,
+    },
     /// Allocates the lowest free OSD id (exists, down, out; not in CRUSH).
     OsdCreate,
     /// Marks OSDs out.
@@ -500,6 +512,34 @@ impl OsdMapState {
                 set_pool_property(map, &mut pool, key, value)?;
                 inc.new_pools.insert(pool.id, pool);
                 Ok(json!({ "pool": name, key.clone(): value }))
+            }
+            OsdChange::SnapCreate { pool } => {
+                let mut p = pool_named(map, pool)?.clone();
+                p.snap_seq = p
+                    .snap_seq
+                    .checked_add(1)
+                    .ok_or_else(|| invalid(format!("pool {pool} has no snapshot id left")))?;
+                let snapid = p.snap_seq;
+                inc.new_pools.insert(p.id, p);
+                Ok(json!({ "pool": pool, "snapid": snapid }))
+            }
+            OsdChange::SnapRemove { pool, snapid } => {
+                let mut p = pool_named(map, pool)?.clone();
+                if *snapid == 0 || *snapid > p.snap_seq {
+                    return Err(MonError::new(
+                        ErrorCode::NotFound,
+                        format!("pool {pool} has no snapshot {snapid}"),
+                    ));
+                }
+                if p.is_snap_removed(*snapid) {
+                    return Err(MonError::new(
+                        ErrorCode::NotFound,
+                        format!("snapshot {snapid} of pool {pool} is already removed"),
+                    ));
+                }
+                p.remove_snap(*snapid);
+                inc.new_pools.insert(p.id, p);
+                Ok(json!({ "pool": pool, "removed": snapid }))
             }
             OsdChange::OsdCreate => {
                 let id = (0..map.max_osd() as i32)

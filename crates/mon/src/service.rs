@@ -920,6 +920,12 @@ impl Core {
             Command::OsdCrushReweight { name, weight } => {
                 MonRequest::Osd(OsdChange::CrushReweight { name, weight })
             }
+            Command::PoolSelfmanagedSnapCreate { pool } => {
+                MonRequest::Osd(OsdChange::SnapCreate { pool })
+            }
+            Command::PoolSelfmanagedSnapRemove { pool, snapid } => {
+                MonRequest::Osd(OsdChange::SnapRemove { pool, snapid })
+            }
             Command::PoolSet { name, key, value } => {
                 MonRequest::Osd(OsdChange::PoolSet { name, key, value })
             }

@@ -35,6 +35,8 @@ fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
         "crush_rule": crush.rule(p.crush_rule).map(|r| r.name.clone()).unwrap_or_else(|| p.crush_rule.to_string()),
         "erasure_code_profile": (!p.ec_profile.is_empty()).then(|| p.ec_profile.clone()),
         "stripe_width": p.stripe_width,
+        "snap_seq": p.snap_seq,
+        "removed_snaps": p.removed_snaps.iter().map(|(first, count)| json!([first, count])).collect::<Vec<_>>(),
         "allow_ec_overwrites": p.is_erasure().then_some(p.flags & FLAG_EC_OVERWRITES != 0),
     })
 }

@@ -253,6 +253,19 @@ pub enum Command {
         /// Value.
         value: String,
     },
+    /// Hands out the pool's next self-managed snapshot id (`{"snapid": N}`).
+    PoolSelfmanagedSnapCreate {
+        /// Pool.
+        pool: String,
+    },
+    /// Removes self-managed snapshot `snapid` of the pool: the OSDs trim
+    /// its clones.
+    PoolSelfmanagedSnapRemove {
+        /// Pool.
+        pool: String,
+        /// The snapshot.
+        snapid: u64,
+    },
     /// A pool's properties.
     PoolGet {
         /// Pool.

@@ -130,6 +130,11 @@ fn images_from_the_command_line() {
         "shrink then grow left data behind"
     );
 
+    // Nobody has it open; a lock is broken by hand only if named exactly.
+    assert!(d.ok(&["rbd", "status", "disk"]).contains("Watchers: none"));
+    let e = err(&d, &["rbd", "lock", "rm", "disk", "client.x 1 2"]);
+    assert!(e.contains("not locked"), "{e}");
+
     // Rename and remove.
     d.ok(&["rbd", "mv", "imp", "renamed"]);
     let ls = d.ok(&["rbd", "ls"]);
@@ -288,6 +293,8 @@ fn killed_writer(d: &Dev, image: &str, data_pool: Option<&str>) {
             assert!(e.contains("locked by"), "{e}");
             let locks = d.ok(&["rbd", "lock", "ls", image]);
             assert!(locks.contains("1 exclusive lock"), "{locks}");
+            let status = d.json(&["rbd", "status", image]);
+            assert_eq!(status["watchers"].as_array().unwrap().len(), 1, "{status}");
         }
         assert!(Instant::now() < deadline);
     }

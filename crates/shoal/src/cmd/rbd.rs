@@ -133,6 +133,11 @@ enum RbdCmd {
         #[command(subcommand)]
         cmd: LockCmd,
     },
+    /// Who has the image open for writing (its header's watchers).
+    Status {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
     /// Time I/O against an image, as `rbd bench`.
     Bench(BenchArgs),
     /// Test tool: write COUNT blocks of 4 KiB, block N at offset N*4096
@@ -158,6 +163,16 @@ enum LockCmd {
     Ls {
         /// `[POOL/]IMAGE`.
         image: String,
+    },
+    /// Break the lock held by LOCKER (as `lock ls` shows it), say of a
+    /// client that is gone; a live owner's next write fails until it takes
+    /// the lock again.
+    #[command(alias = "remove")]
+    Rm {
+        /// `[POOL/]IMAGE`.
+        image: String,
+        /// The holder, as `lock ls` prints it (`client.admin 00ab.. 12cd..`).
+        locker: String,
     },
 }
 
@@ -519,6 +534,38 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 let who = f.next().unwrap_or("");
                 writeln!(out, "{:<24} ID", "Locker")?;
                 writeln!(out, "{who:<24} {}", f.next().unwrap_or(""))?;
+            }
+        }
+        RbdCmd::Lock {
+            cmd: LockCmd::Rm { image, locker },
+        } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open_read_only(&pool, name).await?;
+            match shoal_block::lock::owner(&pool, i.id()).await? {
+                Some(o) if o == locker => shoal_block::lock::break_lock(&pool, i.id(), &o).await?,
+                Some(o) => bail!("image {name} is locked by {o}, not {locker}"),
+                None => bail!("image {name} is not locked"),
+            }
+        }
+        RbdCmd::Status { image } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open_read_only(&pool, name).await?;
+            let watchers = pool.list_watchers(&fmt::header_object(i.id())).await?;
+            if json {
+                let v: Vec<_> = watchers
+                    .iter()
+                    .map(|w| json!({"address": w.addr, "client": w.entity, "cookie": w.cookie}))
+                    .collect();
+                writeln!(out, "{}", json!({ "watchers": v }))?;
+            } else if watchers.is_empty() {
+                writeln!(out, "Watchers: none")?;
+            } else {
+                writeln!(out, "Watchers:")?;
+                for w in watchers {
+                    writeln!(out, "\twatcher={} {} cookie={}", w.addr, w.entity, w.cookie)?;
+                }
             }
         }
         RbdCmd::Bench(b) => bench(client, dp, format, b).await?,

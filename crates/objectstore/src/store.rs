@@ -48,8 +48,8 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 /// 9. **Copies.** `Clone` and `Rename` replace the destination whole; clones share no
 ///    state with their source afterwards (writing one never changes the other).
 /// 10. **Allocation.** `allocated` reports every range that holds data; whole
-///    4 KiB blocks never written, zeroed or cut off are not reported (the
-///    conformance suite checks both, against the model too).
+///     4 KiB blocks never written, zeroed or cut off are not reported (the
+///     conformance suite checks both, against the model too).
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Check and apply `txn` (visible to reads at once) and queue it for durability.
     /// May block briefly: when too many transactions await durability it waits for room

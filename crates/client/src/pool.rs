@@ -156,7 +156,7 @@ impl Pool {
         Ok(())
     }
 
-    /// Watches `oid`: every notify sent to it arrives on the [`Watch`].
+    /// Watches `oid`: every notify sent to it arrives on the [`Watch`](crate::Watch).
     pub async fn watch(&self, oid: &str) -> Result<crate::Watch> {
         self.client.watch(self.id, &self.nspace, oid).await
     }

@@ -27,7 +27,7 @@ pub struct ObjectEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListCursor {
     seed: u32,
-    within: Option<(u32, Vec<u8>)>,
+    within: Option<(u32, Vec<u8>, u64)>,
     done: bool,
 }
 
@@ -399,6 +399,7 @@ impl Pool {
                 has_cursor: cur.within.is_some(),
                 cursor_hash: cur.within.as_ref().map_or(0, |w| w.0),
                 cursor_name: cur.within.as_ref().map(|w| w.1.clone()).unwrap_or_default(),
+                cursor_snap: cur.within.as_ref().map_or(0, |w| w.2),
                 max: want,
             };
             match self.list_once(&map, pg, req, deadline).await {
@@ -408,7 +409,7 @@ impl Pool {
                         out.push(ObjectEntry { nspace: ns, name });
                     }
                     if page.more {
-                        cur.within = Some((page.next_hash, page.next_name));
+                        cur.within = Some((page.next_hash, page.next_name, page.next_snap));
                     } else {
                         cur.seed += 1;
                         cur.within = None;

@@ -117,6 +117,7 @@ pub fn read_step(
     let mut push = PgPush {
         hash: key.hash,
         name: key.name.clone(),
+        snap: crate::object::wire_snap(key),
         before: Some(before.clone()),
         ..PgPush::default()
     };
@@ -246,7 +247,7 @@ pub fn install_step(
     if !push.exists || (before.first && complete) {
         return install_whole(store, coll, push, data);
     }
-    let key = ObjectKey::new(push.hash, push.name.clone());
+    let key = crate::object::wire_key(push.hash, &push.name, push.snap);
     let tmp = temp_key(&key);
     let err = |e: shoal_objectstore::Error| e.to_string();
     let mut t = Transaction::new();
@@ -297,7 +298,7 @@ fn install_whole(
     push: &PgPush,
     data: Bytes,
 ) -> Result<Transaction, String> {
-    let key = ObjectKey::new(push.hash, push.name.clone());
+    let key = crate::object::wire_key(push.hash, &push.name, push.snap);
     let err = |e: shoal_objectstore::Error| e.to_string();
     let mut t = Transaction::new();
     MissingSet::remove_txn(&key, coll, &mut t);

@@ -47,6 +47,25 @@ pub fn hidden_key(prefix: &[u8], tag: &[u8], key: &ObjectKey) -> ObjectKey {
     }
 }
 
+/// An object key's snapshot as the peer messages carry it: 0 for the head,
+/// else the snapshot its clone is for.
+pub fn wire_snap(key: &ObjectKey) -> u64 {
+    if key.snap == ObjectKey::HEAD {
+        0
+    } else {
+        key.snap
+    }
+}
+
+/// The store key a peer message names by hash, name and snapshot (0: the head).
+pub fn wire_key(hash: u32, name: &[u8], snap: u64) -> ObjectKey {
+    ObjectKey {
+        hash,
+        name: name.to_vec(),
+        snap: if snap == 0 { ObjectKey::HEAD } else { snap },
+    }
+}
+
 /// The PG's metadata object.
 pub fn pg_meta_key() -> ObjectKey {
     ObjectKey::new(0, PG_META_NAME.to_vec())

@@ -133,6 +133,7 @@ pub async fn pull_object(
             epoch,
             hash: key.hash,
             name: key.name.clone(),
+            snap: crate::object::wire_snap(key),
             progress: Some(progress.clone()),
             data_bytes_max: limits.data_bytes_max,
             omap_bytes_max: limits.omap_bytes_max,
@@ -282,7 +283,7 @@ pub async fn remote_objects(
 ) -> Result<Vec<ObjectKey>, String> {
     let pool = map.pool(pg.pool).ok_or("the pool is gone")?;
     let mut out = Vec::new();
-    let mut cursor: Option<(u32, Vec<u8>)> = None;
+    let mut cursor: Option<(u32, Vec<u8>, u64)> = None;
     loop {
         let list = PgList {
             pool: pg.pool,
@@ -291,6 +292,7 @@ pub async fn remote_objects(
             has_cursor: cursor.is_some(),
             cursor_hash: cursor.as_ref().map_or(0, |c| c.0),
             cursor_name: cursor.as_ref().map(|c| c.1.clone()).unwrap_or_default(),
+            cursor_snap: cursor.as_ref().map_or(0, |c| c.2),
             max: LIST_PAGE as u32,
         };
         let reply = src
@@ -306,13 +308,18 @@ pub async fn remote_objects(
         if page.code != 0 {
             return Err(format!("listing {}: {}", src.peer(), page.message));
         }
-        for (ns, name) in page.nspaces.iter().zip(&page.names) {
-            out.push(crate::object::object_key(pool, ns, name).map_err(|e| e.to_string())?);
+        for (i, (ns, name)) in page.nspaces.iter().zip(&page.names).enumerate() {
+            let mut key = crate::object::object_key(pool, ns, name).map_err(|e| e.to_string())?;
+            // A clone: the same name, the snapshot it is for.
+            if let Some(snap) = page.snaps.get(i).filter(|s| **s != 0) {
+                key.snap = *snap;
+            }
+            out.push(key);
         }
         if !page.more {
             return Ok(out);
         }
-        cursor = Some((page.next_hash, page.next_name));
+        cursor = Some((page.next_hash, page.next_name, page.next_snap));
     }
 }
 

@@ -26,6 +26,7 @@ pub fn summarize(
     let mut s = ScrubObject {
         hash: k.hash,
         name: k.name.clone(),
+        snap: crate::object::wire_snap(k),
         ..ScrubObject::default()
     };
     if let Err(e) = fill(store, c, k, deep, &mut s) {
@@ -109,7 +110,7 @@ pub fn compare(primary: i32, maps: &BTreeMap<i32, Vec<ScrubObject>>) -> Vec<Inco
     for (m, list) in maps {
         for o in list {
             by_key
-                .entry(ObjectKey::new(o.hash, o.name.clone()))
+                .entry(crate::object::wire_key(o.hash, &o.name, o.snap))
                 .or_default()
                 .insert(*m, o);
         }
@@ -181,6 +182,7 @@ mod tests {
             data_crc: crc,
             meta_crc: 7,
             error: error.into(),
+            snap: 0,
         }
     }
 

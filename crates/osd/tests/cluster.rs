@@ -840,3 +840,104 @@ async fn a_recovery_that_keeps_failing_is_reported_with_its_reason_then_heals() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The store key of `oid`'s clone for snapshot `snap` and its PG's collection.
+fn clone_key(map: &OsdMap, oid: &str, snap: u64) -> (shoal_objectstore::CollectionId, ObjectKey) {
+    let pool = map.pool_by_name("rbd").unwrap();
+    let pg = pool.object_pg(oid, "");
+    let coll = shoal_osd::object::collection(pg);
+    let head = shoal_osd::object::object_key(pool, "", oid).unwrap();
+    (coll, head.clone_for(snap))
+}
+
+/// Snapshot clones (store keys of the same name with a snapshot id, as
+/// clone-on-write leaves them) travel with backfill as objects of their
+/// own, and a client's listing shows each object once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_are_backfilled_as_objects_and_clients_list_heads_only() {
+    let (mut c, mut client) = setup("clones").await;
+    let n = 12;
+    write_all(&mut client, n, 0, |i| format!("v1 {i}")).await;
+    let map = client.map();
+    // Every member clones each head for snapshot 5, then the heads change.
+    for i in 0..n {
+        let oid = format!("o{i}");
+        let (coll, clone) = clone_key(&map, &oid, 5);
+        let head = clone.clone_for(ObjectKey::HEAD);
+        for o in client.primary(&oid).1 {
+            let mut t = shoal_objectstore::Transaction::new();
+            t.clone_object(coll, head.clone(), clone.clone());
+            c.osds[&o].1.apply_transaction(t).unwrap();
+        }
+    }
+    write_all(&mut client, n, 100, |i| format!("v2 {i}")).await;
+    // A new OSD is backfilled: the clones come with their heads.
+    c.start_osd(3, Arc::new(MemStore::new(1 << 30))).await;
+    client.wait_map(|m| m.is_up(3)).await;
+    wait_stats(&c, "active+clean with osd.3", |s| {
+        s.iter()
+            .all(|s| s.state == "active+clean" && s.acting == s.up)
+            && s.iter().any(|s| s.acting.contains(&3))
+    })
+    .await;
+    let map = client.map();
+    let mut on_new = 0;
+    for i in 0..n {
+        let oid = format!("o{i}");
+        let (coll, clone) = clone_key(&map, &oid, 5);
+        for o in client.primary(&oid).1 {
+            let store = &c.osds[&o].1;
+            assert_eq!(
+                object_on(store, &map, &oid).as_deref(),
+                Some(format!("v2 {i}").as_bytes()),
+                "{oid} on osd.{o}"
+            );
+            let got = store.read(&coll, &clone, 0, 1 << 20);
+            assert_eq!(
+                got.as_deref().ok(),
+                Some(format!("v1 {i}").as_bytes()),
+                "{oid}'s clone on osd.{o}"
+            );
+            on_new += usize::from(o == 3);
+        }
+    }
+    assert!(on_new > 0, "no object landed on osd.3");
+    // A client lists each object once: every PG's primary, asked as a
+    // client, names heads only.
+    let pool = map.pool_by_name("rbd").unwrap();
+    let mut names = Vec::new();
+    for seed in 0..pool.pg_num {
+        let pg = shoal_maps::PgId {
+            pool: pool.id,
+            seed,
+        };
+        let primary = map.pg_to_up_acting(pg).unwrap().acting_primary;
+        let addr: SocketAddr = map
+            .osd(primary)
+            .unwrap()
+            .addr
+            .clone()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let conn = client.msgr.connect(addr).await.unwrap();
+        let list = shoal_proto::PgList {
+            pool: pool.id,
+            pg_seed: seed,
+            epoch: map.epoch.0,
+            max: 1000,
+            ..Default::default()
+        };
+        let reply = conn.request(list, Bytes::new()).await.unwrap();
+        let Message::PgListReply(page) = reply.msg else {
+            panic!("not a listing")
+        };
+        assert_eq!(page.code, 0, "{}", page.message);
+        assert!(page.snaps.is_empty(), "a client was told of clones");
+        names.extend(page.names);
+    }
+    names.sort();
+    let mut want: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
+    want.sort();
+    assert_eq!(names, want);
+}

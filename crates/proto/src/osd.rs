@@ -698,6 +698,9 @@ pub struct PgPush {
     /// The object's size at the source.
     #[prost(uint64, tag = "14")]
     pub object_size: u64,
+    /// The object's snapshot (0: the head; else the clone for that snapshot).
+    #[prost(uint64, tag = "15")]
+    pub snap: u64,
 }
 
 /// Recovery: the primary asks a member for the next step of a copy of one
@@ -731,6 +734,9 @@ pub struct PgPull {
     /// carry (0: the sender's own limit).
     #[prost(uint64, tag = "8")]
     pub omap_bytes_max: u64,
+    /// The object's snapshot (0: the head).
+    #[prost(uint64, tag = "9")]
+    pub snap: u64,
 }
 
 /// Lists the objects of one PG, in the store's hash order, from a cursor.
@@ -757,6 +763,9 @@ pub struct PgList {
     /// At most this many names.
     #[prost(uint32, tag = "7")]
     pub max: u32,
+    /// Resume at this snapshot of the cursor object (0: its head).
+    #[prost(uint64, tag = "8")]
+    pub cursor_snap: u64,
 }
 
 /// The answer to a [`PgList`].
@@ -786,6 +795,13 @@ pub struct PgListReply {
     /// Next cursor: store key.
     #[prost(bytes = "vec", tag = "8")]
     pub next_name: Vec<u8>,
+    /// Objects: snapshots, paired with `names` (peers only: a client's
+    /// listing shows heads alone; 0 is the head).
+    #[prost(uint64, repeated, tag = "9")]
+    pub snaps: Vec<u64>,
+    /// Next cursor: snapshot.
+    #[prost(uint64, tag = "10")]
+    pub next_snap: u64,
 }
 
 /// Scrub: the primary asks a member for the summaries of its objects in
@@ -822,6 +838,12 @@ pub struct PgScrub {
     /// Whether `end_*` is set (else to the last object).
     #[prost(bool, tag = "10")]
     pub has_end: bool,
+    /// First object: snapshot (0: the head).
+    #[prost(uint64, tag = "11")]
+    pub start_snap: u64,
+    /// Last object: snapshot (0: the head).
+    #[prost(uint64, tag = "12")]
+    pub end_snap: u64,
 }
 
 /// One object as scrub sees it on one member.
@@ -845,6 +867,9 @@ pub struct ScrubObject {
     /// Why the object could not be read (a checksum mismatch), if it could not.
     #[prost(string, tag = "6")]
     pub error: String,
+    /// Snapshot (0: the head).
+    #[prost(uint64, tag = "7")]
+    pub snap: u64,
 }
 
 /// Erasure coding: the primary asks a member for its shard's chunks of
@@ -880,6 +905,9 @@ pub struct EcRead {
     /// Send the object's xattrs too (recovery rebuilds whole shards).
     #[prost(bool, tag = "9")]
     pub want_attrs: bool,
+    /// The object's snapshot (0: the head).
+    #[prost(uint64, tag = "10")]
+    pub snap: u64,
 }
 
 /// The answer to an [`EcRead`]: `code` 0 with the chunks as the data

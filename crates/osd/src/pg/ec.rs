@@ -454,7 +454,7 @@ impl PgBackend for Erasure {
         push: &PgPush,
         data: Bytes,
     ) -> Result<Transaction, String> {
-        let key = ObjectKey::new(push.hash, push.name.clone());
+        let key = crate::object::wire_key(push.hash, &push.name, push.snap);
         let mut t = Transaction::new();
         let exists = store.exists(&coll, &key).map_err(|e| e.to_string())?;
         if exists {
@@ -523,6 +523,7 @@ impl PgBackend for Erasure {
         let mut s = ScrubObject {
             hash: key.hash,
             name: key.name.clone(),
+            snap: crate::object::wire_snap(key),
             ..ScrubObject::default()
         };
         let layout = self.codec.layout();
@@ -578,7 +579,7 @@ pub(crate) fn serve_read(
         );
         return fail(OsdErrorCode::InvalidArgument, m);
     }
-    let key = ObjectKey::new(msg.hash, msg.name.clone());
+    let key = crate::object::wire_key(msg.hash, &msg.name, msg.snap);
     let size = match shard::logical_size(store, &coll, &key) {
         Ok(Some(s)) => s,
         Ok(None) => return fail(OsdErrorCode::NotFound, "no such object".into()),
@@ -761,6 +762,7 @@ impl ShardReader {
             stripe_start: run.start,
             stripe_end: run.end,
             want_attrs,
+            snap: crate::object::wire_snap(&key),
         };
         let reply = conn
             .request_with_timeout(msg, Bytes::new(), self.ctx.cfg.peer_timeout)
@@ -951,6 +953,7 @@ impl ShardReader {
             epoch: self.epoch,
             hash: key.hash,
             name: key.name.clone(),
+            snap: crate::object::wire_snap(key),
             exists: expect != Some(false),
             ..PgPush::default()
         };

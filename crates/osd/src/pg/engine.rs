@@ -681,7 +681,7 @@ impl PgCore {
                 if !msg.exists || copy::is_complete(&after) {
                     // The transaction takes the object out of the persisted set.
                     self.missing
-                        .remove(&ObjectKey::new(msg.hash, msg.name.clone()));
+                        .remove(&object::wire_key(msg.hash, &msg.name, msg.snap));
                     OsdCounters::add(&self.counters.recovered, 1);
                 }
                 vec![Effect::Apply {
@@ -698,7 +698,7 @@ impl PgCore {
 
     /// Recovery: send the next step of our copy of an object to the primary.
     pub(super) fn pull(&self, msg: PgPull, to: ReplyTo) -> Vec<Effect> {
-        let key = ObjectKey::new(msg.hash, msg.name.clone());
+        let key = object::wire_key(msg.hash, &msg.name, msg.snap);
         let before = msg.progress.clone().unwrap_or_else(copy::start);
         let limits = self
             .cfg

@@ -197,6 +197,8 @@ impl Pg {
             end_hash: last.as_ref().map_or(0, |l| l.hash),
             end_name: last.as_ref().map(|l| l.name.clone()).unwrap_or_default(),
             has_end: more,
+            start_snap: cursor.as_ref().map_or(0, crate::object::wire_snap),
+            end_snap: last.as_ref().map_or(0, crate::object::wire_snap),
         };
         let mut maps = BTreeMap::new();
         maps.insert(self.core.whoami(), mine);
@@ -307,7 +309,7 @@ impl Pg {
         let mine = maps.get(&self.core.whoami()).cloned().unwrap_or_default();
         let mut out = Vec::new();
         for o in mine {
-            let key = ObjectKey::new(o.hash, o.name.clone());
+            let key = crate::object::wire_key(o.hash, &o.name, o.snap);
             if found.iter().any(|i| i.key == key) {
                 continue;
             }

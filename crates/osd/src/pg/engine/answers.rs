@@ -47,7 +47,7 @@ impl PgCore {
         let max = msg.max.clamp(1, self.cfg.list_max) as usize;
         let start = msg
             .has_cursor
-            .then(|| ObjectKey::new(msg.cursor_hash, msg.cursor_name.clone()));
+            .then(|| crate::object::wire_key(msg.cursor_hash, &msg.cursor_name, msg.cursor_snap));
         let l = match self.store.list_objects(&self.coll, start.as_ref(), max + 1) {
             Ok(l) => l,
             Err(e) => return reply(to, fail(store_error_code(&e), e.to_string())),
@@ -65,11 +65,19 @@ impl PgCore {
                 page.more = true;
                 page.next_hash = k.hash;
                 page.next_name = k.name.clone();
+                page.next_snap = crate::object::wire_snap(k);
                 break;
+            }
+            // Clients see heads; peers (recovery) every clone too.
+            if k.snap != ObjectKey::HEAD && !from_osd {
+                continue;
             }
             if let Some((ns, name)) = split_key(k) {
                 page.nspaces.push(ns);
                 page.names.push(name);
+                if from_osd {
+                    page.snaps.push(crate::object::wire_snap(k));
+                }
             }
         }
         if !page.more
@@ -78,6 +86,7 @@ impl PgCore {
             page.more = true;
             page.next_hash = next.hash;
             page.next_name = next.name.clone();
+            page.next_snap = crate::object::wire_snap(next);
         }
         reply(to, page)
     }
@@ -86,10 +95,10 @@ impl PgCore {
     pub(in crate::pg) fn scrub_map(&self, msg: PgScrub, to: ReplyTo) -> Vec<Effect> {
         let start = msg
             .has_start
-            .then(|| ObjectKey::new(msg.start_hash, msg.start_name.clone()));
+            .then(|| crate::object::wire_key(msg.start_hash, &msg.start_name, msg.start_snap));
         let end = msg
             .has_end
-            .then(|| ObjectKey::new(msg.end_hash, msg.end_name.clone()));
+            .then(|| crate::object::wire_key(msg.end_hash, &msg.end_name, msg.end_snap));
         let mut objects = Vec::new();
         let mut cursor = start;
         let result: Result<(), String> = loop {

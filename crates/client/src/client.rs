@@ -163,6 +163,17 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A write's snapshot context: the newest snapshot id the writer knows and
+/// the live snapshots, newest first (librados' self-managed write context).
+/// The first write to an object after a snapshot keeps what it held then.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapContext {
+    /// The newest snapshot id.
+    pub seq: u64,
+    /// The live snapshots, newest first.
+    pub snaps: Vec<u64>,
+}
+
 /// Per-operation choices.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpOptions {
@@ -320,7 +331,9 @@ impl Client {
         let _ = tokio::time::timeout_at(deadline, wait).await;
     }
 
-    /// Runs `op` on object `oid` (namespace `nspace`) of pool `pool`.
+    /// Runs `op` on object `oid` (namespace `nspace`) of pool `pool`, its
+    /// writes with snapshot context `snapc`, its reads at snapshot `read_snap`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn operate(
         &self,
         pool: u64,
@@ -328,6 +341,8 @@ impl Client {
         oid: &str,
         op: Op,
         o: OpOptions,
+        snapc: Option<&SnapContext>,
+        read_snap: u64,
     ) -> Result<OpResult, OpError> {
         let whole = |error| OpError { index: 0, error };
         if op.is_empty() {
@@ -370,6 +385,9 @@ impl Client {
             tid,
             flags: 0,
             ops: op.subs,
+            snap_seq: snapc.map_or(0, |s| s.seq),
+            snaps: snapc.map(|s| s.snaps.clone()).unwrap_or_default(),
+            snap_id: read_snap,
         };
         let mut last = String::from("not sent");
         let mut attempt = 0u32;

@@ -42,7 +42,7 @@ mod watch;
 
 pub mod blocking;
 
-pub use client::{Client, ClientOptions, OpObserver, OpOptions};
+pub use client::{Client, ClientOptions, OpObserver, OpOptions, SnapContext};
 pub use error::{Error, OpError, Result};
 pub use op::{ObjectStat, OmapPage, Op, OpResult};
 pub use pool::{ListCursor, ObjectEntry, Pool};

@@ -58,6 +58,8 @@ pub struct Pool {
     id: u64,
     name: String,
     nspace: String,
+    snapc: Option<std::sync::Arc<crate::SnapContext>>,
+    read_snap: u64,
 }
 
 /// A monitor's refusal as the client's error.
@@ -81,6 +83,25 @@ impl Pool {
             id,
             name: name.to_string(),
             nspace: String::new(),
+            snapc: None,
+            read_snap: 0,
+        }
+    }
+
+    /// The same pool, its writes carrying snapshot context `snapc`.
+    pub fn with_snap_context(&self, snapc: crate::SnapContext) -> Pool {
+        Pool {
+            snapc: Some(std::sync::Arc::new(snapc)),
+            ..self.clone()
+        }
+    }
+
+    /// The same pool, reading objects as they were at snapshot `snap`
+    /// (0: as they are); such a pool cannot write.
+    pub fn at_snap(&self, snap: u64) -> Pool {
+        Pool {
+            read_snap: snap,
+            ..self.clone()
         }
     }
 
@@ -119,7 +140,10 @@ impl Pool {
 
     /// [`Pool::operate`] with a given request id or timeout.
     pub async fn operate_with(&self, oid: &str, op: Op, o: OpOptions) -> Result<OpResult, OpError> {
-        self.client.operate(self.id, &self.nspace, oid, op, o).await
+        let snapc = self.snapc.as_deref();
+        self.client
+            .operate(self.id, &self.nspace, oid, op, o, snapc, self.read_snap)
+            .await
     }
 
     /// A new self-managed snapshot id of this pool, from the monitors; the

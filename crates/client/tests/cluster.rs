@@ -418,3 +418,68 @@ async fn self_managed_snapshot_ids_come_from_the_monitors() {
     assert_eq!(v["snap_seq"], 3, "{v}");
     assert_eq!(v["removed_snaps"], serde_json::json!([[1, 3]]), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_after_a_snapshot_keep_it_readable() {
+    let c = Cluster::with_pool("client-snaps", 3, 3, 8).await;
+    let client = admin(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    pool.write_full("o", &b"v1"[..]).await.unwrap();
+    let s1 = pool.selfmanaged_snap_create().await.unwrap();
+    let w1 = pool.with_snap_context(shoal_client::SnapContext {
+        seq: s1,
+        snaps: vec![s1],
+    });
+    w1.write_full("o", &b"v2"[..]).await.unwrap();
+    w1.write_full("made-after", &b"new"[..]).await.unwrap();
+    let s2 = pool.selfmanaged_snap_create().await.unwrap();
+    let w2 = pool.with_snap_context(shoal_client::SnapContext {
+        seq: s2,
+        snaps: vec![s2, s1],
+    });
+    w2.write("o", 0, &b"V3"[..]).await.unwrap();
+    assert_eq!(&pool.read("o", 0, 0).await.unwrap()[..], b"V3");
+    assert_eq!(&pool.at_snap(s1).read("o", 0, 0).await.unwrap()[..], b"v1");
+    assert_eq!(&pool.at_snap(s2).read("o", 0, 0).await.unwrap()[..], b"v2");
+    assert!(matches!(
+        pool.at_snap(s1).read("made-after", 0, 0).await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(
+        &pool.at_snap(s2).read("made-after", 0, 0).await.unwrap()[..],
+        b"new"
+    );
+    // Removed at the head, kept at the snapshots.
+    w2.remove("o").await.unwrap();
+    assert!(matches!(
+        pool.read("o", 0, 0).await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(&pool.at_snap(s1).read("o", 0, 0).await.unwrap()[..], b"v1");
+    assert_eq!(&pool.at_snap(s2).read("o", 0, 0).await.unwrap()[..], b"v2");
+    // A snapshot is read-only; a bad context is refused.
+    let e = pool
+        .at_snap(s1)
+        .write_full("o", &b"x"[..])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let bad = pool.with_snap_context(shoal_client::SnapContext {
+        seq: 1,
+        snaps: vec![2],
+    });
+    assert!(matches!(
+        bad.write_full("o", &b"x"[..]).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // Listings name each object once.
+    let mut names: Vec<String> = pool
+        .list_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["made-after".to_string()]);
+}

@@ -126,6 +126,106 @@ pub fn split_key(key: &ObjectKey) -> Option<(String, String)> {
     })
 }
 
+/// The stored xattr holding an object's [`SnapSet`] (on the head, or on
+/// its snapdir once the head is removed while clones remain).
+pub const SNAPSET_XATTR: &str = "s.snapset";
+/// The snapshot id of an object's snapdir key (Ceph's `CEPH_SNAPDIR`):
+/// it keeps the snapset of a removed head whose clones remain.
+pub const SNAPDIR: u64 = u64::MAX - 1;
+/// Most clones one object keeps.
+pub const CLONES_MAX: usize = 4096;
+/// Most snapshots one snapshot context names.
+pub const SNAPC_SNAPS_MAX: usize = 4096;
+
+/// One clone of an object: the snapshots it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CloneInfo {
+    /// Its id (the newest snapshot it stands for; its store key's `snap`).
+    pub id: u64,
+    /// The snapshots it stands for, newest first.
+    pub snaps: Vec<u64>,
+    /// Its size.
+    pub size: u64,
+}
+
+/// An object's snapshots: the newest snapshot sequence a write carried,
+/// and its clones, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapSet {
+    /// The `snap_seq` of the newest write's snapshot context.
+    pub seq: u64,
+    /// Clones, by id ascending.
+    pub clones: Vec<CloneInfo>,
+}
+
+impl SnapSet {
+    /// Stored form: version 1, seq, then per clone id, size and snaps.
+    pub fn encode(&self) -> Bytes {
+        let mut b = Vec::with_capacity(16 + self.clones.len() * 32);
+        b.push(1u8);
+        b.extend_from_slice(&self.seq.to_le_bytes());
+        b.extend_from_slice(&(self.clones.len() as u32).to_le_bytes());
+        for c in &self.clones {
+            b.extend_from_slice(&c.id.to_le_bytes());
+            b.extend_from_slice(&c.size.to_le_bytes());
+            b.extend_from_slice(&(c.snaps.len() as u32).to_le_bytes());
+            for s in &c.snaps {
+                b.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        Bytes::from(b)
+    }
+
+    /// Decodes the stored form; `None` if it is damaged.
+    pub fn decode(b: &[u8]) -> Option<SnapSet> {
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let s = b.get(at..at.checked_add(n)?)?;
+            at += n;
+            Some(s)
+        };
+        let u64_ = |s: &[u8]| s.try_into().ok().map(u64::from_le_bytes);
+        let u32_ = |s: &[u8]| s.try_into().ok().map(u32::from_le_bytes);
+        if take(1)? != [1] {
+            return None;
+        }
+        let seq = u64_(take(8)?)?;
+        let n = u32_(take(4)?)? as usize;
+        if n > CLONES_MAX {
+            return None;
+        }
+        let mut clones = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = u64_(take(8)?)?;
+            let size = u64_(take(8)?)?;
+            let k = u32_(take(4)?)? as usize;
+            if k > SNAPC_SNAPS_MAX {
+                return None;
+            }
+            let mut snaps = Vec::with_capacity(k);
+            for _ in 0..k {
+                snaps.push(u64_(take(8)?)?);
+            }
+            clones.push(CloneInfo { id, snaps, size });
+        }
+        (at == b.len()).then_some(SnapSet { seq, clones })
+    }
+
+    /// Which store key holds the object as it was at snapshot `snap`:
+    /// the head if no write since carried it, else the clone standing for
+    /// it; `None` if the object did not exist then.
+    pub fn resolve(&self, snap: u64) -> Option<u64> {
+        if snap > self.seq {
+            return Some(ObjectKey::HEAD);
+        }
+        self.clones
+            .iter()
+            .find(|c| c.id >= snap)
+            .filter(|c| c.snaps.contains(&snap))
+            .map(|c| c.id)
+    }
+}
+
 /// The OSD's metadata of one object, kept in the xattr [`META_XATTR`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ObjectMeta {

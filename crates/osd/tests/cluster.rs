@@ -113,6 +113,7 @@ impl RawClient {
             tid,
             flags: 0,
             ops,
+            ..OsdOp::default()
         };
         let reply = conn.request(op, data).await?;
         match reply.msg {

@@ -39,6 +39,17 @@ pub struct OsdOp {
     /// The sub-operations, applied in order.
     #[prost(message, repeated, tag = "9")]
     pub ops: Vec<OsdSubOp>,
+    /// Snapshot context of a write: the newest snapshot id the writer knows
+    /// (0: none)...
+    #[prost(uint64, tag = "10")]
+    pub snap_seq: u64,
+    /// ...and the object's live snapshots, newest first: the first write
+    /// after a snapshot keeps what the object held as a clone for them.
+    #[prost(uint64, repeated, tag = "11")]
+    pub snaps: Vec<u64>,
+    /// Read the object as it was at this snapshot (0: as it is now).
+    #[prost(uint64, tag = "12")]
+    pub snap_id: u64,
 }
 
 impl OsdOp {

@@ -35,7 +35,9 @@ use shoal_objectstore::types::{OBJECT_SIZE_MAX, TRANSACTION_DATA_BYTES_MAX};
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
 use shoal_proto::{CmpOp, OpCode, OsdErrorCode, OsdSubOp, OsdSubOpResult};
 
-use crate::object::{META_XATTR, ObjectMeta};
+use crate::object::{
+    CLONES_MAX, CloneInfo, META_XATTR, ObjectMeta, SNAPC_SNAPS_MAX, SNAPDIR, SNAPSET_XATTR, SnapSet,
+};
 
 /// Most sub-operations in one op.
 pub const SUB_OPS_MAX: usize = 64;
@@ -66,6 +68,31 @@ pub struct ExecInput<'a> {
     pub new_version: u64,
     /// The modification time recorded if the op changes the object.
     pub mtime_ms: u64,
+    /// The write's snapshot context (the first write after a snapshot
+    /// clones the object for it) and the pool's removed snapshots.
+    pub snaps: Snaps<'a>,
+}
+
+/// A write's snapshot context and a read's snapshot, with the pool's
+/// removed snapshots.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snaps<'a> {
+    /// The newest snapshot id the writer knows (0: none).
+    pub seq: u64,
+    /// The live snapshots, newest first.
+    pub snaps: &'a [u64],
+    /// Read at this snapshot (0: the head).
+    pub read: u64,
+    /// The pool's removed snapshots, as `(first, count)` runs.
+    pub removed: &'a [(u64, u64)],
+}
+
+impl Snaps<'_> {
+    fn removed(&self, snap: u64) -> bool {
+        self.removed
+            .iter()
+            .any(|(first, n)| snap >= *first && snap - first < *n)
+    }
 }
 
 impl std::fmt::Debug for ExecInput<'_> {
@@ -187,6 +214,29 @@ pub fn validate(ops: &[OsdSubOp], data_len: usize) -> Result<(), ExecError> {
     Ok(())
 }
 
+/// Checks a snapshot context: at most [`SNAPC_SNAPS_MAX`] snapshots,
+/// newest first without repeats, none newer than `seq`; a read at a
+/// snapshot changes nothing.
+pub fn validate_snaps(ops: &[OsdSubOp], s: &Snaps<'_>) -> Result<(), ExecError> {
+    use OsdErrorCode::InvalidArgument as Inval;
+    if s.snaps.len() > SNAPC_SNAPS_MAX {
+        let m = format!("a snapshot context names at most {SNAPC_SNAPS_MAX} snapshots");
+        return Err(err(Inval, 0, m));
+    }
+    if s.snaps.first().is_some_and(|n| *n > s.seq) || s.snaps.windows(2).any(|w| w[0] <= w[1]) {
+        let m = "a snapshot context lists its snapshots newest first, none past its seq";
+        return Err(err(Inval, 0, m));
+    }
+    if s.read != 0 && is_mutating(ops) {
+        return Err(err(
+            Inval,
+            0,
+            "a snapshot is read-only: write to the object itself",
+        ));
+    }
+    Ok(())
+}
+
 /// The wire code of a store error: missing object or collection →
 /// `NotFound`; no space → `NoSpace`; a refused argument → `InvalidArgument`;
 /// a failed medium (checksum, I/O, metadata, corruption, poisoned store) →
@@ -221,6 +271,12 @@ struct State {
     xattrs: BTreeMap<String, Option<Bytes>>,
     /// The stored metadata (default once removed).
     meta: ObjectMeta,
+    /// The object's snapshots (from the head, or its snapdir).
+    snapset: SnapSet,
+    /// The snapset changed (a clone, a newer seq).
+    snapset_dirty: bool,
+    /// The head was absent and a snapdir held the snapset.
+    snapdir_existed: bool,
 }
 
 impl State {
@@ -228,6 +284,26 @@ impl State {
         let (store, c, k) = (input.store, &input.coll, &input.key);
         let fail = |e: shoal_objectstore::Error| err(store_error_code(&e), 0, e.to_string());
         let existed = store.exists(c, k).map_err(fail)?;
+        let decode_snapset = |k: &ObjectKey| -> Result<Option<SnapSet>, ExecError> {
+            match store.getxattr(c, k, SNAPSET_XATTR).map_err(fail)? {
+                None => Ok(None),
+                Some(b) => SnapSet::decode(&b).map(Some).ok_or_else(|| {
+                    err(
+                        OsdErrorCode::Io,
+                        0,
+                        format!("the snapset of {k} is damaged"),
+                    )
+                }),
+            }
+        };
+        let snapdir = k.clone_for(SNAPDIR);
+        let (snapset, snapdir_existed) = if existed {
+            (decode_snapset(k)?.unwrap_or_default(), false)
+        } else if store.exists(c, &snapdir).map_err(fail)? {
+            (decode_snapset(&snapdir)?.unwrap_or_default(), true)
+        } else {
+            (SnapSet::default(), false)
+        };
         let (size, meta) = if existed {
             let size = store.stat(c, k).map_err(fail)?.size;
             let meta = store
@@ -247,6 +323,9 @@ impl State {
             removed: false,
             xattrs: BTreeMap::new(),
             meta,
+            snapset,
+            snapset_dirty: false,
+            snapdir_existed,
         })
     }
 }
@@ -263,6 +342,24 @@ struct Exec<'a> {
 /// Runs `input.ops` against the object; see the module doc.
 pub fn execute(input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
     validate(input.ops, input.data.len())?;
+    validate_snaps(input.ops, &input.snaps)?;
+    if input.snaps.read != 0 {
+        // The object as it was at the snapshot: the head or a clone.
+        let head = State::load(&input)?;
+        let snap = head.snapset.resolve(input.snaps.read);
+        let key = match snap {
+            Some(ObjectKey::HEAD) => input.key.clone(),
+            Some(id) => input.key.clone_for(id),
+            // Absent then: a key nothing has.
+            None => input.key.clone_for(input.snaps.read),
+        };
+        let at = ExecInput {
+            key,
+            snaps: Snaps::default(),
+            ..input
+        };
+        return execute(at);
+    }
     let mut x = Exec {
         input: &input,
         st: State::load(&input)?,
@@ -270,6 +367,9 @@ pub fn execute(input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
         results: Vec::with_capacity(input.ops.len()),
         out: Vec::new(),
     };
+    if is_mutating(input.ops) {
+        x.clone_for_snapshots()?;
+    }
     let mut at = 0usize;
     for (i, op) in input.ops.iter().enumerate() {
         // validate() checked that the lengths add up to the data part; a
@@ -329,6 +429,10 @@ impl Exec<'_> {
             (true, true) => input.new_version,
             (true, false) => st.meta.version,
         };
+        if mutates {
+            self.persist_snapset();
+        }
+        let st = &self.st;
         if mutates && st.exists {
             let meta = ObjectMeta {
                 version: input.new_version,
@@ -351,6 +455,98 @@ impl Exec<'_> {
             version,
             delta,
         }
+    }
+
+    /// The first write after a snapshot keeps the object as it was: a
+    /// clone for the snapshots since the last write's context that the pool
+    /// has not removed. The context's seq becomes the object's.
+    fn clone_for_snapshots(&mut self) -> Result<(), ExecError> {
+        let s = self.input.snaps;
+        if s.seq <= self.st.snapset.seq {
+            return Ok(());
+        }
+        let covered: Vec<u64> = s
+            .snaps
+            .iter()
+            .copied()
+            .filter(|n| *n > self.st.snapset.seq && !s.removed(*n))
+            .collect();
+        if self.st.existed
+            && let Some(&id) = covered.first()
+        {
+            if self.st.snapset.clones.len() >= CLONES_MAX {
+                let m = format!("the object has {CLONES_MAX} clones: remove snapshots first");
+                return Err(err(OsdErrorCode::TooLarge, 0, m));
+            }
+            let clone = self.input.key.clone_for(id);
+            self.txn.clone_object(self.c(), self.k(), clone.clone());
+            self.txn.remove_xattr(self.c(), clone, SNAPSET_XATTR);
+            self.st.snapset.clones.push(CloneInfo {
+                id,
+                snaps: covered,
+                size: self.st.initial_size,
+            });
+        }
+        self.st.snapset.seq = s.seq;
+        self.st.snapset_dirty = true;
+        Ok(())
+    }
+
+    /// Keeps the snapset with the object: on the head while it exists,
+    /// else on its snapdir while clones remain. Runs before the op's last
+    /// store change (the head's metadata, or its removal).
+    fn persist_snapset(&mut self) {
+        let st = &self.st;
+        let (c, head) = (self.input.coll, self.input.key.clone());
+        let snapdir = head.clone_for(SNAPDIR);
+        let keep = st.snapset.seq > 0 || !st.snapset.clones.is_empty();
+        if st.exists {
+            if keep && (st.snapset_dirty || st.snapdir_existed || st.removed) {
+                self.txn
+                    .set_xattr(c, head, SNAPSET_XATTR, st.snapset.encode());
+            }
+            if st.snapdir_existed {
+                self.txn.remove(c, snapdir);
+            }
+            return;
+        }
+        // The head is gone (or never was): its last store op, if any, is
+        // its removal, which must stay last.
+        let mut tail = Vec::new();
+        if !st.snapset.clones.is_empty() && (st.removed || st.snapset_dirty) {
+            if !st.snapdir_existed {
+                tail.push(shoal_objectstore::Op::Touch(c, snapdir.clone()));
+            }
+            tail.push(shoal_objectstore::Op::SetXattrs(
+                c,
+                snapdir,
+                BTreeMap::from([(SNAPSET_XATTR.to_string(), st.snapset.encode())]),
+            ));
+        } else if st.snapset.clones.is_empty() && st.snapdir_existed {
+            tail.push(shoal_objectstore::Op::Remove(c, snapdir));
+        }
+        if tail.is_empty() {
+            return;
+        }
+        let ops = self.txn.ops().to_vec();
+        let mut t = Transaction::new();
+        let last_is_remove = ops.last().is_some_and(
+            |o| matches!(o, shoal_objectstore::Op::Remove(_, oid) if *oid == self.input.key),
+        );
+        let (body, last) = match last_is_remove {
+            true => (&ops[..ops.len() - 1], ops.last()),
+            false => (&ops[..], None),
+        };
+        for o in body {
+            t.push(o.clone());
+        }
+        for o in tail {
+            t.push(o);
+        }
+        if let Some(o) = last {
+            t.push(o.clone());
+        }
+        self.txn = t;
     }
 
     fn store_err(&self, i: usize, e: shoal_objectstore::Error) -> ExecError {

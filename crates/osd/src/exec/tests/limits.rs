@@ -147,6 +147,7 @@ fn store_errors_map_to_wire_codes_and_name_the_sub_operation() {
         data: Bytes::new(),
         new_version: 9,
         mtime_ms: 0,
+        snaps: Snaps::default(),
     })
     .unwrap_err();
     assert_eq!((err.code, err.failed_op), (OsdErrorCode::Io, 1));

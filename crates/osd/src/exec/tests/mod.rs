@@ -5,6 +5,7 @@ mod attrs;
 mod data;
 mod limits;
 mod model;
+mod snaps;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -25,6 +26,12 @@ pub(super) struct Env {
     pub coll: CollectionId,
     pub key: ObjectKey,
     pub version: u64,
+    /// The snapshot context of the next ops: seq and snaps.
+    pub snapc: (u64, Vec<u64>),
+    /// Read at this snapshot (0: the head).
+    pub read_snap: u64,
+    /// The pool's removed snapshots.
+    pub removed: Vec<(u64, u64)>,
 }
 
 pub(super) fn env() -> Env {
@@ -38,6 +45,9 @@ pub(super) fn env() -> Env {
         coll,
         key: ObjectKey::new(5, "obj"),
         version: 0,
+        snapc: (0, Vec::new()),
+        read_snap: 0,
+        removed: Vec::new(),
     }
 }
 
@@ -102,6 +112,12 @@ impl Env {
             data: Bytes::from(data),
             new_version: self.version,
             mtime_ms: 1000 + self.version,
+            snaps: Snaps {
+                seq: self.snapc.0,
+                snaps: &self.snapc.1,
+                read: self.read_snap,
+                removed: &self.removed,
+            },
         })?;
         check_shape(&out, ops.len());
         self.store.apply_transaction(out.txn.clone()).unwrap();

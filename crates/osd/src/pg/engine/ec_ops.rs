@@ -19,6 +19,15 @@ impl PgCore {
     /// Runs a client op of an erasure-coded PG (past the engine's fences
     /// and its duplicate check).
     pub(in crate::pg) fn ec_execute(&mut self, op: Op, key: ObjectKey) -> Vec<Effect> {
+        if op.msg.snap_seq != 0 || op.msg.snap_id != 0 || !op.msg.snaps.is_empty() {
+            let m = "snapshots of objects in erasure-coded pools are not supported yet";
+            return vec![op_error(
+                op.to,
+                OsdErrorCode::NotSupported,
+                self.epoch(),
+                m.into(),
+            )];
+        }
         self.ec_run(op, key, &Stripes::default(), true)
     }
 
@@ -57,6 +66,7 @@ impl PgCore {
             data: op.data.clone(),
             new_version: version.v,
             mtime_ms: (self.clock)(),
+            snaps: exec::Snaps::default(),
         };
         let mut outcome = match exec::execute(input) {
             Ok(o) => o,

@@ -292,6 +292,11 @@ impl PgCore {
             };
             return self.ec_execute(op, key);
         }
+        let removed = self
+            .pool
+            .as_ref()
+            .map(|p| p.removed_snaps.clone())
+            .unwrap_or_default();
         let version = self.log.next_version(epoch);
         let input = ExecInput {
             store: self.store.as_ref(),
@@ -301,6 +306,12 @@ impl PgCore {
             data: data.clone(),
             new_version: version.v,
             mtime_ms: (self.clock)(),
+            snaps: exec::Snaps {
+                seq: msg.snap_seq,
+                snaps: &msg.snaps,
+                read: msg.snap_id,
+                removed: &removed,
+            },
         };
         let outcome = match self.backend.execute(input) {
             Ok(o) => o,

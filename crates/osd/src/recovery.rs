@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
-use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore};
+use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
 use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush};
 
 use crate::copy;
@@ -238,6 +238,124 @@ pub async fn push_object(
         }
     }
     OsdCounters::add(&ctx.counters.recovered, 1);
+    Ok(())
+}
+
+/// Clones listed per page when syncing an object's family.
+const FAMILY_PAGE: u32 = 64;
+
+/// The clones and snapdir of `head` (store keys of its name with a
+/// snapshot id) in our copy of the PG, in order.
+pub fn local_family(
+    store: &dyn ObjectStore,
+    coll: CollectionId,
+    head: &ObjectKey,
+) -> shoal_objectstore::Result<Vec<ObjectKey>> {
+    let mut out = Vec::new();
+    let mut cursor = head.clone_for(1);
+    loop {
+        let page = store.list_objects(&coll, Some(&cursor), FAMILY_PAGE as usize)?;
+        for k in &page.objects {
+            if k.hash != head.hash || k.name != head.name || k.snap == ObjectKey::HEAD {
+                return Ok(out);
+            }
+            out.push(k.clone());
+        }
+        match page.next {
+            Some(n) => cursor = n,
+            None => return Ok(out),
+        }
+    }
+}
+
+/// The clones and snapdir of `head` in the copy held by the member at `peer`.
+pub async fn remote_family(
+    c: Copier<'_>,
+    peer: &Connection,
+    head: &ObjectKey,
+) -> Result<Vec<ObjectKey>, String> {
+    let Some(want) = crate::object::split_key(head) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut cursor = 1u64;
+    loop {
+        let list = PgList {
+            pool: c.pg.pool,
+            pg_seed: c.pg.seed,
+            epoch: c.epoch,
+            has_cursor: true,
+            cursor_hash: head.hash,
+            cursor_name: head.name.clone(),
+            cursor_snap: cursor,
+            max: FAMILY_PAGE,
+        };
+        let reply = peer
+            .request_with_timeout(list, Bytes::new(), c.ctx.cfg.peer_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Message::PgListReply(page) = reply.msg else {
+            return Err(format!("{} answered a listing otherwise", peer.peer()));
+        };
+        if page.code != 0 {
+            return Err(format!("listing {}: {}", peer.peer(), page.message));
+        }
+        for (i, (ns, name)) in page.nspaces.iter().zip(&page.names).enumerate() {
+            let snap = page.snaps.get(i).copied().unwrap_or(0);
+            if (ns.as_str(), name.as_str()) != (want.0.as_str(), want.1.as_str()) || snap == 0 {
+                return Ok(out);
+            }
+            out.push(head.clone_for(snap));
+        }
+        if !page.more
+            || page.next_hash != head.hash
+            || page.next_name != head.name
+            || page.next_snap == 0
+        {
+            return Ok(out);
+        }
+        cursor = page.next_snap;
+    }
+}
+
+/// After pulling `head` from `src`: its clones and snapdir as `src` has
+/// them (clones never change once made, so one we hold is current; one
+/// `src` lacks was trimmed there).
+pub async fn pull_family(c: Copier<'_>, src: &Connection, head: &ObjectKey) -> Result<(), String> {
+    let coll = crate::object::collection(c.pg);
+    let theirs = remote_family(c, src, head).await?;
+    let store = c.ctx.store.as_ref();
+    let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
+        .map_err(|e| e.to_string())?;
+    for k in theirs.iter().filter(|k| !ours.contains(k)) {
+        pull_object(c, src, k, Some(true)).await?;
+    }
+    let extra: Vec<&ObjectKey> = ours.iter().filter(|k| !theirs.contains(k)).collect();
+    if !extra.is_empty() {
+        let mut t = Transaction::new();
+        for k in extra {
+            t.remove(coll, k.clone());
+        }
+        let _held = c.fence.hold()?;
+        shoal_net::runtime::blocking(|| store.apply_transaction(t)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// After pushing `head` to `dst`: our clones and snapdir that `dst` lacks,
+/// and the removal of those it has and we do not.
+pub async fn push_family(c: Copier<'_>, dst: &Connection, head: &ObjectKey) -> Result<(), String> {
+    let coll = crate::object::collection(c.pg);
+    let theirs = remote_family(c, dst, head).await?;
+    let store = c.ctx.store.as_ref();
+    let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
+        .map_err(|e| e.to_string())?;
+    for k in ours.iter().filter(|k| !theirs.contains(k)) {
+        push_object(c, dst, k, Some(true)).await?;
+    }
+    for k in theirs.iter().filter(|k| !ours.contains(k)) {
+        push_object(c, dst, k, Some(false)).await?;
+    }
     Ok(())
 }
 

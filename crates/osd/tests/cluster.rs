@@ -27,6 +27,8 @@ struct RawClient {
     msgr: Messenger,
     map: watch::Receiver<Option<Arc<OsdMap>>>,
     inc: u64,
+    /// The snapshot context writes carry (seq, snaps newest first).
+    snapc: (u64, Vec<u64>),
 }
 
 impl RawClient {
@@ -52,7 +54,12 @@ impl RawClient {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let map = monc.subscribe_osdmap(sink);
-        RawClient { msgr, map, inc: 42 }
+        RawClient {
+            msgr,
+            map,
+            inc: 42,
+            snapc: (0, Vec::new()),
+        }
     }
 
     fn map(&self) -> Arc<OsdMap> {
@@ -113,6 +120,8 @@ impl RawClient {
             tid,
             flags: 0,
             ops,
+            snap_seq: self.snapc.0,
+            snaps: self.snapc.1.clone(),
             ..OsdOp::default()
         };
         let reply = conn.request(op, data).await?;
@@ -941,4 +950,43 @@ async fn clones_are_backfilled_as_objects_and_clients_list_heads_only() {
     let mut want: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
     want.sort();
     assert_eq!(names, want);
+}
+
+/// A write that cloned an object for a snapshot reached two of three
+/// members: the third, back, gets the clone with the head (log recovery
+/// syncs a head's clones), and one a primary lacks is pulled too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_recovery_brings_a_heads_clones() {
+    let (mut c, mut client) = setup("clone-recovery").await;
+    let n = 10;
+    write_all(&mut client, n, 0, |i| format!("v1 {i}")).await;
+    let store2 = c.stop_osd(2).await;
+    c.command(Command::OsdDown { ids: vec![2] }).await;
+    client.wait_map(|m| !m.is_up(2)).await;
+    client.snapc = (4, vec![4]);
+    write_all(&mut client, n, 100, |i| format!("v2 {i}")).await;
+    c.start_osd(2, store2).await;
+    client.wait_map(|m| m.is_up(2)).await;
+    wait_stats(&c, "active+clean", |s| {
+        s.iter().all(|s| s.state == "active+clean")
+    })
+    .await;
+    let map = client.map();
+    for i in 0..n {
+        let oid = format!("o{i}");
+        let (coll, clone) = clone_key(&map, &oid, 4);
+        for o in client.primary(&oid).1 {
+            let store = &c.osds[&o].1;
+            assert_eq!(
+                object_on(store, &map, &oid).as_deref(),
+                Some(format!("v2 {i}").as_bytes()),
+                "{oid} on osd.{o}"
+            );
+            assert_eq!(
+                store.read(&coll, &clone, 0, 1 << 20).ok().as_deref(),
+                Some(format!("v1 {i}").as_bytes()),
+                "{oid}'s clone on osd.{o}"
+            );
+        }
+    }
 }

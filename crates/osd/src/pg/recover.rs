@@ -781,10 +781,21 @@ impl ObjectRecovery {
             fence: &self.fence,
         };
         if pull {
-            recovery::pull_object(c, &conn, &self.key, self.expect).await
+            recovery::pull_object(c, &conn, &self.key, self.expect).await?;
         } else {
-            recovery::push_object(c, &conn, &self.key, self.expect).await
+            recovery::push_object(c, &conn, &self.key, self.expect).await?;
         }
+        // A head's snapshot clones come with it: the write that made one
+        // is logged under the head alone.
+        let replicated = self.map.pool(self.pg.pool).is_some_and(|p| !p.is_erasure());
+        if replicated && self.key.snap == ObjectKey::HEAD {
+            if pull {
+                recovery::pull_family(c, &conn, &self.key).await?;
+            } else {
+                recovery::push_family(c, &conn, &self.key).await?;
+            }
+        }
+        Ok(())
     }
 }
 

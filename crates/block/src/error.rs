@@ -62,6 +62,33 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// No snapshot of that name.
+    #[error("image {image} has no snapshot {snap}")]
+    NoSnap {
+        /// The image.
+        image: String,
+        /// The snapshot.
+        snap: String,
+    },
+    /// A snapshot of that name exists.
+    #[error("image {image} already has a snapshot {snap}")]
+    SnapExists {
+        /// The image.
+        image: String,
+        /// The snapshot.
+        snap: String,
+    },
+    /// The snapshot is protected.
+    #[error("snapshot {snap} of image {image} is protected: unprotect it first")]
+    SnapProtected {
+        /// The image.
+        image: String,
+        /// The snapshot.
+        snap: String,
+    },
+    /// Not offered (yet) for this image.
+    #[error("not supported: {0}")]
+    NotSupported(String),
     /// The cluster refused or failed an operation.
     #[error("{0}")]
     Cluster(#[from] shoal_client::Error),

@@ -143,9 +143,45 @@ pub struct Header {
     pub data_pool: Option<u64>,
     /// Creation time, ms since the Unix epoch.
     pub created_ms: u64,
+    /// The image's snapshots, oldest first.
+    pub snapshots: Vec<SnapInfo>,
+}
+
+/// One snapshot of an image, kept in the header's omap as JSON under
+/// [`snap_key`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapInfo {
+    /// Its id: a self-managed snapshot of the data pool.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// The image's size when it was taken.
+    pub size: u64,
+    /// Clones may be made of it; it may not be removed.
+    pub protected: bool,
+    /// When it was taken, ms since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// The header's omap key of snapshot `id`.
+pub fn snap_key(id: u64) -> String {
+    format!("snapshot_{id:016x}")
 }
 
 impl Header {
+    /// The snapshot context the image's writes carry: the newest snapshot
+    /// id and every live one, newest first.
+    pub fn snap_context(&self) -> (u64, Vec<u64>) {
+        let mut ids: Vec<u64> = self.snapshots.iter().map(|s| s.id).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        (ids.first().copied().unwrap_or(0), ids)
+    }
+
+    /// The snapshot named `name`.
+    pub fn snapshot(&self, name: &str) -> Option<&SnapInfo> {
+        self.snapshots.iter().find(|s| s.name == name)
+    }
+
     /// Bytes per data object.
     pub fn object_size(&self) -> u64 {
         1 << self.order
@@ -194,12 +230,27 @@ impl Header {
         if size > SIZE_MAX {
             return Err(corrupt(format!("size {size} is beyond {SIZE_MAX}")));
         }
+        let mut snapshots = Vec::new();
+        for (k, v) in omap.range(Bytes::from_static(b"snapshot_")..) {
+            if !k.starts_with(b"snapshot_") {
+                break;
+            }
+            let s: SnapInfo = serde_json::from_slice(v).map_err(|e| {
+                corrupt(format!(
+                    "snapshot record {}: {e}",
+                    String::from_utf8_lossy(k)
+                ))
+            })?;
+            snapshots.push(s);
+        }
+        snapshots.sort_by_key(|s| s.id);
         Ok(Header {
             size,
             order,
             features: u64_of("features")?.unwrap_or(0),
             data_pool: u64_of("data_pool")?,
             created_ms: u64_of("create_timestamp")?.unwrap_or(0),
+            snapshots,
         })
     }
 }
@@ -310,6 +361,7 @@ mod tests {
             features: features::DEFAULT | features::DATA_POOL,
             data_pool: Some(7),
             created_ms: 1234,
+            snapshots: Vec::new(),
         };
         let omap: BTreeMap<Bytes, Bytes> = h
             .to_omap()

@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, check_range, data_object, features,
-    header_object, object_count, object_extents, object_map_object,
+    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, SnapInfo, check_range, data_object,
+    features, header_object, object_count, object_extents, object_map_object,
 };
 use crate::lock::{self, LockOwner};
 use crate::rbd::{load_header, lookup_id};
@@ -56,6 +56,10 @@ pub struct ImageInfo {
     pub data_pool: Option<String>,
     /// Creation time, ms since the Unix epoch.
     pub created_ms: u64,
+    /// Snapshots the image has.
+    pub snapshot_count: usize,
+    /// The snapshot this view is of, if any.
+    pub snapshot: Option<String>,
 }
 
 /// Space an image takes.
@@ -84,6 +88,13 @@ impl std::fmt::Debug for Image {
 pub(crate) struct Inner {
     pub(crate) pool: Pool,
     pub(crate) data: Pool,
+    /// The data pool as reads see it: at the snapshot this image was
+    /// opened at, or the objects as they are.
+    data_r: Pool,
+    /// The data pool as writes go to it: with the image's snapshot context.
+    data_w: RwLock<Pool>,
+    /// The snapshot this image was opened at (read-only).
+    snap: Option<SnapInfo>,
     pub(crate) name: String,
     pub(crate) id: String,
     header: RwLock<Header>,
@@ -113,17 +124,39 @@ impl Image {
     /// Opens image `name` of `pool` for reading and writing; the first
     /// change takes the exclusive lock.
     pub async fn open(pool: &Pool, name: &str) -> Result<Image> {
-        Image::open_with(pool, name, false).await
+        Image::open_with(pool, name, false, None).await
     }
 
     /// Opens image `name` of `pool` for reading only.
     pub async fn open_read_only(pool: &Pool, name: &str) -> Result<Image> {
-        Image::open_with(pool, name, true).await
+        Image::open_with(pool, name, true, None).await
     }
 
-    async fn open_with(pool: &Pool, name: &str, read_only: bool) -> Result<Image> {
+    /// Opens snapshot `snap` of image `name` (read-only): the image as it
+    /// was when the snapshot was taken.
+    pub async fn open_snap(pool: &Pool, name: &str, snap: &str) -> Result<Image> {
+        Image::open_with(pool, name, true, Some(snap)).await
+    }
+
+    async fn open_with(
+        pool: &Pool,
+        name: &str,
+        read_only: bool,
+        at: Option<&str>,
+    ) -> Result<Image> {
         let id = lookup_id(pool, name).await?;
-        let header = load_header(pool, name, &id).await?;
+        let mut header = load_header(pool, name, &id).await?;
+        let snap = match at {
+            None => None,
+            Some(s) => {
+                let info = header.snapshot(s).cloned().ok_or_else(|| Error::NoSnap {
+                    image: name.to_string(),
+                    snap: s.to_string(),
+                })?;
+                header.size = info.size;
+                Some(info)
+            }
+        };
         let data = match header.data_pool {
             Some(p) => pool.client().pool_by_id(p).map_err(|_| Error::Corrupt {
                 image: name.to_string(),
@@ -139,8 +172,16 @@ impl Image {
             false => Some(pool.watch(&header_object(&id)).await?),
         };
         let cookie = watch.as_ref().map_or(0, |w| w.cookie());
+        let data_r = match &snap {
+            Some(s) => data.at_snap(s.id),
+            None => data.clone(),
+        };
+        let data_w = RwLock::new(with_context(&data, &header));
         let inner = Inner {
             pool: pool.clone(),
+            data_r,
+            data_w,
+            snap,
             data,
             name: name.to_string(),
             id,
@@ -202,7 +243,7 @@ impl Image {
     /// Reads the header again (another client may have resized the image).
     pub async fn refresh(&self) -> Result<()> {
         let h = load_header(&self.inner.pool, &self.inner.name, &self.inner.id).await?;
-        *self.inner.header.write().unwrap_or_else(|p| p.into_inner()) = h;
+        self.inner.set_header(h);
         Ok(())
     }
 
@@ -226,6 +267,8 @@ impl Image {
                 .to_string(),
             data_pool,
             created_ms: h.created_ms,
+            snapshot_count: h.snapshots.len(),
+            snapshot: self.inner.snap.as_ref().map(|s| s.name.clone()),
         }
     }
 
@@ -314,6 +357,15 @@ impl Image {
         }
         let gate = self.inner.io_gate.read().await;
         self.inner.writable().await?;
+        self.resize_held(size).await?;
+        drop(gate);
+        // Readers elsewhere learn the new size (best effort).
+        let _ = lock::notify_header_update(&self.inner.pool, &self.inner.id).await;
+        Ok(())
+    }
+
+    /// [`Image::resize`] once the lock is held.
+    async fn resize_held(&self, size: u64) -> Result<()> {
         let old = self.header();
         let i = &self.inner;
         let h = Header {
@@ -359,12 +411,126 @@ impl Image {
                 &[("size", size.to_le_bytes().to_vec())],
             )
             .await?;
-        *i.header.write().unwrap_or_else(|p| p.into_inner()) = h.clone();
+        i.set_header(h.clone());
         if h.features & features::OBJECT_MAP != 0 && count < old.object_count() {
             i.resize_map(count).await?;
         }
-        drop(gate);
-        // Readers elsewhere learn the new size (best effort).
+        Ok(())
+    }
+
+    /// The image's snapshots, oldest first.
+    pub fn snapshots(&self) -> Vec<SnapInfo> {
+        self.header().snapshots
+    }
+
+    /// The snapshot this image was opened at, if any.
+    pub fn opened_at(&self) -> Option<&SnapInfo> {
+        self.inner.snap.as_ref()
+    }
+
+    /// Takes snapshot `name` of the image: writes completed before it are
+    /// in it, none after. Returns its id.
+    pub async fn snap_create(&self, name: &str) -> Result<u64> {
+        crate::format::check_name(name)?;
+        let i = &self.inner;
+        if i.data_is_erasure()? {
+            return Err(Error::NotSupported(format!(
+                "snapshots of image {} whose data is in erasure-coded pool {}",
+                i.name,
+                i.data.name()
+            )));
+        }
+        // No write of ours in flight across the snapshot.
+        let _gate = i.io_gate.write().await;
+        i.writable().await?;
+        let mut h = self.header();
+        if h.snapshot(name).is_some() {
+            return Err(Error::SnapExists {
+                image: i.name.clone(),
+                snap: name.to_string(),
+            });
+        }
+        let id = i.data.selfmanaged_snap_create().await?;
+        let info = SnapInfo {
+            id,
+            name: name.to_string(),
+            size: h.size,
+            protected: false,
+            created_ms: crate::rbd::now_ms(),
+        };
+        i.put_snap(&info).await?;
+        h.snapshots.push(info);
+        i.set_header(h);
+        let _ = lock::notify_header_update(&i.pool, &i.id).await;
+        Ok(id)
+    }
+
+    /// Removes snapshot `name` (refused while it is protected).
+    pub async fn snap_remove(&self, name: &str) -> Result<()> {
+        let i = &self.inner;
+        let _gate = i.io_gate.read().await;
+        i.writable().await?;
+        let mut h = self.header();
+        let info = i.snap_named(&h, name)?;
+        if info.protected {
+            return Err(Error::SnapProtected {
+                image: i.name.clone(),
+                snap: name.to_string(),
+            });
+        }
+        i.pool
+            .omap_rm_keys(&header_object(&i.id), &[crate::format::snap_key(info.id)])
+            .await?;
+        h.snapshots.retain(|s| s.id != info.id);
+        i.set_header(h);
+        // The OSDs trim its clones.
+        match i.data.selfmanaged_snap_remove(info.id).await {
+            Ok(()) | Err(ClusterError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let _ = lock::notify_header_update(&i.pool, &i.id).await;
+        Ok(())
+    }
+
+    /// Protects snapshot `name` (clones may be made of it; it may not be
+    /// removed) or, with `protect` false, unprotects it.
+    pub async fn snap_protect(&self, name: &str, protect: bool) -> Result<()> {
+        let i = &self.inner;
+        let _gate = i.io_gate.read().await;
+        i.writable().await?;
+        let mut h = self.header();
+        let mut info = i.snap_named(&h, name)?;
+        info.protected = protect;
+        i.put_snap(&info).await?;
+        for s in &mut h.snapshots {
+            if s.id == info.id {
+                s.protected = protect;
+            }
+        }
+        i.set_header(h);
+        Ok(())
+    }
+
+    /// Rolls the image back to snapshot `name`: its size and every data
+    /// object as they were then (the rollback is itself a change: later
+    /// snapshots keep what they hold).
+    pub async fn snap_rollback(&self, name: &str) -> Result<()> {
+        let i = &self.inner;
+        let _gate = i.io_gate.read().await;
+        i.writable().await?;
+        let info = i.snap_named(&self.header(), name)?;
+        self.resize_held(info.size).await?;
+        let h = self.header();
+        let at = i.data.at_snap(info.id);
+        let mut set = JoinSet::new();
+        for objno in 0..h.object_count() {
+            let (me, at) = (Arc::clone(i), at.clone());
+            set.spawn(async move { me.roll_back_object(&at, objno).await });
+            if set.len() >= PARALLEL {
+                join_one(&mut set).await?;
+            }
+        }
+        join_all(set).await?;
         let _ = lock::notify_header_update(&i.pool, &i.id).await;
         Ok(())
     }
@@ -381,7 +547,7 @@ impl Image {
             if self.inner.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
                 continue;
             }
-            let data = self.inner.data.clone();
+            let data = self.inner.data_r.clone();
             let oid = data_object(&self.inner.id, e.objno);
             let base = offset + e.buf_offset - e.offset;
             set.spawn(async move {
@@ -429,7 +595,7 @@ impl Image {
             {
                 continue;
             }
-            let data = i.data.clone();
+            let data = i.data_r.clone();
             let oid = data_object(&i.id, objno);
             set.spawn(async move {
                 match data.allocated(&oid, 0, 0).await {
@@ -520,6 +686,15 @@ pub(crate) async fn join_all(mut set: JoinSet<Result<()>>) -> Result<()> {
     first
 }
 
+/// `data` with the snapshot context of header `h`'s snapshots.
+fn with_context(data: &Pool, h: &Header) -> Pool {
+    let (seq, snaps) = h.snap_context();
+    match seq {
+        0 => data.clone(),
+        _ => data.with_snap_context(shoal_client::SnapContext { seq, snaps }),
+    }
+}
+
 /// Answers the notifies on the header while the image is open.
 async fn answer_notifies(mut w: shoal_client::Watch, image: std::sync::Weak<Inner>) {
     while let Some(ev) = w.next().await {
@@ -544,7 +719,7 @@ async fn answer_notifies(mut w: shoal_client::Watch, image: std::sync::Weak<Inne
                 if !i.owned.load(Ordering::Acquire)
                     && let Ok(h) = load_header(&i.pool, &i.name, &i.id).await
                 {
-                    *i.header.write().unwrap_or_else(|p| p.into_inner()) = h;
+                    i.set_header(h);
                 }
                 b""
             }
@@ -580,6 +755,69 @@ impl Inner {
             .clone()
     }
 
+    /// Takes a header read from the cluster (or changed here): a snapshot
+    /// keeps its own size; writes take its snapshot context.
+    fn set_header(&self, mut h: Header) {
+        if let Some(s) = &self.snap {
+            h.size = s.size;
+        }
+        *self.data_w.write().unwrap_or_else(|p| p.into_inner()) = with_context(&self.data, &h);
+        *self.header.write().unwrap_or_else(|p| p.into_inner()) = h;
+    }
+
+    fn data_w(&self) -> Pool {
+        self.data_w
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn data_is_erasure(&self) -> Result<bool> {
+        let map = self.data.client().map()?;
+        Ok(map.pool(self.data.id()).is_some_and(|p| p.is_erasure()))
+    }
+
+    fn snap_named(&self, h: &Header, name: &str) -> Result<SnapInfo> {
+        h.snapshot(name).cloned().ok_or_else(|| Error::NoSnap {
+            image: self.name.clone(),
+            snap: name.to_string(),
+        })
+    }
+
+    async fn put_snap(&self, info: &SnapInfo) -> Result<()> {
+        let v = serde_json::to_vec(info)
+            .map_err(|e| Error::InvalidArgument(format!("snapshot record: {e}")))?;
+        self.pool
+            .omap_set(
+                &header_object(&self.id),
+                &[(crate::format::snap_key(info.id), v)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Data object `objno` as it was at the snapshot `at` reads.
+    async fn roll_back_object(&self, at: &Pool, objno: u64) -> Result<()> {
+        let oid = data_object(&self.id, objno);
+        match at.read(&oid, 0, 0).await {
+            Ok(b) => {
+                let _order = self.stripe(objno).read().await;
+                self.mark_exists(objno).await?;
+                self.data_w().write_full(&oid, b).await?;
+                Ok(())
+            }
+            Err(ClusterError::NotFound(_)) => {
+                let _order = self.stripe(objno).write().await;
+                match self.data_w().remove(&oid).await {
+                    Ok(()) | Err(ClusterError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                self.mark_removed(objno).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn map_snapshot(&self) -> Option<Vec<u8>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -600,7 +838,7 @@ impl Inner {
             return Ok(Bytes::new());
         }
         let oid = data_object(&self.id, e.objno);
-        match self.data.read(&oid, e.offset, e.len).await {
+        match self.data_r.read(&oid, e.offset, e.len).await {
             Ok(b) => Ok(b),
             Err(ClusterError::NotFound(_)) => Ok(Bytes::new()),
             Err(e) => Err(e.into()),
@@ -611,7 +849,7 @@ impl Inner {
         let _order = self.stripe(e.objno).read().await;
         self.mark_exists(e.objno).await?;
         let oid = data_object(&self.id, e.objno);
-        self.data.write(&oid, e.offset, data).await?;
+        self.data_w().write(&oid, e.offset, data).await?;
         Ok(())
     }
 
@@ -631,7 +869,7 @@ impl Inner {
         };
         if e.offset == 0 && e.offset + e.len >= object_end {
             let _order = self.stripe(e.objno).write().await;
-            ignore_absent(self.data.operate(&oid, Op::new().remove()).await)?;
+            ignore_absent(self.data_w().operate(&oid, Op::new().remove()).await)?;
             return self.mark_removed(e.objno).await;
         }
         let _order = self.stripe(e.objno).read().await;
@@ -640,7 +878,7 @@ impl Inner {
         } else {
             Op::new().zero(e.offset, e.len)
         };
-        ignore_absent(self.data.operate(&oid, op).await)
+        ignore_absent(self.data_w().operate(&oid, op).await)
     }
 
     /// Persists "exists" for `objno` before its first write.
@@ -763,7 +1001,7 @@ impl Inner {
             .await?;
             // The previous owner may have resized the image.
             match load_header(&self.pool, &self.name, &self.id).await {
-                Ok(h) => *self.header.write().unwrap_or_else(|p| p.into_inner()) = h,
+                Ok(h) => self.set_header(h),
                 Err(e) => {
                     let _ = lock::release(&self.pool, &self.id, &self.me).await;
                     return Err(e);

@@ -65,7 +65,7 @@ fn random_id() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -157,6 +157,7 @@ pub async fn create(pool: &Pool, name: &str, size: u64, o: &CreateOptions) -> Re
         features: feats,
         data_pool,
         created_ms: now_ms(),
+        snapshots: Vec::new(),
     };
     let made = async {
         let entries = header.to_omap();
@@ -281,6 +282,15 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
         && !lock::owner_alive(pool, &id, &owner).await?
     {
         lock::break_lock(pool, &id, &owner).await?;
+    }
+    if let Some(h) = header.as_ref().filter(|h| !h.snapshots.is_empty()) {
+        return Err(Error::Busy {
+            image: name.to_string(),
+            why: format!(
+                "it has {} snapshots: remove them first (rbd snap rm)",
+                h.snapshots.len()
+            ),
+        });
     }
     if let Some(h) = &header {
         let data = match h.data_pool {

@@ -142,6 +142,9 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
     rbd::create(pool, &name, size0, &opts).await.unwrap();
     let mut model = vec![0u8; size0 as usize];
     let mut image = Image::open(pool, &name).await.unwrap();
+    // Snapshots (replicated data pools: EC pools take none yet).
+    let snaps_ok = data_pool.is_none();
+    let mut snaps: Vec<(String, Vec<u8>)> = Vec::new();
     for step in 0..60 {
         let size = model.len() as u64;
         match rng.below(10) {
@@ -170,6 +173,34 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
                 model.resize(to as usize, 0);
                 assert_eq!(image.size(), to);
             }
+            8 if snaps_ok => {
+                let s = format!("s{step}");
+                image.snap_create(&s).await.unwrap();
+                snaps.push((s, model.clone()));
+            }
+            9 if snaps_ok && !snaps.is_empty() => {
+                let k = rng.below(snaps.len() as u64) as usize;
+                let (s, at) = snaps[k].clone();
+                match rng.below(4) {
+                    0 => {
+                        image.snap_rollback(&s).await.unwrap();
+                        model = at;
+                    }
+                    1 => {
+                        image.snap_remove(&s).await.unwrap();
+                        snaps.remove(k);
+                    }
+                    _ => {
+                        let view = Image::open_snap(pool, &name, &s).await.unwrap();
+                        assert_eq!(view.size(), at.len() as u64);
+                        let got = view.read(0, at.len() as u64).await.unwrap();
+                        assert!(
+                            got[..] == at[..],
+                            "seed {seed} step {step}: snapshot {s} differs"
+                        );
+                    }
+                }
+            }
             7 => {
                 image.flush().await.unwrap();
                 image.close().await.unwrap();
@@ -196,6 +227,21 @@ async fn run_seed(pool: &Pool, data: &Pool, data_pool: Option<&str>, seed: u64) 
         whole[..] == model[..],
         "seed {seed}: the whole image differs"
     );
+    for (s, at) in &snaps {
+        let view = Image::open_snap(pool, &name, s).await.unwrap();
+        let got = view.read(0, at.len() as u64).await.unwrap();
+        assert!(
+            got[..] == at[..],
+            "seed {seed}: snapshot {s} differs at the end"
+        );
+    }
+    if !snaps_ok {
+        let e = image.snap_create("nope").await.unwrap_err();
+        assert!(matches!(e, Error::NotSupported(_)), "{e}");
+    }
+    for (s, _) in &snaps {
+        image.snap_remove(s).await.unwrap();
+    }
     // A reader without the lock (no object map) sees the same.
     let reader = Image::open_read_only(pool, &name).await.unwrap();
     let whole = reader.read(0, model.len() as u64).await.unwrap();

@@ -130,6 +130,52 @@ fn images_from_the_command_line() {
         "shrink then grow left data behind"
     );
 
+    // Snapshots: taken, listed, read, rolled back, protected.
+    let small = dir.join("small.img");
+    let before = vec![1u8; 1 << 20];
+    std::fs::write(&small, &before).unwrap();
+    d.ok(&["rbd", "import", small.to_str().unwrap(), "snapimg"]);
+    d.ok(&["rbd", "snap", "create", "snapimg@one"]);
+    d.ok(&[
+        "rbd",
+        "bench",
+        "snapimg",
+        "--io-type",
+        "write",
+        "--io-total",
+        "1M",
+    ]);
+    let at_snap = dir.join("one.out");
+    d.ok(&["rbd", "export", "snapimg@one", at_snap.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&at_snap).unwrap() == before,
+        "the snapshot changed"
+    );
+    let now = dir.join("now.out");
+    d.ok(&["rbd", "export", "snapimg", now.to_str().unwrap()]);
+    assert!(std::fs::read(&now).unwrap().iter().all(|b| *b == 0x5a));
+    let ls = d.json(&["rbd", "snap", "ls", "snapimg"]);
+    assert_eq!(ls[0]["name"], "one", "{ls}");
+    assert_eq!(d.json(&["rbd", "info", "snapimg"])["snapshot_count"], 1);
+    d.ok(&["rbd", "snap", "protect", "snapimg@one"]);
+    let e = err(&d, &["rbd", "snap", "rm", "snapimg@one"]);
+    assert!(e.contains("protected"), "{e}");
+    d.ok(&["rbd", "snap", "unprotect", "snapimg@one"]);
+    d.ok(&["rbd", "snap", "rollback", "snapimg@one"]);
+    d.ok(&["rbd", "export", "snapimg", now.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&now).unwrap() == before,
+        "the rollback did not restore"
+    );
+    let e = err(&d, &["rbd", "rm", "snapimg"]);
+    assert!(e.contains("snapshots"), "{e}");
+    let e = err(&d, &["rbd", "snap", "rm", "snapimg@two"]);
+    assert!(e.contains("has no snapshot two"), "{e}");
+    d.ok(&["rbd", "snap", "rm", "snapimg@one"]);
+    d.ok(&["rbd", "rm", "snapimg"]);
+    let e = err(&d, &["rbd", "snap", "create", "ecdisk@x"]);
+    assert!(e.contains("not supported"), "{e}");
+
     // Nobody has it open; a lock is broken by hand only if named exactly.
     assert!(d.ok(&["rbd", "status", "disk"]).contains("Watchers: none"));
     let e = err(&d, &["rbd", "lock", "rm", "disk", "client.x 1 2"]);

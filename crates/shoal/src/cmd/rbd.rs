@@ -133,6 +133,11 @@ enum RbdCmd {
         #[command(subcommand)]
         cmd: LockCmd,
     },
+    /// Snapshots: create, ls, rm, rollback, protect, unprotect.
+    Snap {
+        #[command(subcommand)]
+        cmd: SnapCmd,
+    },
     /// Who has the image open for writing (its header's watchers).
     Status {
         /// `[POOL/]IMAGE`.
@@ -153,6 +158,44 @@ enum RbdCmd {
         /// Keep the lock when another client asks for it.
         #[arg(long)]
         exclusive: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapCmd {
+    /// Take a snapshot.
+    #[command(alias = "add")]
+    Create {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
+    },
+    /// List the image's snapshots.
+    #[command(alias = "list")]
+    Ls {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
+    /// Remove a snapshot.
+    #[command(alias = "remove")]
+    Rm {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
+    },
+    /// Roll the image back to a snapshot.
+    #[command(alias = "revert")]
+    Rollback {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
+    },
+    /// Protect a snapshot from removal (and allow clones of it).
+    Protect {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
+    },
+    /// Unprotect a snapshot.
+    Unprotect {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
     },
 }
 
@@ -268,7 +311,40 @@ fn order_of(object_size: Option<&str>) -> anyhow::Result<u8> {
     Ok(order)
 }
 
-/// Splits `[POOL/]IMAGE` (a snapshot, `@SNAP`, is refused: not yet).
+/// Splits `[POOL/]IMAGE[@SNAP]`.
+fn spec_at<'a>(
+    default_pool: &'a str,
+    s: &'a str,
+) -> anyhow::Result<(&'a str, &'a str, Option<&'a str>)> {
+    let (rest, snap) = match s.split_once('@') {
+        Some((r, snap)) if !snap.is_empty() => (r, Some(snap)),
+        Some(_) => bail!("{s}: expected [POOL/]IMAGE@SNAP"),
+        None => (s, None),
+    };
+    let (pool, image) = spec(default_pool, rest)?;
+    Ok((pool, image, snap))
+}
+
+/// Splits `[POOL/]IMAGE@SNAP`, which must name a snapshot.
+fn spec_snap<'a>(default_pool: &'a str, s: &'a str) -> anyhow::Result<(&'a str, &'a str, &'a str)> {
+    match spec_at(default_pool, s)? {
+        (p, i, Some(snap)) => Ok((p, i, snap)),
+        _ => bail!("{s}: expected [POOL/]IMAGE@SNAP"),
+    }
+}
+
+/// Opens `[POOL/]IMAGE[@SNAP]` for reading.
+async fn open_view(client: &Client, dp: &str, s: &str) -> anyhow::Result<(Pool, Image)> {
+    let (p, name, snap) = spec_at(dp, s)?;
+    let pool = pool_of(client, p)?;
+    let image = match snap {
+        Some(snap) => Image::open_snap(&pool, name, snap).await?,
+        None => Image::open_read_only(&pool, name).await?,
+    };
+    Ok((pool, image))
+}
+
+/// Splits `[POOL/]IMAGE` (a snapshot, `@SNAP`, is refused: it takes no changes).
 fn spec<'a>(default_pool: &'a str, s: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
     let (pool, image) = match s.split_once('/') {
         Some((p, i)) => (p, i),
@@ -370,9 +446,7 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             }
         }
         RbdCmd::Info { image } => {
-            let (p, name) = spec(dp, &image)?;
-            let pool = pool_of(client, p)?;
-            let i = Image::open_read_only(&pool, name).await?;
+            let (_, i) = open_view(client, dp, &image).await?;
             let info = i.info();
             if json {
                 writeln!(out, "{}", serde_json::to_value(&info)?)?;
@@ -395,6 +469,7 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                     writeln!(out, "\tdata_pool: {d}")?;
                 }
                 writeln!(out, "\tblock_name_prefix: {}", info.block_name_prefix)?;
+                writeln!(out, "\tsnapshot_count: {}", info.snapshot_count)?;
                 writeln!(out, "\tformat: 2")?;
                 writeln!(out, "\tfeatures: {}", info.features.join(", "))?;
                 writeln!(
@@ -508,10 +583,10 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             path,
             no_progress,
         } => {
-            let (p, name) = spec(dp, &image)?;
-            let pool = pool_of(client, p)?;
-            export(&pool, name, &path, !no_progress).await?;
+            let (_, view) = open_view(client, dp, &image).await?;
+            export(view, &path, !no_progress).await?;
         }
+        RbdCmd::Snap { cmd } => snap(client, dp, json, cmd, &mut out).await?,
         RbdCmd::Lock {
             cmd: LockCmd::Ls { image },
         } => {
@@ -706,8 +781,81 @@ async fn import_into(
     Ok(())
 }
 
-async fn export(pool: &Pool, name: &str, path: &str, progress: bool) -> anyhow::Result<()> {
-    let image = Image::open_read_only(pool, name).await?;
+async fn snap(
+    client: &Client,
+    dp: &str,
+    json: bool,
+    cmd: SnapCmd,
+    out: &mut crate::cmd::out::Stdout,
+) -> anyhow::Result<()> {
+    let open = |s: &str| -> anyhow::Result<(Pool, String, String)> {
+        let (p, image, snap) = spec_snap(dp, s)?;
+        Ok((pool_of(client, p)?, image.to_string(), snap.to_string()))
+    };
+    match cmd {
+        SnapCmd::Ls { image } => {
+            let (p, name) = spec(dp, &image)?;
+            let pool = pool_of(client, p)?;
+            let i = Image::open_read_only(&pool, name).await?;
+            let snaps = i.snapshots();
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&snaps)?)?;
+            } else if !snaps.is_empty() {
+                writeln!(
+                    out,
+                    "{:>6}  {:<24} {:>10}  {:<9}  TIMESTAMP",
+                    "SNAPID", "NAME", "SIZE", "PROTECTED"
+                )?;
+                for s in snaps {
+                    writeln!(
+                        out,
+                        "{:>6}  {:<24} {:>10}  {:<9}  {}",
+                        s.id,
+                        s.name,
+                        human(s.size),
+                        if s.protected { "yes" } else { "no" },
+                        super::rados::format_ms(s.created_ms)
+                    )?;
+                }
+            }
+        }
+        SnapCmd::Create { spec } => {
+            let (pool, image, snap) = open(&spec)?;
+            let i = Image::open(&pool, &image).await?;
+            let r = i.snap_create(&snap).await;
+            i.close().await?;
+            r?;
+        }
+        SnapCmd::Rm { spec } => {
+            let (pool, image, snap) = open(&spec)?;
+            let i = Image::open(&pool, &image).await?;
+            let r = i.snap_remove(&snap).await;
+            i.close().await?;
+            r?;
+        }
+        SnapCmd::Rollback { spec } => {
+            let (pool, image, snap) = open(&spec)?;
+            let i = Image::open(&pool, &image).await?;
+            let r = i.snap_rollback(&snap).await;
+            i.close().await?;
+            r?;
+            eprintln!("Rolling back to snapshot: 100% complete...done.");
+        }
+        SnapCmd::Protect { spec } => protect(&open(&spec)?, true).await?,
+        SnapCmd::Unprotect { spec } => protect(&open(&spec)?, false).await?,
+    }
+    Ok(())
+}
+
+async fn protect(target: &(Pool, String, String), on: bool) -> anyhow::Result<()> {
+    let (pool, image, snap) = target;
+    let i = Image::open(pool, image).await?;
+    let r = i.snap_protect(snap, on).await;
+    i.close().await?;
+    Ok(r?)
+}
+
+async fn export(image: Image, path: &str, progress: bool) -> anyhow::Result<()> {
     let size = image.size();
     let chunk = image.header().object_size();
     let (mut output, seekable): (Box<dyn WriteSeek>, bool) = if path == "-" {

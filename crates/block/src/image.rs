@@ -92,7 +92,7 @@ pub(crate) struct Inner {
     /// opened at, or the objects as they are.
     data_r: Pool,
     /// The data pool as writes go to it: with the image's snapshot context.
-    data_w: RwLock<Pool>,
+    data_w: RwLock<Arc<Pool>>,
     /// The snapshot this image was opened at (read-only).
     snap: Option<SnapInfo>,
     pub(crate) name: String,
@@ -176,7 +176,7 @@ impl Image {
             Some(s) => data.at_snap(s.id),
             None => data.clone(),
         };
-        let data_w = RwLock::new(with_context(&data, &header));
+        let data_w = RwLock::new(Arc::new(with_context(&data, &header)));
         let inner = Inner {
             pool: pool.clone(),
             data_r,
@@ -761,15 +761,13 @@ impl Inner {
         if let Some(s) = &self.snap {
             h.size = s.size;
         }
-        *self.data_w.write().unwrap_or_else(|p| p.into_inner()) = with_context(&self.data, &h);
+        *self.data_w.write().unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(with_context(&self.data, &h));
         *self.header.write().unwrap_or_else(|p| p.into_inner()) = h;
     }
 
-    fn data_w(&self) -> Pool {
-        self.data_w
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn data_w(&self) -> Arc<Pool> {
+        Arc::clone(&self.data_w.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn data_is_erasure(&self) -> Result<bool> {

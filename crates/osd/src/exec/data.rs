@@ -84,9 +84,10 @@ impl Exec<'_> {
         Ok(())
     }
 
-    /// `length` bytes at `offset` (0: to the end) of the data stored before
-    /// the op, clipped to its size.
-    pub(super) fn read(&mut self, i: usize, op: &OsdSubOp) -> Result<(), ExecError> {
+    /// The stored range a read or sparse read covers: `length` bytes at
+    /// `offset` (0: to the end), clipped to the size stored before the op;
+    /// `None` when nothing is stored (the op created the object).
+    fn stored_range(&self, i: usize, op: &OsdSubOp) -> Result<Option<(u64, u64)>, ExecError> {
         self.need_exists(i)?;
         op.offset.checked_add(op.length).ok_or_else(|| {
             err(
@@ -96,9 +97,7 @@ impl Exec<'_> {
             )
         })?;
         if !self.stored() {
-            // Created (or recreated) by this op: nothing stored to read.
-            self.ok_data(Bytes::new());
-            return Ok(());
+            return Ok(None);
         }
         let size = self.st.initial_size;
         let offset = op.offset.min(size);
@@ -106,6 +105,17 @@ impl Exec<'_> {
         let len = match op.length {
             0 => rest,
             n => n.min(rest),
+        };
+        Ok(Some((offset, len)))
+    }
+
+    /// `length` bytes at `offset` (0: to the end) of the data stored before
+    /// the op, clipped to its size.
+    pub(super) fn read(&mut self, i: usize, op: &OsdSubOp) -> Result<(), ExecError> {
+        let Some((offset, len)) = self.stored_range(i, op)? else {
+            // Created (or recreated) by this op: nothing stored to read.
+            self.ok_data(Bytes::new());
+            return Ok(());
         };
         if len > READ_BYTES_MAX {
             let m = format!("reads are at most {READ_BYTES_MAX} bytes; read in ranges");
@@ -124,25 +134,9 @@ impl Exec<'_> {
     /// of the data stored before the op, and their data unless the op asks
     /// for the extents only.
     pub(super) fn sparse_read(&mut self, i: usize, op: &OsdSubOp) -> Result<(), ExecError> {
-        self.need_exists(i)?;
-        op.offset.checked_add(op.length).ok_or_else(|| {
-            err(
-                OsdErrorCode::InvalidArgument,
-                i,
-                "offset + length overflows",
-            )
-        })?;
-        if !self.stored() {
-            self.results.push(OsdSubOpResult::default());
-            self.out.push(Bytes::new());
+        let Some((offset, len)) = self.stored_range(i, op)? else {
+            self.ok_data(Bytes::new());
             return Ok(());
-        }
-        let size = self.st.initial_size;
-        let offset = op.offset.min(size);
-        let rest = size - offset;
-        let len = match op.length {
-            0 => rest,
-            n => n.min(rest),
         };
         let with_data = op.flags & OsdSubOp::EXTENTS_ONLY == 0;
         if with_data && len > READ_BYTES_MAX {

@@ -230,6 +230,8 @@ options! {
     osd_max_backfills: u32 = 1u32;
     /// An erasure-coded read asks one more shard when none of those it asked has answered for this many milliseconds (a slow OSD is read around, as a missing one is); 0 never does.
     osd_ec_read_hedge_ms: u64 = 50u64;
+    /// The pause between two objects' snapshot trims in a PG, in milliseconds (as Ceph's osd_snap_trim_sleep); a PG trims one object at a time.
+    osd_snap_trim_sleep_ms: u64 = 0u64;
     /// Most data bytes one step of an object copy (recovery, backfill, repair) carries (as Ceph's osd_recovery_max_chunk).
     osd_recovery_max_chunk_bytes: u64 = 4u64 << 20;
     /// Most bytes of xattrs, omap header and omap entries one step of an object copy carries; keep it well below ms_frame_control_bytes_max.

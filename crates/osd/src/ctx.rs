@@ -37,6 +37,9 @@ pub struct PgConfig {
     /// An erasure-coded read asks one more shard when none of those it
     /// asked answered for this long (zero: never).
     pub ec_read_hedge: Duration,
+    /// The pause between two objects' snapshot trims, per PG (Ceph's
+    /// `osd_snap_trim_sleep`).
+    pub snap_trim_sleep: Duration,
 }
 
 impl Default for PgConfig {
@@ -51,6 +54,7 @@ impl Default for PgConfig {
             copy_limits: crate::copy::StepLimits::default(),
             peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
             ec_read_hedge: Duration::from_millis(50),
+            snap_trim_sleep: Duration::ZERO,
         }
     }
 }

@@ -318,16 +318,22 @@ pub async fn remote_family(
     }
 }
 
+/// Whether family member `k` must be copied to a copy holding `held`: a
+/// clone never changes once made, so one held is current; a snapdir's
+/// snapset changes as snapshots are trimmed, so it is always copied.
+fn stale(k: &ObjectKey, held: &[ObjectKey]) -> bool {
+    k.snap == crate::object::SNAPDIR || !held.contains(k)
+}
+
 /// After pulling `head` from `src`: its clones and snapdir as `src` has
-/// them (clones never change once made, so one we hold is current; one
-/// `src` lacks was trimmed there).
+/// them (one `src` lacks was trimmed there).
 pub async fn pull_family(c: Copier<'_>, src: &Connection, head: &ObjectKey) -> Result<(), String> {
     let coll = crate::object::collection(c.pg);
     let theirs = remote_family(c, src, head).await?;
     let store = c.ctx.store.as_ref();
     let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
         .map_err(|e| e.to_string())?;
-    for k in theirs.iter().filter(|k| !ours.contains(k)) {
+    for k in theirs.iter().filter(|k| stale(k, &ours)) {
         pull_object(c, src, k, Some(true)).await?;
     }
     let extra: Vec<&ObjectKey> = ours.iter().filter(|k| !theirs.contains(k)).collect();
@@ -350,7 +356,7 @@ pub async fn push_family(c: Copier<'_>, dst: &Connection, head: &ObjectKey) -> R
     let store = c.ctx.store.as_ref();
     let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
         .map_err(|e| e.to_string())?;
-    for k in ours.iter().filter(|k| !theirs.contains(k)) {
+    for k in ours.iter().filter(|k| stale(k, &theirs)) {
         push_object(c, dst, k, Some(true)).await?;
     }
     for k in theirs.iter().filter(|k| !ours.contains(k)) {

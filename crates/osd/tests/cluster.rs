@@ -990,3 +990,94 @@ async fn log_recovery_brings_a_heads_clones() {
         }
     }
 }
+
+/// Waits until `ok` holds of every member's store for every object.
+async fn wait_stores(
+    c: &Cluster,
+    client: &RawClient,
+    n: u64,
+    what: &str,
+    ok: impl Fn(&MemStore, &OsdMap, &str) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let map = client.map();
+        let mut bad = Vec::new();
+        for i in 0..n {
+            let oid = format!("o{i}");
+            for o in client.primary(&oid).1 {
+                if !ok(&c.osds[&o].1, &map, &oid) {
+                    bad.push(format!("{oid} on osd.{o}"));
+                }
+            }
+        }
+        if bad.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {bad:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Removing a snapshot trims it on every member: a clone that stood for it
+/// alone is deleted, snapsets forget it, a removed head's snapdir goes
+/// with its last clone, and the PGs' object counts (clones included) drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_snapshots_are_trimmed_on_every_member() {
+    let (c, mut client) = setup("snaptrim").await;
+    let n = 8;
+    write_all(&mut client, n, 0, |i| format!("v1 {i}")).await;
+    let create = || Command::PoolSelfmanagedSnapCreate { pool: "rbd".into() };
+    let s1 = c.command(create()).await["snapid"].as_u64().unwrap();
+    client.snapc = (s1, vec![s1]);
+    write_all(&mut client, n, 100, |i| format!("v2 {i}")).await;
+    let s2 = c.command(create()).await["snapid"].as_u64().unwrap();
+    client.snapc = (s2, vec![s2, s1]);
+    write_all(&mut client, n, 200, |i| format!("v3 {i}")).await;
+    // o0's head goes: its snapdir keeps its clones.
+    let (r, _) = client
+        .op("o0", 300, vec![OsdSubOp::new(OpCode::Remove)], Bytes::new())
+        .await;
+    assert_eq!(r.code, 0, "{}", r.message);
+    let objects = |s: &[shoal_osd::pg::PgStat]| s.iter().map(|s| s.objects).sum::<u64>();
+    wait_stats(&c, "heads and clones counted", |s| objects(s) == 3 * n - 1).await;
+    let has = |store: &MemStore, map: &OsdMap, oid: &str, snap: u64| {
+        let (coll, k) = clone_key(map, oid, snap);
+        store.exists(&coll, &k).unwrap()
+    };
+
+    c.command(Command::PoolSelfmanagedSnapRemove {
+        pool: "rbd".into(),
+        snapid: s1,
+    })
+    .await;
+    wait_stores(&c, &client, n, "snapshot 1 trimmed", |st, map, oid| {
+        !has(st, map, oid, s1) && has(st, map, oid, s2)
+    })
+    .await;
+    wait_stats(&c, "clones of snapshot 1 uncounted", |s| {
+        objects(s) == 2 * n - 1 && s.iter().all(|s| s.state == "active+clean")
+    })
+    .await;
+    // Snapshot 2's clones still read as they were.
+    let map = client.map();
+    for i in 0..n {
+        let oid = format!("o{i}");
+        let (coll, k) = clone_key(&map, &oid, s2);
+        for o in client.primary(&oid).1 {
+            let got = c.osds[&o].1.read(&coll, &k, 0, 1 << 20).unwrap();
+            assert_eq!(got, format!("v2 {i}").as_bytes(), "{oid}@{s2} on osd.{o}");
+        }
+    }
+
+    c.command(Command::PoolSelfmanagedSnapRemove {
+        pool: "rbd".into(),
+        snapid: s2,
+    })
+    .await;
+    wait_stores(&c, &client, n, "every clone trimmed", |st, map, oid| {
+        !has(st, map, oid, s2) && !has(st, map, oid, shoal_osd::object::SNAPDIR)
+    })
+    .await;
+    wait_stats(&c, "heads alone counted", |s| objects(s) == n - 1).await;
+}

@@ -277,6 +277,8 @@ struct State {
     snapset_dirty: bool,
     /// The head was absent and a snapdir held the snapset.
     snapdir_existed: bool,
+    /// A clone was made (counted as an object of its size).
+    cloned: Option<u64>,
 }
 
 impl State {
@@ -326,6 +328,7 @@ impl State {
             snapset,
             snapset_dirty: false,
             snapdir_existed,
+            cloned: None,
         })
     }
 }
@@ -443,9 +446,13 @@ impl Exec<'_> {
         }
         let size_now = if st.exists { st.size } else { 0 };
         let size_before = if st.existed { st.initial_size } else { 0 };
+        // A clone counts as an object of the PG, as in Ceph's statistics.
+        let clone = st.cloned.map_or((0, 0), |size| (1, signed(size)));
         let delta = StatDelta {
-            objects: i64::from(st.exists) - i64::from(st.existed),
-            bytes: signed(size_now).saturating_sub(signed(size_before)),
+            objects: i64::from(st.exists) - i64::from(st.existed) + clone.0,
+            bytes: signed(size_now)
+                .saturating_sub(signed(size_before))
+                .saturating_add(clone.1),
         };
         ExecOutcome {
             txn: self.txn,
@@ -486,6 +493,7 @@ impl Exec<'_> {
                 snaps: covered,
                 size: self.st.initial_size,
             });
+            self.st.cloned = Some(self.st.initial_size);
         }
         self.st.snapset.seq = s.seq;
         self.st.snapset_dirty = true;

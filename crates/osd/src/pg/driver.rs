@@ -27,6 +27,9 @@ impl Pg {
     }
 
     fn take_reply(&mut self, to: ReplyTo) -> Option<Responder> {
+        if to == ReplyTo::NONE {
+            return None;
+        }
         let r = self.replies.remove(&to.0);
         if r.is_none() {
             tracing::error!(pg = %self.core.id, token = to.0, "an effect names a reply already sent");
@@ -79,6 +82,7 @@ impl Pg {
                     }
                 }
                 Effect::ScrubStepAfter(delay) => self.scrub_step_after(delay),
+                Effect::SnapTrimAfter(delay) => self.snap_trim_after(delay),
                 Effect::ScrubChunk {
                     deep,
                     repair,
@@ -221,5 +225,18 @@ impl Pg {
                 });
             }
         }
+    }
+
+    /// [`PgEvent::SnapTrim`] after `delay` (or now, behind the queued events).
+    fn snap_trim_after(&self, delay: std::time::Duration) {
+        let events = self.events.clone();
+        if delay.is_zero() {
+            let _ = events.send(PgEvent::SnapTrim);
+            return;
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(PgEvent::SnapTrim);
+        });
     }
 }

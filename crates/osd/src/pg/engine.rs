@@ -48,6 +48,11 @@ use crate::pieces::Records;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReplyTo(pub u64);
 
+impl ReplyTo {
+    /// Names nobody: a change the PG makes of its own (a snapshot trim).
+    pub const NONE: ReplyTo = ReplyTo(0);
+}
+
 /// What the driver does once a queued transaction is durable (or failed).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Then {
@@ -116,6 +121,8 @@ pub enum Effect {
     },
     /// `ScrubStep` after this long (zero: at once, behind the queued events).
     ScrubStepAfter(std::time::Duration),
+    /// `SnapTrim` after this long (zero: at once, behind the queued events).
+    SnapTrimAfter(std::time::Duration),
     /// Scrub one chunk from `cursor` (the driver awaits the replicas'
     /// summaries and any repair, then takes `PgCore::scrub_chunk_done`).
     ScrubChunk {
@@ -313,6 +320,10 @@ pub struct PgCore {
     pub(super) scrub: Option<super::scrub::ScrubJob>,
     /// What the last scrub found, and when it ran (persisted).
     pub(super) scrub_record: super::scrub::ScrubRecord,
+    /// A walk trimming removed snapshots (primary).
+    pub(super) snap_trim: Option<snaptrim::SnapTrimJob>,
+    /// The removed snapshots the last finished walk trimmed (persisted).
+    pub(super) snap_trimmed: Vec<(u64, u64)>,
     /// An activation being persisted here, then sent.
     pub(super) pending_activation: Option<peering::PendingActivation>,
     /// Erasure coding: the pool's codec and this interval's sets by
@@ -795,7 +806,11 @@ impl PgCore {
                 local_done: false,
                 reply,
                 data: out,
-                responders: vec![to],
+                responders: if to == ReplyTo::NONE {
+                    Vec::new()
+                } else {
+                    vec![to]
+                },
             },
         );
         let mut fx = Vec::with_capacity(1 + sub.shards.len());
@@ -966,10 +981,12 @@ mod ec_rollback;
 mod map;
 mod ops;
 mod peering;
+mod snaptrim;
 mod strays;
 
 pub(super) use answers::SCRUB_LIST_CHUNK;
 pub(super) use ops::Op;
+pub(super) use snaptrim::{SNAP_TRIMMED_KEY, decode_trimmed};
 
 #[cfg(test)]
 mod tests;

@@ -213,6 +213,8 @@ pub enum PgEvent {
     },
     /// Scrub the next chunk (sent by the PG to itself).
     ScrubStep,
+    /// Trim removed snapshots from the next object (sent by the PG to itself).
+    SnapTrim,
     /// Start a scrub if one is due.
     ScrubTick {
         /// Now, ms since the Unix epoch.
@@ -345,6 +347,7 @@ impl Pg {
         let err = |why: String| PgOpenError { pg: id, why };
         let store = &ctx.store;
         let mut scrub_record = scrub::ScrubRecord::default();
+        let mut snap_trimmed = Vec::new();
         let mut missing = MissingSet::default();
         let mut stashes = BTreeMap::new();
         let mut strays = std::collections::BTreeSet::new();
@@ -365,6 +368,9 @@ impl Pg {
                 .collect();
             if let Some(b) = omap.get(scrub::SCRUB_KEY) {
                 scrub_record = scrub::ScrubRecord::decode(b);
+            }
+            if let Some(b) = omap.get(engine::SNAP_TRIMMED_KEY) {
+                snap_trimmed = engine::decode_trimmed(b);
             }
             missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
             // Copies a crash interrupted start again from their first step.
@@ -441,6 +447,8 @@ impl Pg {
             stray_sources: Vec::new(),
             scrub: None,
             scrub_record,
+            snap_trim: None,
+            snap_trimmed,
         };
         let pg = Pg {
             core,
@@ -466,7 +474,13 @@ impl Pg {
                     return;
                 }
                 PgEvent::Crash => return,
-                ev => self.handle(ev).await,
+                ev => {
+                    self.handle(ev).await;
+                    let fx = self.core.snap_trim_poll();
+                    if !fx.is_empty() {
+                        self.drive(fx).await;
+                    }
+                }
             }
         }
     }
@@ -605,6 +619,10 @@ impl Pg {
             }
             PgEvent::ScrubStep => {
                 let fx = self.core.scrub_step();
+                self.drive(fx).await
+            }
+            PgEvent::SnapTrim => {
+                let fx = self.step(|core| core.snap_trim_step());
                 self.drive(fx).await
             }
             PgEvent::ScrubTick {

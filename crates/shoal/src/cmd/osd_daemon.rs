@@ -265,6 +265,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
             },
             peering_piece_bytes: shoal_osd::pieces::PIECE_BYTES_MAX,
             ec_read_hedge: Duration::from_millis(o.osd_ec_read_hedge_ms),
+            snap_trim_sleep: Duration::from_millis(o.osd_snap_trim_sleep_ms),
         },
         heartbeat_interval: Duration::from_millis(o.osd_heartbeat_interval_ms),
         heartbeat_grace: Duration::from_millis(o.osd_heartbeat_grace_ms),

@@ -82,6 +82,8 @@ fn member(whoami: i32, acting: &[i32]) -> PgCore {
         stray_sources: Vec::new(),
         scrub: None,
         scrub_record: Default::default(),
+        snap_trim: None,
+        snap_trimmed: Vec::new(),
     }
 }
 
@@ -1878,4 +1880,144 @@ fn a_map_without_the_pool_leaves_a_stray_that_refuses_its_queued_ops() {
         "{fx:?}"
     );
     assert!(p.waiting.is_empty());
+}
+
+// ---- snapshot trimming -------------------------------------------------
+
+fn snapset_of(p: &PgCore, k: &ObjectKey) -> Option<crate::object::SnapSet> {
+    let b = p
+        .store
+        .getxattr(&p.coll, k, crate::object::SNAPSET_XATTR)
+        .unwrap()?;
+    crate::object::SnapSet::decode(&b)
+}
+
+fn clone_info(id: u64, snaps: &[u64], size: u64) -> crate::object::CloneInfo {
+    crate::object::CloneInfo {
+        id,
+        snaps: snaps.to_vec(),
+        size,
+    }
+}
+
+/// Carries out a trim step's effects as the driver would: applies our
+/// transaction and completes the change on both members. Returns the
+/// step's log entry.
+fn trim_once(p: &mut PgCore) -> LogEntry {
+    let fx = p.snap_trim_step();
+    let mut version = None;
+    for e in &fx {
+        match e {
+            Effect::Apply { txn, then } => {
+                p.store.apply_transaction(txn.clone()).unwrap();
+                let Then::Local(v) = then else {
+                    panic!("{then:?}")
+                };
+                version = Some(*v);
+            }
+            Effect::Replicate { write, .. } => assert_eq!(write.osd, 2),
+            Effect::StatsChanged => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let v = version.expect("a trim change");
+    assert_eq!(p.snap_trim_poll(), vec![], "waits for its change");
+    // Nobody is answered: the PG made the change of its own.
+    let done: Vec<Effect> = [p.local_committed(v, Ok(())), p.rep_acked(v, 2, Ok(()))].concat();
+    assert!(
+        done.iter().all(|e| matches!(e, Effect::RunWaiting(_))),
+        "{done:?}"
+    );
+    p.log.entries().next_back().cloned().unwrap()
+}
+
+#[test]
+fn a_removed_snapshot_is_trimmed_object_by_object_as_logged_changes() {
+    use crate::object::{SNAPDIR, SNAPSET_XATTR, SnapSet};
+    let mut p = clean_primary();
+    p.cfg.snap_trim_sleep = std::time::Duration::from_millis(7);
+    let coll = p.coll;
+    let a = ObjectKey::new(0x10, b"a".to_vec());
+    let b = ObjectKey::new(0x20, b"b".to_vec());
+    let a_set = SnapSet {
+        seq: 3,
+        clones: vec![clone_info(2, &[2, 1], 2), clone_info(3, &[3], 3)],
+    };
+    let b_set = SnapSet {
+        seq: 2,
+        clones: vec![clone_info(2, &[2], 5)],
+    };
+    let mut t = Transaction::new();
+    t.write(coll, a.clone(), 0, Bytes::from_static(b"head"));
+    t.set_xattr(coll, a.clone(), SNAPSET_XATTR, a_set.encode());
+    t.write(coll, a.clone_for(2), 0, Bytes::from_static(b"a2"));
+    t.write(coll, a.clone_for(3), 0, Bytes::from_static(b"a3_"));
+    // b's head was removed: its snapdir keeps the snapset.
+    t.write(coll, b.clone_for(2), 0, Bytes::from_static(b"b2___"));
+    t.touch(coll, b.clone_for(SNAPDIR));
+    t.set_xattr(coll, b.clone_for(SNAPDIR), SNAPSET_XATTR, b_set.encode());
+    p.store.apply_transaction(t).unwrap();
+    p.log.info.objects = 4;
+    p.log.info.bytes = 4 + 2 + 3 + 5;
+
+    // No snapshot removed: no walk.
+    assert_eq!(p.snap_trim_poll(), vec![]);
+    p.pool.as_mut().unwrap().removed_snaps = vec![(2, 1)];
+    // A replica does not trim: its primary's changes reach it.
+    let mut r = member(2, &[1, 2]);
+    r.pool.as_mut().unwrap().removed_snaps = vec![(2, 1)];
+    assert_eq!(r.snap_trim_poll(), vec![]);
+    assert_eq!(
+        p.snap_trim_poll(),
+        vec![Effect::SnapTrimAfter(std::time::Duration::ZERO)]
+    );
+    assert_eq!(p.snap_trim_poll(), vec![], "one step on its way at a time");
+
+    // a: clone 2 still stands for snapshot 1, so only the snapset changes.
+    let e = trim_once(&mut p);
+    assert_eq!(
+        (e.key.clone(), e.op, e.reqid),
+        (a.clone(), LogOp::Modify, None)
+    );
+    assert_eq!(
+        snapset_of(&p, &a).unwrap().clones,
+        vec![clone_info(2, &[1], 2), clone_info(3, &[3], 3)]
+    );
+    assert!(p.store.exists(&coll, &a.clone_for(2)).unwrap());
+    // The next object after a pause.
+    assert_eq!(
+        p.snap_trim_poll(),
+        vec![Effect::SnapTrimAfter(std::time::Duration::from_millis(7))]
+    );
+
+    // b: its only clone goes, and the snapdir with it (logged as the
+    // head's removal, which recovery takes with the head's family).
+    let e = trim_once(&mut p);
+    assert_eq!((e.key.clone(), e.op), (b.clone(), LogOp::Delete));
+    assert!(!p.store.exists(&coll, &b.clone_for(2)).unwrap());
+    assert!(!p.store.exists(&coll, &b.clone_for(SNAPDIR)).unwrap());
+    assert_eq!((p.log.info.objects, p.log.info.bytes), (3, 9));
+
+    // The walk ends and records what it trimmed: no walk again until the
+    // pool removes another snapshot.
+    assert_eq!(p.snap_trim_poll().len(), 1);
+    let fx = p.snap_trim_step();
+    assert!(matches!(fx.as_slice(), [Effect::Record(_)]), "{fx:?}");
+    assert_eq!(p.snap_trimmed, vec![(2, 1)]);
+    assert_eq!(p.snap_trim_poll(), vec![]);
+
+    // Snapshot 3 removed too, while peering: nothing until active.
+    p.pool.as_mut().unwrap().removed_snaps = vec![(2, 2)];
+    p.state = State::Peering;
+    assert_eq!(p.snap_trim_poll(), vec![]);
+    p.state = State::Active;
+    assert_eq!(p.snap_trim_poll().len(), 1);
+    let e = trim_once(&mut p);
+    assert_eq!(e.key, a);
+    assert_eq!(
+        snapset_of(&p, &a).unwrap().clones,
+        vec![clone_info(2, &[1], 2)]
+    );
+    assert!(!p.store.exists(&coll, &a.clone_for(3)).unwrap());
+    assert_eq!((p.log.info.objects, p.log.info.bytes), (2, 6));
 }

@@ -81,15 +81,25 @@ fn in_runs(runs: &[(u64, u64)], snap: u64) -> bool {
         .any(|(first, n)| snap >= *first && snap - first < *n)
 }
 
-/// What trimming `removed` from `head`'s family changes: the transaction
-/// and the change of the PG's object count and bytes, or None when
+/// What trimming one object's family changes.
+#[derive(Debug)]
+pub(crate) struct Trim {
+    /// The store changes.
+    txn: Transaction,
+    /// The head exists (else a snapdir held the snapset).
+    head_exists: bool,
+    /// The change of the PG's object count and bytes.
+    delta: (i64, i64),
+}
+
+/// What trimming `removed` from `head`'s family changes, or None when
 /// nothing of it is removed.
 pub(crate) fn trim_family(
     store: &dyn shoal_objectstore::ObjectStore,
     coll: shoal_objectstore::CollectionId,
     head: &ObjectKey,
     removed: &[(u64, u64)],
-) -> shoal_objectstore::Result<Option<(Transaction, bool, (i64, i64))>> {
+) -> shoal_objectstore::Result<Option<Trim>> {
     let head_exists = store.exists(&coll, head)?;
     let snapdir = head.clone_for(SNAPDIR);
     let holder = if head_exists { head } else { &snapdir };
@@ -124,7 +134,11 @@ pub(crate) fn trim_family(
     } else {
         txn.set_xattr(coll, snapdir, SNAPSET_XATTR, new.encode());
     }
-    Ok(Some((txn, head_exists, delta)))
+    Ok(Some(Trim {
+        txn,
+        head_exists,
+        delta,
+    }))
 }
 
 impl PgCore {
@@ -233,8 +247,8 @@ impl PgCore {
             let head = k.clone_for(ObjectKey::HEAD);
             match trim_family(self.store.as_ref(), self.coll, &head, &removed) {
                 Ok(None) => {}
-                Ok(Some((txn, head_exists, delta))) => {
-                    return self.submit_trim(head, txn, head_exists, delta);
+                Ok(Some(trim)) => {
+                    return self.submit_trim(head, trim);
                 }
                 Err(e) => {
                     tracing::warn!(pg = %self.id, object = %head, "snap trim: {e}");
@@ -256,13 +270,12 @@ impl PgCore {
 
     /// Logs and replicates one object's trim; the walk goes on after its
     /// head once the change completes.
-    fn submit_trim(
-        &mut self,
-        head: ObjectKey,
-        txn: Transaction,
-        head_exists: bool,
-        delta: (i64, i64),
-    ) -> Vec<Effect> {
+    fn submit_trim(&mut self, head: ObjectKey, trim: Trim) -> Vec<Effect> {
+        let Trim {
+            txn,
+            head_exists,
+            delta,
+        } = trim;
         let version = self.log.next_version(self.epoch());
         let entry = LogEntry {
             version,

@@ -145,6 +145,39 @@ pub struct Header {
     pub created_ms: u64,
     /// The image's snapshots, oldest first.
     pub snapshots: Vec<SnapInfo>,
+    /// The snapshot this image was cloned from, until it is flattened.
+    pub parent: Option<ParentSpec>,
+}
+
+/// A clone's parent: a protected snapshot of another image. Reads of the
+/// clone's objects that do not exist fall through to it within `overlap`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ParentSpec {
+    /// The parent image's pool.
+    pub pool: u64,
+    /// The parent image's id.
+    pub image_id: String,
+    /// The parent's snapshot.
+    pub snap_id: u64,
+    /// Bytes of the clone that may fall through to the parent: the
+    /// snapshot's size when cloned, lowered by every shrink.
+    pub overlap: u64,
+}
+
+/// The object of a pool listing every clone of its images' snapshots.
+pub const CHILDREN: &str = "rbd_children";
+
+/// The [`CHILDREN`] omap key prefix of the clones of `image_id`'s snapshot `snap_id`.
+pub fn children_prefix(image_id: &str, snap_id: u64) -> String {
+    format!("{image_id}_{snap_id:016x}_")
+}
+
+/// The [`CHILDREN`] omap key recording clone `child_id` (in pool `child_pool`) of `parent`.
+pub fn child_key(parent: &ParentSpec, child_pool: u64, child_id: &str) -> String {
+    format!(
+        "{}{child_pool}_{child_id}",
+        children_prefix(&parent.image_id, parent.snap_id)
+    )
 }
 
 /// One snapshot of an image, kept in the header's omap as JSON under
@@ -161,6 +194,9 @@ pub struct SnapInfo {
     pub protected: bool,
     /// When it was taken, ms since the Unix epoch.
     pub created_ms: u64,
+    /// A clone's parent as it was when the snapshot was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentSpec>,
 }
 
 /// The header's omap key of snapshot `id`.
@@ -175,6 +211,17 @@ impl Header {
         let mut ids: Vec<u64> = self.snapshots.iter().map(|s| s.id).collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
         (ids.first().copied().unwrap_or(0), ids)
+    }
+
+    /// Whether the image or one of its snapshots reads through to snapshot
+    /// `p` of a parent.
+    pub fn refers_to(&self, p: &ParentSpec) -> bool {
+        let same = |q: &Option<ParentSpec>| {
+            q.as_ref().is_some_and(|q| {
+                (q.pool, &q.image_id, q.snap_id) == (p.pool, &p.image_id, p.snap_id)
+            })
+        };
+        same(&self.parent) || self.snapshots.iter().any(|s| same(&s.parent))
     }
 
     /// The snapshot named `name`.
@@ -202,6 +249,9 @@ impl Header {
         ];
         if let Some(p) = self.data_pool {
             v.push(("data_pool", p.to_le_bytes().to_vec()));
+        }
+        if let Some(p) = &self.parent {
+            v.push(("parent", parent_value(p)));
         }
         v
     }
@@ -244,7 +294,14 @@ impl Header {
             snapshots.push(s);
         }
         snapshots.sort_by_key(|s| s.id);
+        let parent = match get("parent") {
+            None => None,
+            Some(v) => Some(
+                serde_json::from_slice(v).map_err(|e| corrupt(format!("parent record: {e}")))?,
+            ),
+        };
         Ok(Header {
+            parent,
             size,
             order,
             features: u64_of("features")?.unwrap_or(0),
@@ -253,6 +310,11 @@ impl Header {
             snapshots,
         })
     }
+}
+
+/// The header's `parent` omap value.
+pub fn parent_value(p: &ParentSpec) -> Vec<u8> {
+    serde_json::to_vec(p).unwrap_or_default()
 }
 
 /// Data objects an image of `size` bytes spans with objects of order `order`.
@@ -362,6 +424,12 @@ mod tests {
             data_pool: Some(7),
             created_ms: 1234,
             snapshots: Vec::new(),
+            parent: Some(ParentSpec {
+                pool: 3,
+                image_id: "abc".into(),
+                snap_id: 9,
+                overlap: 1 << 20,
+            }),
         };
         let omap: BTreeMap<Bytes, Bytes> = h
             .to_omap()
@@ -373,9 +441,13 @@ mod tests {
         bad.insert(Bytes::from("size"), Bytes::from_static(b"abc"));
         let e = Header::from_omap("img", &bad).unwrap_err().to_string();
         assert!(e.contains("img") && e.contains("size"), "{e}");
-        let mut bad = omap;
+        let mut bad = omap.clone();
         bad.insert(Bytes::from("order"), Bytes::from_static(&[40]));
         assert!(Header::from_omap("img", &bad).is_err());
+        let mut bad = omap;
+        bad.insert(Bytes::from("parent"), Bytes::from_static(b"{\"pool\":1}"));
+        let e = Header::from_omap("img", &bad).unwrap_err().to_string();
+        assert!(e.contains("parent"), "{e}");
         assert!(Header::from_omap("img", &BTreeMap::new()).is_err());
     }
 

@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, SnapInfo, check_range, data_object,
-    features, header_object, object_count, object_extents, object_map_object,
+    Header, OBJECT_EXISTS, OBJECT_NONEXISTENT, ObjectExtent, ParentSpec, SnapInfo, check_range,
+    data_object, features, header_object, object_count, object_extents, object_map_object,
 };
 use crate::lock::{self, LockOwner};
 use crate::rbd::{load_header, lookup_id};
@@ -60,6 +60,10 @@ pub struct ImageInfo {
     pub snapshot_count: usize,
     /// The snapshot this view is of, if any.
     pub snapshot: Option<String>,
+    /// A clone's parent, as `pool/image@snap`.
+    pub parent: Option<String>,
+    /// Bytes of a clone that may read through to its parent.
+    pub overlap: Option<u64>,
 }
 
 /// Space an image takes.
@@ -118,6 +122,8 @@ pub(crate) struct Inner {
     /// Serializes changes of the object map.
     map_update: tokio::sync::Mutex<()>,
     stripes: Vec<tokio::sync::RwLock<()>>,
+    /// A clone's parent, opened at its snapshot when first needed.
+    parent: tokio::sync::OnceCell<Image>,
 }
 
 impl Image {
@@ -145,21 +151,49 @@ impl Image {
         at: Option<&str>,
     ) -> Result<Image> {
         let id = lookup_id(pool, name).await?;
-        let mut header = load_header(pool, name, &id).await?;
+        let header = load_header(pool, name, &id).await?;
         let snap = match at {
             None => None,
-            Some(s) => {
-                let info = header.snapshot(s).cloned().ok_or_else(|| Error::NoSnap {
-                    image: name.to_string(),
-                    snap: s.to_string(),
-                })?;
-                header.size = info.size;
-                Some(info)
-            }
+            Some(s) => Some(header.snapshot(s).cloned().ok_or_else(|| Error::NoSnap {
+                image: name.to_string(),
+                snap: s.to_string(),
+            })?),
         };
+        Image::open_loaded(pool, name.to_string(), id, header, read_only, snap).await
+    }
+
+    /// Opens a clone's parent: image `spec.image_id` of `pool` at snapshot
+    /// `spec.snap_id` (read-only).
+    pub(crate) async fn open_parent(pool: &Pool, spec: &ParentSpec) -> Result<Image> {
+        let name = crate::rbd::name_of_id(pool, &spec.image_id).await?;
+        let header = load_header(pool, &name, &spec.image_id).await?;
+        let snap = header
+            .snapshots
+            .iter()
+            .find(|s| s.id == spec.snap_id)
+            .cloned()
+            .ok_or_else(|| Error::Corrupt {
+                image: name.clone(),
+                why: format!("snapshot {} that a clone reads from is gone", spec.snap_id),
+            })?;
+        let id = spec.image_id.clone();
+        Image::open_loaded(pool, name, id, header, true, Some(snap)).await
+    }
+
+    async fn open_loaded(
+        pool: &Pool,
+        name: String,
+        id: String,
+        mut header: Header,
+        read_only: bool,
+        snap: Option<SnapInfo>,
+    ) -> Result<Image> {
+        if let Some(s) = &snap {
+            header.size = s.size;
+        }
         let data = match header.data_pool {
             Some(p) => pool.client().pool_by_id(p).map_err(|_| Error::Corrupt {
-                image: name.to_string(),
+                image: name.clone(),
                 why: format!("its data pool {p} no longer exists"),
             })?,
             None => pool.clone(),
@@ -183,7 +217,7 @@ impl Image {
             data_w,
             snap,
             data,
-            name: name.to_string(),
+            name,
             id,
             header: RwLock::new(header),
             read_only,
@@ -200,6 +234,7 @@ impl Image {
             map: Mutex::new(None),
             map_update: tokio::sync::Mutex::new(()),
             stripes: (0..STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
+            parent: tokio::sync::OnceCell::new(),
         };
         let inner = Arc::new(inner);
         if let Some(w) = watch {
@@ -269,7 +304,21 @@ impl Image {
             created_ms: h.created_ms,
             snapshot_count: h.snapshots.len(),
             snapshot: self.inner.snap.as_ref().map(|s| s.name.clone()),
+            parent: self.inner.parent.get().map(|p| {
+                let at = p.inner.snap.as_ref().map_or("", |s| s.name.as_str());
+                format!("{}/{}@{at}", p.inner.pool.name(), p.inner.name)
+            }),
+            overlap: self.inner.parent_spec().map(|p| p.overlap),
         }
+    }
+
+    /// What `rbd info` shows, with a clone's parent named (it is opened
+    /// to learn its name).
+    pub async fn info_full(&self) -> Result<ImageInfo> {
+        if let Some(p) = self.inner.parent_spec() {
+            self.inner.parent_image(&p).await?;
+        }
+        Ok(self.info())
     }
 
     /// Reads `len` bytes at `offset`; never-written ranges read as zeros.
@@ -368,10 +417,21 @@ impl Image {
     async fn resize_held(&self, size: u64) -> Result<()> {
         let old = self.header();
         let i = &self.inner;
-        let h = Header {
+        let mut h = Header {
             size,
             ..old.clone()
         };
+        if let Some(p) = h.parent.as_mut().filter(|p| p.overlap > size) {
+            // A clone shrunk reads no more of its parent past the new end,
+            // even once grown again.
+            p.overlap = size;
+            i.put_parent(Some(p)).await?;
+            i.set_header(Header {
+                parent: Some(p.clone()),
+                ..old.clone()
+            });
+        }
+        let old = i.header();
         if size < old.size {
             // Data first: the header never claims less than what exists.
             let mut set = JoinSet::new();
@@ -457,6 +517,7 @@ impl Image {
             size: h.size,
             protected: false,
             created_ms: crate::rbd::now_ms(),
+            parent: h.parent.clone(),
         };
         i.put_snap(&info).await?;
         h.snapshots.push(info);
@@ -482,7 +543,11 @@ impl Image {
             .omap_rm_keys(&header_object(&i.id), &[crate::format::snap_key(info.id)])
             .await?;
         h.snapshots.retain(|s| s.id != info.id);
+        let parent_left = info.parent.as_ref().filter(|p| !h.refers_to(p)).cloned();
         i.set_header(h);
+        if let Some(p) = parent_left {
+            i.leave_parent(&p).await?;
+        }
         // The OSDs trim its clones.
         match i.data.selfmanaged_snap_remove(info.id).await {
             Ok(()) | Err(ClusterError::NotFound(_)) => {}
@@ -500,6 +565,22 @@ impl Image {
         i.writable().await?;
         let mut h = self.header();
         let mut info = i.snap_named(&h, name)?;
+        if !protect && info.protected {
+            let children = crate::layering::children_of(&i.pool, &i.id, info.id).await?;
+            if !children.is_empty() {
+                let names: Vec<String> = children
+                    .iter()
+                    .map(|c| format!("{}/{}", c.pool, c.name))
+                    .collect();
+                return Err(Error::Busy {
+                    image: format!("{}@{name}", i.name),
+                    why: format!(
+                        "it has clones: {} (flatten or remove them first)",
+                        names.join(", ")
+                    ),
+                });
+            }
+        }
         info.protected = protect;
         i.put_snap(&info).await?;
         for s in &mut h.snapshots {
@@ -519,6 +600,23 @@ impl Image {
         let _gate = i.io_gate.read().await;
         i.writable().await?;
         let info = i.snap_named(&self.header(), name)?;
+        let head_parent = self.header().parent;
+        match (&head_parent, &info.parent) {
+            (None, Some(_)) => {
+                return Err(Error::NotSupported(format!(
+                    "rolling flattened clone {} back to snapshot {name}, taken while it read \
+                     through to its parent",
+                    i.name
+                )));
+            }
+            (Some(hp), Some(sp)) if hp.overlap != sp.overlap => {
+                let mut h = self.header();
+                h.parent = Some(sp.clone());
+                i.put_parent(h.parent.as_ref()).await?;
+                i.set_header(h);
+            }
+            _ => {}
+        }
         self.resize_held(info.size).await?;
         let h = self.header();
         let at = i.data.at_snap(info.id);
@@ -535,6 +633,48 @@ impl Image {
         Ok(())
     }
 
+    /// Flattens a clone: copies up every object it still reads from its
+    /// parent, then forgets the parent (its snapshots keep reading through
+    /// to it while they exist).
+    pub async fn flatten(&self) -> Result<()> {
+        let i = &self.inner;
+        let _gate = i.io_gate.read().await;
+        i.writable().await?;
+        let h = self.header();
+        let Some(p) = h.parent.clone() else {
+            return Err(Error::InvalidArgument(format!(
+                "image {} is not a clone",
+                i.name
+            )));
+        };
+        let count = object_count(p.overlap.min(h.size), h.order);
+        let mut set = JoinSet::new();
+        for objno in 0..count {
+            let (me, p) = (Arc::clone(i), p.clone());
+            set.spawn(async move {
+                let _order = me.stripe(objno).read().await;
+                if me.if_exists(objno, |o| o).await? {
+                    return Ok(());
+                }
+                me.copy_up(&p, objno, true, |_| {}).await.map(|_| ())
+            });
+            if set.len() >= PARALLEL {
+                join_one(&mut set).await?;
+            }
+        }
+        join_all(set).await?;
+        i.put_parent(None).await?;
+        let mut h = self.header();
+        h.parent = None;
+        let still = h.refers_to(&p);
+        i.set_header(h);
+        if !still {
+            i.leave_parent(&p).await?;
+        }
+        let _ = lock::notify_header_update(&i.pool, &i.id).await;
+        Ok(())
+    }
+
     /// The allocated ranges of `[offset, offset + len)`, `(offset, length)`
     /// in order: what lies outside them reads as zeros (thin images say
     /// what they hold; NBD's block status answers from this).
@@ -544,19 +684,9 @@ impl Image {
         let mut set = JoinSet::new();
         let mut found = Vec::new();
         for e in object_extents(offset, len, h.order) {
-            if self.inner.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
-                continue;
-            }
-            let data = self.inner.data_r.clone();
-            let oid = data_object(&self.inner.id, e.objno);
+            let me = Arc::clone(&self.inner);
             let base = offset + e.buf_offset - e.offset;
-            set.spawn(async move {
-                match data.allocated(&oid, e.offset, e.len).await {
-                    Ok(v) => Ok(v.into_iter().map(|(o, n)| (base + o, n)).collect()),
-                    Err(ClusterError::NotFound(_)) => Ok(Vec::new()),
-                    Err(e) => Err(Error::from(e)),
-                }
-            });
+            set.spawn(async move { me.allocated_extent(e, base).await });
             while set.len() >= PARALLEL {
                 if let Some(r) = set.join_next().await {
                     found.extend(r.map_err(joined)??);
@@ -649,6 +779,20 @@ fn add_usage(
         usage.objects += 1;
     }
     Ok(())
+}
+
+/// A boxed future of a parent's answer: a clone's reads recurse through
+/// its ancestors.
+type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'a>>;
+
+/// A parent's read, boxed.
+fn read_boxed(image: &Image, (offset, len): (u64, u64)) -> Boxed<'_, Bytes> {
+    Box::pin(image.read(offset, len))
+}
+
+/// A parent's allocation, boxed as [`read_boxed`].
+fn allocated_boxed(image: &Image, (offset, len): (u64, u64)) -> Boxed<'_, Vec<(u64, u64)>> {
+    Box::pin(image.allocated(offset, len))
 }
 
 fn pad(b: Bytes, len: u64) -> Bytes {
@@ -782,6 +926,29 @@ impl Inner {
         })
     }
 
+    /// Persists the header's parent (None: removes it).
+    async fn put_parent(&self, p: Option<&ParentSpec>) -> Result<()> {
+        let header = header_object(&self.id);
+        match p {
+            Some(p) => {
+                let v = crate::format::parent_value(p);
+                self.pool.omap_set(&header, &[("parent", v)]).await?;
+            }
+            None => self.pool.omap_rm_keys(&header, &["parent"]).await?,
+        }
+        Ok(())
+    }
+
+    /// Nothing of this image refers to parent `p` any more: leave its list
+    /// of children.
+    async fn leave_parent(&self, p: &ParentSpec) -> Result<()> {
+        let Ok(ppool) = self.pool.client().pool_by_id(p.pool) else {
+            return Ok(());
+        };
+        let ppool = ppool.with_namespace(self.pool.namespace());
+        crate::layering::unregister_child(&ppool, p, self.pool.id(), &self.id).await
+    }
+
     async fn put_snap(&self, info: &SnapInfo) -> Result<()> {
         let v = serde_json::to_vec(info)
             .map_err(|e| Error::InvalidArgument(format!("snapshot record: {e}")))?;
@@ -832,21 +999,172 @@ impl Inner {
     }
 
     async fn read_extent(&self, e: ObjectExtent) -> Result<Bytes> {
-        if self.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
-            return Ok(Bytes::new());
+        if self.map_state(e.objno) != Some(OBJECT_NONEXISTENT) {
+            let oid = data_object(&self.id, e.objno);
+            match self.data_r.read(&oid, e.offset, e.len).await {
+                Ok(b) => return Ok(b),
+                Err(ClusterError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        let oid = data_object(&self.id, e.objno);
-        match self.data_r.read(&oid, e.offset, e.len).await {
-            Ok(b) => Ok(b),
-            Err(ClusterError::NotFound(_)) => Ok(Bytes::new()),
+        // Never written here: a clone reads its parent's data.
+        let Some((p, start, n)) = self.through_parent(e) else {
+            return Ok(Bytes::new());
+        };
+        let parent = self.parent_image(&p).await?;
+        read_boxed(parent, (start, n)).await
+    }
+
+    /// The allocated ranges of extent `e` (whose object starts at image
+    /// offset `base`), in image offsets: a clone's object it lacks answers
+    /// for its parent's data.
+    async fn allocated_extent(&self, e: ObjectExtent, base: u64) -> Result<Vec<(u64, u64)>> {
+        if self.map_state(e.objno) != Some(OBJECT_NONEXISTENT) {
+            let oid = data_object(&self.id, e.objno);
+            match self.data_r.allocated(&oid, e.offset, e.len).await {
+                Ok(v) => return Ok(v.into_iter().map(|(o, n)| (base + o, n)).collect()),
+                Err(ClusterError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let Some((p, start, n)) = self.through_parent(e) else {
+            return Ok(Vec::new());
+        };
+        let parent = self.parent_image(&p).await?;
+        allocated_boxed(parent, (start, n)).await
+    }
+
+    /// Where extent `e` of an object this image lacks reads from its
+    /// parent: the parent, the image offset and the length within the
+    /// overlap (None: not a clone, or past the overlap).
+    fn through_parent(&self, e: ObjectExtent) -> Option<(ParentSpec, u64, u64)> {
+        let p = self.parent_spec()?;
+        let start = (e.objno << self.header().order) + e.offset;
+        let n = e.len.min(p.overlap.checked_sub(start)?);
+        (n > 0).then_some((p, start, n))
+    }
+
+    /// The parent this view reads through to: a snapshot's as it was
+    /// taken, else the head's.
+    fn parent_spec(&self) -> Option<ParentSpec> {
+        match &self.snap {
+            Some(s) => s.parent.clone(),
+            None => self.header().parent,
+        }
+    }
+
+    async fn parent_image(&self, p: &ParentSpec) -> Result<&Image> {
+        self.parent
+            .get_or_try_init(|| async {
+                let pool = self
+                    .pool
+                    .client()
+                    .pool_by_id(p.pool)
+                    .map_err(|_| Error::Corrupt {
+                        image: self.name.clone(),
+                        why: format!("the pool {} of its parent no longer exists", p.pool),
+                    })?;
+                let pool = pool.with_namespace(self.pool.namespace());
+                Box::pin(Image::open_parent(&pool, p)).await
+            })
+            .await
+    }
+
+    /// The parent a change of object `objno` copies up from first, if the
+    /// object lies within a clone's overlap.
+    fn copy_up_parent(&self, objno: u64) -> Option<ParentSpec> {
+        let h = self.header();
+        let p = h.parent?;
+        ((objno << h.order) < p.overlap).then_some(p)
+    }
+
+    /// Makes object `objno`, which this clone lacks, from its parent's
+    /// data (within the overlap) with `patch` applied — unless it exists by
+    /// now (false). `skip_zeros`: make nothing where the parent holds only
+    /// zeros (flatten).
+    async fn copy_up(
+        &self,
+        p: &ParentSpec,
+        objno: u64,
+        skip_zeros: bool,
+        patch: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<bool> {
+        let h = self.header();
+        let start = objno << h.order;
+        let n = h
+            .object_size()
+            .min(p.overlap.saturating_sub(start))
+            .min(h.size.saturating_sub(start));
+        let mut buf = if n == 0 {
+            Vec::new()
+        } else {
+            let parent = self.parent_image(p).await?;
+            read_boxed(parent, (start, n)).await?.to_vec()
+        };
+        let zeros = buf.iter().all(|b| *b == 0);
+        if skip_zeros && zeros {
+            return Ok(true);
+        }
+        patch(&mut buf);
+        self.mark_exists(objno).await?;
+        let mut op = Op::new().create(true);
+        if buf.iter().any(|b| *b != 0) {
+            op = op.write(0, Bytes::from(buf));
+        }
+        let oid = data_object(&self.id, objno);
+        match self.data_w().operate(&oid, op).await {
+            Ok(_) => Ok(true),
+            Err(shoal_client::OpError {
+                error: ClusterError::Exists(_),
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Runs the op `build` makes on a clone's object `objno` if it exists
+    /// (true), else nothing (false: it is copied up first).
+    async fn if_exists(&self, objno: u64, build: impl FnOnce(Op) -> Op) -> Result<bool> {
+        if self.map_state(objno) == Some(OBJECT_NONEXISTENT) {
+            return Ok(false);
+        }
+        let oid = data_object(&self.id, objno);
+        let op = build(Op::new().assert_exists());
+        match self.data_w().operate(&oid, op).await {
+            Ok(_) => Ok(true),
+            Err(shoal_client::OpError {
+                error: ClusterError::NotFound(_),
+                ..
+            }) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
 
     async fn write_extent(&self, e: ObjectExtent, data: Bytes) -> Result<()> {
         let _order = self.stripe(e.objno).read().await;
-        self.mark_exists(e.objno).await?;
         let oid = data_object(&self.id, e.objno);
+        if let Some(p) = self.copy_up_parent(e.objno) {
+            // A clone's object is made whole from its parent on its first
+            // write, so what the write does not cover still reads the same.
+            let piece = data.clone();
+            if self
+                .if_exists(e.objno, |o| o.write(e.offset, piece))
+                .await?
+            {
+                return Ok(());
+            }
+            let (at, piece) = (e.offset as usize, data.clone());
+            let patch = move |b: &mut Vec<u8>| {
+                if b.len() < at + piece.len() {
+                    b.resize(at + piece.len(), 0);
+                }
+                b[at..at + piece.len()].copy_from_slice(&piece);
+            };
+            if self.copy_up(&p, e.objno, false, patch).await? {
+                return Ok(());
+            }
+        }
+        self.mark_exists(e.objno).await?;
         self.data_w().write(&oid, e.offset, data).await?;
         Ok(())
     }
@@ -854,6 +1172,34 @@ impl Inner {
     async fn discard_extent(&self, h: &Header, e: ObjectExtent) -> Result<()> {
         let object_end = h.object_size().min(h.size - (e.objno << h.order));
         let oid = data_object(&self.id, e.objno);
+        let tail = e.offset + e.len >= object_end;
+        let op = |base: Op| match tail {
+            true => base.truncate(e.offset),
+            false => base.zero(e.offset, e.len),
+        };
+        if let Some(p) = self.copy_up_parent(e.objno) {
+            // A clone's object stays (empty, or made from its parent and
+            // then cut): were it removed, reads would see the parent again.
+            let _order = self.stripe(e.objno).read().await;
+            if self.if_exists(e.objno, op).await? {
+                return Ok(());
+            }
+            let (at, len) = (e.offset as usize, e.len as usize);
+            let patch = move |b: &mut Vec<u8>| match tail {
+                true => b.truncate(at),
+                false => {
+                    let end = (at + len).min(b.len());
+                    if at < end {
+                        b[at..end].fill(0);
+                    }
+                }
+            };
+            if self.copy_up(&p, e.objno, false, patch).await? {
+                return Ok(());
+            }
+            self.data_w().operate(&oid, op(Op::new())).await?;
+            return Ok(());
+        }
         if self.map_state(e.objno) == Some(OBJECT_NONEXISTENT) {
             return Ok(());
         }
@@ -865,18 +1211,17 @@ impl Inner {
             }) => Ok(()),
             Err(e) => Err(Error::from(e)),
         };
-        if e.offset == 0 && e.offset + e.len >= object_end {
+        if e.offset == 0 && tail {
             let _order = self.stripe(e.objno).write().await;
             ignore_absent(self.data_w().operate(&oid, Op::new().remove()).await)?;
             return self.mark_removed(e.objno).await;
         }
         let _order = self.stripe(e.objno).read().await;
-        let op = if e.offset + e.len >= object_end {
-            Op::new().assert_exists().truncate(e.offset)
-        } else {
-            Op::new().zero(e.offset, e.len)
-        };
-        ignore_absent(self.data_w().operate(&oid, op).await)
+        ignore_absent(
+            self.data_w()
+                .operate(&oid, op(Op::new().assert_exists()))
+                .await,
+        )
     }
 
     /// Persists "exists" for `objno` before its first write.

@@ -27,9 +27,11 @@ mod image;
 
 pub mod blocking;
 pub mod format;
+pub mod layering;
 pub mod lock;
 pub mod rbd;
 
 pub use error::{Error, Result};
 pub use image::{DiskUsage, Image, ImageInfo};
+pub use layering::ChildEntry;
 pub use rbd::{CreateOptions, ImageEntry};

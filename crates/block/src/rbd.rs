@@ -90,6 +90,19 @@ fn check_header_pool(pool: &Pool) -> Result<()> {
 
 /// Creates image `name` of `size` bytes in `pool`.
 pub async fn create(pool: &Pool, name: &str, size: u64, o: &CreateOptions) -> Result<()> {
+    create_with(pool, name, size, o, None).await
+}
+
+/// [`create`], of a clone of `parent` (registered with the parent's pool
+/// before the clone's header exists, so a parent never loses track of a
+/// child).
+pub(crate) async fn create_with(
+    pool: &Pool,
+    name: &str,
+    size: u64,
+    o: &CreateOptions,
+    parent: Option<(&Pool, crate::format::ParentSpec)>,
+) -> Result<()> {
     check_name(name)?;
     check_header_pool(pool)?;
     if size > SIZE_MAX {
@@ -158,8 +171,12 @@ pub async fn create(pool: &Pool, name: &str, size: u64, o: &CreateOptions) -> Re
         data_pool,
         created_ms: now_ms(),
         snapshots: Vec::new(),
+        parent: parent.as_ref().map(|(_, p)| p.clone()),
     };
     let made = async {
+        if let Some((ppool, spec)) = &parent {
+            crate::layering::register_child(ppool, spec, pool.id(), &id).await?;
+        }
         let entries = header.to_omap();
         pool.operate(
             &header_object(&id),
@@ -180,6 +197,9 @@ pub async fn create(pool: &Pool, name: &str, size: u64, o: &CreateOptions) -> Re
     .await;
     if let Err(e) = made {
         // Undo what was made, best effort: the name is free again.
+        if let Some((ppool, spec)) = &parent {
+            let _ = crate::layering::unregister_child(ppool, spec, pool.id(), &id).await;
+        }
         let _ = pool.remove(&object_map_object(&id)).await;
         let _ = pool.remove(&header_object(&id)).await;
         let _ = pool.remove(&id_object(name)).await;
@@ -226,6 +246,28 @@ pub(crate) async fn lookup_id(pool: &Pool, name: &str) -> Result<String> {
         Err(ClusterError::NotFound(_)) => Err(no_image(pool, name)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The name of image `id` of `pool`, from the pool's directory.
+pub(crate) async fn name_of_id(pool: &Pool, id: &str) -> Result<String> {
+    let key = format!("id_{id}");
+    let gone = || Error::NoImage {
+        pool: pool.name().to_string(),
+        image: format!("(id {id})"),
+    };
+    let found = match pool
+        .omap_get_vals_by_keys(DIRECTORY, &[key.as_bytes()])
+        .await
+    {
+        Ok(v) => v,
+        Err(ClusterError::NotFound(_)) => return Err(gone()),
+        Err(e) => return Err(e.into()),
+    };
+    let v = found.get(key.as_bytes()).ok_or_else(gone)?;
+    String::from_utf8(v.to_vec()).map_err(|_| Error::Corrupt {
+        image: format!("(id {id})"),
+        why: "its directory entry does not hold text".into(),
+    })
 }
 
 /// Image `name`'s header (id `id`).
@@ -325,6 +367,13 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
             }
             join_all(set).await?;
         }
+    }
+    // A clone leaves its parent's list of children.
+    if let Some(spec) = header.as_ref().and_then(|h| h.parent.as_ref())
+        && let Ok(ppool) = pool.client().pool_by_id(spec.pool)
+    {
+        let ppool = ppool.with_namespace(pool.namespace());
+        crate::layering::unregister_child(&ppool, spec, pool.id(), &id).await?;
     }
     for oid in [object_map_object(&id), header_object(&id)] {
         match pool.remove(&oid).await {

@@ -417,3 +417,179 @@ async fn one_writer_at_a_time_and_clear_errors() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
+
+/// One random change of `image` (a write, discard, write-zeroes or
+/// resize), made to `model` too.
+async fn random_change(rng: &mut Rng, image: &Image, model: &mut Vec<u8>, obj: u64) {
+    let size = model.len() as u64;
+    let (off, len) = range(rng, size, obj);
+    match rng.below(8) {
+        0..=3 => {
+            let d = rng.bytes(len as usize);
+            image.write(off, Bytes::from(d.clone())).await.unwrap();
+            model[off as usize..(off + len) as usize].copy_from_slice(&d);
+        }
+        4 => {
+            image.discard(off, len).await.unwrap();
+            model[off as usize..(off + len) as usize].fill(0);
+        }
+        5 => {
+            image.write_zeroes(off, len).await.unwrap();
+            model[off as usize..(off + len) as usize].fill(0);
+        }
+        6 => {
+            let to = size - rng.below(obj * 2).min(size);
+            image.resize(to).await.unwrap();
+            model.resize(to as usize, 0);
+        }
+        _ => {
+            let to = size + rng.below(obj * 2);
+            image.resize(to).await.unwrap();
+            model.resize(to as usize, 0);
+        }
+    }
+}
+
+/// `image` reads whole as `model`, and every non-zero byte lies in what
+/// it says is allocated.
+async fn check_image(image: &Image, model: &[u8], what: &str) {
+    let size = model.len() as u64;
+    assert_eq!(image.size(), size, "{what}: size");
+    let got = image.read(0, size).await.unwrap();
+    if got[..] != model[..] {
+        let at = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
+        panic!("{what}: byte {at} reads {} not {}", got[at], model[at]);
+    }
+    let allocated = image.allocated(0, size).await.unwrap();
+    for (at, b) in model.iter().enumerate() {
+        let at = at as u64;
+        if *b != 0 {
+            assert!(
+                allocated.iter().any(|(o, n)| at >= *o && at < o + n),
+                "{what}: byte {at} holds data but is not allocated in {allocated:?}"
+            );
+        }
+    }
+}
+
+/// Clones: a clone reads its parent's snapshot until it writes its own
+/// data (copy-up keeps the rest of each object), shrinking lowers what
+/// it reads through, a snapshot of the clone keeps reading through, a
+/// clone of that snapshot reads through two parents, and flattening cuts
+/// the clone loose; a snapshot with clones cannot be unprotected, and
+/// `children` names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_read_through_copy_up_and_flatten() {
+    let c = Cluster::with_pool("block-clone", 3, 2, 8).await;
+    let client = client(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    for seed in 0..seeds().div_ceil(2) {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let order = 12 + rng.below(2) as u8;
+        let obj = 1u64 << order;
+        let (parent, child, grand) = (
+            format!("parent{seed}"),
+            format!("child{seed}"),
+            format!("grand{seed}"),
+        );
+        let size = obj * (2 + rng.below(5)) + rng.below(obj);
+        let opts = CreateOptions {
+            order,
+            ..CreateOptions::default()
+        };
+        rbd::create(&pool, &parent, size, &opts).await.unwrap();
+        let p = Image::open(&pool, &parent).await.unwrap();
+        let mut pmodel = vec![0u8; size as usize];
+        for _ in 0..12 {
+            random_change(&mut rng, &p, &mut pmodel, obj).await;
+        }
+        p.snap_create("base").await.unwrap();
+        let at_base = pmodel.clone();
+        // Only a protected snapshot is cloned.
+        let e = shoal_block::layering::clone(&pool, &parent, "base", &pool, &child, &opts)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("not protected"), "{e}");
+        p.snap_protect("base", true).await.unwrap();
+        shoal_block::layering::clone(&pool, &parent, "base", &pool, &child, &opts)
+            .await
+            .unwrap();
+        let ch = Image::open(&pool, &child).await.unwrap();
+        let mut cmodel = at_base.clone();
+        check_image(&ch, &cmodel, "a fresh clone").await;
+        assert_eq!(
+            ch.info_full().await.unwrap().overlap,
+            Some(at_base.len() as u64)
+        );
+        // The parent goes on changing; the clone does not see it.
+        for _ in 0..8 {
+            random_change(&mut rng, &p, &mut pmodel, obj).await;
+        }
+        let mut at_cs = None;
+        for step in 0..30 {
+            random_change(&mut rng, &ch, &mut cmodel, obj).await;
+            if step % 6 == 5 {
+                check_image(&ch, &cmodel, &format!("clone at step {step}")).await;
+            }
+            if step == 15 {
+                ch.snap_create("cs").await.unwrap();
+                at_cs = Some(cmodel.clone());
+            }
+        }
+        let at_cs = at_cs.unwrap();
+        check_image(&ch, &cmodel, "the clone").await;
+        check_image(&p, &pmodel, "the parent").await;
+        let kids = shoal_block::layering::children(&pool, &parent, "base")
+            .await
+            .unwrap();
+        let names: Vec<&str> = kids.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, [child.as_str()]);
+        let e = p.snap_protect("base", false).await.unwrap_err();
+        assert!(
+            matches!(e, Error::Busy { .. }) && e.to_string().contains(&child),
+            "{e}"
+        );
+
+        // A clone of the clone's snapshot reads through both.
+        ch.snap_protect("cs", true).await.unwrap();
+        shoal_block::layering::clone(&pool, &child, "cs", &pool, &grand, &opts)
+            .await
+            .unwrap();
+        let g = Image::open(&pool, &grand).await.unwrap();
+        let mut gmodel = at_cs.clone();
+        check_image(&g, &gmodel, "a clone of a clone").await;
+        for _ in 0..6 {
+            random_change(&mut rng, &g, &mut gmodel, obj).await;
+        }
+        check_image(&g, &gmodel, "a clone of a clone, changed").await;
+
+        // Flattened, the clone holds its own data; its snapshot still
+        // reads through to the parent, so the parent keeps it as a child.
+        ch.flatten().await.unwrap();
+        assert_eq!(ch.header().parent, None);
+        check_image(&ch, &cmodel, "the flattened clone").await;
+        let cs = Image::open_snap(&pool, &child, "cs").await.unwrap();
+        check_image(&cs, &at_cs, "the clone's snapshot after flattening").await;
+        assert!(p.snap_protect("base", false).await.is_err());
+        g.flatten().await.unwrap();
+        check_image(&g, &gmodel, "the flattened clone of a clone").await;
+        ch.snap_protect("cs", false).await.unwrap();
+        ch.snap_remove("cs").await.unwrap();
+        // Nothing refers to the parent's snapshot any more.
+        assert!(
+            shoal_block::layering::children(&pool, &parent, "base")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        p.snap_protect("base", false).await.unwrap();
+        p.snap_remove("base").await.unwrap();
+        check_image(&ch, &cmodel, "the clone, its parent's snapshot gone").await;
+        check_image(&g, &gmodel, "the grandchild, its parent's snapshot gone").await;
+        for (i, name) in [(g, &grand), (ch, &child), (p, &parent)] {
+            i.close().await.unwrap();
+            rbd::remove(&pool, name).await.unwrap();
+        }
+    }
+    assert!(rbd::list(&pool).await.unwrap().is_empty());
+}

@@ -160,7 +160,33 @@ fn images_from_the_command_line() {
     d.ok(&["rbd", "snap", "protect", "snapimg@one"]);
     let e = err(&d, &["rbd", "snap", "rm", "snapimg@one"]);
     assert!(e.contains("protected"), "{e}");
+    // A clone of the protected snapshot reads it, until flattened it
+    // keeps the snapshot from being unprotected.
+    d.ok(&["rbd", "clone", "snapimg@one", "kid"]);
+    let info = d.json(&["rbd", "info", "kid"]);
+    assert_eq!(info["parent"], "rbd/snapimg@one", "{info}");
+    assert_eq!(info["overlap"], 1 << 20, "{info}");
+    let kid = dir.join("kid.out");
+    d.ok(&["rbd", "export", "kid", kid.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&kid).unwrap() == before,
+        "the clone reads otherwise"
+    );
+    assert_eq!(d.ok(&["rbd", "children", "snapimg@one"]).trim(), "rbd/kid");
+    let e = err(&d, &["rbd", "snap", "unprotect", "snapimg@one"]);
+    assert!(e.contains("clones") && e.contains("rbd/kid"), "{e}");
+    d.ok(&["rbd", "flatten", "kid"]);
+    assert!(d.json(&["rbd", "info", "kid"])["parent"].is_null());
+    assert_eq!(d.ok(&["rbd", "children", "snapimg@one"]).trim(), "");
+    d.ok(&["rbd", "export", "kid", kid.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&kid).unwrap() == before,
+        "flattening changed the clone"
+    );
+    d.ok(&["rbd", "rm", "kid"]);
     d.ok(&["rbd", "snap", "unprotect", "snapimg@one"]);
+    let e = err(&d, &["rbd", "clone", "snapimg@one", "kid2"]);
+    assert!(e.contains("not protected"), "{e}");
     d.ok(&["rbd", "snap", "rollback", "snapimg@one"]);
     d.ok(&["rbd", "export", "snapimg", now.to_str().unwrap()]);
     assert!(

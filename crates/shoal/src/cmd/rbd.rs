@@ -138,6 +138,30 @@ enum RbdCmd {
         #[command(subcommand)]
         cmd: SnapCmd,
     },
+    /// Clone a protected snapshot into a new image (copy-on-write: the
+    /// clone reads its parent's data until it writes its own).
+    Clone {
+        /// The parent: `[POOL/]IMAGE@SNAP`.
+        parent: String,
+        /// The clone: `[POOL/]IMAGE`.
+        child: String,
+        /// Object size (default: the parent's).
+        #[arg(long)]
+        object_size: Option<String>,
+        /// Keep the clone's data objects in this pool.
+        #[arg(long)]
+        data_pool: Option<String>,
+    },
+    /// List the clones of a snapshot.
+    Children {
+        /// `[POOL/]IMAGE@SNAP`.
+        spec: String,
+    },
+    /// Copy a clone's data from its parent, so it no longer needs it.
+    Flatten {
+        /// `[POOL/]IMAGE`.
+        image: String,
+    },
     /// Who has the image open for writing (its header's watchers).
     Status {
         /// `[POOL/]IMAGE`.
@@ -447,7 +471,7 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
         }
         RbdCmd::Info { image } => {
             let (_, i) = open_view(client, dp, &image).await?;
-            let info = i.info();
+            let info = i.info_full().await?;
             if json {
                 writeln!(out, "{}", serde_json::to_value(&info)?)?;
             } else {
@@ -472,6 +496,10 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 writeln!(out, "\tsnapshot_count: {}", info.snapshot_count)?;
                 writeln!(out, "\tformat: 2")?;
                 writeln!(out, "\tfeatures: {}", info.features.join(", "))?;
+                if let (Some(p), Some(o)) = (&info.parent, info.overlap) {
+                    writeln!(out, "\tparent: {p}")?;
+                    writeln!(out, "\toverlap: {}", human(o))?;
+                }
                 writeln!(
                     out,
                     "\tcreate_timestamp: {}",
@@ -498,6 +526,44 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 );
             }
             let r = i.resize(size).await;
+            i.close().await?;
+            r?;
+        }
+        RbdCmd::Clone {
+            parent,
+            child,
+            object_size,
+            data_pool,
+        } => {
+            let (pp, pname, snap) = spec_snap(dp, &parent)?;
+            let (cp, cname) = spec(dp, &child)?;
+            let o = CreateOptions {
+                order: match object_size {
+                    Some(s) => order_of(Some(&s))?,
+                    None => 0,
+                },
+                features: fmt::features::DEFAULT,
+                data_pool,
+            };
+            let (ppool, cpool) = (pool_of(client, pp)?, pool_of(client, cp)?);
+            shoal_block::layering::clone(&ppool, pname, snap, &cpool, cname, &o).await?;
+        }
+        RbdCmd::Children { spec } => {
+            let (p, name, snap) = spec_snap(dp, &spec)?;
+            let pool = pool_of(client, p)?;
+            let children = shoal_block::layering::children(&pool, name, snap).await?;
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&children)?)?;
+            } else {
+                for c in children {
+                    writeln!(out, "{}/{}", c.pool, c.name)?;
+                }
+            }
+        }
+        RbdCmd::Flatten { image } => {
+            let (p, name) = spec(dp, &image)?;
+            let i = Image::open(&pool_of(client, p)?, name).await?;
+            let r = i.flatten().await;
             i.close().await?;
             r?;
         }

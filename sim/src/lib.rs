@@ -30,6 +30,7 @@ pub mod history;
 pub mod invariants;
 pub mod nemesis;
 pub mod resends;
+pub mod snapshots;
 pub mod trace;
 pub mod workload;
 pub mod world;
@@ -63,6 +64,9 @@ pub struct SimConfig {
     /// The pool is erasure coded with this `k` and `m` (failure domain:
     /// the OSD) instead of replicated (size 3, min_size 2).
     pub erasure: Option<(u32, u32)>,
+    /// One more client takes, uses, removes and reads snapshots
+    /// ([`snapshots`]; replicated pools).
+    pub snapshots: bool,
 }
 
 impl SimConfig {
@@ -79,6 +83,15 @@ impl SimConfig {
             log_entries: 40,
             verbose: false,
             erasure: None,
+            snapshots: false,
+        }
+    }
+
+    /// [`SimConfig::quick`] with the snapshot client.
+    pub fn quick_snapshots() -> SimConfig {
+        SimConfig {
+            snapshots: true,
+            ..SimConfig::quick()
         }
     }
 
@@ -108,6 +121,9 @@ pub struct Report {
     pub virtual_ms: u64,
     /// The words of the PG states seen during the faults.
     pub states: std::collections::BTreeSet<String>,
+    /// The snapshot client's snapshots taken and removed, and reads at
+    /// snapshots checked.
+    pub snapshots: (usize, usize, usize),
 }
 
 /// A run that broke an invariant, lost or reordered data, or never healed.

@@ -4,6 +4,7 @@
 //! shoal-sim --seed 42 --verbose     # replay one seed, printing its trace
 //! shoal-sim --seeds 0..1000         # a range; stops at the first failure
 //! shoal-sim --seeds 0..100 --erasure 2+1   # with an erasure-coded pool
+//! shoal-sim --seeds 0..100 --snapshots     # with the snapshot client
 //! ```
 
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use shoal_sim::{SimConfig, run};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M]"
+        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots]"
     );
     ExitCode::from(2)
 }
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--verbose" => cfg.verbose = true,
+            "--snapshots" => cfg.snapshots = true,
             "--erasure" => {
                 let km = args.next().unwrap_or_default();
                 match km
@@ -68,7 +70,7 @@ fn main() -> ExitCode {
         let started = std::time::Instant::now();
         match run(seed, &cfg) {
             Ok(r) => println!(
-                "seed {seed}: ok in {:.1} s ({} faults, {} ops answered, {} failed, {} writes acknowledged, {:.1} s virtual, digest {:016x}; states {})",
+                "seed {seed}: ok in {:.1} s ({} faults, {} ops answered, {} failed, {} writes acknowledged, {:.1} s virtual, digest {:016x}; states {}; snapshots {:?})",
                 started.elapsed().as_secs_f64(),
                 r.faults,
                 r.ops.0,
@@ -76,7 +78,8 @@ fn main() -> ExitCode {
                 r.acked,
                 r.virtual_ms as f64 / 1000.0,
                 r.digest,
-                r.states.iter().cloned().collect::<Vec<_>>().join(",")
+                r.states.iter().cloned().collect::<Vec<_>>().join(","),
+                r.snapshots
             ),
             Err(f) => {
                 eprintln!("{f}");

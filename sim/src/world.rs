@@ -426,6 +426,20 @@ impl World {
         (client, log)
     }
 
+    /// The snapshot client: it may take and remove the pool's snapshots.
+    async fn snapshot_client(&mut self) -> Client {
+        let name = "client.simsnap".to_string();
+        let key = self
+            .key(&name, &[("mon", "allow rw"), ("osd", "allow rw")])
+            .await;
+        let mut o = ClientOptions::new(mon_addrs(self.cfg.mons), name.parse().unwrap(), key);
+        o.op_timeout = Duration::from_secs(15);
+        o.client_inc = Some(self.rng.next_u64() >> 1);
+        o.net = net_cfg();
+        o.transport = self.net.host(&name);
+        Client::connect(o).await.unwrap()
+    }
+
     /// Waits until every OSD is up in the map.
     async fn wait_up(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -609,11 +623,22 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
     }
     let objects: Vec<String> = (0..cfg.objects).map(|i| format!("obj{i}")).collect();
     let workload = Workload::start(&clients, &objects, w.rng.next_u64(), &w.trace, w.start);
+    let snap_client = match cfg.snapshots {
+        true => Some(w.snapshot_client().await),
+        false => None,
+    };
+    let snaps = snap_client.as_ref().map(|c| {
+        crate::snapshots::SnapWorkload::start(c.clone(), w.rng.next_u64(), &w.trace, w.start)
+    });
     let faults = match nemesis::run(&mut w).await {
         Ok(n) => n,
         Err(e) => return Err(fail(&w, e)),
     };
     let mut history = workload.stop().await;
+    let snaps = match snaps {
+        Some(s) => Some(s.stop().await),
+        None => None,
+    };
     if let Err(e) = heal(&mut w).await {
         return Err(fail(&w, e));
     }
@@ -623,6 +648,13 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
     }
     w.note("active+clean");
     history.extend(crate::workload::read_all(&clients[0], &objects, &w.trace, w.start).await);
+    let mut snapshots = (0, 0, 0);
+    if let (Some(c), Some(st)) = (&snap_client, snaps) {
+        match crate::snapshots::final_check(c, st, &w.trace, w.start).await {
+            Ok(st) => snapshots = st.counts,
+            Err(e) => return Err(fail(&w, e)),
+        }
+    }
     let answered = history
         .iter()
         .filter(|o| matches!(o.outcome, history::Outcome::Ok { .. }))
@@ -648,6 +680,9 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
     for (c, _) in &clients {
         c.shutdown().await;
     }
+    if let Some(c) = &snap_client {
+        c.shutdown().await;
+    }
     Ok(Report {
         seed,
         digest: w.trace.digest(),
@@ -656,6 +691,7 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         acked: w.acks.all().len(),
         virtual_ms: w.now_ms(),
         states: std::mem::take(&mut w.states),
+        snapshots,
     })
 }
 

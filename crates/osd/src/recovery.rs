@@ -333,6 +333,7 @@ pub async fn pull_family(c: Copier<'_>, src: &Connection, head: &ObjectKey) -> R
     let store = c.ctx.store.as_ref();
     let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
         .map_err(|e| e.to_string())?;
+    tracing::debug!(pg = %c.pg, object = %head, ?ours, ?theirs, from = %src.peer(), "pull family");
     for k in theirs.iter().filter(|k| stale(k, &ours)) {
         pull_object(c, src, k, Some(true)).await?;
     }
@@ -356,6 +357,7 @@ pub async fn push_family(c: Copier<'_>, dst: &Connection, head: &ObjectKey) -> R
     let store = c.ctx.store.as_ref();
     let ours = shoal_net::runtime::blocking(|| local_family(store, coll, head))
         .map_err(|e| e.to_string())?;
+    tracing::debug!(pg = %c.pg, object = %head, ?ours, ?theirs, to = %dst.peer(), "push family");
     for k in ours.iter().filter(|k| stale(k, &theirs)) {
         push_object(c, dst, k, Some(true)).await?;
     }

@@ -137,7 +137,18 @@ pub async fn replicas_identical(w: &World) -> Result<(), String> {
                         .keys()
                         .chain(mine.keys())
                         .filter(|k| theirs.get(*k) != mine.get(*k))
-                        .map(|k| String::from_utf8_lossy(&k.name).into_owned())
+                        .map(|k| {
+                            let name = match k.snap {
+                                ObjectKey::HEAD => String::from_utf8_lossy(&k.name).into_owned(),
+                                snap => format!("{}@{snap:x}", String::from_utf8_lossy(&k.name)),
+                            };
+                            let data = |m: &BTreeMap<ObjectKey, Bytes>| {
+                                m.get(k).map(|b| {
+                                    String::from_utf8_lossy(&b[..b.len().min(32)]).into_owned()
+                                })
+                            };
+                            format!("{name} ({:?} / {:?})", data(theirs), data(&mine))
+                        })
                         .take(5)
                         .collect();
                     return Err(format!(

@@ -798,6 +798,18 @@ impl Pg {
         if !self.core.scrub_record.inconsistent.is_empty() {
             state.push_str("+inconsistent");
         }
+        // Removed snapshots still to trim (Ceph's snaptrim, snaptrim_wait).
+        if self.core.snap_trim.is_some() {
+            state.push_str("+snaptrim");
+        } else if self.core.ec.is_none()
+            && self
+                .core
+                .pool
+                .as_ref()
+                .is_some_and(|p| p.removed_snaps != self.core.snap_trimmed)
+        {
+            state.push_str("+snaptrim_wait");
+        }
         let (recovery_left, recovery_per_s) = self
             .core
             .recovery

@@ -780,13 +780,10 @@ impl ObjectRecovery {
             epoch: self.map.epoch.0,
             fence: &self.fence,
         };
-        if pull {
-            recovery::pull_object(c, &conn, &self.key, self.expect).await?;
-        } else {
-            recovery::push_object(c, &conn, &self.key, self.expect).await?;
-        }
         // A head's snapshot clones come with it: the write that made one
-        // is logged under the head alone.
+        // is logged under the head alone. They go first: installing the
+        // head ends its recovery on the member, so a copy cut short
+        // after it would leave the member without the clones for good.
         let replicated = self.map.pool(self.pg.pool).is_some_and(|p| !p.is_erasure());
         if replicated && self.key.snap == ObjectKey::HEAD {
             if pull {
@@ -795,7 +792,11 @@ impl ObjectRecovery {
                 recovery::push_family(c, &conn, &self.key).await?;
             }
         }
-        Ok(())
+        if pull {
+            recovery::pull_object(c, &conn, &self.key, self.expect).await
+        } else {
+            recovery::push_object(c, &conn, &self.key, self.expect).await
+        }
     }
 }
 

@@ -101,6 +101,8 @@ enum Command {
     Rados(cmd::rados::RadosArgs),
     /// Block images: create, list, resize, import, export, bench.
     Rbd(cmd::rbd::RbdArgs),
+    /// Serve block images over NBD (`shoal nbd serve`).
+    Nbd(cmd::nbd::NbdArgs),
     /// Make, check and inspect an OSD's object store.
     #[command(subcommand)]
     Store(cmd::store::StoreCmd),
@@ -182,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Store(c) => cmd::store::run(c),
         Command::Rados(a) => cmd::rados::run(a, &ctx),
         Command::Rbd(a) => cmd::rbd::run(a, &ctx),
+        Command::Nbd(a) => cmd::nbd::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

@@ -50,6 +50,27 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// Runs `f` on a two-thread runtime with a cluster client made for data
+/// tools (thousands of ops in flight), and shuts the client down after.
+pub fn with_data_client<T, F, Fut>(ctx: &Ctx, f: F) -> anyhow::Result<T>
+where
+    F: FnOnce(shoal_client::Client) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
+        opts.max_inflight_ops = opts.max_inflight_ops.max(4096);
+        let client = shoal_client::Client::connect(opts).await?;
+        let r = f(client.clone()).await;
+        client.shutdown().await;
+        r
+    })
+}
+
 /// Monitor addresses from `mon_host`.
 pub fn mon_addrs(config: &Config) -> anyhow::Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = parse_mon_host(&config.options.mon_host)?

@@ -11,6 +11,7 @@ pub mod crush;
 pub mod dev;
 pub mod keyring;
 pub mod mon;
+pub mod nbd;
 pub mod osd;
 pub mod osd_daemon;
 pub mod out;

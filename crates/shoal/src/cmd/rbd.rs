@@ -16,7 +16,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use shoal_block::{CreateOptions, Image, format as fmt, rbd};
-use shoal_client::{Client, ClientOptions, Pool};
+use shoal_client::{Client, Pool};
 
 use super::common::{Ctx, Format};
 
@@ -385,17 +385,8 @@ fn spec<'a>(default_pool: &'a str, s: &'a str) -> anyhow::Result<(&'a str, &'a s
 
 /// Runs `shoal rbd`.
 pub fn run(a: RbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let mut opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
-        opts.max_inflight_ops = opts.max_inflight_ops.max(4096);
-        let client = Client::connect(opts).await?;
-        let r = command(&client, &a.pool, a.format, a.cmd).await;
-        client.shutdown().await;
-        r
+    super::common::with_data_client(ctx, |client| async move {
+        command(&client, &a.pool, a.format, a.cmd).await
     })
 }
 

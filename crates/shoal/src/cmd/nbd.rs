@@ -1,0 +1,89 @@
+//! `shoal nbd serve`: exports block images over NBD (as `rbd-nbd` and
+//! `qemu-nbd` do), on 127.0.0.1:10809 unless told otherwise. Clients name
+//! an export `POOL/IMAGE` (or `IMAGE` in `-p`'s pool), or
+//! `POOL/IMAGE@SNAP` for a snapshot, read-only.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use shoal_nbd::{Server, ServerOptions};
+
+use super::common::Ctx;
+
+/// `shoal nbd`.
+#[derive(Debug, Args)]
+pub struct NbdArgs {
+    #[command(subcommand)]
+    cmd: NbdCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum NbdCmd {
+    /// Serve images over NBD until stopped (SIGINT or SIGTERM).
+    Serve {
+        /// Listen here (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1:10809")]
+        bind: SocketAddr,
+        /// The pool of exports named without one.
+        #[arg(short = 'p', long, default_value = "rbd")]
+        pool: String,
+        /// Serve only these exports (`POOL/IMAGE[@SNAP]`, repeatable);
+        /// any image by default.
+        #[arg(long = "export")]
+        exports: Vec<String>,
+        /// Keep each image's exclusive lock when another client asks for it.
+        #[arg(long)]
+        exclusive: bool,
+        /// Serve every export read-only.
+        #[arg(long)]
+        read_only: bool,
+        /// Requests in flight per connection.
+        #[arg(long, default_value_t = 128)]
+        max_inflight: usize,
+    },
+}
+
+/// Runs `shoal nbd`.
+pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let NbdCmd::Serve {
+        bind,
+        pool,
+        exports,
+        exclusive,
+        read_only,
+        max_inflight,
+    } = a.cmd;
+    super::common::with_data_client(ctx, |client| async move {
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("listening on {bind}"))?;
+        let addr = listener.local_addr()?;
+        let server = Server::new(
+            client.clone(),
+            ServerOptions {
+                default_pool: pool,
+                allowed: (!exports.is_empty()).then_some(exports),
+                max_inflight,
+                exclusive,
+                read_only,
+            },
+        );
+        {
+            use std::io::Write;
+            let mut out = super::out::Stdout::lock();
+            writeln!(
+                out,
+                "serving NBD on nbd://{addr}/ (exports: POOL/IMAGE, POOL/IMAGE@SNAP)"
+            )?;
+            out.flush()?;
+        }
+        let serving = tokio::spawn(std::sync::Arc::clone(&server).serve(listener));
+        tokio::select! {
+            r = super::mon::wait_for_signal() => r?,
+            r = serving => r.context("the server stopped")??,
+        }
+        server.shutdown().await;
+        Ok(())
+    })
+}

@@ -515,3 +515,84 @@ fn bad_requests_get_errors_and_dropped_clients_lose_no_acknowledged_write() {
         }
     }
 }
+
+#[test]
+fn device_mappings_are_listed_recorded_remade_and_removed() {
+    let d = cluster("nbd-device");
+    d.ok(&["rbd", "create", "disk", "-s", "8M"]);
+    let run = d.0.join("run");
+    let recs = d.0.join("mappings.json");
+    let dev = |args: &[&str]| {
+        let out = Command::new(SHOAL)
+            .args(["rbd", "device"])
+            .args(args)
+            .env("SHOAL_CONF", d.0.join("shoal.conf"))
+            .env("SHOAL_RBD_RUN_DIR", &run)
+            .env("SHOAL_RBD_MAPPINGS", &recs)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let list = || -> Vec<serde_json::Value> {
+        let (ok, out) = dev(&["list", "--format", "json"]);
+        assert!(ok, "{out}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let alive = |pid: u64| std::path::Path::new(&format!("/proc/{pid}")).exists();
+
+    let (ok, out) = dev(&["map", "disk", "--persistent"]);
+    assert!(ok, "{out}");
+    if !std::path::Path::new("/sys/module/nbd").exists() {
+        // No kernel device here: said clearly, with the URI to attach.
+        assert!(
+            out.contains("nbd module is not loaded") && out.contains("nbd://"),
+            "{out}"
+        );
+    }
+    let maps = list();
+    assert_eq!(maps.len(), 1, "{maps:?}");
+    assert_eq!(maps[0]["image"], "rbd/disk");
+    let pid = maps[0]["pid"].as_u64().unwrap();
+    let uri = maps[0]["uri"].as_str().unwrap().to_string();
+    let (ok, out) = dev(&["map", "rbd/disk"]);
+    assert!(!ok && out.contains("mapped already"), "{out}");
+    // The mapping serves the image, and a snapshot maps read-only.
+    let mut s =
+        TcpStream::connect(uri.trim_start_matches("nbd://").split('/').next().unwrap()).unwrap();
+    let mut g = [0u8; 8];
+    s.read_exact(&mut g).unwrap();
+    assert_eq!(&g, b"NBDMAGIC");
+    drop(s);
+    d.ok(&["rbd", "snap", "create", "disk@s"]);
+    let (ok, out) = dev(&["map", "disk@s"]);
+    assert!(ok, "{out}");
+    assert_eq!(list().len(), 2);
+
+    // Detached at "shutdown", records kept; made again at "boot".
+    let (ok, out) = dev(&["unmap", "--all", "--keep-persistent"]);
+    assert!(ok, "{out}");
+    assert!(list().is_empty());
+    assert!(!alive(pid), "the server of the unmapped image still runs");
+    let (ok, out) = dev(&["map", "--persistent-all"]);
+    assert!(ok, "{out}");
+    let maps = list();
+    assert_eq!(
+        maps.len(),
+        1,
+        "only the persistent mapping comes back: {maps:?}"
+    );
+    let pid = maps[0]["pid"].as_u64().unwrap();
+
+    // Unmapped for good: no record, no process, nothing in force.
+    let (ok, out) = dev(&["unmap", "disk"]);
+    assert!(ok, "{out}");
+    assert!(list().is_empty());
+    assert!(!alive(pid));
+    let recorded: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&recs).unwrap()).unwrap();
+    assert!(recorded.is_empty(), "{recorded:?}");
+    let (ok, out) = dev(&["unmap", "disk"]);
+    assert!(!ok && out.contains("not mapped"), "{out}");
+}

@@ -18,5 +18,6 @@ pub mod out;
 pub mod pg;
 pub mod rados;
 pub mod rbd;
+pub mod rbd_device;
 pub mod status;
 pub mod store;

@@ -41,6 +41,10 @@ enum NbdCmd {
         /// Requests in flight per connection.
         #[arg(long, default_value_t = 128)]
         max_inflight: usize,
+        /// Once listening, write `{"pid", "addr"}` here (removed on exit):
+        /// how `shoal rbd device map` learns where its server listens.
+        #[arg(long)]
+        state_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -53,6 +57,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         exclusive,
         read_only,
         max_inflight,
+        state_file,
     } = a.cmd;
     super::common::with_data_client(ctx, |client| async move {
         let listener = tokio::net::TcpListener::bind(bind)
@@ -78,12 +83,21 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
             )?;
             out.flush()?;
         }
+        if let Some(path) = &state_file {
+            let v = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string()});
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, v.to_string())?;
+            std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        }
         let serving = tokio::spawn(std::sync::Arc::clone(&server).serve(listener));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,
             r = serving => r.context("the server stopped")??,
         }
         server.shutdown().await;
+        if let Some(path) = &state_file {
+            let _ = std::fs::remove_file(path);
+        }
         Ok(())
     })
 }

@@ -162,6 +162,11 @@ enum RbdCmd {
         /// `[POOL/]IMAGE`.
         image: String,
     },
+    /// Images attached as block devices (NBD): map, unmap, list.
+    Device {
+        #[command(subcommand)]
+        cmd: super::rbd_device::DeviceCmd,
+    },
     /// Who has the image open for writing (its header's watchers).
     Status {
         /// `[POOL/]IMAGE`.
@@ -385,6 +390,9 @@ fn spec<'a>(default_pool: &'a str, s: &'a str) -> anyhow::Result<(&'a str, &'a s
 
 /// Runs `shoal rbd`.
 pub fn run(a: RbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    if let RbdCmd::Device { cmd } = a.cmd {
+        return super::rbd_device::run(ctx, &a.pool, a.format, cmd);
+    }
     super::common::with_data_client(ctx, |client| async move {
         command(&client, &a.pool, a.format, a.cmd).await
     })
@@ -680,6 +688,7 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
                 None => bail!("image {name} is not locked"),
             }
         }
+        RbdCmd::Device { .. } => bail!("device commands run without a cluster client"),
         RbdCmd::Status { image } => {
             let (p, name) = spec(dp, &image)?;
             let pool = pool_of(client, p)?;

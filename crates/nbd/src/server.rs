@@ -147,12 +147,14 @@ impl Server {
         }
     }
 
-    /// Closes every export (giving up the images' locks).
+    /// Closes every export: the requests in flight finish, the images'
+    /// locks are given up and their header watches removed (so the images
+    /// may be removed at once).
     pub async fn shutdown(&self) {
         let exports: Vec<Arc<Export>> = self.exports.lock().await.drain().map(|(_, e)| e).collect();
         for e in exports {
-            if let Err(err) = e.image.release_lock().await {
-                tracing::warn!(export = %e.name, "giving up the lock: {err}");
+            if let Err(err) = e.image.clone().close().await {
+                tracing::warn!(export = %e.name, "closing: {err}");
             }
         }
     }

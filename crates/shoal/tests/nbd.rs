@@ -540,7 +540,12 @@ fn device_mappings_are_listed_recorded_remade_and_removed() {
         assert!(ok, "{out}");
         serde_json::from_str(&out).unwrap()
     };
-    let alive = |pid: u64| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let alive = |pid: u64| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+    };
 
     let (ok, out) = dev(&["map", "disk", "--persistent"]);
     assert!(ok, "{out}");
@@ -595,4 +600,46 @@ fn device_mappings_are_listed_recorded_remade_and_removed() {
     assert!(recorded.is_empty(), "{recorded:?}");
     let (ok, out) = dev(&["unmap", "disk"]);
     assert!(!ok && out.contains("not mapped"), "{out}");
+}
+
+/// A sample of the 1 000-image run (`bench/rbd_nbd_images.sh`): images
+/// created, mapped, written and verified through NBD, unmapped and removed,
+/// several at a time, with nothing left behind.
+#[test]
+fn a_sample_of_the_thousand_image_run_leaves_nothing_behind() {
+    if !tools_present() {
+        return;
+    }
+    let d = cluster("nbd-images");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/rbd_nbd_images.sh");
+    let out = Command::new("timeout")
+        .args([
+            "300",
+            "bash",
+            script,
+            "--count",
+            "12",
+            "--parallel",
+            "6",
+            "--mib",
+            "1",
+        ])
+        .env("SHOAL", SHOAL)
+        .env("SHOAL_CONF", d.0.join("shoal.conf"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("left behind: 0 images, 0 data objects, 0 mappings, 0 servers; 0 failures"),
+        "{text}"
+    );
+    for step in ["create", "map", "io", "unmap", "remove"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(step) && l.contains(" 12 ")),
+            "no {step} row for 12 images:\n{text}"
+        );
+    }
 }

@@ -100,9 +100,7 @@ fn mappings() -> Vec<(PathBuf, Value)> {
         let Ok(v) = v else {
             continue;
         };
-        let alive = v["pid"]
-            .as_u64()
-            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        let alive = v["pid"].as_u64().is_some_and(running);
         if alive {
             out.push((path, v));
         } else {
@@ -111,6 +109,15 @@ fn mappings() -> Vec<(PathBuf, Value)> {
     }
     out.sort_by(|a, b| a.1["image"].as_str().cmp(&b.1["image"].as_str()));
     out
+}
+
+/// Whether process `pid` runs (a zombie, waiting for a reaper, does not).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        // `pid (comm) S ...`: the state follows the last parenthesis.
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+    })
 }
 
 fn read_persistent() -> anyhow::Result<Vec<Value>> {
@@ -256,12 +263,11 @@ fn unmap_one(path: &Path, v: &Value) -> anyhow::Result<()> {
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status();
-        let proc = format!("/proc/{pid}");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Path::new(&proc).exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        while running(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
         }
-        if Path::new(&proc).exists() {
+        if running(pid) {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();

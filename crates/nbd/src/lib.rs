@@ -7,8 +7,10 @@
 //! `base:allocation` metadata context) and the transmission phase (read,
 //! write, flush, trim, write-zeroes, cache and block status, many requests
 //! in flight per connection and several connections per export).
+//! `NBD_OPT_STARTTLS` upgrades a connection to TLS (rustls) when the
+//! server has a certificate, and may be required.
 
 pub mod proto;
 pub mod server;
 
-pub use server::{Server, ServerOptions};
+pub use server::{Server, ServerOptions, Tls, TlsError};

@@ -38,6 +38,73 @@ pub struct ServerOptions {
     pub exclusive: bool,
     /// Serve every export read-only.
     pub read_only: bool,
+    /// TLS (`NBD_OPT_STARTTLS`), with its certificate.
+    pub tls: Option<Tls>,
+}
+
+/// The server's TLS: a certificate and key, and whether clients must use it.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// Refuse every option but STARTTLS (and ABORT) in the clear.
+    pub required: bool,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("required", &self.required)
+            .finish()
+    }
+}
+
+/// Why a certificate or key could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or parsed.
+    #[error("{path}: {why}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// rustls refused the certificate and key.
+    #[error("the certificate and key: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+impl Tls {
+    /// TLS with the PEM certificate chain at `cert` and key at `key`.
+    pub fn from_pem_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        required: bool,
+    ) -> std::result::Result<Tls, TlsError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let file_err = |p: &std::path::Path, e: &dyn std::fmt::Display| TlsError::File {
+            path: p.display().to_string(),
+            why: e.to_string(),
+        };
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .map_err(|e| file_err(cert, &e))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| file_err(cert, &e))?;
+        if certs.is_empty() {
+            return Err(file_err(cert, &"no certificate in it"));
+        }
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err(key, &e))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        Ok(Tls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            required,
+        })
+    }
 }
 
 impl Default for ServerOptions {
@@ -48,6 +115,7 @@ impl Default for ServerOptions {
             max_inflight: 128,
             exclusive: false,
             read_only: false,
+            tls: None,
         }
     }
 }
@@ -227,39 +295,83 @@ impl Server {
         names
     }
 
-    /// One connection: the handshake, the options, then transmission.
-    async fn connection(self: Arc<Self>, stream: TcpStream) -> Result<()> {
-        let (mut rd, wr) = stream.into_split();
-        let mut wr = BufWriter::new(wr);
-        wr.write_all(&proto::greeting()).await?;
-        wr.flush().await?;
-        let client_flags = rd.read_u32().await?;
+    /// One connection: the handshake, the options (upgraded to TLS when
+    /// the client asks and the server has a certificate), then
+    /// transmission.
+    async fn connection(self: Arc<Self>, mut stream: TcpStream) -> Result<()> {
+        stream.write_all(&proto::greeting()).await?;
+        let client_flags = stream.read_u32().await?;
         if client_flags & proto::C_FLAG_FIXED_NEWSTYLE == 0 {
             return Err(ConnError::Protocol(
                 "the client does not speak fixed newstyle".into(),
             ));
         }
         let no_zeroes = client_flags & proto::C_FLAG_NO_ZEROES != 0;
+        match self.haggle(stream, no_zeroes, false).await? {
+            Haggled::Done => Ok(()),
+            Haggled::Transmit(stream, chosen) => {
+                let (rd, wr) = stream.into_split();
+                self.transmission(chosen, rd, BufWriter::new(wr)).await
+            }
+            Haggled::StartTls(stream) => {
+                let Some(tls) = &self.opts.tls else {
+                    return Err(ConnError::Protocol("TLS without a certificate".into()));
+                };
+                let stream = tls.acceptor.accept(stream).await?;
+                match self.haggle(stream, no_zeroes, true).await? {
+                    Haggled::Transmit(stream, chosen) => {
+                        let (rd, wr) = tokio::io::split(stream);
+                        self.transmission(chosen, rd, BufWriter::new(wr)).await
+                    }
+                    Haggled::Done | Haggled::StartTls(_) => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// The option haggling on `stream` (TLS already if `tls`): ends with an
+    /// export chosen, a client gone, or (in the clear) an upgrade to TLS.
+    async fn haggle<S>(&self, mut stream: S, no_zeroes: bool, tls: bool) -> Result<Haggled<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let mut structured = false;
         let mut allocation = false;
+        let tls_required = !tls && self.opts.tls.as_ref().is_some_and(|t| t.required);
         loop {
-            let magic = rd.read_u64().await?;
+            let magic = stream.read_u64().await?;
             if magic != proto::IHAVEOPT {
                 return Err(ConnError::Protocol("an option with a bad magic".into()));
             }
-            let option = rd.read_u32().await?;
-            let len = rd.read_u32().await?;
+            let option = stream.read_u32().await?;
+            let len = stream.read_u32().await?;
             if len > proto::OPTION_MAX {
                 if len > 1 << 20 {
                     return Err(ConnError::Protocol(format!("a {len}-byte option")));
                 }
-                discard(&mut rd, u64::from(len)).await?;
+                discard(&mut stream, u64::from(len)).await?;
                 let m = format!("options are at most {} bytes", proto::OPTION_MAX);
-                send(&mut wr, proto::option_error(option, rep::ERR_TOO_BIG, &m)).await?;
+                send(
+                    &mut stream,
+                    proto::option_error(option, rep::ERR_TOO_BIG, &m),
+                )
+                .await?;
                 continue;
             }
             let mut data = vec![0u8; len as usize];
-            rd.read_exact(&mut data).await?;
+            stream.read_exact(&mut data).await?;
+            if tls_required && !matches!(option, opt::STARTTLS | opt::ABORT) {
+                if option == opt::EXPORT_NAME {
+                    return Err(ConnError::Protocol("an export chosen without TLS".into()));
+                }
+                let m = "this server requires TLS: send NBD_OPT_STARTTLS first";
+                send(
+                    &mut stream,
+                    proto::option_error(option, rep::ERR_TLS_REQD, m),
+                )
+                .await?;
+                continue;
+            }
             match option {
                 opt::EXPORT_NAME => {
                     let name = String::from_utf8_lossy(&data).into_owned();
@@ -273,64 +385,71 @@ impl Server {
                     if !no_zeroes {
                         b.extend_from_slice(&[0u8; 124]);
                     }
-                    wr.write_all(&b).await?;
-                    wr.flush().await?;
-                    return self.transmission(e, rd, wr, structured, allocation).await;
+                    stream.write_all(&b).await?;
+                    stream.flush().await?;
+                    let chosen = Chosen {
+                        e,
+                        structured,
+                        allocation,
+                    };
+                    return Ok(Haggled::Transmit(stream, chosen));
                 }
                 opt::ABORT => {
-                    send(&mut wr, proto::option_reply(option, rep::ACK, &[])).await?;
-                    return Ok(());
+                    send(&mut stream, proto::option_reply(option, rep::ACK, &[])).await?;
+                    return Ok(Haggled::Done);
                 }
                 opt::LIST => {
                     if !data.is_empty() {
                         let r = proto::option_error(option, rep::ERR_INVALID, "LIST takes no data");
-                        send(&mut wr, r).await?;
+                        send(&mut stream, r).await?;
                         continue;
                     }
                     for name in self.list().await {
                         let r = proto::option_reply(option, rep::SERVER, &proto::rep_server(&name));
-                        wr.write_all(&r).await?;
+                        stream.write_all(&r).await?;
                     }
-                    send(&mut wr, proto::option_reply(option, rep::ACK, &[])).await?;
+                    send(&mut stream, proto::option_reply(option, rep::ACK, &[])).await?;
                 }
                 opt::INFO | opt::GO => {
                     let (name, asked) = match proto::parse_info_request(&data) {
                         Ok(x) => x,
                         Err(e) => {
                             let r = proto::option_error(option, rep::ERR_INVALID, &e.to_string());
-                            send(&mut wr, r).await?;
+                            send(&mut stream, r).await?;
                             continue;
                         }
                     };
                     let e = match self.export(&name).await {
                         Ok(e) => e,
                         Err((code, m)) => {
-                            send(&mut wr, proto::option_error(option, code, &m)).await?;
+                            send(&mut stream, proto::option_error(option, code, &m)).await?;
                             continue;
                         }
                     };
-                    let infos = [
+                    let mut infos = vec![
                         proto::info_export(e.image.size(), e.flags()),
                         proto::info_block_size(1, 4096, proto::PAYLOAD_MAX),
                     ];
-                    for i in infos {
-                        wr.write_all(&proto::option_reply(option, rep::INFO, &i))
-                            .await?;
-                    }
                     if asked.contains(&info::NAME) {
-                        let i = proto::info_text(info::NAME, &e.name);
-                        wr.write_all(&proto::option_reply(option, rep::INFO, &i))
-                            .await?;
+                        infos.push(proto::info_text(info::NAME, &e.name));
                     }
                     if asked.contains(&info::DESCRIPTION) {
                         let d = format!("Shoal image {}", e.name);
-                        let i = proto::info_text(info::DESCRIPTION, &d);
-                        wr.write_all(&proto::option_reply(option, rep::INFO, &i))
+                        infos.push(proto::info_text(info::DESCRIPTION, &d));
+                    }
+                    for i in infos {
+                        stream
+                            .write_all(&proto::option_reply(option, rep::INFO, &i))
                             .await?;
                     }
-                    send(&mut wr, proto::option_reply(option, rep::ACK, &[])).await?;
+                    send(&mut stream, proto::option_reply(option, rep::ACK, &[])).await?;
                     if option == opt::GO {
-                        return self.transmission(e, rd, wr, structured, allocation).await;
+                        let chosen = Chosen {
+                            e,
+                            structured,
+                            allocation,
+                        };
+                        return Ok(Haggled::Transmit(stream, chosen));
                     }
                 }
                 opt::STRUCTURED_REPLY => {
@@ -340,7 +459,7 @@ impl Server {
                         structured = true;
                         proto::option_reply(option, rep::ACK, &[])
                     };
-                    send(&mut wr, r).await?;
+                    send(&mut stream, r).await?;
                 }
                 opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => {
                     let set = option == opt::SET_META_CONTEXT;
@@ -368,44 +487,54 @@ impl Server {
                                         proto::BASE_ALLOCATION_ID,
                                         proto::BASE_ALLOCATION,
                                     );
-                                    wr.write_all(&proto::option_reply(
-                                        option,
-                                        rep::META_CONTEXT,
-                                        &m,
-                                    ))
-                                    .await?;
+                                    let r = proto::option_reply(option, rep::META_CONTEXT, &m);
+                                    stream.write_all(&r).await?;
                                 }
                                 proto::option_reply(option, rep::ACK, &[])
                             }
                         },
                     };
-                    send(&mut wr, r).await?;
+                    send(&mut stream, r).await?;
                 }
                 opt::STARTTLS => {
-                    let m = "TLS is not configured on this server";
-                    send(&mut wr, proto::option_error(option, rep::ERR_POLICY, m)).await?;
+                    let r = match (&self.opts.tls, tls, data.is_empty()) {
+                        (None, _, _) => proto::option_error(
+                            option,
+                            rep::ERR_POLICY,
+                            "TLS is not configured on this server",
+                        ),
+                        (Some(_), true, _) => {
+                            proto::option_error(option, rep::ERR_INVALID, "TLS is on already")
+                        }
+                        (Some(_), false, false) => {
+                            proto::option_error(option, rep::ERR_INVALID, "takes no data")
+                        }
+                        (Some(_), false, true) => {
+                            send(&mut stream, proto::option_reply(option, rep::ACK, &[])).await?;
+                            return Ok(Haggled::StartTls(stream));
+                        }
+                    };
+                    send(&mut stream, r).await?;
                 }
                 _ => {
                     let m = format!("option {option} is not supported");
-                    send(&mut wr, proto::option_error(option, rep::ERR_UNSUP, &m)).await?;
+                    send(&mut stream, proto::option_error(option, rep::ERR_UNSUP, &m)).await?;
                 }
             }
         }
     }
 
     /// Serves requests on export `e` until the client disconnects.
-    async fn transmission<R, W>(
-        &self,
-        e: Arc<Export>,
-        mut rd: R,
-        wr: BufWriter<W>,
-        structured: bool,
-        allocation: bool,
-    ) -> Result<()>
+    async fn transmission<R, W>(&self, chosen: Chosen, mut rd: R, wr: BufWriter<W>) -> Result<()>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let Chosen {
+            e,
+            structured,
+            allocation,
+        } = chosen;
         let (tx, rx) = mpsc::unbounded_channel::<Vec<Bytes>>();
         let writer = tokio::spawn(write_replies(wr, rx));
         let slots = Arc::new(Semaphore::new(self.opts.max_inflight.max(1)));
@@ -463,6 +592,23 @@ impl Server {
         let _ = writer.await;
         r
     }
+}
+
+/// The export a client chose, with what it negotiated.
+struct Chosen {
+    e: Arc<Export>,
+    structured: bool,
+    allocation: bool,
+}
+
+/// How the option haggling ended.
+enum Haggled<S> {
+    /// The client went away (`NBD_OPT_ABORT`).
+    Done,
+    /// The client asked for TLS and was told yes: the stream to upgrade.
+    StartTls(S),
+    /// An export was chosen: transmission follows.
+    Transmit(S, Chosen),
 }
 
 /// What the request tasks of one connection share.
@@ -674,7 +820,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     let _ = wr.flush().await;
 }
 
-async fn send<W: AsyncWrite + Unpin>(wr: &mut BufWriter<W>, b: Bytes) -> std::io::Result<()> {
+async fn send<W: AsyncWrite + Unpin>(wr: &mut W, b: Bytes) -> std::io::Result<()> {
     wr.write_all(&b).await?;
     wr.flush().await
 }

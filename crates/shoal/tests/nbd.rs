@@ -2,7 +2,8 @@
 //! qemu-io, nbdcopy, nbdsh (libnbd) and fio's nbd engine — on a `shoal dev`
 //! cluster: sizes agree, pattern writes and reads (aligned and not),
 //! copies round trip, fio verifies, four connections write at once, block
-//! status follows trims and zero writes, a snapshot is served read-only;
+//! status follows trims and zero writes, a snapshot is served read-only,
+//! TLS (STARTTLS) serves a client with the CA and refuses one in the clear;
 //! and, through a raw client written here, the protocol's errors for bad
 //! requests on a connection that keeps serving, and a client that drops
 //! the socket with writes in flight: every acknowledged write is there.
@@ -23,7 +24,9 @@ use std::time::{Duration, Instant};
 use common::{Dev, SHOAL};
 use shoal_nbd::proto::{self, cmd, errno, opt, rep};
 
-const TOOLS: [&str; 6] = ["nbdinfo", "nbdcopy", "nbdsh", "qemu-io", "qemu-img", "fio"];
+const TOOLS: [&str; 7] = [
+    "nbdinfo", "nbdcopy", "nbdsh", "qemu-io", "qemu-img", "fio", "openssl",
+];
 
 /// Whether every tool is installed; without them the test is skipped,
 /// unless `SHOAL_REQUIRE_TOOLS` says CI must have them.
@@ -84,7 +87,19 @@ impl Serve {
 }
 
 impl Drop for Serve {
+    /// Stops the server as `kill` would (it closes its images, giving up
+    /// their locks), or kills it if it does not stop within 10 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -288,6 +303,59 @@ fn standard_nbd_clients_attach_images() {
         &s2.uri("rbd/disk"),
         &["read -P 0x77 16M 4k", "read -P 0x11 20M 4M"],
     );
+    drop(s2);
+
+    // TLS: a client with the CA certificate upgrades with STARTTLS and
+    // reads and writes; one in the clear is refused.
+    let tls = d.0.join("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    let (cert, key) = (tls.join("ca-cert.pem"), tls.join("key.pem"));
+    tool(&[
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-keyout",
+        key.to_str().unwrap(),
+        "-out",
+        cert.to_str().unwrap(),
+    ]);
+    let s3 = Serve::start(
+        &d,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-required",
+        ],
+    );
+    let secure = format!(
+        "nbds://{}/rbd/disk?tls-certificates={}",
+        s3.addr,
+        tls.to_str().unwrap()
+    );
+    let out = tool(&["nbdinfo", &secure]);
+    assert!(
+        out.contains("with TLS") && out.contains("67108864"),
+        "{out}"
+    );
+    let small = d.0.join("small.bin");
+    std::fs::write(&small, vec![0x42u8; 1 << 20]).unwrap();
+    tool(&["nbdcopy", small.to_str().unwrap(), &secure]);
+    let back = d.0.join("small.back");
+    tool(&["nbdcopy", &secure, back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap()[..1 << 20] == vec![0x42u8; 1 << 20][..]);
+    let clear = run_tool(&["nbdinfo", &s3.uri("rbd/disk")]);
+    assert!(!clear.status.success(), "a client in the clear was served");
 }
 
 /// A client of the raw protocol (fixed newstyle, structured replies).
@@ -520,7 +588,7 @@ fn bad_requests_get_errors_and_dropped_clients_lose_no_acknowledged_write() {
 fn device_mappings_are_listed_recorded_remade_and_removed() {
     let d = cluster("nbd-device");
     d.ok(&["rbd", "create", "disk", "-s", "8M"]);
-    let run = d.0.join("run");
+    let run = d.0.join("rbd-run");
     let recs = d.0.join("mappings.json");
     let dev = |args: &[&str]| {
         let out = Command::new(SHOAL)

@@ -41,6 +41,20 @@ enum NbdCmd {
         /// Requests in flight per connection.
         #[arg(long, default_value_t = 128)]
         max_inflight: usize,
+        /// TLS certificate chain (PEM): clients may upgrade with STARTTLS.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// TLS private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
+        /// Refuse clients that do not upgrade to TLS (the default when
+        /// listening off loopback).
+        #[arg(long, requires = "tls_cert")]
+        tls_required: bool,
+        /// Listen off loopback without TLS (anyone on the network may read
+        /// and write the images).
+        #[arg(long, conflicts_with = "tls_cert")]
+        insecure_no_tls: bool,
         /// Once listening, write `{"pid", "addr"}` here (removed on exit):
         /// how `shoal rbd device map` learns where its server listens.
         #[arg(long)]
@@ -58,7 +72,26 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         read_only,
         max_inflight,
         state_file,
+        tls_cert,
+        tls_key,
+        tls_required,
+        insecure_no_tls,
     } = a.cmd;
+    let off_loopback = !bind.ip().is_loopback();
+    if off_loopback && tls_cert.is_none() && !insecure_no_tls {
+        anyhow::bail!(
+            "{bind} is off loopback: give --tls-cert and --tls-key (clients upgrade with \
+             STARTTLS), or --insecure-no-tls to serve in the clear"
+        );
+    }
+    let tls = match (&tls_cert, &tls_key) {
+        (Some(c), Some(k)) => Some(shoal_nbd::Tls::from_pem_files(
+            c,
+            k,
+            tls_required || off_loopback,
+        )?),
+        _ => None,
+    };
     super::common::with_data_client(ctx, |client| async move {
         let listener = tokio::net::TcpListener::bind(bind)
             .await
@@ -72,6 +105,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
                 max_inflight,
                 exclusive,
                 read_only,
+                tls,
             },
         );
         {

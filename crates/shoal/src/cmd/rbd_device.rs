@@ -94,12 +94,19 @@ fn mappings() -> Vec<(PathBuf, Value)> {
     let mut out = Vec::new();
     for e in dir.flatten() {
         let path = e.path();
+        // Only mapping files: the directory may hold others' files.
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
         let Ok(v) = std::fs::read(&path).map(|b| serde_json::from_slice::<Value>(&b)) else {
             continue;
         };
         let Ok(v) = v else {
             continue;
         };
+        if !v.is_object() || v["image"].is_null() {
+            continue;
+        }
         let alive = v["pid"].as_u64().is_some_and(running);
         if alive {
             out.push((path, v));

@@ -56,7 +56,8 @@ row() {
   c1=$(cpu_of "$pat")
   echo "$json" | python3 -c '
 import json, sys
-j = json.load(sys.stdin)["jobs"][0]
+text = sys.stdin.read()  # fio'"'"'s nbd engine prints a line before the JSON
+j = json.loads(text[text.index("{"):])["jobs"][0]
 name, cpu = sys.argv[1], float(sys.argv[2])
 for d in ("read", "write"):
     x = j[d]
@@ -94,7 +95,8 @@ matrix "shoal nbd" "$DIR/shoal.conf|nbd serve --bind 127.0.0.1:10815" --ioengine
 
 # The loopback limit of the NBD read path: qemu-nbd serving RAM.
 IMG=/dev/shm/shoal-bench-nbd-$$.img
-truncate -s "${IMAGE_GIB}G" "$IMG"
+# Allocated (zeros written), so that every read carries its data.
+dd if=/dev/zero of="$IMG" bs=4M count=$((IMAGE_GIB * 256)) status=none
 qemu-nbd --bind=127.0.0.1 --port=10816 --persistent --shared=8 --format=raw "$IMG" &
 PIDS+=($!)
 sleep 1

@@ -177,21 +177,31 @@ pub(crate) async fn create_with(
         if let Some((ppool, spec)) = &parent {
             crate::layering::register_child(ppool, spec, pool.id(), &id).await?;
         }
+        // The name is ours (its id object): header, object map and
+        // directory entries go at once (a crash between them leaves what
+        // `remove` finishes removing).
         let entries = header.to_omap();
-        pool.operate(
-            &header_object(&id),
-            Op::new().create(true).omap_set(&entries),
-        )
-        .await?;
-        if feats & features::OBJECT_MAP != 0 {
-            let op = Op::new().create(true).truncate(header.object_count());
-            pool.operate(&object_map_object(&id), op).await?;
-        }
+        let header_op = Op::new().create(true).omap_set(&entries);
         let dir = [
             (format!("name_{name}"), id.clone()),
             (format!("id_{id}"), name.to_string()),
         ];
-        pool.omap_set(DIRECTORY, &dir).await?;
+        let map = async {
+            if feats & features::OBJECT_MAP != 0 {
+                let op = Op::new().create(true).truncate(header.object_count());
+                pool.operate(&object_map_object(&id), op).await?;
+            }
+            Ok::<(), OpError>(())
+        };
+        let header_oid = header_object(&id);
+        let (h, m, d) = tokio::join!(
+            pool.operate(&header_oid, header_op),
+            map,
+            pool.omap_set(DIRECTORY, &dir)
+        );
+        h?;
+        m?;
+        d?;
         Ok::<(), Error>(())
     }
     .await;
@@ -298,14 +308,20 @@ pub(crate) async fn load_header(pool: &Pool, name: &str, id: &str) -> Result<Hea
 /// its lock.
 pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
     let id = lookup_id(pool, name).await?;
-    let header = match load_header(pool, name, &id).await {
+    let header_oid = header_object(&id);
+    let (header, watchers, owner) = tokio::join!(
+        load_header(pool, name, &id),
+        pool.list_watchers(&header_oid),
+        lock::owner(pool, &id)
+    );
+    let header = match header {
         Ok(h) => Some(h),
         // Half-made or half-removed: finish removing what is left.
         Err(Error::NoImage { .. } | Error::Corrupt { .. }) => None,
         Err(e) => return Err(e),
     };
     // Open for writing somewhere: its watch on the header stands.
-    match pool.list_watchers(&header_object(&id)).await {
+    match watchers {
         Ok(w) if !w.is_empty() => {
             let who: Vec<String> = w
                 .iter()
@@ -320,7 +336,12 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
         Err(e) => return Err(e.into()),
     }
     // A lock left by an owner that died.
-    if let Some(owner) = lock::owner(pool, &id).await?
+    let owner = match owner {
+        Ok(o) => o,
+        Err(Error::Cluster(ClusterError::NotFound(_))) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(owner) = owner
         && !lock::owner_alive(pool, &id, &owner).await?
     {
         lock::break_lock(pool, &id, &owner).await?;
@@ -375,17 +396,22 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<()> {
         let ppool = ppool.with_namespace(pool.namespace());
         crate::layering::unregister_child(&ppool, spec, pool.id(), &id).await?;
     }
-    for oid in [object_map_object(&id), header_object(&id)] {
-        match pool.remove(&oid).await {
-            Ok(()) | Err(ClusterError::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    // Object map, header and directory entries at once; the id object
+    // (the name) goes last, so a crash leaves what a retry finishes.
     let keys = [format!("name_{name}"), format!("id_{id}")];
-    match pool.omap_rm_keys(DIRECTORY, &keys).await {
-        Ok(()) | Err(ClusterError::NotFound(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    let gone = |r: std::result::Result<(), ClusterError>| match r {
+        Ok(()) | Err(ClusterError::NotFound(_)) => Ok(()),
+        Err(e) => Err(Error::from(e)),
+    };
+    let map_oid = object_map_object(&id);
+    let (m, h, d) = tokio::join!(
+        pool.remove(&map_oid),
+        pool.remove(&header_oid),
+        pool.omap_rm_keys(DIRECTORY, &keys)
+    );
+    gone(m)?;
+    gone(h)?;
+    gone(d)?;
     match pool.remove(&id_object(name)).await {
         Ok(()) | Err(ClusterError::NotFound(_)) => Ok(()),
         Err(e) => Err(e.into()),

@@ -139,6 +139,23 @@ pub(crate) struct Inner {
     bytes: Semaphore,
     renew: tokio::task::JoinHandle<()>,
     pub(crate) watches: Arc<WatchTable>,
+    /// Where each PG's ops go, per map epoch (CRUSH once per PG and map).
+    placements: std::sync::Mutex<Placements>,
+}
+
+/// A PG's placement in one map: its interval and its primary's address.
+#[derive(Debug, Clone)]
+struct Placement {
+    interval: Option<shoal_maps::IntervalKey>,
+    primary: i32,
+    addr: Option<SocketAddr>,
+}
+
+/// Placements of the two newest map epochs an op used.
+#[derive(Debug, Default)]
+struct Placements {
+    newest: u32,
+    by_pg: std::collections::HashMap<(u32, PgId), Arc<Placement>>,
 }
 
 impl Drop for Inner {
@@ -247,6 +264,7 @@ impl Client {
             next_tid: AtomicU64::new(1),
             renew,
             watches,
+            placements: std::sync::Mutex::default(),
         };
         Ok(Client {
             inner: Arc::new(inner),
@@ -447,15 +465,12 @@ impl Client {
         data: &Bytes,
         deadline: Instant,
     ) -> Attempt {
-        let primary = match map.pg_to_up_acting(pg) {
-            Ok(m) if m.acting_primary >= 0 => m.acting_primary,
-            _ => return Attempt::NewEpoch(map.epoch.0 + 1, format!("pg {pg} has no primary")),
-        };
-        let addr = map
-            .osd(primary)
-            .and_then(|i| i.addr.clone())
-            .and_then(|a| a.parse::<SocketAddr>().ok());
-        let Some(addr) = addr else {
+        let place = self.placement(map, pg);
+        let primary = place.primary;
+        if primary < 0 {
+            return Attempt::NewEpoch(map.epoch.0 + 1, format!("pg {pg} has no primary"));
+        }
+        let Some(addr) = place.addr else {
             return Attempt::NewEpoch(map.epoch.0 + 1, format!("osd.{primary} has no address"));
         };
         // Connecting and the request end with their answer, or when the
@@ -500,16 +515,50 @@ impl Client {
     /// Resolves when a map newer than `sent` starts a new interval of `pg`
     /// (Ceph's clients resend on every interval change, not only when the
     /// primary moves): the primary drops the ops of the old interval.
+    /// PG `pg`'s placement in `map`, computed once per map.
+    fn placement(&self, map: &OsdMap, pg: PgId) -> Arc<Placement> {
+        let key = (map.epoch.0, pg);
+        let lock = || {
+            self.inner
+                .placements
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(p) = lock().by_pg.get(&key) {
+            return Arc::clone(p);
+        }
+        let m = map.pg_to_up_acting(pg).ok();
+        let primary = m.as_ref().map_or(-1, |m| m.acting_primary);
+        let place = Arc::new(Placement {
+            interval: map.pg_interval_key(pg),
+            primary,
+            addr: map
+                .osd(primary)
+                .and_then(|i| i.addr.as_deref())
+                .and_then(|a| a.parse::<SocketAddr>().ok()),
+        });
+        let mut cache = lock();
+        if map.epoch.0 > cache.newest {
+            let newest = map.epoch.0;
+            cache.newest = newest;
+            cache.by_pg.retain(|(e, _), _| e.saturating_add(1) >= newest);
+        }
+        if map.epoch.0.saturating_add(1) >= cache.newest {
+            cache.by_pg.insert(key, Arc::clone(&place));
+        }
+        place
+    }
+
     pub(crate) async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
         let mut rx = self.inner.map.clone();
-        let before = sent.pg_interval_key(pg);
+        let before = self.placement(sent, pg).interval.clone();
         loop {
             // Compare with the newest map first: it may have come before
             // this future was first polled.
             let newest = rx.borrow_and_update().clone();
             if let Some(map) = newest
                 && map.epoch > sent.epoch
-                && map.pg_interval_key(pg) != before
+                && self.placement(&map, pg).interval != before
             {
                 return format!("pg {pg} changed interval in epoch {}", map.epoch.0);
             }

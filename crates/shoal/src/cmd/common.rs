@@ -57,10 +57,25 @@ where
     F: FnOnce(shoal_client::Client) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    with_data_client_on(ctx, 2, f)
+}
+
+/// [`with_data_client`] on `threads` runtime threads (1: a single-threaded
+/// runtime, no wake-ups across threads).
+pub fn with_data_client_on<T, F, Fut>(ctx: &Ctx, threads: usize, f: F) -> anyhow::Result<T>
+where
+    F: FnOnce(shoal_client::Client) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let rt = match threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+    };
     rt.block_on(async {
         let mut opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         opts.max_inflight_ops = opts.max_inflight_ops.max(4096);

@@ -55,6 +55,11 @@ enum NbdCmd {
         /// and write the images).
         #[arg(long, conflicts_with = "tls_cert")]
         insecure_no_tls: bool,
+        /// Runtime threads. One (the default) runs every connection and
+        /// the cluster client on one thread: no wake-ups across threads,
+        /// 40 % more 4 KiB reads than two on a 2-core machine.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         /// Once listening, write `{"pid", "addr"}` here (removed on exit):
         /// how `shoal rbd device map` learns where its server listens.
         #[arg(long)]
@@ -76,6 +81,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         tls_key,
         tls_required,
         insecure_no_tls,
+        threads,
     } = a.cmd;
     let off_loopback = !bind.ip().is_loopback();
     if off_loopback && tls_cert.is_none() && !insecure_no_tls {
@@ -92,7 +98,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
-    super::common::with_data_client(ctx, |client| async move {
+    super::common::with_data_client_on(ctx, threads, |client| async move {
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .with_context(|| format!("listening on {bind}"))?;

@@ -408,17 +408,25 @@ impl World {
         }
     }
 
-    /// Connects client `n`.
-    async fn client(&mut self, n: usize) -> (Client, Arc<ClientLog>) {
-        let name = format!("client.sim{n}");
+    /// A client's options: its key (with capability `mon_cap` on the
+    /// monitors), its incarnation and its network.
+    async fn client_options(&mut self, name: &str, mon_cap: &str) -> ClientOptions {
         let key = self
-            .key(&name, &[("mon", "allow r"), ("osd", "allow rw")])
+            .key(name, &[("mon", mon_cap), ("osd", "allow rw")])
             .await;
         let mut o = ClientOptions::new(mon_addrs(self.cfg.mons), name.parse().unwrap(), key);
         o.op_timeout = Duration::from_secs(15);
         o.client_inc = Some(self.rng.next_u64() >> 1);
         o.net = net_cfg();
-        o.transport = self.net.host(&name);
+        o.transport = self.net.host(name);
+        o
+    }
+
+    /// Connects client `n`.
+    async fn client(&mut self, n: usize) -> (Client, Arc<ClientLog>) {
+        let mut o = self
+            .client_options(&format!("client.sim{n}"), "allow r")
+            .await;
         let log = ClientLog::new(self.start);
         o.observer = Some(log.clone());
         let client = Client::connect(o).await.unwrap();
@@ -428,15 +436,7 @@ impl World {
 
     /// The snapshot client: it may take and remove the pool's snapshots.
     async fn snapshot_client(&mut self) -> Client {
-        let name = "client.simsnap".to_string();
-        let key = self
-            .key(&name, &[("mon", "allow rw"), ("osd", "allow rw")])
-            .await;
-        let mut o = ClientOptions::new(mon_addrs(self.cfg.mons), name.parse().unwrap(), key);
-        o.op_timeout = Duration::from_secs(15);
-        o.client_inc = Some(self.rng.next_u64() >> 1);
-        o.net = net_cfg();
-        o.transport = self.net.host(&name);
+        let o = self.client_options("client.simsnap", "allow rw").await;
         Client::connect(o).await.unwrap()
     }
 

@@ -541,7 +541,9 @@ impl Client {
         if map.epoch.0 > cache.newest {
             let newest = map.epoch.0;
             cache.newest = newest;
-            cache.by_pg.retain(|(e, _), _| e.saturating_add(1) >= newest);
+            cache
+                .by_pg
+                .retain(|(e, _), _| e.saturating_add(1) >= newest);
         }
         if map.epoch.0.saturating_add(1) >= cache.newest {
             cache.by_pg.insert(key, Arc::clone(&place));

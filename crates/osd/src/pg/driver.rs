@@ -229,14 +229,19 @@ impl Pg {
 
     /// [`PgEvent::SnapTrim`] after `delay` (or now, behind the queued events).
     fn snap_trim_after(&self, delay: std::time::Duration) {
+        self.send_after(delay, PgEvent::SnapTrim);
+    }
+
+    /// `ev` to this PG after `delay` (or now, behind the queued events).
+    pub(super) fn send_after(&self, delay: std::time::Duration, ev: PgEvent) {
         let events = self.events.clone();
         if delay.is_zero() {
-            let _ = events.send(PgEvent::SnapTrim);
+            let _ = events.send(ev);
             return;
         }
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = events.send(PgEvent::SnapTrim);
+            let _ = events.send(ev);
         });
     }
 }

@@ -146,15 +146,7 @@ impl Pg {
 
     /// [`PgEvent::ScrubStep`] after `delay` (or now).
     pub(super) fn scrub_step_after(&self, delay: Duration) {
-        let events = self.events.clone();
-        if delay.is_zero() {
-            let _ = events.send(PgEvent::ScrubStep);
-            return;
-        }
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = events.send(PgEvent::ScrubStep);
-        });
+        self.send_after(delay, PgEvent::ScrubStep);
     }
 
     /// One chunk from `cursor`: summarize ours, ask every replica for

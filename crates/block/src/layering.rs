@@ -3,7 +3,7 @@
 //! its parent (pool, image id, snapshot id) and the overlap: reads of the
 //! clone's objects that do not exist fall through to the parent within it;
 //! the first change of such an object copies the parent's data up into the
-//! clone first (the read path and copy-up live in [`crate::image`]).
+//! clone first (the read path and copy-up live in `image.rs`).
 //! Flattening copies up every object and drops the parent.
 //!
 //! Each pool keeps a list of the clones of its images' snapshots

@@ -893,10 +893,13 @@ impl Inner {
     }
 
     fn header(&self) -> Header {
-        self.header
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.with_header(Header::clone)
+    }
+
+    /// `f` of the header, read in place (no copy of its snapshot list on
+    /// the I/O path).
+    fn with_header<T>(&self, f: impl FnOnce(&Header) -> T) -> T {
+        f(&self.header.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Takes a header read from the cluster (or changed here): a snapshot
@@ -1039,7 +1042,7 @@ impl Inner {
     /// overlap (None: not a clone, or past the overlap).
     fn through_parent(&self, e: ObjectExtent) -> Option<(ParentSpec, u64, u64)> {
         let p = self.parent_spec()?;
-        let start = (e.objno << self.header().order) + e.offset;
+        let start = (e.objno << self.with_header(|h| h.order)) + e.offset;
         let n = e.len.min(p.overlap.checked_sub(start)?);
         (n > 0).then_some((p, start, n))
     }
@@ -1049,7 +1052,7 @@ impl Inner {
     fn parent_spec(&self) -> Option<ParentSpec> {
         match &self.snap {
             Some(s) => s.parent.clone(),
-            None => self.header().parent,
+            None => self.with_header(|h| h.parent.clone()),
         }
     }
 
@@ -1073,9 +1076,10 @@ impl Inner {
     /// The parent a change of object `objno` copies up from first, if the
     /// object lies within a clone's overlap.
     fn copy_up_parent(&self, objno: u64) -> Option<ParentSpec> {
-        let h = self.header();
-        let p = h.parent?;
-        ((objno << h.order) < p.overlap).then_some(p)
+        self.with_header(|h| {
+            let p = h.parent.as_ref()?;
+            ((objno << h.order) < p.overlap).then(|| p.clone())
+        })
     }
 
     /// Makes object `objno`, which this clone lacks, from its parent's

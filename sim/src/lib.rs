@@ -65,7 +65,7 @@ pub struct SimConfig {
     /// the OSD) instead of replicated (size 3, min_size 2).
     pub erasure: Option<(u32, u32)>,
     /// One more client takes, uses, removes and reads snapshots
-    /// ([`snapshots`]; replicated pools).
+    /// ([`snapshots`]), on the pool whichever its kind.
     pub snapshots: bool,
 }
 

@@ -493,13 +493,6 @@ impl Image {
     pub async fn snap_create(&self, name: &str) -> Result<u64> {
         crate::format::check_name(name)?;
         let i = &self.inner;
-        if i.data_is_erasure()? {
-            return Err(Error::NotSupported(format!(
-                "snapshots of image {} whose data is in erasure-coded pool {}",
-                i.name,
-                i.data.name()
-            )));
-        }
         // No write of ours in flight across the snapshot.
         let _gate = i.io_gate.write().await;
         i.writable().await?;
@@ -915,11 +908,6 @@ impl Inner {
 
     fn data_w(&self) -> Arc<Pool> {
         Arc::clone(&self.data_w.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn data_is_erasure(&self) -> Result<bool> {
-        let map = self.data.client().map()?;
-        Ok(map.pool(self.data.id()).is_some_and(|p| p.is_erasure()))
     }
 
     fn snap_named(&self, h: &Header, name: &str) -> Result<SnapInfo> {

@@ -82,18 +82,23 @@ impl Rng {
     }
 }
 
-/// The PGs of pool `pool` as the monitors last heard of them.
-async fn pg_states(c: &Cluster, pool: u64) -> Vec<String> {
+/// The PG statistics of pool `pool` as the monitors last heard of them.
+async fn pool_pgs(c: &Cluster, pool: u64) -> Vec<serde_json::Value> {
     let v = c.command(Command::PgDump).await;
+    let prefix = format!("{pool}.");
     v["pg_stats"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| {
-            p["pgid"]
-                .as_str()
-                .is_some_and(|id| id.starts_with(&format!("{pool}.")))
-        })
+        .filter(|p| p["pgid"].as_str().is_some_and(|id| id.starts_with(&prefix)))
+        .cloned()
+        .collect()
+}
+
+/// The states of pool `pool`'s PGs.
+async fn pg_states(c: &Cluster, pool: u64) -> Vec<String> {
+    let pgs = pool_pgs(c, pool).await;
+    pgs.iter()
         .map(|p| p["state"].as_str().unwrap_or("").to_string())
         .collect()
 }
@@ -334,5 +339,181 @@ async fn deep_scrub_finds_a_flipped_bit_in_one_shard_and_repair_rebuilds_it() {
     c.wait_up(2).await;
     wait_states(&c, pool_id, "active on two", |s| s.starts_with("active")).await;
     assert!(pool.read("victim", 0, 0).await.unwrap()[..] == body[..]);
+    client.shutdown().await;
+}
+
+/// Every object of `kept`'s models reads at its snapshot as it was then
+/// (an object made after it is absent there).
+async fn check_snapshots(pool: &Pool, kept: &[(u64, BTreeMap<String, Vec<u8>>)]) {
+    for (snap, model) in kept {
+        let at = pool.at_snap(*snap);
+        for i in 0..6 {
+            let name = format!("obj{i}");
+            match model.get(&name) {
+                Some(want) => {
+                    let got = at.read(&name, 0, 0).await.unwrap();
+                    assert!(got[..] == want[..], "{name}@{snap} differs");
+                    assert_eq!(at.stat(&name).await.unwrap().size, want.len() as u64);
+                }
+                None => assert!(
+                    matches!(at.read(&name, 0, 0).await, Err(Error::NotFound(_))),
+                    "{name}@{snap} exists"
+                ),
+            }
+        }
+    }
+}
+
+/// Takes a snapshot of `model`'s objects (kept in `kept`): the pool to
+/// write under it.
+async fn snapshot(
+    pool: &Pool,
+    model: &BTreeMap<String, Vec<u8>>,
+    kept: &mut Vec<(u64, BTreeMap<String, Vec<u8>>)>,
+) -> Pool {
+    let s = pool.selfmanaged_snap_create().await.unwrap();
+    kept.push((s, model.clone()));
+    pool.with_snap_context(shoal_client::SnapContext {
+        seq: s,
+        snaps: kept.iter().rev().map(|(s, _)| *s).collect(),
+    })
+}
+
+/// Objects of pool `pool` the monitors count (heads and clones).
+async fn pool_objects(c: &Cluster, pool: u64) -> u64 {
+    let pgs = pool_pgs(c, pool).await;
+    pgs.iter().map(|p| p["objects"].as_u64().unwrap_or(0)).sum()
+}
+
+/// Snapshot objects (clones, snapdirs) in pool `pool`'s shards on every
+/// running OSD.
+fn family_objects(c: &Cluster, pool: u64) -> usize {
+    use shoal_objectstore::{ObjectKey, ObjectStore};
+    let mut n = 0;
+    for (_, store) in c.osds.values() {
+        for coll in store.list_collections().unwrap() {
+            if coll.pool != pool {
+                continue;
+            }
+            let listing = store.list_objects(&coll, None, 100_000).unwrap();
+            n += listing
+                .objects
+                .iter()
+                .filter(|k| k.snap != ObjectKey::HEAD && k.name.first() != Some(&0))
+                .count();
+        }
+    }
+    n
+}
+
+/// Every shard of each PG of pool `pool` holds the same clones and
+/// snapdirs (by object and snapshot).
+fn families_agree(c: &Cluster, pool: u64) {
+    use shoal_objectstore::{ObjectKey, ObjectStore};
+    type Family = std::collections::BTreeSet<(u32, Vec<u8>, u64)>;
+    let mut by_pg: BTreeMap<u32, Vec<(i32, u8, Family)>> = BTreeMap::new();
+    for (osd, (_, store)) in &c.osds {
+        for coll in store.list_collections().unwrap() {
+            if coll.pool != pool {
+                continue;
+            }
+            let listing = store.list_objects(&coll, None, 100_000).unwrap();
+            let family: Family = listing
+                .objects
+                .into_iter()
+                .filter(|k| k.snap != ObjectKey::HEAD && k.name.first() != Some(&0))
+                .map(|k| (k.hash, k.name, k.snap))
+                .collect();
+            by_pg
+                .entry(coll.seed)
+                .or_default()
+                .push((*osd, coll.shard, family));
+        }
+    }
+    for (seed, shards) in by_pg {
+        for (osd, shard, f) in &shards {
+            assert_eq!(
+                f, &shards[0].2,
+                "pg {pool}.{seed:x}: shard {shard} on osd.{osd} differs from shard {} on osd.{}",
+                shards[0].1, shards[0].0
+            );
+        }
+    }
+}
+
+/// Snapshots of an erasure-coded pool: the first write after a snapshot
+/// clones every shard's chunks; reads at each snapshot decode its clones
+/// while an OSD is down, after it returns (its shards' clones rebuilt
+/// with the heads the log says it missed) and with another one down; a
+/// removed snapshot's clones are trimmed on every shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_of_an_erasure_coded_pool_clone_every_shard_recover_and_trim() {
+    let mut c = Cluster::with_pool_and_stores("client-ec-snaps", 4, 3, 4, 1 << 30).await;
+    let settings = [("k", "2"), ("m", "1"), ("crush-failure-domain", "osd")];
+    let pool_id = ec_pool(&c, "two-one", &settings, "ec").await;
+    c.command(Command::PoolSet {
+        name: "ec".into(),
+        key: "min_size".into(),
+        value: "2".into(),
+    })
+    .await;
+    wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
+    let client = admin(&c).await;
+    let pool = client.pool("ec").unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(0x5eed_5a95);
+    churn(&pool, &mut model, &mut rng, 30).await;
+    let mut kept = Vec::new();
+    let w = snapshot(&pool, &model, &mut kept).await;
+    churn(&w, &mut model, &mut rng, 40).await;
+    check_snapshots(&pool, &kept).await;
+    check_all(&pool, &model).await;
+    assert!(family_objects(&c, pool_id) > 0, "no clone was made");
+
+    // An OSD stops: snapshots and writes go on with two shards.
+    let store = c.stop_osd(1).await;
+    c.wait_up(3).await;
+    wait_states(&c, pool_id, "active with two", |s| s.starts_with("active")).await;
+    let w = snapshot(&pool, &model, &mut kept).await;
+    churn(&w, &mut model, &mut rng, 40).await;
+    check_snapshots(&pool, &kept).await;
+    // It returns: the heads it missed come back with their clones.
+    c.start_osd(1, store).await;
+    c.wait_up(4).await;
+    wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
+    families_agree(&c, pool_id);
+    // Another stops: reads decode from osd.1's rebuilt shards too.
+    let other = c.stop_osd(2).await;
+    c.wait_up(3).await;
+    wait_states(&c, pool_id, "active again", |s| s.starts_with("active")).await;
+    check_snapshots(&pool, &kept).await;
+    check_all(&pool, &model).await;
+    c.start_osd(2, other).await;
+    c.wait_up(4).await;
+    wait_states(&c, pool_id, "active+clean", |s| s == "active+clean").await;
+
+    // The first snapshot goes: the second still reads as it was.
+    let (first, _) = kept.remove(0);
+    pool.selfmanaged_snap_remove(first).await.unwrap();
+    wait_states(&c, pool_id, "trimmed", |s| s == "active+clean").await;
+    check_snapshots(&pool, &kept).await;
+    // The second goes: only heads are left, on every shard.
+    let (second, _) = kept.remove(0);
+    pool.selfmanaged_snap_remove(second).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let objects = pool_objects(&c, pool_id).await;
+        let family = family_objects(&c, pool_id);
+        if objects == model.len() as u64 && family == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{objects} objects counted for {} heads, {family} snapshot objects left",
+            model.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    check_all(&pool, &model).await;
     client.shutdown().await;
 }

@@ -321,7 +321,7 @@ pub async fn remote_family(
 /// Whether family member `k` must be copied to a copy holding `held`: a
 /// clone never changes once made, so one held is current; a snapdir's
 /// snapset changes as snapshots are trimmed, so it is always copied.
-fn stale(k: &ObjectKey, held: &[ObjectKey]) -> bool {
+pub(crate) fn stale(k: &ObjectKey, held: &[ObjectKey]) -> bool {
     k.snap == crate::object::SNAPDIR || !held.contains(k)
 }
 

@@ -104,15 +104,37 @@ fn objects(store: &dyn ObjectStore, pg: PgId) -> Result<BTreeMap<ObjectKey, Byte
     }
 }
 
-/// The names of the client objects of `pg` in `store` (for diagnostics).
+/// The client objects of `pg` in every collection `store` keeps of it (an
+/// erasure-coded PG's shard, and strays of others), as `shard: name@snap`
+/// (for diagnostics).
 pub fn object_names(store: &dyn ObjectStore, pg: PgId) -> Vec<String> {
-    objects(store, pg)
-        .map(|m| {
-            m.keys()
-                .map(|k| String::from_utf8_lossy(&k.name).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    let mut out = Vec::new();
+    let colls = store.list_collections().unwrap_or_default();
+    for coll in colls
+        .into_iter()
+        .filter(|c| c.pool == pg.pool && c.seed == pg.seed)
+    {
+        let Ok(page) = store.list_objects(&coll, None, 100_000) else {
+            continue;
+        };
+        for k in page
+            .objects
+            .iter()
+            .filter(|k| k.name.first() != Some(&0) && !k.name.is_empty())
+        {
+            let snap = match k.snap {
+                ObjectKey::HEAD => "head".to_string(),
+                shoal_osd::object::SNAPDIR => "snapdir".to_string(),
+                s => s.to_string(),
+            };
+            out.push(format!(
+                "s{}: {}@{snap}",
+                coll.shard,
+                String::from_utf8_lossy(&k.name)
+            ));
+        }
+    }
+    out
 }
 
 /// Once clean: each PG's acting members hold identical objects (of an

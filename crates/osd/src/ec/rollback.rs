@@ -55,6 +55,38 @@ pub fn stash_version(key: &ObjectKey) -> Option<Version> {
     Some(Version { epoch, v })
 }
 
+/// The object a stash key keeps the change of (`None`: not a stash).
+pub fn stashed_key(stash: &ObjectKey) -> Option<ObjectKey> {
+    let rest = stash.name.strip_prefix(STASH_PREFIX)?.get(12..)?;
+    let hash = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    Some(ObjectKey {
+        hash,
+        name: rest.get(4..)?.to_vec(),
+        snap: stash.snap,
+    })
+}
+
+/// The object `op` changes (a clone's destination; `None` for ops on
+/// collections).
+pub fn changed_key(op: &Op) -> Option<&ObjectKey> {
+    match op {
+        Op::Touch(_, o)
+        | Op::Remove(_, o)
+        | Op::SetXattrs(_, o, _)
+        | Op::RemoveXattr(_, o, _)
+        | Op::OmapSetKeys(_, o, _)
+        | Op::OmapRemoveKeys(_, o, _)
+        | Op::OmapClear(_, o)
+        | Op::OmapSetHeader(_, o, _) => Some(o),
+        Op::Write { oid, .. }
+        | Op::Zero { oid, .. }
+        | Op::Truncate { oid, .. }
+        | Op::OmapRemoveRange { oid, .. } => Some(oid),
+        Op::Clone { dst, .. } | Op::CloneRange { dst, .. } | Op::Rename { dst, .. } => Some(dst),
+        _ => None,
+    }
+}
+
 /// Every stash in `coll`, by version.
 pub fn list_stashes(
     store: &dyn ObjectStore,
@@ -201,29 +233,19 @@ pub fn stash(
     let s = stash_key(version, key);
     let mut out = Transaction::new();
     let existed = store.exists(&coll, key)?;
-    let on_key = |op: &Op| -> bool {
-        match op {
-            Op::Touch(_, o) | Op::Remove(_, o) => o == key,
-            Op::Write { oid, .. } | Op::Zero { oid, .. } | Op::Truncate { oid, .. } => oid == key,
-            Op::SetXattrs(_, o, _)
-            | Op::RemoveXattr(_, o, _)
-            | Op::OmapSetKeys(_, o, _)
-            | Op::OmapRemoveKeys(_, o, _)
-            | Op::OmapClear(_, o)
-            | Op::OmapSetHeader(_, o, _) => o == key,
-            Op::OmapRemoveRange { oid, .. } => oid == key,
-            Op::Clone { dst, .. } | Op::CloneRange { dst, .. } | Op::Rename { dst, .. } => {
-                dst == key
-            }
-            _ => false,
-        }
-    };
-    let removes = txn
+    let on_key = |op: &Op| changed_key(op) == Some(key);
+    let mut removes = txn
         .ops()
         .iter()
         .filter(|op| on_key(op))
         .take_while(|op| matches!(op, Op::Remove(..)))
         .count();
+    // A snapshot's clone of the object is made from it within the change:
+    // a removal then keeps a copy, the object staying for the clone.
+    let read_within = txn
+        .ops()
+        .iter()
+        .any(|op| matches!(op, Op::Clone { src, .. } | Op::CloneRange { src, .. } if src == key));
     let record = if !existed {
         out.touch(coll, s.clone());
         Record {
@@ -235,7 +257,12 @@ pub fn stash(
         }
     } else if removes > 0 {
         // The change removes (or replaces) the object: keep it whole.
-        out.rename(coll, key.clone(), s.clone());
+        if read_within {
+            out.clone_object(coll, key.clone(), s.clone());
+            removes = 0;
+        } else {
+            out.rename(coll, key.clone(), s.clone());
+        }
         Record {
             existed: true,
             whole: true,
@@ -420,4 +447,119 @@ pub fn undo(
         xattrs: names,
     };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+    use super::*;
+    use shoal_objectstore::MemStore;
+
+    type Dump = BTreeMap<ObjectKey, (Bytes, BTreeMap<String, Bytes>, Vec<(Bytes, Bytes)>)>;
+
+    fn dump(store: &MemStore, c: CollectionId) -> Dump {
+        let listing = store.list_objects(&c, None, 1000).unwrap();
+        listing
+            .objects
+            .into_iter()
+            .map(|k| {
+                let data = store.read(&c, &k, 0, 1 << 20).unwrap();
+                let x = store.getxattrs(&c, &k).unwrap();
+                let omap = store
+                    .omap_range(&c, &k, Bound::Unbounded, Bound::Unbounded, 1000)
+                    .unwrap();
+                (k, (data, x, omap))
+            })
+            .collect()
+    }
+
+    /// A shard's change that clones the head for a snapshot (and then
+    /// overwrites or removes it, keeping the snapset in a snapdir) is
+    /// undone exactly: the clone and snapdir go, the head comes back.
+    #[test]
+    fn a_snapshot_clone_and_its_snapdir_are_undone_with_the_head() {
+        let store = MemStore::new(1 << 26);
+        let c = CollectionId::shard(1, 0, 0);
+        let head = ObjectKey::new(7, "obj");
+        let clone = head.clone_for(4);
+        let snapdir = head.clone_for(crate::object::SNAPDIR);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        t.write(c, head.clone(), 0, Bytes::from_static(b"chunk bytes"));
+        t.set_xattr(c, head.clone(), "_size", Bytes::from_static(b"22"));
+        t.set_xattr(c, head.clone(), "ss", Bytes::from_static(b"old snapset"));
+        t.omap_set_keys(
+            c,
+            head.clone(),
+            BTreeMap::from([(crc_key(0), Bytes::from_static(b"crc0"))]),
+        );
+        store.apply_transaction(t).unwrap();
+        let before = dump(&store, c);
+        let changes = [
+            // The first write after the snapshot: the head is cloned,
+            // then overwritten.
+            vec![
+                Op::Clone {
+                    coll: c,
+                    src: head.clone(),
+                    dst: clone.clone(),
+                },
+                Op::RemoveXattr(c, clone.clone(), "ss".into()),
+                Op::Write {
+                    coll: c,
+                    oid: head.clone(),
+                    offset: 2,
+                    data: Bytes::from_static(b"NEW"),
+                },
+                Op::SetXattrs(
+                    c,
+                    head.clone(),
+                    BTreeMap::from([("ss".to_string(), Bytes::from_static(b"new"))]),
+                ),
+            ],
+            // The head removed under the snapshot: its snapset moves to
+            // a snapdir.
+            vec![
+                Op::Clone {
+                    coll: c,
+                    src: head.clone(),
+                    dst: clone.clone(),
+                },
+                Op::RemoveXattr(c, clone.clone(), "ss".into()),
+                Op::Touch(c, snapdir.clone()),
+                Op::SetXattrs(
+                    c,
+                    snapdir.clone(),
+                    BTreeMap::from([("ss".to_string(), Bytes::from_static(b"new"))]),
+                ),
+                Op::Remove(c, head.clone()),
+            ],
+        ];
+        for (i, ops) in changes.into_iter().enumerate() {
+            let version = Version {
+                epoch: 2,
+                v: 10 + i as u64,
+            };
+            let mut txn = Transaction::new();
+            for op in ops {
+                txn.push(op);
+            }
+            for k in [&head, &clone, &snapdir] {
+                txn = stash(&store, c, k, version, 4096, txn).unwrap();
+            }
+            store.apply_transaction(txn).unwrap();
+            assert!(store.exists(&c, &clone).unwrap(), "change {i}: no clone");
+            assert_eq!(
+                store.read(&c, &clone, 0, 100).unwrap(),
+                Bytes::from_static(b"chunk bytes")
+            );
+            let mut undo_txn = Transaction::new();
+            for k in [&head, &clone, &snapdir] {
+                let mut state = Undoing::now(&store, &c, k).unwrap();
+                undo(&store, c, k, version, &mut state, &mut undo_txn).unwrap();
+            }
+            store.apply_transaction(undo_txn).unwrap();
+            assert_eq!(dump(&store, c), before, "change {i} was not undone exactly");
+        }
+    }
 }

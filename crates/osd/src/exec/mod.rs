@@ -342,20 +342,24 @@ struct Exec<'a> {
     out: Vec<Bytes>,
 }
 
+/// The store key holding `input.key` as it was at snapshot
+/// `input.snaps.read`: the head, or the clone standing for it (a key
+/// nothing has when the object did not exist then).
+pub fn at_snapshot(input: &ExecInput<'_>) -> Result<ObjectKey, ExecError> {
+    let head = State::load(input)?;
+    Ok(match head.snapset.resolve(input.snaps.read) {
+        Some(ObjectKey::HEAD) => input.key.clone(),
+        Some(id) => input.key.clone_for(id),
+        None => input.key.clone_for(input.snaps.read),
+    })
+}
+
 /// Runs `input.ops` against the object; see the module doc.
 pub fn execute(input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
     validate(input.ops, input.data.len())?;
     validate_snaps(input.ops, &input.snaps)?;
     if input.snaps.read != 0 {
-        // The object as it was at the snapshot: the head or a clone.
-        let head = State::load(&input)?;
-        let snap = head.snapset.resolve(input.snaps.read);
-        let key = match snap {
-            Some(ObjectKey::HEAD) => input.key.clone(),
-            Some(id) => input.key.clone_for(id),
-            // Absent then: a key nothing has.
-            None => input.key.clone_for(input.snaps.read),
-        };
+        let key = at_snapshot(&input)?;
         let at = ExecInput {
             key,
             snaps: Snaps::default(),

@@ -109,10 +109,14 @@ impl Pg {
                 Effect::RecoverObject(job) => self.recover_object(job),
                 Effect::EcGather {
                     key,
+                    at,
                     stripes,
                     lacking,
                     interval_start,
-                } => self.ec_gather(key, stripes, lacking, interval_start).await,
+                } => {
+                    self.ec_gather(key, at, stripes, lacking, interval_start)
+                        .await
+                }
                 Effect::UnfoundSearchLater { generation } => self.unfound_search_later(generation),
                 Effect::RecoveryRetryAfter { delay, generation } => {
                     self.recovery_retry_after(delay, generation)

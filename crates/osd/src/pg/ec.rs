@@ -143,10 +143,12 @@ impl Stripes {
 /// The logical object an op runs against: this shard's metadata, the
 /// logical size it records, and the gathered stripes as the data. Reads
 /// outside the gathered stripes are recorded (the first pass learns what
-/// to gather from them) and answered with zeros.
+/// to gather from them) and answered with zeros. Other keys (the object's
+/// clones and snapdir) answer from this shard's store.
 #[derive(Debug)]
 pub(crate) struct LogicalView<'a> {
     pub store: &'a dyn ObjectStore,
+    pub key: &'a ObjectKey,
     pub layout: StripeLayout,
     pub size: Option<u64>,
     pub stripes: &'a Stripes,
@@ -188,11 +190,17 @@ impl ObjectStore for LogicalView<'_> {
         self.store.list_objects(c, start, max)
     }
 
-    fn exists(&self, _: &CollectionId, _: &ObjectKey) -> shoal_objectstore::Result<bool> {
+    fn exists(&self, c: &CollectionId, o: &ObjectKey) -> shoal_objectstore::Result<bool> {
+        if o != self.key {
+            return self.store.exists(c, o);
+        }
         Ok(self.size.is_some())
     }
 
     fn stat(&self, c: &CollectionId, o: &ObjectKey) -> shoal_objectstore::Result<ObjectStat> {
+        if o != self.key {
+            return Err(self.missing());
+        }
         match self.size {
             Some(size) => Ok(ObjectStat {
                 size,
@@ -299,19 +307,26 @@ impl ObjectStore for LogicalView<'_> {
 }
 
 /// An op's logical transaction, split into its data changes (planned
-/// across the stripes) and its xattr changes after the last remove
-/// (copied to every shard).
+/// across the stripes), its xattr changes after the last remove (copied
+/// to every shard), and its changes to the object's snapshot family
+/// (clones of the head, the snapdir), which each shard makes to its own
+/// chunk objects.
 #[derive(Debug, Default)]
 pub(crate) struct Lowered {
     pub data: Vec<DataOp>,
     pub attrs: Vec<shoal_objectstore::Op>,
+    pub family: Vec<shoal_objectstore::Op>,
 }
 
 /// Splits exec's transaction on `key` (see [`Lowered`]).
-pub(crate) fn lower(txn: &Transaction) -> Result<Lowered, String> {
+pub(crate) fn lower(txn: &Transaction, key: &ObjectKey) -> Result<Lowered, String> {
     use shoal_objectstore::Op;
     let mut out = Lowered::default();
     for op in txn.ops() {
+        if let Some(other) = family_op(op, key)? {
+            out.family.push(other);
+            continue;
+        }
         match op {
             Op::Touch(..) => out.data.push(DataOp::Touch),
             Op::Write { offset, data, .. } => out.data.push(DataOp::Write {
@@ -339,8 +354,97 @@ pub(crate) fn lower(txn: &Transaction) -> Result<Lowered, String> {
     Ok(out)
 }
 
+/// `op` when it changes a member of `key`'s snapshot family other than
+/// the head: a clone made from the head, a clone's or the snapdir's
+/// xattrs, creation or removal. Every other op on another key is refused.
+fn family_op(
+    op: &shoal_objectstore::Op,
+    key: &ObjectKey,
+) -> Result<Option<shoal_objectstore::Op>, String> {
+    use shoal_objectstore::Op;
+    let kin = |k: &ObjectKey| k.hash == key.hash && k.name == key.name && k.snap != key.snap;
+    let ours = match op {
+        Op::Clone { src, dst, .. } if src == key && kin(dst) => true,
+        Op::Touch(_, k) | Op::Remove(_, k) | Op::SetXattrs(_, k, _) | Op::RemoveXattr(_, k, _)
+            if kin(k) =>
+        {
+            true
+        }
+        Op::Clone { dst: k, .. }
+        | Op::Write { oid: k, .. }
+        | Op::Zero { oid: k, .. }
+        | Op::Truncate { oid: k, .. }
+        | Op::Touch(_, k)
+        | Op::Remove(_, k)
+        | Op::SetXattrs(_, k, _)
+        | Op::RemoveXattr(_, k, _)
+            if k != key =>
+        {
+            return Err(format!(
+                "an erasure-coded change to {key} cannot change {k}"
+            ));
+        }
+        _ => false,
+    };
+    Ok(ours.then(|| op.clone()))
+}
+
+/// A change to `key`'s snapshot family only (a snapshot trim), made by
+/// every present shard to its own objects (`txn` is on any one shard's
+/// collection).
+pub(crate) fn family_transactions(
+    ec: &EcPg,
+    pg: shoal_maps::PgId,
+    txn: &Transaction,
+) -> Transaction {
+    let mut out = Transaction::new();
+    for coll in shard_collections(ec, pg) {
+        for op in txn.ops() {
+            push_family_op(&mut out, op, coll);
+        }
+    }
+    out
+}
+
+/// The collections of the shards some member holds.
+fn shard_collections(ec: &EcPg, pg: shoal_maps::PgId) -> Vec<CollectionId> {
+    (0..ec.layout().shards())
+        .filter(|i| ec.holder(*i).is_some())
+        .filter_map(|i| u8::try_from(i).ok())
+        .map(|s| CollectionId::shard(pg.pool, pg.seed, s))
+        .collect()
+}
+
+/// A family op on shard collection `coll`. A snapdir is made as an object
+/// of logical size 0 (its shards hold no chunks), so that it reads,
+/// rebuilds and scrubs like any other.
+fn push_family_op(out: &mut Transaction, op: &shoal_objectstore::Op, coll: CollectionId) {
+    use shoal_objectstore::Op;
+    match op {
+        Op::Touch(_, k) => {
+            out.touch(coll, k.clone());
+            out.set_xattr(
+                coll,
+                k.clone(),
+                SIZE_XATTR,
+                Bytes::copy_from_slice(&0u64.to_le_bytes()),
+            );
+        }
+        Op::Clone { src, dst, .. } => {
+            out.clone_object(coll, src.clone(), dst.clone());
+        }
+        Op::Remove(_, k) => {
+            out.remove(coll, k.clone());
+        }
+        other => {
+            out.push(retarget(other, coll));
+        }
+    }
+}
+
 /// One transaction holding every present shard's part of a change, each
-/// on its own collection (the backend splits it by member).
+/// on its own collection (the backend splits it by member). A shard makes
+/// the change's family ops first: a clone copies the head as it was.
 pub(crate) fn shard_transactions(
     ec: &EcPg,
     pg: shoal_maps::PgId,
@@ -352,12 +456,11 @@ pub(crate) fn shard_transactions(
     let update = shoal_ec::plan_with(&ec.codec, old_size, &lowered.data, &|s| old.get(s))
         .map_err(|e| e.to_string())?;
     let mut txn = Transaction::new();
-    for i in 0..ec.layout().shards() {
-        if ec.holder(i).is_none() {
-            continue;
+    for coll in shard_collections(ec, pg) {
+        let i = usize::from(coll.shard);
+        for op in &lowered.family {
+            push_family_op(&mut txn, op, coll);
         }
-        let Ok(s) = u8::try_from(i) else { continue };
-        let coll = CollectionId::shard(pg.pool, pg.seed, s);
         shard::shard_txn(
             &mut txn,
             coll,
@@ -808,7 +911,9 @@ impl ShardReader {
             .collect();
         // Data shards first; ours first among holders of one shard.
         order.sort_by_key(|(o, i)| (*i, *o != self.me));
-        let mut order = order.into_iter().peekable();
+        // Each source is asked at most once; one passed over while its
+        // shard was being read stays for when that read fails.
+        let mut tried = vec![false; order.len()];
         let mut parts: Vec<Option<Bytes>> = vec![None; layout.shards()];
         let mut asked = vec![false; layout.shards()];
         let mut first: Option<ShardChunks> = None;
@@ -819,7 +924,9 @@ impl ShardReader {
         let hedge = self.ctx.cfg.ec_read_hedge;
         let mut ask = |tasks: &mut tokio::task::JoinSet<_>, asked: &mut Vec<bool>| {
             // The next source of a shard not asked yet.
-            let (o, i) = order.by_ref().find(|(_, i)| !asked[*i])?;
+            let at = (0..order.len()).find(|n| !tried[*n] && !asked[order[*n].1])?;
+            tried[at] = true;
+            let (o, i) = order[at];
             asked[i] = true;
             let me = Arc::clone(self);
             let (key, run) = (key.clone(), run.clone());
@@ -932,11 +1039,142 @@ impl ShardReader {
     }
 
     /// Rebuilds `key` on `targets` (members lacking it) from `k` of the
-    /// `sources` (members holding its authoritative version): every shard
+    /// `sources` (members holding its authoritative version), see
+    /// [`ShardReader::rebuild_one`]. A head's snapshot family comes first,
+    /// as in replication: the changes that made its clones and snapdir are
+    /// logged under the head alone, and installing the head ends its
+    /// recovery on the member.
+    pub async fn rebuild(
+        self: Arc<Self>,
+        key: &ObjectKey,
+        targets: &[i32],
+        sources: &[(i32, u8)],
+        expect: Option<bool>,
+        fence: &crate::recovery::CopyFence,
+        backend: &dyn PgBackend,
+    ) -> (BTreeSet<i32>, Option<String>) {
+        if key.snap == ObjectKey::HEAD
+            && let Err(e) = Arc::clone(&self)
+                .rebuild_family(key, targets, sources, fence, backend)
+                .await
+        {
+            return (
+                BTreeSet::new(),
+                Some(format!("the snapshots of {key}: {e}")),
+            );
+        }
+        self.rebuild_one(key, targets, sources, expect, fence, backend)
+            .await
+    }
+
+    /// The clones and snapdir of `head` in the shard `osd` holds in this
+    /// interval (ours from the store).
+    async fn family_on(
+        &self,
+        osd: i32,
+        head: &ObjectKey,
+        c: crate::recovery::Copier<'_>,
+    ) -> Result<Vec<ObjectKey>, String> {
+        if osd == self.me {
+            let store = self.ctx.store.as_ref();
+            return shoal_net::runtime::blocking(|| {
+                crate::recovery::local_family(store, self.coll, head)
+            })
+            .map_err(|e| e.to_string());
+        }
+        let conn = self.conn(osd).await?;
+        crate::recovery::remote_family(c, &conn, head).await
+    }
+
+    /// The clones and snapdir `head` has in its authoritative version:
+    /// from the snapset the head's xattrs hold, or its snapdir's once the
+    /// head is removed (only the metadata of `k` shards is read).
+    async fn family_of(
+        self: &Arc<Self>,
+        head: &ObjectKey,
+        sources: &[(i32, usize)],
+    ) -> Result<Vec<ObjectKey>, String> {
+        let snapdir = head.clone_for(crate::object::SNAPDIR);
+        for key in [head, &snapdir] {
+            let meta = match self.read_k(key, 0..0, sources, true).await {
+                Ok((_, meta, _)) => meta,
+                Err(e) if e.absent => continue,
+                Err(e) => return Err(format!("reading the snapset of {key}: {}", e.why)),
+            };
+            let raw = meta
+                .attrs
+                .iter()
+                .find(|(n, _)| n == crate::object::SNAPSET_XATTR)
+                .map(|(_, v)| v.as_slice());
+            let set = match raw {
+                Some(b) => crate::object::SnapSet::decode(b)
+                    .ok_or_else(|| format!("the snapset of {key} is damaged"))?,
+                None => crate::object::SnapSet::default(),
+            };
+            let mut family: Vec<ObjectKey> =
+                set.clones.iter().map(|c| head.clone_for(c.id)).collect();
+            if key == &snapdir {
+                family.push(snapdir.clone());
+            }
+            family.sort();
+            return Ok(family);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Rebuilds on each target the clones and snapdir of `head` it lacks
+    /// (a snapdir always: trims rewrite it), and removes those the
+    /// authoritative version no longer has.
+    async fn rebuild_family(
+        self: Arc<Self>,
+        head: &ObjectKey,
+        targets: &[i32],
+        sources: &[(i32, u8)],
+        fence: &crate::recovery::CopyFence,
+        backend: &dyn PgBackend,
+    ) -> Result<(), String> {
+        let c = crate::recovery::Copier {
+            ctx: &self.ctx,
+            backend,
+            pg: self.pg,
+            epoch: self.epoch,
+            fence,
+        };
+        let by_shard: Vec<(i32, usize)> =
+            sources.iter().map(|(o, s)| (*o, usize::from(*s))).collect();
+        let theirs = self.family_of(head, &by_shard).await?;
+        let mut want: BTreeMap<&ObjectKey, Vec<i32>> = BTreeMap::new();
+        let mut extra: BTreeMap<ObjectKey, Vec<i32>> = BTreeMap::new();
+        for &t in targets {
+            let held = self.family_on(t, head, c).await?;
+            for k in theirs.iter().filter(|k| crate::recovery::stale(k, &held)) {
+                want.entry(k).or_default().push(t);
+            }
+            for k in held.into_iter().filter(|k| !theirs.contains(k)) {
+                extra.entry(k).or_default().push(t);
+            }
+        }
+        tracing::debug!(pg = %self.pg, object = %head, ?theirs, ?want, ?extra, "rebuild family");
+        let steps = want
+            .into_iter()
+            .map(|(k, t)| (k.clone(), t, Some(true)))
+            .chain(extra.into_iter().map(|(k, t)| (k, t, Some(false))));
+        for (k, t, expect) in steps {
+            let (_, e) = Arc::clone(&self)
+                .rebuild_one(&k, &t, sources, expect, fence, backend)
+                .await;
+            if let Some(e) = e {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds `key` on `targets` from `k` of the `sources`: every shard
     /// is read whole and decoded, and each target gets its own shard,
     /// installed here or pushed. `expect`: whether the log says the object
     /// exists (false: it is removed from the targets).
-    pub async fn rebuild(
+    async fn rebuild_one(
         self: Arc<Self>,
         key: &ObjectKey,
         targets: &[i32],
@@ -1097,6 +1335,7 @@ impl super::Pg {
     pub(super) async fn ec_gather(
         &mut self,
         key: ObjectKey,
+        at: ObjectKey,
         stripes: BTreeSet<u64>,
         lacking: Vec<i32>,
         interval_start: u32,
@@ -1105,7 +1344,7 @@ impl super::Pg {
         let reader = self.ec_reader().await;
         tokio::spawn(async move {
             let result = match reader {
-                Some(r) => r.gather(&key, &stripes, &lacking).await,
+                Some(r) => r.gather(&at, &stripes, &lacking).await,
                 None => Err("the PG is not erasure coded".to_string()),
             };
             let _ = events.send(super::PgEvent::EcGathered {

@@ -211,8 +211,11 @@ pub enum Effect {
     /// Erasure coding: gather `stripes` of `key` from the shards and
     /// decode them; `EcGathered` follows.
     EcGather {
-        /// The object.
+        /// The object (an op waits under it).
         key: ObjectKey,
+        /// What is read: the object, or its clone a read at a snapshot
+        /// resolved to.
+        at: ObjectKey,
         /// The stripes.
         stripes: std::collections::BTreeSet<u64>,
         /// Members still lacking the object (their shard is not read).
@@ -448,6 +451,13 @@ impl PgCore {
             && let Ok(log) = PgLog::load(&omap.into_iter().collect())
         {
             self.log = log;
+        }
+        // Erasure coding: the refused change's stashes were not made, and
+        // the ones it rolled forward are still there.
+        if self.ec.is_some()
+            && let Ok(stashes) = crate::ec::rollback::list_stashes(self.store.as_ref(), self.coll)
+        {
+            self.stashes = stashes;
         }
     }
 

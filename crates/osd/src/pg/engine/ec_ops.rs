@@ -19,20 +19,13 @@ impl PgCore {
     /// Runs a client op of an erasure-coded PG (past the engine's fences
     /// and its duplicate check).
     pub(in crate::pg) fn ec_execute(&mut self, op: Op, key: ObjectKey) -> Vec<Effect> {
-        if op.msg.snap_seq != 0 || op.msg.snap_id != 0 || !op.msg.snaps.is_empty() {
-            let m = "snapshots of objects in erasure-coded pools are not supported yet";
-            return vec![op_error(
-                op.to,
-                OsdErrorCode::NotSupported,
-                self.epoch(),
-                m.into(),
-            )];
-        }
         self.ec_run(op, key, &Stripes::default(), true)
     }
 
     /// One pass of an op over the gathered `stripes`: it gathers what is
-    /// missing (when `may_gather`), or answers and submits.
+    /// missing (when `may_gather`), or answers and submits. A read at a
+    /// snapshot runs on the clone standing for it (or the head), whose
+    /// stripes are gathered; it waits, like every op, under the head.
     fn ec_run(
         &mut self,
         op: Op,
@@ -46,13 +39,47 @@ impl PgCore {
             return vec![op_error(op.to, OsdErrorCode::Internal, epoch, m)];
         };
         let layout = ec.layout();
-        let old_size = match crate::ec::logical_size(self.store.as_ref(), &self.coll, &key) {
+        let removed = self
+            .pool
+            .as_ref()
+            .map(|p| p.removed_snaps.clone())
+            .unwrap_or_default();
+        let snaps = exec::Snaps {
+            seq: op.msg.snap_seq,
+            snaps: &op.msg.snaps,
+            read: op.msg.snap_id,
+            removed: &removed,
+        };
+        if let Err(e) = exec::validate_snaps(&op.msg.ops, &snaps) {
+            return vec![exec_failed(op.to, epoch, &e)];
+        }
+        let store = self.store.as_ref();
+        let target = if snaps.read == 0 {
+            key.clone()
+        } else {
+            let at = exec::at_snapshot(&ExecInput {
+                store,
+                coll: self.coll,
+                key: key.clone(),
+                ops: &op.msg.ops,
+                data: bytes::Bytes::new(),
+                new_version: 0,
+                mtime_ms: 0,
+                snaps,
+            });
+            match at {
+                Ok(k) => k,
+                Err(e) => return vec![exec_failed(op.to, epoch, &e)],
+            }
+        };
+        let old_size = match crate::ec::logical_size(store, &self.coll, &target) {
             Ok(s) => s,
             Err(e) => return vec![op_error(op.to, OsdErrorCode::Io, epoch, e.to_string())],
         };
         let version = self.log.next_version(epoch);
         let view = LogicalView {
-            store: self.store.as_ref(),
+            store,
+            key: &target,
             layout,
             size: old_size,
             stripes,
@@ -61,12 +88,12 @@ impl PgCore {
         let input = ExecInput {
             store: &view,
             coll: self.coll,
-            key: key.clone(),
+            key: target.clone(),
             ops: &op.msg.ops,
             data: op.data.clone(),
             new_version: version.v,
             mtime_ms: (self.clock)(),
-            snaps: exec::Snaps::default(),
+            snaps: exec::Snaps { read: 0, ..snaps },
         };
         let mut outcome = match exec::execute(input) {
             Ok(o) => o,
@@ -76,7 +103,7 @@ impl PgCore {
             .wanted
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let lowered = match lower(&outcome.txn) {
+        let lowered = match lower(&outcome.txn, &key) {
             Ok(l) => l,
             Err(e) => return vec![op_error(op.to, OsdErrorCode::NotSupported, epoch, e)],
         };
@@ -106,6 +133,7 @@ impl PgCore {
                 .unwrap_or_default();
             return vec![Effect::EcGather {
                 key,
+                at: target,
                 stripes: need,
                 lacking,
                 interval_start,

@@ -16,7 +16,9 @@ use crate::log::{LogEntry, Version};
 
 impl PgCore {
     /// `txn`, the change `version` to `key` on our shard, with its stash
-    /// made first (unchanged for a replicated PG).
+    /// made first (unchanged for a replicated PG): one for the head, and
+    /// one for each other member of its snapshot family the change makes,
+    /// changes or removes (a clone, the snapdir).
     pub(super) fn ec_stash(
         &mut self,
         key: &ObjectKey,
@@ -27,12 +29,23 @@ impl PgCore {
             return Ok(txn);
         };
         let unit = u64::from(ec.layout().unit);
-        let t = rollback::stash(self.store.as_ref(), self.coll, key, version, unit, txn)
-            .map_err(|e| format!("cannot stash the rollback of {version}: {e}"))?;
-        self.stashes
-            .entry(version)
-            .or_default()
-            .push(rollback::stash_key(version, key));
+        let mut keys = vec![key.clone()];
+        for op in txn.ops() {
+            if let Some(k) = rollback::changed_key(op)
+                && k.hash == key.hash
+                && k.name == key.name
+                && !keys.contains(k)
+            {
+                keys.push(k.clone());
+            }
+        }
+        let mut t = txn;
+        for k in &keys {
+            t = rollback::stash(self.store.as_ref(), self.coll, k, version, unit, t)
+                .map_err(|e| format!("cannot stash the rollback of {version}: {e}"))?;
+        }
+        let stashes = self.stashes.entry(version).or_default();
+        stashes.extend(keys.iter().map(|k| rollback::stash_key(version, k)));
         Ok(t)
     }
 
@@ -91,16 +104,36 @@ impl PgCore {
             }
         }
         let mut undone = BTreeSet::new();
+        let store = self.store.as_ref();
         for (key, versions) in divergent {
             if versions.iter().any(|v| *v <= floor) {
                 continue;
             }
-            let store = self.store.as_ref();
-            let mut state = Undoing::now(store, &self.coll, key).map_err(|e| e.to_string())?;
+            // Each change undoes the head and every family member it
+            // stashed, newest change first; each object's state follows it.
+            let mut states: BTreeMap<ObjectKey, Undoing> = BTreeMap::new();
             for v in versions.iter().rev() {
-                rollback::undo(store, self.coll, key, *v, &mut state, txn)
-                    .map_err(|e| format!("cannot roll back {v} of {key:?}: {e}"))?;
-                undone.insert(rollback::stash_key(*v, key));
+                let mut objects = vec![key.clone()];
+                for s in self.stashes.get(v).into_iter().flatten() {
+                    if let Some(k) = rollback::stashed_key(s)
+                        && k.hash == key.hash
+                        && k.name == key.name
+                        && !objects.contains(&k)
+                    {
+                        objects.push(k);
+                    }
+                }
+                for k in objects {
+                    let state = match states.entry(k.clone()) {
+                        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                            Undoing::now(store, &self.coll, &k).map_err(|e| e.to_string())?,
+                        ),
+                    };
+                    rollback::undo(store, self.coll, &k, *v, state, txn)
+                        .map_err(|e| format!("cannot roll back {v} of {k:?}: {e}"))?;
+                    undone.insert(rollback::stash_key(*v, &k));
+                }
             }
             tracing::debug!(pg = %self.id, object = ?key, changes = versions.len(), "rolled back");
         }

@@ -1,10 +1,11 @@
 //! Snapshot trimming (Ceph's snap trimmer): once the pool's map removes a
-//! snapshot, the primary of an active, recovered, replicated PG walks its
+//! snapshot, the primary of an active, recovered PG walks its
 //! objects and drops the removed snapshots from every snapset; a clone
 //! left standing for no snapshot is deleted, and a snapdir left with no
 //! clone too. Each object's trim is a logged change of its head,
 //! replicated like a client's write (a member that misses it recovers the
-//! head with its clones), one object at a time per PG and
+//! head with its clones; on an erasure-coded PG every shard trims its own
+//! chunk objects), one object at a time per PG and
 //! `osd_snap_trim_sleep_ms` apart. The removed snapshots a finished walk
 //! covered are persisted, so a walk runs again only for new removals (or
 //! on a new primary, where it finds nothing left to do).
@@ -143,13 +144,12 @@ pub(crate) fn trim_family(
 
 impl PgCore {
     /// Whether this PG may trim now: its primary, active with nothing to
-    /// recover or scrub, of a replicated pool.
+    /// recover or scrub.
     fn may_trim(&self) -> bool {
         self.is_primary()
             && self.state == State::Active
             && self.recovery.is_none()
             && self.scrub.is_none()
-            && self.ec.is_none()
             && self.pool.is_some()
     }
 
@@ -272,10 +272,14 @@ impl PgCore {
     /// head once the change completes.
     fn submit_trim(&mut self, head: ObjectKey, trim: Trim) -> Vec<Effect> {
         let Trim {
-            txn,
+            mut txn,
             head_exists,
             delta,
         } = trim;
+        // Erasure coding: every shard trims its own chunk objects.
+        if let Some(ec) = &self.ec {
+            txn = crate::pg::ec::family_transactions(ec, self.id, &txn);
+        }
         let version = self.log.next_version(self.epoch());
         let entry = LogEntry {
             version,

@@ -123,8 +123,11 @@ impl PgCore {
         if self.strays.remove(&new.shard) {
             let all = crate::recovery::all_objects(self.store.as_ref(), new)
                 .map_err(|e| format!("cannot list the stray of shard {}: {e}", new.shard))?;
-            let wanted =
-                |k: &ObjectKey| k.name.first() != Some(&0) && lacks.is_some_and(|m| m.contains(k));
+            // An object's clones and snapdir go with its head.
+            let wanted = |k: &ObjectKey| {
+                k.name.first() != Some(&0)
+                    && lacks.is_some_and(|m| m.contains(&k.clone_for(ObjectKey::HEAD)))
+            };
             for k in all.into_iter().filter(|k| !wanted(k)) {
                 txn.remove(new, k);
             }

@@ -782,6 +782,8 @@ impl std::fmt::Display for ShardFailure {
 pub(crate) struct ReadFailure {
     /// No shard holds the object, and at least `k` said so.
     pub absent: bool,
+    /// At least `k` shards said they hold no such object.
+    pub absent_k: bool,
     pub why: String,
 }
 
@@ -1003,6 +1005,7 @@ impl ShardReader {
             Some(f) if have >= k => Ok((parts, f, damaged)),
             _ => Err(ReadFailure {
                 absent: have == 0 && absent >= k && absent == errors.len(),
+                absent_k: absent >= k,
                 why: format!(
                     "{have} of the {k} shards needed could be read: {}",
                     errors.join("; ")
@@ -1218,6 +1221,12 @@ impl ShardReader {
                 // change's creation leaves no object, and at least k
                 // holders of the authoritative version say so.
                 Err(e) if e.absent && expect.is_none() => push.exists = false,
+                // A clone or snapdir `k` holders of its head's
+                // authoritative version lack was trimmed: a stray's stale
+                // copy of it goes too.
+                Err(e) if e.absent_k && key.snap != ObjectKey::HEAD && expect.is_none() => {
+                    push.exists = false;
+                }
                 Err(e) => return (done, Some(format!("{} (sources: {sources:?})", e.why))),
             }
         }

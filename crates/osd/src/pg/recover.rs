@@ -610,6 +610,9 @@ fn ec_sources(
     key: &ObjectKey,
     strays: &[(i32, super::peering::Stray)],
 ) -> Vec<(i32, u8)> {
+    // A clone or snapdir is authoritative where its head is: the changes
+    // that make and trim them are logged under the head.
+    let key = &key.clone_for(ObjectKey::HEAD);
     let mut out: Vec<(i32, u8)> = plan
         .sources(key, acting)
         .into_iter()

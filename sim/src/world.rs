@@ -748,6 +748,9 @@ async fn stuck_query(w: &World, client: &Client, why: &str) -> String {
         Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
         Err(e) => format!("pg {pg} query: {e} (pool {})", w.pool),
     };
+    if let Ok(v) = w.command(Command::OsdTree).await {
+        out.push_str(&format!("\nosd tree: {v}"));
+    }
     // What each OSD's store holds of the PG.
     for (id, slot) in &w.osds {
         if let Some(l) = invariants::load_log(slot.store.as_ref(), pg) {

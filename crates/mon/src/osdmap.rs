@@ -858,7 +858,11 @@ impl OsdMapState {
         let mut marked_out = Vec::new();
         for id in out {
             let is_in = map.osd(*id).is_some_and(|o| o.exists && o.weight > 0);
-            if is_in && !map.is_up(*id) && !self.flags.contains("noout") {
+            // One that boots in this batch is no longer down: marked out
+            // now, it would stay up and out for good (only a boot marks an
+            // automatically out OSD in again).
+            let booting = inc.new_up.contains_key(id);
+            if is_in && !map.is_up(*id) && !booting && !self.flags.contains("noout") {
                 inc.new_weight.insert(*id, WEIGHT_OUT);
                 marked_out.push(*id);
             }
@@ -1573,6 +1577,62 @@ mod tests {
         let r = boot(&mut s, 2, 77);
         assert_eq!(r["booted"], json!([2]), "{r}");
         assert!(s.current().unwrap().is_up(2));
+    }
+
+    /// The monitors' judge may find an OSD down past the down-out interval
+    /// in the same tick its boot arrives (the simulation: an OSD marked
+    /// back in by hand while still down, its restart waiting for a quorum).
+    /// It comes up in, not up and out for good.
+    #[test]
+    fn an_osd_booting_in_the_batch_that_would_mark_it_out_stays_in() {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("osd").unwrap(), 500, 100)
+            .unwrap();
+        for id in 0..3 {
+            boot(&mut s, id, 10 + id as u64);
+        }
+        s.apply(&OsdChange::Batch {
+            boots: Vec::new(),
+            down: vec![1],
+            out: Vec::new(),
+        })
+        .unwrap();
+        assert!(!s.current().unwrap().is_up(1));
+        let b = Boot {
+            id: 1,
+            addr: "127.0.0.1:6801".into(),
+            host: "h1".into(),
+            weight: WEIGHT_IN,
+            nonce: 50,
+        };
+        let r = s
+            .apply(&OsdChange::Batch {
+                boots: vec![b],
+                down: Vec::new(),
+                out: vec![1],
+            })
+            .unwrap();
+        assert_eq!(r["booted"], json!([1]), "{r}");
+        assert_eq!(r["out"], json!([]), "{r}");
+        let map = s.current().unwrap();
+        assert!(map.is_up(1));
+        assert!(map.osd(1).is_some_and(|o| o.weight > 0), "up but out");
+        assert!(!s.auto_out.contains(&1));
+        // Down and still down: the judge's out takes.
+        s.apply(&OsdChange::Batch {
+            boots: Vec::new(),
+            down: vec![2],
+            out: Vec::new(),
+        })
+        .unwrap();
+        let r = s
+            .apply(&OsdChange::Batch {
+                boots: Vec::new(),
+                down: Vec::new(),
+                out: vec![2],
+            })
+            .unwrap();
+        assert_eq!(r["out"], json!([2]), "{r}");
     }
 
     #[test]

@@ -103,6 +103,8 @@ enum Command {
     Rbd(cmd::rbd::RbdArgs),
     /// Serve block images over NBD (`shoal nbd serve`).
     Nbd(cmd::nbd::NbdArgs),
+    /// The S3 gateway (`shoal gateway [--bind]`) and its users.
+    Gateway(cmd::gateway::GatewayArgs),
     /// Make, check and inspect an OSD's object store.
     #[command(subcommand)]
     Store(cmd::store::StoreCmd),
@@ -185,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rados(a) => cmd::rados::run(a, &ctx),
         Command::Rbd(a) => cmd::rbd::run(a, &ctx),
         Command::Nbd(a) => cmd::nbd::run(a, &ctx),
+        Command::Gateway(a) => cmd::gateway::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

@@ -127,6 +127,8 @@ async fn acknowledged_writes_survive_kills_outs_and_a_new_osd() {
         "block",
         "--osd-bytes",
         "1000000000",
+        // Every object the stores hold is the workload's.
+        "--no-gateway",
     ]);
     let name = "client.admin".parse().unwrap();
     let mut o = ClientOptions::from_config(Some(&d.0.join("shoal.conf")), &name, &[]).unwrap();

@@ -190,6 +190,8 @@ async fn run(tag: &str, size: Size) {
             "block",
             "--osd-bytes",
             size.osd_bytes,
+            // Every object the stores hold is the test's.
+            "--no-gateway",
         ])
     });
     let name = "client.admin".parse().unwrap();

@@ -16,9 +16,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Dev, SHOAL};
@@ -52,56 +52,25 @@ fn tools_present() -> bool {
     false
 }
 
-/// A `shoal nbd serve` process, killed when dropped.
-struct Serve {
-    child: Child,
-    addr: String,
+/// A `shoal nbd serve` process, stopped when dropped.
+struct Serve(common::Background);
+
+impl std::ops::Deref for Serve {
+    type Target = common::Background;
+    fn deref(&self) -> &common::Background {
+        &self.0
+    }
 }
 
 impl Serve {
     fn start(d: &Dev, extra: &[&str]) -> Serve {
-        let mut child = Command::new(SHOAL)
-            .args(["nbd", "serve", "--bind", "127.0.0.1:0"])
-            .args(extra)
-            .env("SHOAL_CONF", d.0.join("shoal.conf"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split("nbd://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Serve { child, addr }
+        let mut args = vec!["nbd", "serve", "--bind", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Serve(common::Background::start(d, &args, "nbd"))
     }
 
     fn uri(&self, export: &str) -> String {
         format!("nbd://{}/{export}", self.addr)
-    }
-}
-
-impl Drop for Serve {
-    /// Stops the server as `kill` would (it closes its images, giving up
-    /// their locks), or kills it if it does not stop within 10 s.
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -156,3 +156,27 @@ pub fn print(format: Format, v: &Value, plain: impl FnOnce(&Value) -> String) {
 pub fn pretty(v: &Value) -> String {
     format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default())
 }
+
+/// A daemon's announcement once it listens: `line` on standard output
+/// (how tests and scripts learn the address), and `{"pid", "addr"}` in
+/// `state_file` if given (written whole, by rename).
+pub fn announce(
+    line: &str,
+    addr: SocketAddr,
+    state_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    {
+        let mut out = super::out::Stdout::lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+    if let Some(path) = state_file {
+        let v = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string()});
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, v.to_string())?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -78,9 +78,16 @@ pub struct UpArgs {
     /// Size of each OSD's block store data file, bytes.
     #[arg(long, default_value_t = 4u64 << 30)]
     osd_bytes: u64,
+    /// Start no S3 gateway.
+    #[arg(long)]
+    no_gateway: bool,
 }
 
 const CONF: &str = "shoal.conf";
+/// The S3 gateway's directory (its user's keys, its address) and name.
+const GATEWAY: &str = "gateway";
+/// The pool the dev cluster's gateway keeps everything in.
+const GATEWAY_POOL: &str = ".shoal.gateway";
 const MON_NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// Runs `shoal dev ...`.
@@ -238,7 +245,7 @@ fn daemons(dir: &Path) -> anyhow::Result<Vec<(String, Option<u32>)>> {
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("mon.") || n.starts_with("osd."))
+        .filter(|n| n.starts_with("mon.") || n.starts_with("osd.") || n == GATEWAY)
         .collect();
     names.sort_by_key(|n| (n.starts_with("osd."), n.len(), n.clone()));
     for n in names {
@@ -274,7 +281,12 @@ fn stop_all(dir: &Path) -> anyhow::Result<usize> {
         .into_iter()
         .filter_map(|(n, p)| p.filter(|p| alive(*p)).map(|p| (n, p)))
         .collect();
-    // OSDs first, so the monitors see them go.
+    // The gateway first (a client of the others), then the OSDs, so the
+    // monitors see them go.
+    for (_, pid) in pids.iter().filter(|(n, _)| n == GATEWAY) {
+        signal(*pid, "-TERM");
+    }
+    wait_gone(&pids, GATEWAY, Duration::from_secs(10));
     for (_, pid) in pids.iter().filter(|(n, _)| n.starts_with("osd.")) {
         signal(*pid, "-TERM");
     }
@@ -374,6 +386,10 @@ fn up(a: UpArgs, set: &[String]) -> anyhow::Result<()> {
         return Err(e);
     }
     let conf = std::fs::canonicalize(dir.join(CONF))?;
+    let banner = match a.no_gateway {
+        true => None,
+        false => gateway_banner(&dir),
+    };
     outln!(
         "\nShoal dev cluster is up in {}.\n\n  export SHOAL_CONF={}\n  shoal status\n  \
          echo hello > hello.txt && shoal rados -p rbd put hello hello.txt\n  \
@@ -383,6 +399,9 @@ fn up(a: UpArgs, set: &[String]) -> anyhow::Result<()> {
         conf.display(),
         dir.display()
     );
+    if let Some(b) = banner {
+        outln!("{b}");
+    }
     if a.foreground {
         let rt = runtime()?;
         rt.block_on(super::mon::wait_for_signal())?;
@@ -543,6 +562,9 @@ fn up_inner(
         dir,
         all_active_clean,
     )?;
+    if !a.no_gateway {
+        start_gateway(dir, fresh, &ctx, started, osds.len().clamp(1, 3) as u32)?;
+    }
     // Every daemon started must still run (a map can look healthy for a
     // moment after a daemon of an earlier run stopped).
     std::thread::sleep(Duration::from_millis(500));
@@ -555,6 +577,79 @@ fn up_inner(
         }
     }
     Ok(())
+}
+
+/// Starts the S3 gateway: on a fresh cluster its pool and a user `dev`
+/// first (keys in `gateway/user.json`), on a restart at the address it had
+/// (`gateway/addr`); waits until it listens. Its pool has `size` copies,
+/// as the rbd pool.
+fn start_gateway(
+    dir: &Path,
+    fresh: bool,
+    ctx: &Ctx,
+    started: &mut BTreeMap<String, Child>,
+    size: u32,
+) -> anyhow::Result<()> {
+    let gdir = dir.join(GATEWAY);
+    if fresh || !gdir.join("addr").exists() {
+        std::fs::create_dir_all(&gdir)?;
+        let cmd = Command::PoolCreate {
+            name: GATEWAY_POOL.into(),
+            pg_num: 8,
+            spec: PoolSpec::Replicated {
+                size,
+                min_size: size - size / 2,
+            },
+        };
+        wait_until(
+            ctx,
+            &cmd,
+            "the gateway's pool",
+            Duration::from_secs(30),
+            started,
+            dir,
+            |_| true,
+        )?;
+        let user = shoal(dir, &["gateway", "user", "create", "--uid", "dev"])?;
+        std::fs::write(gdir.join("user.json"), user)?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        std::fs::write(gdir.join("addr"), addr.to_string())?;
+    }
+    let addr: SocketAddr = std::fs::read_to_string(gdir.join("addr"))?
+        .trim()
+        .parse()
+        .context("the gateway's address file")?;
+    let bind = addr.to_string();
+    let child = spawn(dir, GATEWAY, &["gateway", "--bind", &bind])?;
+    started.insert(GATEWAY.to_string(), child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "the gateway did not listen on {addr}; its log:\n{}",
+                tail(&log_path(dir, GATEWAY), 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// The dev gateway's endpoint and user keys, for `dev up`'s message.
+fn gateway_banner(dir: &Path) -> Option<String> {
+    let addr = std::fs::read_to_string(dir.join(GATEWAY).join("addr")).ok()?;
+    let user: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(GATEWAY).join("user.json")).ok()?)
+            .ok()?;
+    let k = &user["keys"][0];
+    Some(format!(
+        "  S3 gateway: http://{}/ (user dev)\n    export AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}\n    \
+         aws --endpoint-url http://{}/ s3 mb s3://mybucket\n",
+        addr.trim(),
+        k["access_key"].as_str()?,
+        k["secret_key"].as_str()?,
+        addr.trim()
+    ))
 }
 
 /// Whether `pg stat` reports every PG active+clean.

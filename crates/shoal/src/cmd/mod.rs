@@ -9,6 +9,7 @@ pub mod common;
 pub mod config;
 pub mod crush;
 pub mod dev;
+pub mod gateway;
 pub mod keyring;
 pub mod mon;
 pub mod nbd;

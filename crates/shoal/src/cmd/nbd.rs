@@ -114,21 +114,11 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
                 tls,
             },
         );
-        {
-            use std::io::Write;
-            let mut out = super::out::Stdout::lock();
-            writeln!(
-                out,
-                "serving NBD on nbd://{addr}/ (exports: POOL/IMAGE, POOL/IMAGE@SNAP)"
-            )?;
-            out.flush()?;
-        }
-        if let Some(path) = &state_file {
-            let v = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string()});
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, v.to_string())?;
-            std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-        }
+        super::common::announce(
+            &format!("serving NBD on nbd://{addr}/ (exports: POOL/IMAGE, POOL/IMAGE@SNAP)"),
+            addr,
+            state_file.as_deref(),
+        )?;
         let serving = tokio::spawn(std::sync::Arc::clone(&server).serve(listener));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,

@@ -157,3 +157,53 @@ pub fn start_osd(d: &Dev, id: u32) {
     .unwrap();
     std::mem::forget(child);
 }
+
+/// A server process (`shoal nbd serve`, `shoal gateway`) started on a free
+/// loopback port, whose first line of output names its address as
+/// `SCHEME://ADDR/`; stopped as `kill` would when dropped (killed if it
+/// does not stop within 10 s).
+pub struct Background {
+    pub child: std::process::Child,
+    pub addr: String,
+}
+
+impl Background {
+    pub fn start(d: &Dev, args: &[&str], scheme: &str) -> Background {
+        use std::io::BufRead;
+        let mut child = Command::new(SHOAL)
+            .args(args)
+            .env("SHOAL_CONF", d.0.join("shoal.conf"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split(&format!("{scheme}://"))
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Background { child, addr }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,80 @@
+//! The S3 gateway: a stateless daemon that answers the S3 API (through
+//! s3s, which parses and signs requests) with users, buckets, bucket
+//! indexes and object data kept in the cluster (`meta`), so that any number
+//! of gateways serve the same buckets. `serve` runs it on a listener.
+
+pub mod meta;
+pub mod s3;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::service::S3ServiceBuilder;
+use s3s::{S3Result, s3_error};
+
+pub use meta::{Meta, MetaError, User};
+pub use s3::Gateway;
+
+/// Secrets from the users' records in the cluster.
+#[derive(Debug, Clone)]
+struct ClusterAuth {
+    meta: Meta,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for ClusterAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        let user = self
+            .meta
+            .user_by_key(access_key)
+            .await
+            .map_err(|e| s3_error!(InternalError, "{e}"))?
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        let key = user
+            .keys
+            .iter()
+            .find(|k| k.access_key == access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        Ok(SecretKey::from(key.secret_key.clone()))
+    }
+}
+
+/// Every request passes s3s's access step: the operations decide from
+/// the signer and the bucket's owner and canned ACL.
+#[derive(Debug, Clone, Copy)]
+struct OpsDecide;
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for OpsDecide {
+    async fn check(&self, _cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+        Ok(())
+    }
+}
+
+/// Serves the S3 API over `meta`'s records on `listener` until the task
+/// is dropped: HTTP/1.1 with keep-alive, one task per connection.
+pub async fn serve(listener: tokio::net::TcpListener, meta: Meta) -> std::io::Result<()> {
+    let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
+    b.set_auth(ClusterAuth { meta });
+    b.set_access(OpsDecide);
+    let service = Arc::new(b.build());
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let service = Arc::clone(&service);
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(io, service.as_ref().clone());
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Where `shoal gateway` listens unless told otherwise.
+pub fn default_bind() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7480))
+}

@@ -1,0 +1,469 @@
+//! What the gateway keeps in the cluster, all in one replicated pool:
+//!
+//! - `users`: omap `key.<access key>` and `uid.<uid>` → a user's JSON
+//!   record (uid, display name, keys);
+//! - `buckets`: omap `<bucket name>` → the bucket's record (owner, id,
+//!   creation time, canned ACL);
+//! - `index.<bucket id>`: omap `<object key>` → the object's entry (size,
+//!   ETag, modification time, content headers, user metadata, and the
+//!   name of the data object that holds its bytes);
+//! - `data.<bucket id>.<tag>`: an object's bytes, a fresh name per write.
+//!
+//! A PUT writes its data object first and then its index entry, and only
+//! then removes the data object the entry replaced: a reader that finds an
+//! entry finds its data, a write that dies before its entry leaves an
+//! unlisted data object, never a listed half-written one.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use shoal_client::{Error as ClientError, Pool};
+
+/// Errors of the gateway's records.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// The cluster failed the operation.
+    #[error("{0}")]
+    Cluster(#[from] ClientError),
+    /// A record in the cluster does not decode.
+    #[error("record {what} is damaged: {why}")]
+    Damaged {
+        /// Which record.
+        what: String,
+        /// Why.
+        why: String,
+    },
+    /// A user, bucket or key that exists already.
+    #[error("{0} already exists")]
+    Exists(String),
+    /// A user, bucket or key that does not exist.
+    #[error("{0} does not exist")]
+    Missing(String),
+    /// A bucket that still holds objects.
+    #[error("bucket {0} is not empty")]
+    NotEmpty(String),
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Result of the gateway's record operations.
+pub type Result<T> = std::result::Result<T, MetaError>;
+
+/// An access key and its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessKey {
+    /// The access key id.
+    pub access_key: String,
+    /// The secret.
+    pub secret_key: String,
+}
+
+/// A gateway user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    /// The user's id.
+    pub uid: String,
+    /// The name shown as the owner of its buckets.
+    pub display_name: String,
+    /// Its keys.
+    pub keys: Vec<AccessKey>,
+}
+
+/// A bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// Its name.
+    pub name: String,
+    /// Its owner's uid.
+    pub owner: String,
+    /// The id its index and data objects are named from.
+    pub id: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: u64,
+    /// Canned ACL: private, public-read or public-read-write.
+    pub acl: String,
+}
+
+/// An object's index entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Entry {
+    /// Size in bytes.
+    pub size: u64,
+    /// The ETag (hex MD5 of the data, without quotes).
+    pub etag: String,
+    /// Last modification, ms since the Unix epoch.
+    pub mtime_ms: u64,
+    /// The data object holding the bytes.
+    pub data: String,
+    /// Content-Type and the other standard headers given at upload.
+    pub headers: BTreeMap<String, String>,
+    /// User metadata (`x-amz-meta-*`).
+    pub meta: BTreeMap<String, String>,
+}
+
+const USERS: &str = "users";
+const BUCKETS: &str = "buckets";
+/// Omap entries read per round trip when listing.
+const PAGE: u32 = 1000;
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T> {
+    serde_json::from_slice(b).map_err(|e| MetaError::Damaged {
+        what: what.to_string(),
+        why: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| MetaError::Invalid(e.to_string()))
+}
+
+/// Random lowercase hex of `n` bytes.
+pub fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    if getrandom::fill(&mut b).is_err() {
+        // No randomness: fall back to the clock (names stay unique enough
+        // for data objects; keys made this way are refused below).
+        let t = now_ms().to_le_bytes();
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = t[i % t.len()] ^ (i as u8);
+        }
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The time now, ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The gateway's records in pool `pool`.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pool: Pool,
+}
+
+impl Meta {
+    /// Records kept in `pool`.
+    pub fn new(pool: Pool) -> Meta {
+        Meta { pool }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    async fn get_one(&self, oid: &str, key: &str) -> Result<Option<Bytes>> {
+        match self.pool.omap_get_vals_by_keys(oid, &[key]).await {
+            Ok(mut m) => Ok(m.remove(key.as_bytes())),
+            Err(ClientError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates user `uid` with one fresh key.
+    pub async fn user_create(&self, uid: &str, display_name: &str) -> Result<User> {
+        check_uid(uid)?;
+        if self.user(uid).await?.is_some() {
+            return Err(MetaError::Exists(format!("user {uid}")));
+        }
+        let user = User {
+            uid: uid.to_string(),
+            display_name: display_name.to_string(),
+            keys: vec![new_key()],
+        };
+        self.put_user(&user, None).await?;
+        Ok(user)
+    }
+
+    /// User `uid`, if it exists.
+    pub async fn user(&self, uid: &str) -> Result<Option<User>> {
+        let Some(b) = self.get_one(USERS, &format!("uid.{uid}")).await? else {
+            return Ok(None);
+        };
+        decode(&format!("user {uid}"), &b).map(Some)
+    }
+
+    /// The user holding access key `access_key`.
+    pub async fn user_by_key(&self, access_key: &str) -> Result<Option<User>> {
+        let Some(b) = self.get_one(USERS, &format!("key.{access_key}")).await? else {
+            return Ok(None);
+        };
+        decode(&format!("key {access_key}"), &b).map(Some)
+    }
+
+    /// Every user.
+    pub async fn users(&self) -> Result<Vec<User>> {
+        let mut out = Vec::new();
+        for (k, v) in self.omap_all(USERS, "uid.").await? {
+            out.push(decode(&String::from_utf8_lossy(&k), &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes `user` and its key records; `gone` keys are unlinked.
+    async fn put_user(&self, user: &User, gone: Option<&str>) -> Result<()> {
+        let rec = encode(user)?;
+        let mut kv: Vec<(String, Vec<u8>)> = vec![(format!("uid.{}", user.uid), rec.clone())];
+        for k in &user.keys {
+            kv.push((format!("key.{}", k.access_key), rec.clone()));
+        }
+        self.pool.omap_set(USERS, &kv).await?;
+        if let Some(g) = gone {
+            self.pool.omap_rm_keys(USERS, &[format!("key.{g}")]).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a fresh key to user `uid`.
+    pub async fn key_create(&self, uid: &str) -> Result<User> {
+        let mut user = self
+            .user(uid)
+            .await?
+            .ok_or_else(|| MetaError::Missing(format!("user {uid}")))?;
+        user.keys.push(new_key());
+        self.put_user(&user, None).await?;
+        Ok(user)
+    }
+
+    /// Removes key `access_key` from user `uid`.
+    pub async fn key_remove(&self, uid: &str, access_key: &str) -> Result<User> {
+        let mut user = self
+            .user(uid)
+            .await?
+            .ok_or_else(|| MetaError::Missing(format!("user {uid}")))?;
+        let before = user.keys.len();
+        user.keys.retain(|k| k.access_key != access_key);
+        if user.keys.len() == before {
+            return Err(MetaError::Missing(format!(
+                "key {access_key} of user {uid}"
+            )));
+        }
+        self.put_user(&user, Some(access_key)).await?;
+        Ok(user)
+    }
+
+    /// Removes user `uid` (refused while it owns buckets).
+    pub async fn user_remove(&self, uid: &str) -> Result<()> {
+        let user = self
+            .user(uid)
+            .await?
+            .ok_or_else(|| MetaError::Missing(format!("user {uid}")))?;
+        let owned: Vec<String> = self
+            .buckets()
+            .await?
+            .into_iter()
+            .filter(|b| b.owner == uid)
+            .map(|b| b.name)
+            .collect();
+        if !owned.is_empty() {
+            return Err(MetaError::Invalid(format!(
+                "user {uid} owns buckets {}: remove them first",
+                owned.join(", ")
+            )));
+        }
+        let mut keys = vec![format!("uid.{uid}")];
+        keys.extend(user.keys.iter().map(|k| format!("key.{}", k.access_key)));
+        self.pool.omap_rm_keys(USERS, &keys).await?;
+        Ok(())
+    }
+
+    /// Every omap entry of `oid` whose key starts with `prefix`.
+    async fn omap_all(&self, oid: &str, prefix: &str) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let page = match self
+                .pool
+                .omap_get_vals(oid, after.as_bytes(), prefix.as_bytes(), PAGE)
+                .await
+            {
+                Ok(p) => p,
+                Err(ClientError::NotFound(_)) => return Ok(out),
+                Err(e) => return Err(e.into()),
+            };
+            let more = page.more;
+            let mut last = None;
+            for (k, v) in page.entries {
+                last = Some(k.clone());
+                out.push((k.to_vec(), v));
+            }
+            match last {
+                Some(k) if more => after = String::from_utf8_lossy(&k).into_owned(),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Bucket `name`, if it exists.
+    pub async fn bucket(&self, name: &str) -> Result<Option<Bucket>> {
+        let Some(b) = self.get_one(BUCKETS, name).await? else {
+            return Ok(None);
+        };
+        decode(&format!("bucket {name}"), &b).map(Some)
+    }
+
+    /// Every bucket.
+    pub async fn buckets(&self) -> Result<Vec<Bucket>> {
+        let mut out = Vec::new();
+        for (k, v) in self.omap_all(BUCKETS, "").await? {
+            out.push(decode(&String::from_utf8_lossy(&k), &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Creates bucket `name` owned by `owner`; an existing bucket of the
+    /// same owner is answered as it is (as AWS in us-east-1).
+    pub async fn bucket_create(&self, name: &str, owner: &str, acl: &str) -> Result<Bucket> {
+        if let Some(b) = self.bucket(name).await? {
+            return match b.owner == owner {
+                true => Ok(b),
+                false => Err(MetaError::Exists(format!("bucket {name}"))),
+            };
+        }
+        let b = Bucket {
+            name: name.to_string(),
+            owner: owner.to_string(),
+            id: random_hex(8),
+            created_ms: now_ms(),
+            acl: acl.to_string(),
+        };
+        self.pool.create(&index_oid(&b), true).await?;
+        self.pool.omap_set(BUCKETS, &[(name, encode(&b)?)]).await?;
+        Ok(b)
+    }
+
+    /// Removes bucket `name` if it holds no objects.
+    pub async fn bucket_remove(&self, b: &Bucket) -> Result<()> {
+        let (first, _) = self.list(b, "", "", 1).await?;
+        if !first.is_empty() {
+            return Err(MetaError::NotEmpty(b.name.clone()));
+        }
+        self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
+        match self.pool.remove(&index_oid(b)).await {
+            Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Up to `max` index entries of `b` after `after`, whose keys start
+    /// with `prefix`, in key order.
+    pub async fn list(
+        &self,
+        b: &Bucket,
+        after: &str,
+        prefix: &str,
+        max: u32,
+    ) -> Result<(Vec<(String, Entry)>, bool)> {
+        let page = self
+            .pool
+            .omap_get_vals(&index_oid(b), after.as_bytes(), prefix.as_bytes(), max)
+            .await?;
+        let more = page.more;
+        let mut out = Vec::with_capacity(page.entries.len());
+        for (k, v) in page.entries {
+            let key = String::from_utf8(k.to_vec()).map_err(|_| MetaError::Damaged {
+                what: format!("index of bucket {}", b.name),
+                why: "a key that is not UTF-8".into(),
+            })?;
+            let e = decode(&format!("{}/{key}", b.name), &v)?;
+            out.push((key, e));
+        }
+        Ok((out, more))
+    }
+
+    /// The entry of `key` in `b`.
+    pub async fn entry(&self, b: &Bucket, key: &str) -> Result<Option<Entry>> {
+        match self.get_one(&index_oid(b), key).await? {
+            None => Ok(None),
+            Some(v) => decode(&format!("{}/{key}", b.name), &v).map(Some),
+        }
+    }
+
+    /// Stores `data` as `key` of `b` with `entry`'s metadata (its size,
+    /// ETag and data object are filled in here); the data it replaces is
+    /// removed after the entry points at the new one.
+    pub async fn put(&self, b: &Bucket, key: &str, data: Bytes, mut entry: Entry) -> Result<Entry> {
+        use md5::Digest;
+        let old = self.entry(b, key).await?;
+        entry.size = data.len() as u64;
+        entry.etag = hex(&md5::Md5::digest(&data));
+        entry.mtime_ms = now_ms();
+        entry.data = format!("data.{}.{}", b.id, random_hex(12));
+        self.pool.write_full(&entry.data, data).await?;
+        self.pool
+            .omap_set(&index_oid(b), &[(key, encode(&entry)?)])
+            .await?;
+        if let Some(o) = old {
+            self.remove_data(&o.data).await?;
+        }
+        Ok(entry)
+    }
+
+    /// Bytes `[start, end)` of the object `entry` describes.
+    pub async fn read(&self, entry: &Entry, start: u64, end: u64) -> Result<Bytes> {
+        if end <= start {
+            return Ok(Bytes::new());
+        }
+        Ok(self.pool.read(&entry.data, start, end - start).await?)
+    }
+
+    /// Removes `key` from `b` (absent: nothing to do).
+    pub async fn delete(&self, b: &Bucket, key: &str) -> Result<()> {
+        let Some(e) = self.entry(b, key).await? else {
+            return Ok(());
+        };
+        self.pool.omap_rm_keys(&index_oid(b), &[key]).await?;
+        self.remove_data(&e.data).await
+    }
+
+    async fn remove_data(&self, oid: &str) -> Result<()> {
+        match self.pool.remove(oid).await {
+            Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn index_oid(b: &Bucket) -> String {
+    format!("index.{}", b.id)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn new_key() -> AccessKey {
+    // Access keys as AWS prints them: 20 upper-case letters and digits.
+    const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let raw = random_hex(20);
+    let access_key: String = raw
+        .as_bytes()
+        .chunks(2)
+        .map(|c| ALPHA[(usize::from(c[0]) * 7 + usize::from(c[1])) % ALPHA.len()] as char)
+        .collect();
+    AccessKey {
+        access_key,
+        secret_key: random_hex(20),
+    }
+}
+
+fn check_uid(uid: &str) -> Result<()> {
+    let ok = !uid.is_empty()
+        && uid.len() <= 64
+        && uid
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(MetaError::Invalid(format!(
+            "bad uid {uid:?}: 1-64 of A-Z a-z 0-9 _ - . @"
+        )))
+    }
+}

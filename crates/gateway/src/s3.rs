@@ -1,0 +1,492 @@
+//! The S3 operations (on s3s's typed requests): buckets and objects kept
+//! as `meta.rs` lays them out, with each request's user from its
+//! signature (s3s checks SigV4 and SigV2, in headers and presigned URLs,
+//! and streaming `aws-chunked` bodies) and the bucket's canned ACL deciding
+//! what an anonymous request may do.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use s3s::dto::{
+    Bucket as S3Bucket, CommonPrefix, CreateBucketInput, CreateBucketOutput, DeleteBucketInput,
+    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, ETag, GetBucketLocationInput,
+    GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsInput,
+    ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, Owner, PutObjectInput,
+    PutObjectOutput, StreamingBlob, Timestamp,
+};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use crate::meta::{Bucket, Entry, Meta, MetaError, User};
+
+/// Largest object a single PUT stores (the data object holds it whole).
+pub const OBJECT_MAX: usize = 64 << 20;
+/// Keys a listing answers at most (AWS's limit).
+const LIST_MAX: i32 = 1000;
+
+/// The gateway's S3 implementation.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    meta: Meta,
+}
+
+impl Gateway {
+    /// A gateway over `meta`'s records.
+    pub fn new(meta: Meta) -> Gateway {
+        Gateway { meta }
+    }
+}
+
+fn internal(e: MetaError) -> S3Error {
+    match e {
+        MetaError::Missing(m) => s3_error!(NoSuchKey, "{m}"),
+        other => S3Error::with_message(S3ErrorCode::InternalError, other.to_string()),
+    }
+}
+
+/// A GET's or HEAD's answer for the object `entry` describes: its
+/// stored headers, ETag, mtime and user metadata, and the given fields.
+macro_rules! object_output {
+    ($ty:ident, $entry:expr, { $($f:ident: $v:expr),* $(,)? }) => {{
+        let e: &Entry = $entry;
+        let h = |n: &str| e.headers.get(n).cloned();
+        $ty {
+            $($f: $v,)*
+            accept_ranges: Some("bytes".into()),
+            content_type: h("content-type").and_then(|c| c.parse().ok()),
+            content_encoding: h("content-encoding"),
+            content_disposition: h("content-disposition"),
+            content_language: h("content-language"),
+            cache_control: h("cache-control"),
+            e_tag: Some(etag(e)),
+            last_modified: Some(timestamp(e.mtime_ms)),
+            metadata: (!e.meta.is_empty()).then(|| e.meta.clone().into_iter().collect()),
+            ..$ty::default()
+        }
+    }};
+}
+
+fn timestamp(ms: u64) -> Timestamp {
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+fn etag(e: &Entry) -> ETag {
+    ETag::Strong(e.etag.clone())
+}
+
+/// What a request may do to a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Read,
+    Write,
+    Owner,
+}
+
+impl Gateway {
+    /// The user who signed `req` (`None`: anonymous).
+    async fn who<T>(&self, req: &S3Request<T>) -> S3Result<Option<User>> {
+        let Some(c) = &req.credentials else {
+            return Ok(None);
+        };
+        match self
+            .meta
+            .user_by_key(&c.access_key)
+            .await
+            .map_err(internal)?
+        {
+            Some(u) => Ok(Some(u)),
+            None => Err(s3_error!(InvalidAccessKeyId)),
+        }
+    }
+
+    /// Bucket `name`, if `req`'s user may do `need` to it.
+    async fn bucket<T>(&self, req: &S3Request<T>, name: &str, need: Need) -> S3Result<Bucket> {
+        let user = self.who(req).await?;
+        let b = self
+            .meta
+            .bucket(name)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| s3_error!(NoSuchBucket, "bucket {name} does not exist"))?;
+        let owner = user.as_ref().is_some_and(|u| u.uid == b.owner);
+        let allowed = owner
+            || match need {
+                Need::Read => b.acl == "public-read" || b.acl == "public-read-write",
+                Need::Write => b.acl == "public-read-write",
+                Need::Owner => false,
+            };
+        if allowed {
+            Ok(b)
+        } else {
+            Err(s3_error!(AccessDenied))
+        }
+    }
+
+    async fn signed<T>(&self, req: &S3Request<T>) -> S3Result<User> {
+        self.who(req).await?.ok_or_else(|| s3_error!(AccessDenied))
+    }
+
+    async fn found(&self, b: &Bucket, key: &str) -> S3Result<Entry> {
+        self.meta
+            .entry(b, key)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))
+    }
+
+    fn owner(&self, uid: &str) -> Owner {
+        Owner {
+            display_name: Some(uid.to_string()),
+            id: Some(uid.to_string()),
+        }
+    }
+
+    /// One page of a listing: the objects after `after` (and the common
+    /// prefixes under `delimiter`), at most `max` of both together; the
+    /// last key or prefix counted and whether more follow.
+    async fn page(
+        &self,
+        b: &Bucket,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: &str,
+        max: i32,
+    ) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, Option<String>, bool)> {
+        let max = max.clamp(0, LIST_MAX) as usize;
+        let mut objects = Vec::new();
+        let mut prefixes: Vec<CommonPrefix> = Vec::new();
+        let mut cursor = after.to_string();
+        let mut last = None;
+        let delimiter = delimiter.filter(|d| !d.is_empty());
+        loop {
+            let (entries, more) = self
+                .meta
+                .list(b, &cursor, prefix, 1000)
+                .await
+                .map_err(internal)?;
+            if entries.is_empty() {
+                return Ok((objects, prefixes, last, false));
+            }
+            let mut jumped = false;
+            for (key, e) in entries {
+                if objects.len() + prefixes.len() >= max {
+                    return Ok((objects, prefixes, last, true));
+                }
+                let rest = key.get(prefix.len()..).unwrap_or("");
+                if let Some(d) = delimiter
+                    && let Some(at) = rest.find(d)
+                {
+                    // Every key under a common prefix rolls into it: the
+                    // next page starts past them.
+                    let cp = format!("{prefix}{}", &rest[..at + d.len()]);
+                    cursor = format!("{cp}\u{10ffff}");
+                    last = Some(cp.clone());
+                    prefixes.push(CommonPrefix { prefix: Some(cp) });
+                    jumped = true;
+                    break;
+                }
+                cursor = key.clone();
+                last = Some(key.clone());
+                objects.push(Object {
+                    key: Some(key),
+                    size: Some(e.size as i64),
+                    e_tag: Some(etag(&e)),
+                    last_modified: Some(timestamp(e.mtime_ms)),
+                    owner: Some(self.owner(&b.owner)),
+                    storage_class: Some(s3s::dto::ObjectStorageClass::from_static(
+                        s3s::dto::ObjectStorageClass::STANDARD,
+                    )),
+                    ..Object::default()
+                });
+            }
+            if !jumped && !more {
+                return Ok((objects, prefixes, last, false));
+            }
+        }
+    }
+}
+
+async fn body_bytes(body: Option<StreamingBlob>) -> S3Result<Bytes> {
+    let Some(mut body) = body else {
+        return Ok(Bytes::new());
+    };
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk =
+            chunk.map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+        if buf.len() + chunk.len() > OBJECT_MAX {
+            return Err(s3_error!(
+                EntityTooLarge,
+                "objects are at most {OBJECT_MAX} bytes"
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let user = self.signed(&req).await?;
+        let buckets: Vec<S3Bucket> = self
+            .meta
+            .buckets()
+            .await
+            .map_err(internal)?
+            .into_iter()
+            .filter(|b| b.owner == user.uid)
+            .map(|b| S3Bucket {
+                name: Some(b.name),
+                creation_date: Some(timestamp(b.created_ms)),
+                ..S3Bucket::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            owner: Some(self.owner(&user.uid)),
+            ..ListBucketsOutput::default()
+        }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let user = self.signed(&req).await?;
+        let name = req.input.bucket.clone();
+        let acl = req
+            .input
+            .acl
+            .as_ref()
+            .map_or("private".to_string(), |a| a.as_str().to_string());
+        if !matches!(
+            acl.as_str(),
+            "private" | "public-read" | "public-read-write"
+        ) {
+            return Err(s3_error!(NotImplemented, "canned ACL {acl}"));
+        }
+        match self.meta.bucket_create(&name, &user.uid, &acl).await {
+            Ok(_) => Ok(S3Response::new(CreateBucketOutput {
+                location: Some(format!("/{name}")),
+            })),
+            Err(MetaError::Exists(_)) => Err(s3_error!(BucketAlreadyExists)),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        match self.meta.bucket_remove(&b).await {
+            Ok(()) => Ok(S3Response::new(DeleteBucketOutput::default())),
+            Err(MetaError::NotEmpty(_)) => Err(s3_error!(BucketNotEmpty)),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let input = req.input;
+        let data = body_bytes(input.body).await?;
+        let mut headers = BTreeMap::new();
+        let mut put = |name: &str, v: Option<String>| {
+            if let Some(v) = v {
+                headers.insert(name.to_string(), v);
+            }
+        };
+        put("content-type", input.content_type.map(|c| c.to_string()));
+        put("content-encoding", input.content_encoding);
+        put("content-disposition", input.content_disposition);
+        put("content-language", input.content_language);
+        put("cache-control", input.cache_control);
+        let meta: BTreeMap<String, String> =
+            input.metadata.unwrap_or_default().into_iter().collect();
+        let entry = Entry {
+            headers,
+            meta,
+            ..Entry::default()
+        };
+        let e = self
+            .meta
+            .put(&b, &input.key, data, entry)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(etag(&e)),
+            ..PutObjectOutput::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let e = self.found(&b, &req.input.key).await?;
+        let (range, partial) = match &req.input.range {
+            Some(r) => {
+                let r = r
+                    .check(e.size)
+                    .map_err(|_| s3_error!(InvalidRange, "the object is {} bytes", e.size))?;
+                (r, true)
+            }
+            None => (0..e.size, false),
+        };
+        let data = match self.meta.read(&e, range.start, range.end).await {
+            Ok(d) => d,
+            // Replaced between the index and the read: the new one.
+            Err(MetaError::Cluster(shoal_client::Error::NotFound(_))) => {
+                return Err(s3_error!(
+                    NoSuchKey,
+                    "{} was replaced while read: retry",
+                    req.input.key
+                ));
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        let content_range = partial.then(|| {
+            format!(
+                "bytes {}-{}/{}",
+                range.start,
+                range.end.saturating_sub(1),
+                e.size
+            )
+        });
+        Ok(S3Response::new(object_output!(GetObjectOutput, &e, {
+            body: Some(StreamingBlob::from(s3s::Body::from(data))),
+            content_length: Some((range.end - range.start) as i64),
+            content_range: content_range,
+        })))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let e = self.found(&b, &req.input.key).await?;
+        Ok(S3Response::new(object_output!(HeadObjectOutput, &e, {
+            content_length: Some(e.size as i64),
+        })))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        self.meta
+            .delete(&b, &req.input.key)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = i.max_keys.unwrap_or(LIST_MAX);
+        let after = match (&i.continuation_token, &i.start_after) {
+            (Some(t), _) => decode_token(t)?,
+            (None, Some(s)) => s.clone(),
+            (None, None) => String::new(),
+        };
+        let (objects, prefixes, last, truncated) = self
+            .page(&b, &prefix, i.delimiter.as_deref(), &after, max)
+            .await?;
+        let count = (objects.len() + prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(b.name.clone()),
+            prefix: Some(prefix),
+            delimiter: i.delimiter,
+            max_keys: Some(max),
+            key_count: Some(count),
+            is_truncated: Some(truncated),
+            continuation_token: i.continuation_token,
+            next_continuation_token: truncated.then(|| last.map(|l| encode_token(&l))).flatten(),
+            start_after: i.start_after,
+            contents: Some(objects),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            encoding_type: i.encoding_type,
+            ..ListObjectsV2Output::default()
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = i.max_keys.unwrap_or(LIST_MAX);
+        let after = i.marker.clone().unwrap_or_default();
+        let (objects, prefixes, last, truncated) = self
+            .page(&b, &prefix, i.delimiter.as_deref(), &after, max)
+            .await?;
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(b.name.clone()),
+            prefix: Some(prefix),
+            marker: Some(after),
+            delimiter: i.delimiter.clone(),
+            max_keys: Some(max),
+            is_truncated: Some(truncated),
+            // AWS gives NextMarker only with a delimiter.
+            next_marker: (truncated && i.delimiter.is_some())
+                .then_some(last)
+                .flatten(),
+            contents: Some(objects),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            encoding_type: i.encoding_type,
+            ..ListObjectsOutput::default()
+        }))
+    }
+}
+
+/// Continuation tokens: the last key or prefix listed, hex encoded.
+fn encode_token(last: &str) -> String {
+    last.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_token(t: &str) -> S3Result<String> {
+    let bad = || s3_error!(InvalidArgument, "the continuation token is not valid");
+    if t.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes: Option<Vec<u8>> = (0..t.len())
+        .step_by(2)
+        .map(|i| t.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())
+}

@@ -1,0 +1,219 @@
+//! `shoal gateway`: the S3 gateway daemon (on 127.0.0.1:7480 unless told
+//! otherwise), and `shoal gateway user ...`, its users and keys (printed
+//! as JSON, as `radosgw-admin` does). Everything lives in one replicated
+//! pool (`--pool`, `.shoal.gateway` by default), which must exist.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use shoal_gateway::{Meta, MetaError};
+
+use super::common::Ctx;
+
+/// The gateway's pool unless told otherwise.
+const DEFAULT_POOL: &str = ".shoal.gateway";
+
+/// `shoal gateway`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct GatewayArgs {
+    #[command(subcommand)]
+    cmd: Option<GatewayCmd>,
+    /// Listen here (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:7480")]
+    bind: SocketAddr,
+    /// The pool holding users, buckets, indexes and data.
+    #[arg(long, default_value = DEFAULT_POOL)]
+    pool: String,
+    /// Once listening, write `{"pid", "addr"}` here (removed on exit).
+    #[arg(long)]
+    state_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum GatewayCmd {
+    /// Gateway users and their keys.
+    #[command(subcommand)]
+    User(UserCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCmd {
+    /// Creates a user with one key pair (printed).
+    Create {
+        /// The user's id.
+        #[arg(long)]
+        uid: String,
+        /// The name shown as its buckets' owner (the uid by default).
+        #[arg(long)]
+        display_name: Option<String>,
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+    /// Lists the users' ids.
+    Ls {
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+    /// Shows a user and its keys.
+    Info {
+        /// The user's id.
+        #[arg(long)]
+        uid: String,
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+    /// Removes a user (refused while it owns buckets).
+    Rm {
+        /// The user's id.
+        #[arg(long)]
+        uid: String,
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+    /// A user's keys.
+    #[command(subcommand)]
+    Key(KeyCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCmd {
+    /// Adds a key pair to a user.
+    Create {
+        /// The user's id.
+        #[arg(long)]
+        uid: String,
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+    /// Removes a key from a user.
+    Rm {
+        /// The user's id.
+        #[arg(long)]
+        uid: String,
+        /// The access key.
+        #[arg(long)]
+        access_key: String,
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+    },
+}
+
+fn meta_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<Meta> {
+    let p = client.pool(pool).with_context(|| {
+        format!("the gateway's pool {pool} (create it: shoal osd pool create {pool} 8)")
+    })?;
+    Ok(Meta::new(p))
+}
+
+fn print(v: serde_json::Value) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = super::out::Stdout::lock();
+    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn clear(e: MetaError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// Runs `shoal gateway`.
+pub fn run(a: GatewayArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    match a.cmd {
+        Some(GatewayCmd::User(u)) => users(u, ctx),
+        None => daemon(a.bind, a.pool, a.state_file, ctx),
+    }
+}
+
+fn users(cmd: UserCmd, ctx: &Ctx) -> anyhow::Result<()> {
+    super::common::with_data_client(ctx, |client| async move {
+        match cmd {
+            UserCmd::Create {
+                uid,
+                display_name,
+                pool,
+            } => {
+                let m = meta_of(&client, &pool)?;
+                let name = display_name.unwrap_or_else(|| uid.clone());
+                print(serde_json::to_value(
+                    m.user_create(&uid, &name).await.map_err(clear)?,
+                )?)
+            }
+            UserCmd::Ls { pool } => {
+                let m = meta_of(&client, &pool)?;
+                let ids: Vec<String> = m
+                    .users()
+                    .await
+                    .map_err(clear)?
+                    .into_iter()
+                    .map(|u| u.uid)
+                    .collect();
+                print(serde_json::to_value(ids)?)
+            }
+            UserCmd::Info { uid, pool } => {
+                let m = meta_of(&client, &pool)?;
+                match m.user(&uid).await.map_err(clear)? {
+                    Some(u) => print(serde_json::to_value(u)?),
+                    None => anyhow::bail!("user {uid} does not exist"),
+                }
+            }
+            UserCmd::Rm { uid, pool } => {
+                let m = meta_of(&client, &pool)?;
+                m.user_remove(&uid).await.map_err(clear)
+            }
+            UserCmd::Key(KeyCmd::Create { uid, pool }) => {
+                let m = meta_of(&client, &pool)?;
+                print(serde_json::to_value(
+                    m.key_create(&uid).await.map_err(clear)?,
+                )?)
+            }
+            UserCmd::Key(KeyCmd::Rm {
+                uid,
+                access_key,
+                pool,
+            }) => {
+                let m = meta_of(&client, &pool)?;
+                print(serde_json::to_value(
+                    m.key_remove(&uid, &access_key).await.map_err(clear)?,
+                )?)
+            }
+        }
+    })
+}
+
+fn daemon(
+    bind: SocketAddr,
+    pool: String,
+    state_file: Option<std::path::PathBuf>,
+    ctx: &Ctx,
+) -> anyhow::Result<()> {
+    super::common::with_data_client(ctx, |client| async move {
+        let meta = meta_of(&client, &pool)?;
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("listening on {bind}"))?;
+        let addr = listener.local_addr()?;
+        super::common::announce(
+            &format!("serving S3 on http://{addr}/ (pool {pool})"),
+            addr,
+            state_file.as_deref(),
+        )?;
+        let serving = tokio::spawn(shoal_gateway::serve(listener, meta));
+        tokio::select! {
+            r = super::mon::wait_for_signal() => r?,
+            r = serving => r.context("the gateway stopped")??,
+        }
+        if let Some(path) = &state_file {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    })
+}

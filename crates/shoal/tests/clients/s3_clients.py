@@ -1,0 +1,167 @@
+"""The S3 gateway through clients nobody here wrote: boto3 and the aws CLI.
+
+Run by crates/shoal/tests/gateway.rs with the endpoint and two users' keys
+in the environment (GW_ENDPOINT, GW_ALICE_KEY/SECRET, GW_BOB_KEY/SECRET).
+Exits non-zero with the failed check on the first failure.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+EP = os.environ["GW_ENDPOINT"]
+
+
+def client(key, secret):
+    return boto3.client(
+        "s3", endpoint_url=EP, aws_access_key_id=key, aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                      signature_version="s3v4"))
+
+
+def code(f):
+    try:
+        f()
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def anon(method, url, data=None):
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+alice = client(os.environ["GW_ALICE_KEY"], os.environ["GW_ALICE_SECRET"])
+bob = client(os.environ["GW_BOB_KEY"], os.environ["GW_BOB_SECRET"])
+
+# Buckets: each user sees its own; names are the owner's.
+alice.create_bucket(Bucket="photos")
+alice.create_bucket(Bucket="public-site", ACL="public-read")
+assert sorted(b["Name"] for b in alice.list_buckets()["Buckets"]) == ["photos", "public-site"]
+assert bob.list_buckets()["Buckets"] == []
+assert code(lambda: bob.create_bucket(Bucket="photos")) == "BucketAlreadyExists"
+assert code(lambda: alice.head_bucket(Bucket="nope-bucket")) in ("404", "NoSuchBucket")
+
+# Objects: bytes, headers, metadata, ETags as AWS computes them (MD5).
+body = os.urandom(3 * 1024 * 1024 + 17)
+r = alice.put_object(Bucket="photos", Key="cat.jpg", Body=body, ContentType="image/jpeg",
+                     CacheControl="max-age=60", ContentDisposition="inline",
+                     Metadata={"camera": "pinhole"})
+assert r["ETag"] == '"%s"' % hashlib.md5(body).hexdigest(), r["ETag"]
+g = alice.get_object(Bucket="photos", Key="cat.jpg")
+assert g["Body"].read() == body
+assert g["ContentType"] == "image/jpeg" and g["CacheControl"] == "max-age=60"
+assert g["ContentDisposition"] == "inline" and g["Metadata"] == {"camera": "pinhole"}
+h = alice.head_object(Bucket="photos", Key="cat.jpg")
+assert h["ContentLength"] == len(body) and h["ETag"] == r["ETag"]
+part = alice.get_object(Bucket="photos", Key="cat.jpg", Range="bytes=100-199")
+assert part["Body"].read() == body[100:200] and part["ContentRange"] == "bytes 100-199/%d" % len(body)
+tail = alice.get_object(Bucket="photos", Key="cat.jpg", Range="bytes=-10")["Body"].read()
+assert tail == body[-10:]
+assert code(lambda: alice.get_object(Bucket="photos", Key="cat.jpg",
+                                     Range="bytes=%d-" % (len(body) + 5))) == "InvalidRange"
+assert code(lambda: alice.get_object(Bucket="photos", Key="dog.jpg")) == "NoSuchKey"
+# An overwrite replaces the bytes; an empty object is an object.
+alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"smaller")
+assert alice.get_object(Bucket="photos", Key="cat.jpg")["Body"].read() == b"smaller"
+alice.put_object(Bucket="photos", Key="empty", Body=b"")
+assert alice.head_object(Bucket="photos", Key="empty")["ContentLength"] == 0
+
+# Listings, v2 and v1, as AWS answers them.
+keys = ["a/1", "a/2", "a/b/3", "b/1", "c", "d/", "unicode/\u00e5\u00e4\u00f6"]
+for k in keys:
+    alice.put_object(Bucket="photos", Key=k, Body=k.encode())
+everything = sorted(keys + ["cat.jpg", "empty"])
+l = alice.list_objects_v2(Bucket="photos")
+assert [o["Key"] for o in l["Contents"]] == everything, l["Contents"]
+assert l["KeyCount"] == len(everything) and not l["IsTruncated"]
+l = alice.list_objects_v2(Bucket="photos", Delimiter="/")
+assert [o["Key"] for o in l["Contents"]] == ["c", "cat.jpg", "empty"]
+assert [p["Prefix"] for p in l["CommonPrefixes"]] == ["a/", "b/", "d/", "unicode/"]
+l = alice.list_objects_v2(Bucket="photos", Prefix="a/", Delimiter="/")
+assert [o["Key"] for o in l["Contents"]] == ["a/1", "a/2"]
+assert [p["Prefix"] for p in l["CommonPrefixes"]] == ["a/b/"]
+seen, token = [], None
+while True:
+    kw = {"ContinuationToken": token} if token else {}
+    l = alice.list_objects_v2(Bucket="photos", MaxKeys=3, **kw)
+    seen += [o["Key"] for o in l["Contents"]]
+    if not l["IsTruncated"]:
+        break
+    token = l["NextContinuationToken"]
+assert seen == everything, seen
+l = alice.list_objects_v2(Bucket="photos", StartAfter="b/1")
+assert [o["Key"] for o in l["Contents"]] == [k for k in everything if k > "b/1"]
+l = alice.list_objects(Bucket="photos", Marker="a/2", MaxKeys=2)
+assert [o["Key"] for o in l["Contents"]] == ["a/b/3", "b/1"] and l["IsTruncated"]
+l = alice.list_objects(Bucket="photos", Delimiter="/", MaxKeys=2)
+assert l["IsTruncated"] and l["NextMarker"] == "b/", l
+
+# Who may do what: signatures, owners, canned ACLs, presigned URLs.
+wrong = client(os.environ["GW_ALICE_KEY"], "not-the-secret")
+assert code(lambda: wrong.list_buckets()) == "SignatureDoesNotMatch"
+stranger = client("AKIANOSUCHKEY0000000", "whatever")
+assert code(lambda: stranger.list_buckets()) == "InvalidAccessKeyId"
+assert code(lambda: bob.get_object(Bucket="photos", Key="c")) == "AccessDenied"
+assert code(lambda: bob.put_object(Bucket="photos", Key="x", Body=b"x")) == "AccessDenied"
+assert code(lambda: bob.delete_bucket(Bucket="photos")) == "AccessDenied"
+status, _ = anon("GET", "%s/photos/c" % EP)
+assert status == 403, status
+alice.put_object(Bucket="public-site", Key="index.html", Body=b"<h1>hi</h1>")
+status, data = anon("GET", "%s/public-site/index.html" % EP)
+assert (status, data) == (200, b"<h1>hi</h1>"), (status, data)
+status, _ = anon("PUT", "%s/public-site/evil.html" % EP, data=b"x")
+assert status == 403, status
+url = alice.generate_presigned_url("get_object", Params={"Bucket": "photos", "Key": "c"},
+                                   ExpiresIn=300)
+assert anon("GET", url) == (200, b"c")
+short = alice.generate_presigned_url("get_object", Params={"Bucket": "photos", "Key": "c"},
+                                     ExpiresIn=1)
+time.sleep(2)
+assert anon("GET", short)[0] == 403
+
+# The aws CLI: copy up and down, list.
+env = dict(os.environ, AWS_ACCESS_KEY_ID=os.environ["GW_ALICE_KEY"],
+           AWS_SECRET_ACCESS_KEY=os.environ["GW_ALICE_SECRET"], AWS_DEFAULT_REGION="us-east-1")
+with tempfile.TemporaryDirectory() as d:
+    src = os.path.join(d, "src.bin")
+    dst = os.path.join(d, "dst.bin")
+    blob = os.urandom(1024 * 1024 + 3)
+    open(src, "wb").write(blob)
+    aws = ["aws", "--endpoint-url", EP, "s3"]
+    subprocess.run(aws + ["cp", src, "s3://photos/cli/src.bin"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run(aws + ["cp", "s3://photos/cli/src.bin", dst], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    assert open(dst, "rb").read() == blob
+    ls = subprocess.run(aws + ["ls", "s3://photos/cli/"], env=env, check=True,
+                        capture_output=True, text=True).stdout
+    assert "src.bin" in ls and str(len(blob)) in ls, ls
+
+# Deleting: a bucket only when empty.
+assert code(lambda: alice.delete_bucket(Bucket="photos")) == "BucketNotEmpty"
+for o in alice.list_objects_v2(Bucket="photos")["Contents"]:
+    alice.delete_object(Bucket="photos", Key=o["Key"])
+alice.delete_object(Bucket="photos", Key="never-was")  # deleting nothing is fine
+alice.delete_bucket(Bucket="photos")
+assert code(lambda: alice.head_bucket(Bucket="photos")) in ("404", "NoSuchBucket")
+alice.delete_object(Bucket="public-site", Key="index.html")
+alice.delete_bucket(Bucket="public-site")
+assert alice.list_buckets()["Buckets"] == []
+# Bob keeps one: the test then finds his removal refused.
+bob.create_bucket(Bucket="bobs-bucket")
+print("s3 clients: ok")

@@ -1,0 +1,206 @@
+//! `shoal gateway` on a `shoal dev` cluster: users and keys from the CLI
+//! (with errors that name what is wrong), then the S3 API through clients
+//! nobody here wrote — boto3 and the aws CLI (`tests/clients/s3_clients.py`):
+//! buckets per owner, objects with their headers, metadata, ETags and
+//! ranges, listings v1 and v2 with prefixes, delimiters and pagination,
+//! signatures checked (wrong secrets, unknown keys, presigned URLs and
+//! their expiry), owners and canned ACLs, and deletes.
+//!
+//! boto3 and awscli come from PyPI (`.ci/run` installs them and sets
+//! `SHOAL_REQUIRE_TOOLS=1`, so CI fails rather than skips without them).
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+mod common;
+
+use std::process::Command;
+
+use common::Dev;
+
+/// A `shoal gateway` process on a free port, stopped when dropped.
+fn gateway(d: &Dev) -> common::Background {
+    common::Background::start(d, &["gateway", "--bind", "127.0.0.1:0"], "http")
+}
+
+/// Whether boto3 and the aws CLI are installed; without them the client
+/// part is skipped, unless `SHOAL_REQUIRE_TOOLS` says CI must have them.
+fn clients_present() -> bool {
+    let ok = |cmd: &str| {
+        Command::new("sh")
+            .args(["-c", cmd])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if ok("python3 -c 'import boto3' && command -v aws") {
+        return true;
+    }
+    let m = "missing boto3 or the aws CLI: pip install boto3 awscli";
+    assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
+    eprintln!("skipped: {m}");
+    false
+}
+
+/// A `shoal gateway user` command's JSON (it always prints JSON, as
+/// `radosgw-admin` does).
+fn json(d: &Dev, args: &[&str]) -> serde_json::Value {
+    let out = d.ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+fn key(user: &serde_json::Value) -> (String, String) {
+    let k = &user["keys"][0];
+    (
+        k["access_key"].as_str().unwrap().to_string(),
+        k["secret_key"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn s3_clients_use_the_gateway() {
+    let d = Dev::new("gateway");
+    // The gateway `dev up` starts is checked at the end; this one starts
+    // without, to see the errors of a cluster with no gateway pool.
+    d.ok(&["dev", "up", "--dir", d.dir(), "--osds", "3", "--no-gateway"]);
+    // The pool must exist; the error says how to make it.
+    let e = d.run(&["gateway", "user", "create", "--uid", "alice"]);
+    assert!(!e.status.success());
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        msg.contains("shoal osd pool create .shoal.gateway"),
+        "{msg}"
+    );
+    d.ok(&["osd", "pool", "create", ".shoal.gateway", "8"]);
+
+    // Users and keys.
+    let alice = json(&d, &["gateway", "user", "create", "--uid", "alice"]);
+    assert_eq!(alice["uid"], "alice");
+    let (ak, asec) = key(&alice);
+    assert_eq!(ak.len(), 20);
+    let bob = json(
+        &d,
+        &[
+            "gateway",
+            "user",
+            "create",
+            "--uid",
+            "bob",
+            "--display-name",
+            "Bob B.",
+        ],
+    );
+    let (bk, bsec) = key(&bob);
+    let e = d.run(&["gateway", "user", "create", "--uid", "alice"]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("user alice already exists"));
+    let e = d.run(&["gateway", "user", "create", "--uid", "bad uid"]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("bad uid"));
+    assert_eq!(
+        json(&d, &["gateway", "user", "ls"]),
+        serde_json::json!(["alice", "bob"])
+    );
+    let two = json(&d, &["gateway", "user", "key", "create", "--uid", "bob"]);
+    let spare = two["keys"][1]["access_key"].as_str().unwrap().to_string();
+    let one = json(
+        &d,
+        &[
+            "gateway",
+            "user",
+            "key",
+            "rm",
+            "--uid",
+            "bob",
+            "--access-key",
+            &spare,
+        ],
+    );
+    assert_eq!(one["keys"].as_array().unwrap().len(), 1);
+    let e = d.run(&["gateway", "user", "info", "--uid", "carol"]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("user carol does not exist"));
+
+    let gw = gateway(&d);
+    if clients_present() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/s3_clients.py");
+        let out = Command::new("timeout")
+            .args(["300", "python3", script])
+            .env("GW_ENDPOINT", format!("http://{}", gw.addr))
+            .env("GW_ALICE_KEY", &ak)
+            .env("GW_ALICE_SECRET", &asec)
+            .env("GW_BOB_KEY", &bk)
+            .env("GW_BOB_SECRET", &bsec)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A user owning a bucket is not removed (the clients left Bob one);
+    // without one it is.
+    let me = json(&d, &["gateway", "user", "info", "--uid", "bob"]);
+    assert_eq!(me["display_name"], "Bob B.");
+    if clients_present() {
+        let e = d.run(&["gateway", "user", "rm", "--uid", "bob"]);
+        let msg = String::from_utf8_lossy(&e.stderr);
+        assert!(msg.contains("user bob owns buckets bobs-bucket"), "{msg}");
+    }
+    d.ok(&["gateway", "user", "rm", "--uid", "alice"]);
+    assert_eq!(
+        json(&d, &["gateway", "user", "ls"]),
+        serde_json::json!(["bob"])
+    );
+    drop(gw);
+}
+
+/// `shoal dev up` starts a gateway with a user of its own and prints how
+/// to reach it; `dev down` stops it with the rest.
+#[test]
+fn dev_up_starts_a_gateway_and_prints_its_keys() {
+    let d = Dev::new("gateway-dev");
+    let out = d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "1",
+        "--store",
+        "mem",
+    ]);
+    let endpoint = out
+        .split("S3 gateway: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no gateway in {out}"))
+        .trim_end_matches('/')
+        .to_string();
+    let user: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.0.join("gateway/user.json")).unwrap())
+            .unwrap();
+    let (k, s) = key(&user);
+    assert!(out.contains(&format!("AWS_ACCESS_KEY_ID={k}")), "{out}");
+    assert!(out.contains(&format!("AWS_SECRET_ACCESS_KEY={s}")), "{out}");
+    if clients_present() {
+        let script = "import boto3,os,sys\n\
+            c=boto3.client('s3',endpoint_url=os.environ['E'],aws_access_key_id=os.environ['K'],\
+            aws_secret_access_key=os.environ['S'],region_name='us-east-1')\n\
+            c.create_bucket(Bucket='devbucket')\n\
+            c.put_object(Bucket='devbucket',Key='k',Body=b'v')\n\
+            assert c.get_object(Bucket='devbucket',Key='k')['Body'].read()==b'v'\n";
+        let out = Command::new("timeout")
+            .args(["60", "python3", "-c", script])
+            .env("E", &endpoint)
+            .env("K", &k)
+            .env("S", &s)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let down = d.ok(&["dev", "down", "--dir", d.dir()]);
+    assert!(down.contains("stopped 3 daemons"), "{down}");
+}

@@ -6,13 +6,15 @@
 //!   creation time, canned ACL);
 //! - `index.<bucket id>`: omap `<object key>` → the object's entry (size,
 //!   ETag, modification time, content headers, user metadata, and the
-//!   name of the data object that holds its bytes);
-//! - `data.<bucket id>.<tag>`: an object's bytes, a fresh name per write.
+//!   parts that hold its bytes);
+//! - `data.<bucket id>.<tag>.<n>`: an object's bytes in stripes of
+//!   [`STRIPE`] bytes, `n` from 0, a fresh tag per write: a request holds
+//!   at most a stripe in memory whatever the object's size.
 //!
-//! A PUT writes its data object first and then its index entry, and only
-//! then removes the data object the entry replaced: a reader that finds an
-//! entry finds its data, a write that dies before its entry leaves an
-//! unlisted data object, never a listed half-written one.
+//! A PUT writes its stripes first and then its index entry, and only then
+//! removes the stripes the entry replaced: a reader that finds an entry
+//! finds its data, a write that dies before its entry leaves unlisted
+//! stripes, never a listed half-written object.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +48,9 @@ pub enum MetaError {
     /// Bad input.
     #[error("{0}")]
     Invalid(String),
+    /// A body larger than allowed.
+    #[error("larger than {0} bytes")]
+    TooLarge(u64),
 }
 
 /// Result of the gateway's record operations.
@@ -95,13 +100,36 @@ pub struct Entry {
     pub etag: String,
     /// Last modification, ms since the Unix epoch.
     pub mtime_ms: u64,
-    /// The data object holding the bytes.
-    pub data: String,
+    /// The runs of stripes holding the bytes, in order.
+    pub parts: Vec<Part>,
     /// Content-Type and the other standard headers given at upload.
     pub headers: BTreeMap<String, String>,
     /// User metadata (`x-amz-meta-*`).
     pub meta: BTreeMap<String, String>,
 }
+
+/// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Part {
+    /// The stripes' name without their number.
+    pub prefix: String,
+    /// Bytes in the run.
+    pub size: u64,
+}
+
+impl Part {
+    /// The stripes of the run, with the bytes each holds.
+    pub fn stripes(&self) -> impl Iterator<Item = (String, u64)> + '_ {
+        let n = self.size.div_ceil(STRIPE);
+        (0..n).map(move |i| {
+            let len = (self.size - i * STRIPE).min(STRIPE);
+            (format!("{}.{i}", self.prefix), len)
+        })
+    }
+}
+
+/// Bytes per data object.
+pub const STRIPE: u64 = 4 << 20;
 
 const USERS: &str = "users";
 const BUCKETS: &str = "buckets";
@@ -385,32 +413,133 @@ impl Meta {
         }
     }
 
-    /// Stores `data` as `key` of `b` with `entry`'s metadata (its size,
-    /// ETag and data object are filled in here); the data it replaces is
-    /// removed after the entry points at the new one.
-    pub async fn put(&self, b: &Bucket, key: &str, data: Bytes, mut entry: Entry) -> Result<Entry> {
+    /// Writes `body` (chunks as they arrive) as a run of stripes named
+    /// after `prefix`, a stripe in memory at a time, at most `max` bytes;
+    /// the run and the data's MD5. On an error the stripes written go.
+    pub async fn write_run<S, E>(
+        &self,
+        prefix: String,
+        mut body: S,
+        max: u64,
+    ) -> Result<(Part, [u8; 16])>
+    where
+        S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        use futures_util::StreamExt;
         use md5::Digest;
-        let old = self.entry(b, key).await?;
-        entry.size = data.len() as u64;
-        entry.etag = hex(&md5::Md5::digest(&data));
+        let mut md5 = md5::Md5::new();
+        let mut part = Part { prefix, size: 0 };
+        let mut buf = bytes::BytesMut::new();
+        let mut n = 0u64;
+        let r: Result<()> = async {
+            loop {
+                let chunk = match body.next().await {
+                    Some(Ok(c)) => Some(c),
+                    Some(Err(e)) => {
+                        return Err(MetaError::Invalid(format!("reading the body: {e}")));
+                    }
+                    None => None,
+                };
+                let done = chunk.is_none();
+                if let Some(c) = chunk {
+                    part.size += c.len() as u64;
+                    if part.size > max {
+                        return Err(MetaError::TooLarge(max));
+                    }
+                    md5.update(&c);
+                    buf.extend_from_slice(&c);
+                }
+                while buf.len() as u64 >= STRIPE || (done && !buf.is_empty()) {
+                    let take = buf.len().min(STRIPE as usize);
+                    let stripe = buf.split_to(take).freeze();
+                    self.pool
+                        .write_full(&format!("{}.{n}", part.prefix), stripe)
+                        .await?;
+                    n += 1;
+                }
+                if done {
+                    return Ok(());
+                }
+            }
+        }
+        .await;
+        if let Err(e) = r {
+            let written = Part {
+                prefix: part.prefix.clone(),
+                size: n * STRIPE,
+            };
+            let _ = self.remove_run(&written).await;
+            return Err(e);
+        }
+        Ok((part, md5.finalize().into()))
+    }
+
+    /// Stores `body` as `key` of `b` with `entry`'s metadata (its size,
+    /// ETag and parts are filled in here); the data it replaces is removed
+    /// after the entry points at the new one.
+    pub async fn put<S, E>(
+        &self,
+        b: &Bucket,
+        key: &str,
+        body: S,
+        max: u64,
+        mut entry: Entry,
+    ) -> Result<Entry>
+    where
+        S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let prefix = format!("data.{}.{}", b.id, random_hex(12));
+        let (part, md5) = self.write_run(prefix, body, max).await?;
+        entry.size = part.size;
+        entry.etag = hex(&md5);
         entry.mtime_ms = now_ms();
-        entry.data = format!("data.{}.{}", b.id, random_hex(12));
-        self.pool.write_full(&entry.data, data).await?;
+        entry.parts = vec![part];
+        self.commit(b, key, entry).await
+    }
+
+    /// Points `key` of `b` at `entry` and removes what it pointed at.
+    pub async fn commit(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
+        let old = self.entry(b, key).await?;
         self.pool
             .omap_set(&index_oid(b), &[(key, encode(&entry)?)])
             .await?;
         if let Some(o) = old {
-            self.remove_data(&o.data).await?;
+            for p in &o.parts {
+                self.remove_run(p).await?;
+            }
         }
         Ok(entry)
     }
 
-    /// Bytes `[start, end)` of the object `entry` describes.
-    pub async fn read(&self, entry: &Entry, start: u64, end: u64) -> Result<Bytes> {
-        if end <= start {
-            return Ok(Bytes::new());
+    /// The pieces `(data object, offset in it, length)` of bytes
+    /// `[start, end)` of the object `entry` describes, in order.
+    pub fn pieces(entry: &Entry, start: u64, end: u64) -> Vec<(String, u64, u64)> {
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        for p in &entry.parts {
+            for (oid, len) in p.stripes() {
+                let (s, e) = (at.max(start), (at + len).min(end));
+                if s < e {
+                    out.push((oid, s - at, e - s));
+                }
+                at += len;
+            }
         }
-        Ok(self.pool.read(&entry.data, start, end - start).await?)
+        out
+    }
+
+    /// Reads one piece (see [`Meta::pieces`]).
+    pub async fn read_piece(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let b = self.pool.read(oid, offset, len).await?;
+        if b.len() as u64 != len {
+            return Err(MetaError::Damaged {
+                what: oid.to_string(),
+                why: format!("{} bytes where {len} were written", b.len()),
+            });
+        }
+        Ok(b)
     }
 
     /// Removes `key` from `b` (absent: nothing to do).
@@ -419,7 +548,18 @@ impl Meta {
             return Ok(());
         };
         self.pool.omap_rm_keys(&index_oid(b), &[key]).await?;
-        self.remove_data(&e.data).await
+        for p in &e.parts {
+            self.remove_run(p).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes every stripe of `part` (those already gone are fine).
+    pub async fn remove_run(&self, part: &Part) -> Result<()> {
+        for (oid, _) in part.stripes() {
+            self.remove_data(&oid).await?;
+        }
+        Ok(())
     }
 
     async fn remove_data(&self, oid: &str) -> Result<()> {

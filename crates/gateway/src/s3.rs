@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use s3s::dto::{
     Bucket as S3Bucket, CommonPrefix, CreateBucketInput, CreateBucketOutput, DeleteBucketInput,
     DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, ETag, GetBucketLocationInput,
@@ -21,8 +20,8 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::meta::{Bucket, Entry, Meta, MetaError, User};
 
-/// Largest object a single PUT stores (the data object holds it whole).
-pub const OBJECT_MAX: usize = 64 << 20;
+/// Largest object a single PUT stores (AWS's limit).
+pub const PUT_MAX: u64 = 5 << 30;
 /// Keys a listing answers at most (AWS's limit).
 const LIST_MAX: i32 = 1000;
 
@@ -208,23 +207,39 @@ impl Gateway {
     }
 }
 
-async fn body_bytes(body: Option<StreamingBlob>) -> S3Result<Bytes> {
-    let Some(mut body) = body else {
-        return Ok(Bytes::new());
-    };
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
-        if buf.len() + chunk.len() > OBJECT_MAX {
-            return Err(s3_error!(
-                EntityTooLarge,
-                "objects are at most {OBJECT_MAX} bytes"
-            ));
+/// A GET's body: the pieces read one after another by a task of its own
+/// and handed over through a channel of one, so a request holds at most
+/// two stripes whatever the object's size; a read that fails ends the body
+/// with the error (the client sees a short body).
+fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>) -> StreamingBlob {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for (oid, off, len) in pieces {
+            let r = meta
+                .read_piece(&oid, off, len)
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()));
+            let failed = r.is_err();
+            if tx.send(r).await.is_err() || failed {
+                return;
+            }
         }
-        buf.extend_from_slice(&chunk);
+    });
+    StreamingBlob::wrap(Chunks(rx))
+}
+
+/// The receiving end of [`streamed`]'s channel, as a stream.
+struct Chunks(tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl futures_util::Stream for Chunks {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
     }
-    Ok(buf.freeze())
 }
 
 #[async_trait::async_trait]
@@ -314,7 +329,6 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
         let input = req.input;
-        let data = body_bytes(input.body).await?;
         let mut headers = BTreeMap::new();
         let mut put = |name: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -333,11 +347,20 @@ impl S3 for Gateway {
             meta,
             ..Entry::default()
         };
-        let e = self
-            .meta
-            .put(&b, &input.key, data, entry)
-            .await
-            .map_err(internal)?;
+        let body = input
+            .body
+            .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let e = match self.meta.put(&b, &input.key, body, PUT_MAX, entry).await {
+            Ok(e) => e,
+            Err(MetaError::TooLarge(n)) => {
+                return Err(s3_error!(
+                    EntityTooLarge,
+                    "a single PUT is at most {n} bytes"
+                ));
+            }
+            Err(MetaError::Invalid(m)) => return Err(s3_error!(IncompleteBody, "{m}")),
+            Err(e) => return Err(internal(e)),
+        };
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&e)),
             ..PutObjectOutput::default()
@@ -359,18 +382,8 @@ impl S3 for Gateway {
             }
             None => (0..e.size, false),
         };
-        let data = match self.meta.read(&e, range.start, range.end).await {
-            Ok(d) => d,
-            // Replaced between the index and the read: the new one.
-            Err(MetaError::Cluster(shoal_client::Error::NotFound(_))) => {
-                return Err(s3_error!(
-                    NoSuchKey,
-                    "{} was replaced while read: retry",
-                    req.input.key
-                ));
-            }
-            Err(e) => return Err(internal(e)),
-        };
+        let pieces = Meta::pieces(&e, range.start, range.end);
+        let data = streamed(self.meta.clone(), pieces);
         let content_range = partial.then(|| {
             format!(
                 "bytes {}-{}/{}",
@@ -380,7 +393,7 @@ impl S3 for Gateway {
             )
         });
         Ok(S3Response::new(object_output!(GetObjectOutput, &e, {
-            body: Some(StreamingBlob::from(s3s::Body::from(data))),
+            body: Some(data),
             content_length: Some((range.end - range.start) as i64),
             content_range: content_range,
         })))

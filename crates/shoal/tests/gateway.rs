@@ -136,6 +136,11 @@ fn s3_clients_use_the_gateway() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // Every object deleted, every overwritten and deleted stripe is gone:
+    // the pool holds the records alone.
+    let left = d.ok(&["rados", "-p", ".shoal.gateway", "ls"]);
+    let data: Vec<&str> = left.lines().filter(|l| l.starts_with("data.")).collect();
+    assert!(data.is_empty(), "left behind: {data:?}");
     // A user owning a bucket is not removed (the clients left Bob one);
     // without one it is.
     let me = json(&d, &["gateway", "user", "info", "--uid", "bob"]);

@@ -75,6 +75,15 @@ assert tail == body[-10:]
 assert code(lambda: alice.get_object(Bucket="photos", Key="cat.jpg",
                                      Range="bytes=%d-" % (len(body) + 5))) == "InvalidRange"
 assert code(lambda: alice.get_object(Bucket="photos", Key="dog.jpg")) == "NoSuchKey"
+# An object of several 4 MiB stripes, read whole and across a boundary.
+big = os.urandom(9 * 1024 * 1024 + 5)
+r = alice.put_object(Bucket="photos", Key="big.bin", Body=big)
+assert r["ETag"] == '"%s"' % hashlib.md5(big).hexdigest()
+assert alice.get_object(Bucket="photos", Key="big.bin")["Body"].read() == big
+edge = 4 * 1024 * 1024
+got = alice.get_object(Bucket="photos", Key="big.bin", Range="bytes=%d-%d" % (edge - 3, edge + 2 * edge))
+assert got["Body"].read() == big[edge - 3:3 * edge + 1]
+alice.delete_object(Bucket="photos", Key="big.bin")
 # An overwrite replaces the bytes; an empty object is an object.
 alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"smaller")
 assert alice.get_object(Bucket="photos", Key="cat.jpg")["Body"].read() == b"smaller"

@@ -51,6 +51,15 @@ pub enum MetaError {
     /// A body larger than allowed.
     #[error("larger than {0} bytes")]
     TooLarge(u64),
+    /// A complete names parts out of order.
+    #[error("the parts are not in ascending order")]
+    Order,
+    /// A complete names a part not uploaded, or with another ETag.
+    #[error("part {0} was not uploaded with that ETag")]
+    BadPart(u32),
+    /// A part but the last is smaller than 5 MiB.
+    #[error("part {0} is smaller than 5 MiB and not the last")]
+    PartTooSmall(u32),
 }
 
 /// Result of the gateway's record operations.
@@ -372,11 +381,13 @@ impl Meta {
         if !first.is_empty() {
             return Err(MetaError::NotEmpty(b.name.clone()));
         }
-        self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
-        match self.pool.remove(&index_oid(b)).await {
-            Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
-            Err(e) => Err(e.into()),
+        // Uploads never completed go with it, parts and all.
+        for u in self.uploads(b, "").await? {
+            self.upload_abort(b, &u).await?;
         }
+        self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
+        self.remove_data(&uploads_oid(b)).await?;
+        self.remove_data(&index_oid(b)).await
     }
 
     /// Up to `max` index entries of `b` after `after`, whose keys start
@@ -607,3 +618,251 @@ fn check_uid(uid: &str) -> Result<()> {
         )))
     }
 }
+
+/// A multipart upload in progress (`uploads.<bucket id>`, keyed by
+/// `<object key>\n<upload id>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Upload {
+    /// The object key it will complete as.
+    pub key: String,
+    /// Its id.
+    pub upload_id: String,
+    /// When it began, ms since the Unix epoch.
+    pub initiated_ms: u64,
+    /// The object's entry as it will be (headers and metadata given at
+    /// creation).
+    pub entry: Entry,
+}
+
+/// One uploaded part (`upload.<bucket id>.<upload id>`, keyed by its
+/// number, zero-padded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct UploadedPart {
+    /// Its number (1-10 000).
+    pub number: u32,
+    /// Its bytes.
+    pub run: Part,
+    /// Hex MD5 of its data.
+    pub etag: String,
+    /// When it was uploaded.
+    pub mtime_ms: u64,
+}
+
+/// Parts of an upload at most (AWS's limit).
+pub const PARTS_MAX: u32 = 10_000;
+/// Smallest part but the last (AWS's limit).
+pub const PART_MIN: u64 = 5 << 20;
+
+fn uploads_oid(b: &Bucket) -> String {
+    format!("uploads.{}", b.id)
+}
+
+fn parts_oid(b: &Bucket, upload_id: &str) -> String {
+    format!("upload.{}.{upload_id}", b.id)
+}
+
+fn upload_key(key: &str, upload_id: &str) -> String {
+    format!("{key}\n{upload_id}")
+}
+
+impl Meta {
+    /// Begins a multipart upload of `key` into `b`, its entry's headers
+    /// and metadata taken from `entry`.
+    pub async fn upload_create(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Upload> {
+        let u = Upload {
+            key: key.to_string(),
+            upload_id: random_hex(16),
+            initiated_ms: now_ms(),
+            entry,
+        };
+        self.pool.create(&parts_oid(b, &u.upload_id), true).await?;
+        self.pool
+            .omap_set(
+                &uploads_oid(b),
+                &[(upload_key(key, &u.upload_id), encode(&u)?)],
+            )
+            .await?;
+        Ok(u)
+    }
+
+    /// The upload `upload_id` of `key` in `b`.
+    pub async fn upload(&self, b: &Bucket, key: &str, upload_id: &str) -> Result<Upload> {
+        let k = upload_key(key, upload_id);
+        match self.get_one(&uploads_oid(b), &k).await? {
+            Some(v) => decode(&format!("upload {upload_id}"), &v),
+            None => Err(MetaError::Missing(format!("upload {upload_id} of {key}"))),
+        }
+    }
+
+    /// Stores part `number` of an upload (replacing an earlier one of the
+    /// same number).
+    pub async fn upload_part<S, E>(
+        &self,
+        b: &Bucket,
+        u: &Upload,
+        number: u32,
+        body: S,
+    ) -> Result<UploadedPart>
+    where
+        S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        if !(1..=PARTS_MAX).contains(&number) {
+            return Err(MetaError::Invalid(format!(
+                "part numbers are 1-{PARTS_MAX}, not {number}"
+            )));
+        }
+        let prefix = format!("data.{}.{}.{number}.{}", b.id, u.upload_id, random_hex(4));
+        let (run, md5) = self.write_run(prefix, body, PUT_PART_MAX).await?;
+        let part = UploadedPart {
+            number,
+            run,
+            etag: hex(&md5),
+            mtime_ms: now_ms(),
+        };
+        let oid = parts_oid(b, &u.upload_id);
+        let k = format!("{number:05}");
+        let old = self.get_one(&oid, &k).await?;
+        let stored = self
+            .pool
+            .omap_set(&oid, &[(k.as_str(), encode(&part)?)])
+            .await;
+        if let Err(e) = stored {
+            let _ = self.remove_run(&part.run).await;
+            return Err(e.into());
+        }
+        if let Some(o) = old {
+            let o: UploadedPart = decode("a part", &o)?;
+            self.remove_run(&o.run).await?;
+        }
+        Ok(part)
+    }
+
+    /// The parts of an upload, by number.
+    pub async fn upload_parts(&self, b: &Bucket, u: &Upload) -> Result<Vec<UploadedPart>> {
+        let mut out = Vec::new();
+        for (k, v) in self.omap_all(&parts_oid(b, &u.upload_id), "").await? {
+            out.push(decode(&String::from_utf8_lossy(&k), &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Completes an upload with `chosen` (number, ETag) parts, ascending:
+    /// the object becomes their bytes in order, its ETag the MD5 of their
+    /// MD5s and their count, as AWS computes it; parts not chosen go.
+    pub async fn upload_complete(
+        &self,
+        b: &Bucket,
+        u: &Upload,
+        chosen: &[(u32, String)],
+    ) -> Result<Entry> {
+        use md5::Digest;
+        if chosen.is_empty() {
+            return Err(MetaError::Invalid("no parts named".into()));
+        }
+        if chosen.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(MetaError::Order);
+        }
+        let have: BTreeMap<u32, UploadedPart> = self
+            .upload_parts(b, u)
+            .await?
+            .into_iter()
+            .map(|p| (p.number, p))
+            .collect();
+        let mut md5s = md5::Md5::new();
+        let mut entry = u.entry.clone();
+        entry.parts.clear();
+        entry.size = 0;
+        for (i, (n, etag)) in chosen.iter().enumerate() {
+            let p = have
+                .get(n)
+                .filter(|p| p.etag == etag.trim_matches('"'))
+                .ok_or(MetaError::BadPart(*n))?;
+            if i + 1 < chosen.len() && p.run.size < PART_MIN {
+                return Err(MetaError::PartTooSmall(*n));
+            }
+            let raw: Vec<u8> = (0..p.etag.len() / 2)
+                .filter_map(|j| u8::from_str_radix(&p.etag[2 * j..2 * j + 2], 16).ok())
+                .collect();
+            md5s.update(&raw);
+            entry.size += p.run.size;
+            entry.parts.push(p.run.clone());
+        }
+        entry.etag = format!("{}-{}", hex(&md5s.finalize()), chosen.len());
+        entry.mtime_ms = now_ms();
+        let entry = self.commit(b, &u.key, entry).await?;
+        let used: Vec<u32> = chosen.iter().map(|(n, _)| *n).collect();
+        for (n, p) in &have {
+            if !used.contains(n) {
+                self.remove_run(&p.run).await?;
+            }
+        }
+        // Kept so that a repeated complete answers as the first did.
+        let done = Completed {
+            etag: entry.etag.clone(),
+        };
+        self.pool
+            .omap_set(
+                &uploads_oid(b),
+                &[(
+                    format!("\u{1}done\n{}", upload_key(&u.key, &u.upload_id)),
+                    encode(&done)?,
+                )],
+            )
+            .await?;
+        self.upload_forget(b, u).await?;
+        Ok(entry)
+    }
+
+    /// A completed upload's answer, if `upload_id` of `key` completed and
+    /// the object is still what it made.
+    pub async fn upload_completed(
+        &self,
+        b: &Bucket,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Option<Entry>> {
+        let k = format!("\u{1}done\n{}", upload_key(key, upload_id));
+        let Some(v) = self.get_one(&uploads_oid(b), &k).await? else {
+            return Ok(None);
+        };
+        let done: Completed = decode("a completed upload", &v)?;
+        Ok(self.entry(b, key).await?.filter(|e| e.etag == done.etag))
+    }
+
+    /// Aborts an upload: its parts and records go.
+    pub async fn upload_abort(&self, b: &Bucket, u: &Upload) -> Result<()> {
+        for p in self.upload_parts(b, u).await? {
+            self.remove_run(&p.run).await?;
+        }
+        self.upload_forget(b, u).await
+    }
+
+    async fn upload_forget(&self, b: &Bucket, u: &Upload) -> Result<()> {
+        self.pool
+            .omap_rm_keys(&uploads_oid(b), &[upload_key(&u.key, &u.upload_id)])
+            .await?;
+        self.remove_data(&parts_oid(b, &u.upload_id)).await
+    }
+
+    /// Uploads in progress in `b` whose keys start with `prefix`, by key.
+    pub async fn uploads(&self, b: &Bucket, prefix: &str) -> Result<Vec<Upload>> {
+        let mut out = Vec::new();
+        for (k, v) in self.omap_all(&uploads_oid(b), prefix).await? {
+            if k.first() == Some(&1) {
+                continue;
+            }
+            out.push(decode(&String::from_utf8_lossy(&k), &v)?);
+        }
+        Ok(out)
+    }
+}
+
+/// What a repeated complete of an upload answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Completed {
+    etag: String,
+}
+
+/// Largest part (AWS's limit).
+pub const PUT_PART_MAX: u64 = 5 << 30;

@@ -9,16 +9,20 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use s3s::dto::{
-    Bucket as S3Bucket, CommonPrefix, CreateBucketInput, CreateBucketOutput, DeleteBucketInput,
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket as S3Bucket, CommonPrefix,
+    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CreateBucketInput,
+    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
     DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, ETag, GetBucketLocationInput,
     GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
-    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsInput,
-    ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, Owner, PutObjectInput,
-    PutObjectOutput, StreamingBlob, Timestamp,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectsInput, ListObjectsOutput,
+    ListObjectsV2Input, ListObjectsV2Output, ListPartsInput, ListPartsOutput, MultipartUpload,
+    Object, Owner, Part as S3Part, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+    UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use crate::meta::{Bucket, Entry, Meta, MetaError, User};
+use crate::meta::{Bucket, Entry, Meta, MetaError, Upload, User};
 
 /// Largest object a single PUT stores (AWS's limit).
 pub const PUT_MAX: u64 = 5 << 30;
@@ -329,24 +333,14 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
         let input = req.input;
-        let mut headers = BTreeMap::new();
-        let mut put = |name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                headers.insert(name.to_string(), v);
-            }
-        };
-        put("content-type", input.content_type.map(|c| c.to_string()));
-        put("content-encoding", input.content_encoding);
-        put("content-disposition", input.content_disposition);
-        put("content-language", input.content_language);
-        put("cache-control", input.cache_control);
-        let meta: BTreeMap<String, String> =
-            input.metadata.unwrap_or_default().into_iter().collect();
-        let entry = Entry {
-            headers,
-            meta,
-            ..Entry::default()
-        };
+        let entry = new_entry(
+            input.content_type.map(|c| c.to_string()),
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            input.metadata,
+        );
         let body = input
             .body
             .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
@@ -422,6 +416,210 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let i = req.input;
+        let entry = new_entry(
+            i.content_type.map(|c| c.to_string()),
+            i.content_encoding,
+            i.content_disposition,
+            i.content_language,
+            i.cache_control,
+            i.metadata,
+        );
+        let u = self
+            .meta
+            .upload_create(&b, &i.key, entry)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(b.name),
+            key: Some(i.key),
+            upload_id: Some(u.upload_id),
+            ..CreateMultipartUploadOutput::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let i = req.input;
+        let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
+        let number = u32::try_from(i.part_number)
+            .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
+        let body = i
+            .body
+            .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let p = self
+            .meta
+            .upload_part(&b, &u, number, body)
+            .await
+            .map_err(upload_error)?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(p.etag)),
+            ..UploadPartOutput::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let i = req.input;
+        let answer = |e: &Entry| CompleteMultipartUploadOutput {
+            bucket: Some(b.name.clone()),
+            key: Some(i.key.clone()),
+            e_tag: Some(etag(e)),
+            location: Some(format!("/{}/{}", b.name, i.key)),
+            ..CompleteMultipartUploadOutput::default()
+        };
+        let u = match self.meta.upload(&b, &i.key, &i.upload_id).await {
+            Ok(u) => u,
+            Err(MetaError::Missing(m)) => {
+                // A repeated complete of an upload that completed answers
+                // as the first one did while the object is what it made.
+                return match self
+                    .meta
+                    .upload_completed(&b, &i.key, &i.upload_id)
+                    .await
+                    .map_err(internal)?
+                {
+                    Some(e) => Ok(S3Response::new(answer(&e))),
+                    None => Err(s3_error!(NoSuchUpload, "{m}")),
+                };
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        let mut chosen = Vec::new();
+        for p in i
+            .multipart_upload
+            .as_ref()
+            .and_then(|m| m.parts.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let n = p
+                .part_number
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| s3_error!(InvalidPart, "a part without its number"))?;
+            let tag = match &p.e_tag {
+                Some(ETag::Strong(t) | ETag::Weak(t)) => t.clone(),
+                None => return Err(s3_error!(InvalidPart, "part {n} without its ETag")),
+            };
+            chosen.push((n, tag));
+        }
+        if chosen.is_empty() {
+            return Err(s3_error!(MalformedXML, "the upload names no parts"));
+        }
+        let e = self
+            .meta
+            .upload_complete(&b, &u, &chosen)
+            .await
+            .map_err(upload_error)?;
+        Ok(S3Response::new(answer(&e)))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let u = self
+            .upload_of(&b, &req.input.key, &req.input.upload_id)
+            .await?;
+        self.meta.upload_abort(&b, &u).await.map_err(internal)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let i = req.input;
+        let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
+        let after = i.part_number_marker.unwrap_or(0);
+        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000);
+        let all = self.meta.upload_parts(&b, &u).await.map_err(internal)?;
+        let rest: Vec<_> = all
+            .into_iter()
+            .filter(|p| i64::from(p.number) > i64::from(after))
+            .collect();
+        let truncated = rest.len() > max as usize;
+        let page: Vec<S3Part> = rest
+            .into_iter()
+            .take(max as usize)
+            .map(|p| S3Part {
+                part_number: Some(p.number as i32),
+                size: Some(p.run.size as i64),
+                e_tag: Some(ETag::Strong(p.etag)),
+                last_modified: Some(timestamp(p.mtime_ms)),
+                ..S3Part::default()
+            })
+            .collect();
+        let next = page.last().and_then(|p| p.part_number);
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(b.name),
+            key: Some(i.key),
+            upload_id: Some(i.upload_id),
+            part_number_marker: Some(after),
+            max_parts: Some(max),
+            is_truncated: Some(truncated),
+            next_part_number_marker: truncated.then_some(next).flatten(),
+            parts: Some(page),
+            ..ListPartsOutput::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let all = self.meta.uploads(&b, &prefix).await.map_err(internal)?;
+        let after = (
+            i.key_marker.clone().unwrap_or_default(),
+            i.upload_id_marker.clone().unwrap_or_default(),
+        );
+        let rest: Vec<Upload> = all
+            .into_iter()
+            .filter(|u| after.0.is_empty() || (u.key.clone(), u.upload_id.clone()) > after)
+            .collect();
+        let truncated = rest.len() > max;
+        let page: Vec<Upload> = rest.into_iter().take(max).collect();
+        let last = page.last().map(|u| (u.key.clone(), u.upload_id.clone()));
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(b.name),
+            prefix: Some(prefix),
+            key_marker: i.key_marker,
+            upload_id_marker: i.upload_id_marker,
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: truncated.then(|| last.clone().map(|l| l.0)).flatten(),
+            next_upload_id_marker: truncated.then(|| last.map(|l| l.1)).flatten(),
+            uploads: Some(
+                page.into_iter()
+                    .map(|u| MultipartUpload {
+                        key: Some(u.key),
+                        upload_id: Some(u.upload_id),
+                        initiated: Some(timestamp(u.initiated_ms)),
+                        ..MultipartUpload::default()
+                    })
+                    .collect(),
+            ),
+            ..ListMultipartUploadsOutput::default()
+        }))
+    }
+
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
@@ -484,6 +682,55 @@ impl S3 for Gateway {
             encoding_type: i.encoding_type,
             ..ListObjectsOutput::default()
         }))
+    }
+}
+
+/// An object's entry-to-be from the headers of its upload.
+fn new_entry(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    cache_control: Option<String>,
+    metadata: Option<s3s::dto::Metadata>,
+) -> Entry {
+    let mut headers = BTreeMap::new();
+    for (name, v) in [
+        ("content-type", content_type),
+        ("content-encoding", content_encoding),
+        ("content-disposition", content_disposition),
+        ("content-language", content_language),
+        ("cache-control", cache_control),
+    ] {
+        if let Some(v) = v {
+            headers.insert(name.to_string(), v);
+        }
+    }
+    Entry {
+        headers,
+        meta: metadata.unwrap_or_default().into_iter().collect(),
+        ..Entry::default()
+    }
+}
+
+fn upload_error(e: MetaError) -> S3Error {
+    match e {
+        MetaError::Missing(m) => s3_error!(NoSuchUpload, "{m}"),
+        MetaError::Order => s3_error!(InvalidPartOrder),
+        MetaError::BadPart(n) => s3_error!(InvalidPart, "part {n} was not uploaded with that ETag"),
+        MetaError::PartTooSmall(n) => s3_error!(EntityTooSmall, "part {n} is smaller than 5 MiB"),
+        MetaError::TooLarge(n) => s3_error!(EntityTooLarge, "a part is at most {n} bytes"),
+        MetaError::Invalid(m) => s3_error!(InvalidArgument, "{m}"),
+        other => internal(other),
+    }
+}
+
+impl Gateway {
+    async fn upload_of(&self, b: &Bucket, key: &str, upload_id: &str) -> S3Result<Upload> {
+        self.meta
+            .upload(b, key, upload_id)
+            .await
+            .map_err(upload_error)
     }
 }
 

@@ -84,6 +84,56 @@ edge = 4 * 1024 * 1024
 got = alice.get_object(Bucket="photos", Key="big.bin", Range="bytes=%d-%d" % (edge - 3, edge + 2 * edge))
 assert got["Body"].read() == big[edge - 3:3 * edge + 1]
 alice.delete_object(Bucket="photos", Key="big.bin")
+# Multipart: parts, listings, completion with the ETag AWS computes, a
+# repeated complete, bad completions, abort.
+mp = alice.create_multipart_upload(Bucket="photos", Key="movie.mp4", ContentType="video/mp4",
+                                   Metadata={"take": "2"})
+uid = mp["UploadId"]
+chunks = [os.urandom(5 * 1024 * 1024), os.urandom(5 * 1024 * 1024 + 1), os.urandom(123)]
+etags = []
+for n, c in enumerate(chunks, 1):
+    etags.append(alice.upload_part(Bucket="photos", Key="movie.mp4", UploadId=uid, PartNumber=n,
+                                   Body=c)["ETag"])
+# A part uploaded again replaces the first upload of its number.
+chunks[2] = os.urandom(77)
+etags[2] = alice.upload_part(Bucket="photos", Key="movie.mp4", UploadId=uid, PartNumber=3,
+                             Body=chunks[2])["ETag"]
+parts = alice.list_parts(Bucket="photos", Key="movie.mp4", UploadId=uid)["Parts"]
+assert [(p["PartNumber"], p["Size"], p["ETag"]) for p in parts] == \
+    [(n, len(c), e) for n, (c, e) in enumerate(zip(chunks, etags), 1)], parts
+ups = alice.list_multipart_uploads(Bucket="photos")["Uploads"]
+assert [(u["Key"], u["UploadId"]) for u in ups] == [("movie.mp4", uid)], ups
+done = [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]
+assert code(lambda: alice.complete_multipart_upload(
+    Bucket="photos", Key="movie.mp4", UploadId=uid,
+    MultipartUpload={"Parts": [done[1], done[0]]})) == "InvalidPartOrder"
+assert code(lambda: alice.complete_multipart_upload(
+    Bucket="photos", Key="movie.mp4", UploadId=uid,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"00"'}]})) == "InvalidPart"
+assert code(lambda: alice.complete_multipart_upload(
+    Bucket="photos", Key="movie.mp4", UploadId=uid,
+    MultipartUpload={"Parts": [done[2], {"PartNumber": 4, "ETag": etags[0]}]})) in (
+        "InvalidPart", "EntityTooSmall")
+r = alice.complete_multipart_upload(Bucket="photos", Key="movie.mp4", UploadId=uid,
+                                    MultipartUpload={"Parts": done})
+want = hashlib.md5(b"".join(hashlib.md5(c).digest() for c in chunks)).hexdigest() + "-3"
+assert r["ETag"] == '"%s"' % want, (r["ETag"], want)
+again = alice.complete_multipart_upload(Bucket="photos", Key="movie.mp4", UploadId=uid,
+                                        MultipartUpload={"Parts": done})
+assert again["ETag"] == r["ETag"]
+g = alice.get_object(Bucket="photos", Key="movie.mp4")
+assert g["Body"].read() == b"".join(chunks) and g["ContentType"] == "video/mp4"
+assert g["Metadata"] == {"take": "2"}
+got = alice.get_object(Bucket="photos", Key="movie.mp4", Range="bytes=5242870-5242890")["Body"].read()
+assert got == b"".join(chunks)[5242870:5242891]
+assert alice.list_multipart_uploads(Bucket="photos").get("Uploads", []) == []
+ab = alice.create_multipart_upload(Bucket="photos", Key="dropped")["UploadId"]
+alice.upload_part(Bucket="photos", Key="dropped", UploadId=ab, PartNumber=1, Body=b"x" * 1000)
+alice.abort_multipart_upload(Bucket="photos", Key="dropped", UploadId=ab)
+assert code(lambda: alice.list_parts(Bucket="photos", Key="dropped", UploadId=ab)) == "NoSuchUpload"
+assert code(lambda: alice.upload_part(Bucket="photos", Key="x", UploadId="nope", PartNumber=1,
+                                      Body=b"x")) == "NoSuchUpload"
+alice.delete_object(Bucket="photos", Key="movie.mp4")
 # An overwrite replaces the bytes; an empty object is an object.
 alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"smaller")
 assert alice.get_object(Bucket="photos", Key="cat.jpg")["Body"].read() == b"smaller"
@@ -149,7 +199,7 @@ env = dict(os.environ, AWS_ACCESS_KEY_ID=os.environ["GW_ALICE_KEY"],
 with tempfile.TemporaryDirectory() as d:
     src = os.path.join(d, "src.bin")
     dst = os.path.join(d, "dst.bin")
-    blob = os.urandom(1024 * 1024 + 3)
+    blob = os.urandom(20 * 1024 * 1024 + 3)  # the CLI uploads it in parts
     open(src, "wb").write(blob)
     aws = ["aws", "--endpoint-url", EP, "s3"]
     subprocess.run(aws + ["cp", src, "s3://photos/cli/src.bin"], env=env, check=True,

@@ -51,6 +51,9 @@ pub enum MetaError {
     /// A body larger than allowed.
     #[error("larger than {0} bytes")]
     TooLarge(u64),
+    /// The data does not match its Content-MD5.
+    #[error("the data does not match its Content-MD5")]
+    BadDigest,
     /// A complete names parts out of order.
     #[error("the parts are not in ascending order")]
     Order,
@@ -488,13 +491,15 @@ impl Meta {
 
     /// Stores `body` as `key` of `b` with `entry`'s metadata (its size,
     /// ETag and parts are filled in here); the data it replaces is removed
-    /// after the entry points at the new one.
+    /// after the entry points at the new one. A `content_md5` the data does
+    /// not match is refused (`BadDigest`).
     pub async fn put<S, E>(
         &self,
         b: &Bucket,
         key: &str,
         body: S,
         max: u64,
+        content_md5: Option<[u8; 16]>,
         mut entry: Entry,
     ) -> Result<Entry>
     where
@@ -503,10 +508,58 @@ impl Meta {
     {
         let prefix = format!("data.{}.{}", b.id, random_hex(12));
         let (part, md5) = self.write_run(prefix, body, max).await?;
+        if content_md5.is_some_and(|want| want != md5) {
+            self.remove_run(&part).await?;
+            return Err(MetaError::BadDigest);
+        }
         entry.size = part.size;
         entry.etag = hex(&md5);
         entry.mtime_ms = now_ms();
         entry.parts = vec![part];
+        self.commit(b, key, entry).await
+    }
+
+    /// Copies the object `src` describes to `key` of `b`, stripe by stripe
+    /// (one in memory at a time), with `entry`'s headers and metadata.
+    pub async fn copy(
+        &self,
+        src: &Entry,
+        b: &Bucket,
+        key: &str,
+        mut entry: Entry,
+    ) -> Result<Entry> {
+        use md5::Digest;
+        let prefix = format!("data.{}.{}", b.id, random_hex(12));
+        let mut md5 = md5::Md5::new();
+        let mut parts = Vec::with_capacity(src.parts.len());
+        let mut copied = Vec::new();
+        let r: Result<()> = async {
+            for (i, p) in src.parts.iter().enumerate() {
+                let run = Part {
+                    prefix: format!("{prefix}.{i}"),
+                    size: p.size,
+                };
+                for ((from, len), (to, _)) in p.stripes().zip(run.stripes()) {
+                    let data = self.read_piece(&from, 0, len).await?;
+                    md5.update(&data);
+                    self.pool.write_full(&to, data).await?;
+                    copied.push(to);
+                }
+                parts.push(run);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            for oid in copied {
+                let _ = self.remove_data(&oid).await;
+            }
+            return Err(e);
+        }
+        entry.size = src.size;
+        entry.etag = hex(&md5.finalize());
+        entry.mtime_ms = now_ms();
+        entry.parts = parts;
         self.commit(b, key, entry).await
     }
 

@@ -10,15 +10,17 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket as S3Bucket, CommonPrefix,
-    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CreateBucketInput,
-    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
-    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, ETag, GetBucketLocationInput,
-    GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
-    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
-    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectsInput, ListObjectsOutput,
-    ListObjectsV2Input, ListObjectsV2Output, ListPartsInput, ListPartsOutput, MultipartUpload,
-    Object, Owner, Part as S3Part, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
-    UploadPartInput, UploadPartOutput,
+    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput,
+    CopyObjectResult, CopyPartResult, CopySource, CreateBucketInput, CreateBucketOutput,
+    CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput, DeleteBucketOutput,
+    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
+    ETag, ETagCondition, Error as S3ListError, GetBucketLocationInput, GetBucketLocationOutput,
+    GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
+    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
+    ListMultipartUploadsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, MultipartUpload, Object, Owner,
+    Part as S3Part, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp, UploadPartCopyInput,
+    UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
@@ -68,6 +70,25 @@ macro_rules! object_output {
             metadata: (!e.meta.is_empty()).then(|| e.meta.clone().into_iter().collect()),
             ..$ty::default()
         }
+    }};
+}
+
+/// A copy's source, readable by the signer and meeting the request's
+/// copy-source preconditions: its bucket, key and entry.
+macro_rules! copy_from {
+    ($gw:expr, $req:expr) => {{
+        let i = &$req.input;
+        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let sb = $gw.bucket(&$req, &src_bucket, Need::Read).await?;
+        let src = $gw.found(&sb, &src_key).await?;
+        Conditions {
+            if_match: i.copy_source_if_match.as_ref(),
+            if_none_match: i.copy_source_if_none_match.as_ref(),
+            if_modified_since: i.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: i.copy_source_if_unmodified_since.as_ref(),
+        }
+        .check(Some(&src), false)?;
+        (sb, src_key, src)
     }};
 }
 
@@ -216,6 +237,11 @@ impl Gateway {
 /// two stripes whatever the object's size; a read that fails ends the body
 /// with the error (the client sees a short body).
 fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>) -> StreamingBlob {
+    StreamingBlob::wrap(chunks(meta, pieces))
+}
+
+/// The chunks of [`streamed`], read ahead by one.
+fn chunks(meta: Meta, pieces: Vec<(String, u64, u64)>) -> Chunks {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         for (oid, off, len) in pieces {
@@ -229,7 +255,7 @@ fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>) -> StreamingBlob {
             }
         }
     });
-    StreamingBlob::wrap(Chunks(rx))
+    Chunks(rx)
 }
 
 /// The receiving end of [`streamed`]'s channel, as a stream.
@@ -341,11 +367,27 @@ impl S3 for Gateway {
             input.cache_control,
             input.metadata,
         );
+        let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
+        let conds = Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            ..Conditions::default()
+        };
+        conds.check(current.as_ref(), false)?;
+        let md5 = match &input.content_md5 {
+            Some(m) => Some(content_md5(m)?),
+            None => None,
+        };
         let body = input
             .body
             .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
-        let e = match self.meta.put(&b, &input.key, body, PUT_MAX, entry).await {
+        let e = match self
+            .meta
+            .put(&b, &input.key, body, PUT_MAX, md5, entry)
+            .await
+        {
             Ok(e) => e,
+            Err(MetaError::BadDigest) => return Err(s3_error!(BadDigest)),
             Err(MetaError::TooLarge(n)) => {
                 return Err(s3_error!(
                     EntityTooLarge,
@@ -367,6 +409,14 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
         let e = self.found(&b, &req.input.key).await?;
+        let i = &req.input;
+        Conditions {
+            if_match: i.if_match.as_ref(),
+            if_none_match: i.if_none_match.as_ref(),
+            if_modified_since: i.if_modified_since.as_ref(),
+            if_unmodified_since: i.if_unmodified_since.as_ref(),
+        }
+        .check(Some(&e), true)?;
         let (range, partial) = match &req.input.range {
             Some(r) => {
                 let r = r
@@ -399,6 +449,14 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
         let e = self.found(&b, &req.input.key).await?;
+        let i = &req.input;
+        Conditions {
+            if_match: i.if_match.as_ref(),
+            if_none_match: i.if_none_match.as_ref(),
+            if_modified_since: i.if_modified_since.as_ref(),
+            if_unmodified_since: i.if_unmodified_since.as_ref(),
+        }
+        .check(Some(&e), true)?;
         Ok(S3Response::new(object_output!(HeadObjectOutput, &e, {
             content_length: Some(e.size as i64),
         })))
@@ -414,6 +472,122 @@ impl S3 for Gateway {
             .await
             .map_err(internal)?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let d = req.input.delete;
+        if d.objects.len() > 1000 {
+            return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
+        }
+        let quiet = d.quiet.unwrap_or(false);
+        let (mut deleted, mut errors) = (Vec::new(), Vec::new());
+        for o in d.objects {
+            match self.meta.delete(&b, &o.key).await {
+                Ok(()) if quiet => {}
+                Ok(()) => deleted.push(DeletedObject {
+                    key: Some(o.key),
+                    ..DeletedObject::default()
+                }),
+                Err(e) => errors.push(S3ListError {
+                    code: Some("InternalError".into()),
+                    key: Some(o.key),
+                    message: Some(e.to_string()),
+                    ..S3ListError::default()
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..DeleteObjectsOutput::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let (sb, src_key, src) = copy_from!(self, req);
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let i = req.input;
+        let replace = i
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == s3s::dto::MetadataDirective::REPLACE);
+        if !replace && sb.id == b.id && src_key == i.key {
+            return Err(s3_error!(
+                InvalidRequest,
+                "copying an object to itself changes nothing: give the REPLACE metadata directive"
+            ));
+        }
+        let entry = match replace {
+            true => new_entry(
+                i.content_type.map(|c| c.to_string()),
+                i.content_encoding,
+                i.content_disposition,
+                i.content_language,
+                i.cache_control,
+                i.metadata,
+            ),
+            false => Entry {
+                headers: src.headers.clone(),
+                meta: src.meta.clone(),
+                ..Entry::default()
+            },
+        };
+        let e = self
+            .meta
+            .copy(&src, &b, &i.key, entry)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(etag(&e)),
+                last_modified: Some(timestamp(e.mtime_ms)),
+                ..CopyObjectResult::default()
+            }),
+            ..CopyObjectOutput::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let (_, _, src) = copy_from!(self, req);
+        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let i = req.input;
+        let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
+        let range = match &i.copy_source_range {
+            Some(r) => s3s::dto::Range::parse(r)
+                .ok()
+                .and_then(|r| r.check(src.size).ok())
+                .ok_or_else(|| s3_error!(InvalidRange, "{r} of an object of {} bytes", src.size))?,
+            None => 0..src.size,
+        };
+        let number = u32::try_from(i.part_number)
+            .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
+        let body = chunks(
+            self.meta.clone(),
+            Meta::pieces(&src, range.start, range.end),
+        );
+        let p = self
+            .meta
+            .upload_part(&b, &u, number, body)
+            .await
+            .map_err(upload_error)?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(p.etag)),
+                last_modified: Some(timestamp(p.mtime_ms)),
+                ..CopyPartResult::default()
+            }),
+            ..UploadPartCopyOutput::default()
+        }))
     }
 
     async fn create_multipart_upload(
@@ -732,6 +906,78 @@ impl Gateway {
             .await
             .map_err(upload_error)
     }
+}
+
+/// A request's preconditions (RFC 9110 as S3 applies them).
+#[derive(Debug, Default)]
+struct Conditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+fn seconds(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+fn matches(c: &ETagCondition, e: Option<&Entry>) -> bool {
+    match (c, e) {
+        (ETagCondition::Any, Some(_)) => true,
+        (ETagCondition::ETag(t), Some(e)) => t.value() == e.etag,
+        (_, None) => false,
+    }
+}
+
+impl Conditions<'_> {
+    /// Whether the request may go on against `e` (the object, or none):
+    /// a failed If-Match or If-Unmodified-Since is 412; for a read, a
+    /// matched If-None-Match or an unmet If-Modified-Since is 304 (412
+    /// for a write).
+    fn check(&self, e: Option<&Entry>, read: bool) -> S3Result<()> {
+        let mtime = e.map(|e| (e.mtime_ms / 1000) as i64);
+        if let Some(c) = self.if_match {
+            if !matches(c, e) {
+                return Err(s3_error!(PreconditionFailed));
+            }
+        } else if let (Some(t), Some(m)) = (self.if_unmodified_since, mtime)
+            && m > seconds(t)
+        {
+            return Err(s3_error!(PreconditionFailed));
+        }
+        if let Some(c) = self.if_none_match {
+            if matches(c, e) {
+                return Err(match read {
+                    true => s3_error!(NotModified),
+                    false => s3_error!(PreconditionFailed),
+                });
+            }
+        } else if let (Some(t), Some(m)) = (self.if_modified_since, mtime)
+            && read
+            && m <= seconds(t)
+        {
+            return Err(s3_error!(NotModified));
+        }
+        Ok(())
+    }
+}
+
+/// The bucket and key a copy reads.
+fn copy_source(c: &CopySource) -> S3Result<(String, String)> {
+    match c {
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket.to_string(), key.to_string())),
+        _ => Err(s3_error!(NotImplemented, "copies from access points")),
+    }
+}
+
+/// A Content-MD5 header's digest.
+fn content_md5(b64: &str) -> S3Result<[u8; 16]> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()
+        .and_then(|v| <[u8; 16]>::try_from(v).ok())
+        .ok_or_else(|| s3_error!(InvalidDigest))
 }
 
 /// Continuation tokens: the last key or prefix listed, hex encoded.

@@ -133,12 +133,70 @@ alice.abort_multipart_upload(Bucket="photos", Key="dropped", UploadId=ab)
 assert code(lambda: alice.list_parts(Bucket="photos", Key="dropped", UploadId=ab)) == "NoSuchUpload"
 assert code(lambda: alice.upload_part(Bucket="photos", Key="x", UploadId="nope", PartNumber=1,
                                       Body=b"x")) == "NoSuchUpload"
+# Parts copied from an object (UploadPartCopy), whole and by range.
+cp = alice.create_multipart_upload(Bucket="photos", Key="movie-copy.mp4")["UploadId"]
+whole = b"".join(chunks)
+e1 = alice.upload_part_copy(Bucket="photos", Key="movie-copy.mp4", UploadId=cp, PartNumber=1,
+                            CopySource={"Bucket": "photos", "Key": "movie.mp4"},
+                            CopySourceRange="bytes=0-5242879")["CopyPartResult"]["ETag"]
+e2 = alice.upload_part_copy(Bucket="photos", Key="movie-copy.mp4", UploadId=cp, PartNumber=2,
+                            CopySource={"Bucket": "photos", "Key": "movie.mp4"},
+                            CopySourceRange="bytes=5242880-%d" % (len(whole) - 1))["CopyPartResult"]["ETag"]
+alice.complete_multipart_upload(Bucket="photos", Key="movie-copy.mp4", UploadId=cp,
+                                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1},
+                                                           {"PartNumber": 2, "ETag": e2}]})
+assert alice.get_object(Bucket="photos", Key="movie-copy.mp4")["Body"].read() == whole
+alice.delete_object(Bucket="photos", Key="movie-copy.mp4")
 alice.delete_object(Bucket="photos", Key="movie.mp4")
 # An overwrite replaces the bytes; an empty object is an object.
 alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"smaller")
 assert alice.get_object(Bucket="photos", Key="cat.jpg")["Body"].read() == b"smaller"
 alice.put_object(Bucket="photos", Key="empty", Body=b"")
 assert alice.head_object(Bucket="photos", Key="empty")["ContentLength"] == 0
+
+# Conditions, Content-MD5, copies.
+import base64
+import datetime
+tag = alice.head_object(Bucket="photos", Key="cat.jpg")["ETag"]
+assert code(lambda: alice.get_object(Bucket="photos", Key="cat.jpg", IfNoneMatch=tag)) == "304"
+assert code(lambda: alice.get_object(Bucket="photos", Key="cat.jpg", IfMatch='"0000"')) == \
+    "PreconditionFailed"
+assert alice.get_object(Bucket="photos", Key="cat.jpg", IfMatch=tag)["Body"].read() == b"smaller"
+future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+assert code(lambda: alice.head_object(Bucket="photos", Key="cat.jpg", IfModifiedSince=future)) \
+    == "304"
+assert alice.head_object(Bucket="photos", Key="cat.jpg", IfModifiedSince=past)["ETag"] == tag
+assert code(lambda: alice.get_object(Bucket="photos", Key="cat.jpg",
+                                     IfUnmodifiedSince=past)) == "PreconditionFailed"
+assert code(lambda: alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"x",
+                                     IfNoneMatch="*")) == "PreconditionFailed"
+alice.put_object(Bucket="photos", Key="fresh", Body=b"new", IfNoneMatch="*")
+good = base64.b64encode(hashlib.md5(b"checked").digest()).decode()
+bad = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+alice.put_object(Bucket="photos", Key="fresh", Body=b"checked", ContentMD5=good)
+assert code(lambda: alice.put_object(Bucket="photos", Key="fresh", Body=b"checked",
+                                     ContentMD5=bad)) == "BadDigest"
+assert alice.get_object(Bucket="photos", Key="fresh")["Body"].read() == b"checked"
+alice.put_object(Bucket="photos", Key="fresh", Body=b"tagged", ContentType="text/x-tagged",
+                 Metadata={"camera": "pinhole"})
+r = alice.copy_object(Bucket="photos", Key="cat-copy.jpg", CopySource={"Bucket": "photos", "Key": "fresh"})
+assert r["CopyObjectResult"]["ETag"] == '"%s"' % hashlib.md5(b"tagged").hexdigest()
+c = alice.get_object(Bucket="photos", Key="cat-copy.jpg")
+assert c["Body"].read() == b"tagged" and c["Metadata"] == {"camera": "pinhole"}
+assert c["ContentType"] == "text/x-tagged"
+alice.copy_object(Bucket="photos", Key="cat-copy.jpg", CopySource={"Bucket": "photos", "Key": "cat.jpg"},
+                  MetadataDirective="REPLACE", Metadata={"copied": "yes"}, ContentType="text/plain")
+c = alice.get_object(Bucket="photos", Key="cat-copy.jpg")
+assert c["Metadata"] == {"copied": "yes"} and c["ContentType"] == "text/plain"
+assert code(lambda: alice.copy_object(Bucket="photos", Key="cat.jpg",
+                                      CopySource={"Bucket": "photos", "Key": "cat.jpg"})) == \
+    "InvalidRequest"
+assert code(lambda: alice.copy_object(Bucket="photos", Key="x",
+                                      CopySource={"Bucket": "photos", "Key": "none"})) == "NoSuchKey"
+r = alice.delete_objects(Bucket="photos", Delete={"Objects": [{"Key": "fresh"}, {"Key": "cat-copy.jpg"},
+                                                             {"Key": "never"}]})
+assert sorted(d["Key"] for d in r["Deleted"]) == ["cat-copy.jpg", "fresh", "never"], r
 
 # Listings, v2 and v1, as AWS answers them.
 keys = ["a/1", "a/2", "a/b/3", "b/1", "c", "d/", "unicode/\u00e5\u00e4\u00f6"]
@@ -210,6 +268,13 @@ with tempfile.TemporaryDirectory() as d:
     ls = subprocess.run(aws + ["ls", "s3://photos/cli/"], env=env, check=True,
                         capture_output=True, text=True).stdout
     assert "src.bin" in ls and str(len(blob)) in ls, ls
+    subprocess.run(aws + ["cp", "s3://photos/cli/src.bin", "s3://photos/cli/copy.bin"], env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    head = alice.head_object(Bucket="photos", Key="cli/copy.bin")
+    assert head["ContentLength"] == len(blob)
+    subprocess.run(aws + ["rm", "--recursive", "s3://photos/cli/"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    assert "Contents" not in alice.list_objects_v2(Bucket="photos", Prefix="cli/")
 
 # Deleting: a bucket only when empty.
 assert code(lambda: alice.delete_bucket(Bucket="photos")) == "BucketNotEmpty"

@@ -101,7 +101,18 @@ pub struct Bucket {
     pub created_ms: u64,
     /// Canned ACL: private, public-read or public-read-write.
     pub acl: String,
+    /// Index shards: the index is the omaps of `index.<id>.<n>` (of
+    /// `index.<id>` with one), each key in shard crc32c(key) mod `shards`.
+    #[serde(default = "one_shard")]
+    pub shards: u32,
 }
+
+fn one_shard() -> u32 {
+    1
+}
+
+/// Index shards of a new bucket.
+pub const INDEX_SHARDS: u32 = 8;
 
 /// An object's index entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -372,8 +383,11 @@ impl Meta {
             id: random_hex(8),
             created_ms: now_ms(),
             acl: acl.to_string(),
+            shards: INDEX_SHARDS,
         };
-        self.pool.create(&index_oid(&b), true).await?;
+        for oid in index_oids(&b) {
+            self.pool.create(&oid, true).await?;
+        }
         self.pool.omap_set(BUCKETS, &[(name, encode(&b)?)]).await?;
         Ok(b)
     }
@@ -390,11 +404,16 @@ impl Meta {
         }
         self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
         self.remove_data(&uploads_oid(b)).await?;
-        self.remove_data(&index_oid(b)).await
+        self.remove_data(&pending_oid(b)).await?;
+        for oid in index_oids(b) {
+            self.remove_data(&oid).await?;
+        }
+        Ok(())
     }
 
     /// Up to `max` index entries of `b` after `after`, whose keys start
-    /// with `prefix`, in key order.
+    /// with `prefix`, in key order, and whether more follow: each shard's
+    /// first `max` (read at once), merged.
     pub async fn list(
         &self,
         b: &Bucket,
@@ -402,13 +421,25 @@ impl Meta {
         prefix: &str,
         max: u32,
     ) -> Result<(Vec<(String, Entry)>, bool)> {
-        let page = self
-            .pool
-            .omap_get_vals(&index_oid(b), after.as_bytes(), prefix.as_bytes(), max)
-            .await?;
-        let more = page.more;
-        let mut out = Vec::with_capacity(page.entries.len());
-        for (k, v) in page.entries {
+        let reads = index_oids(b).into_iter().map(|oid| async move {
+            self.pool
+                .omap_get_vals(&oid, after.as_bytes(), prefix.as_bytes(), max)
+                .await
+        });
+        let mut more = false;
+        let mut merged: Vec<(Bytes, Bytes)> = Vec::new();
+        for page in futures_util::future::join_all(reads).await {
+            let page = page?;
+            more |= page.more;
+            merged.extend(page.entries);
+        }
+        merged.sort_by(|a, b| a.0.cmp(&b.0));
+        if merged.len() > max as usize {
+            merged.truncate(max as usize);
+            more = true;
+        }
+        let mut out = Vec::with_capacity(merged.len());
+        for (k, v) in merged {
             let key = String::from_utf8(k.to_vec()).map_err(|_| MetaError::Damaged {
                 what: format!("index of bucket {}", b.name),
                 why: "a key that is not UTF-8".into(),
@@ -421,7 +452,7 @@ impl Meta {
 
     /// The entry of `key` in `b`.
     pub async fn entry(&self, b: &Bucket, key: &str) -> Result<Option<Entry>> {
-        match self.get_one(&index_oid(b), key).await? {
+        match self.get_one(&index_oid(b, key), key).await? {
             None => Ok(None),
             Some(v) => decode(&format!("{}/{key}", b.name), &v).map(Some),
         }
@@ -507,67 +538,94 @@ impl Meta {
         E: std::fmt::Display,
     {
         let prefix = format!("data.{}.{}", b.id, random_hex(12));
-        let (part, md5) = self.write_run(prefix, body, max).await?;
+        // Recorded first: a gateway that dies before the entry leaves a
+        // record the sweep finds, and removes the stripes by.
+        let pending = Pending {
+            key: key.to_string(),
+            started_ms: now_ms(),
+        };
+        self.pool
+            .omap_set(&pending_oid(b), &[(prefix.as_str(), encode(&pending)?)])
+            .await?;
+        let (part, md5) = self.write_run(prefix.clone(), body, max).await?;
         if content_md5.is_some_and(|want| want != md5) {
             self.remove_run(&part).await?;
+            self.pool
+                .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+                .await?;
             return Err(MetaError::BadDigest);
         }
         entry.size = part.size;
         entry.etag = hex(&md5);
         entry.mtime_ms = now_ms();
-        entry.parts = vec![part];
-        self.commit(b, key, entry).await
+        entry.parts = vec![part.clone()];
+        let r = self.commit(b, key, entry).await;
+        if r.is_err() {
+            self.remove_run(&part).await?;
+        }
+        self.pool
+            .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+            .await?;
+        r
     }
 
-    /// Copies the object `src` describes to `key` of `b`, stripe by stripe
-    /// (one in memory at a time), with `entry`'s headers and metadata.
-    pub async fn copy(
-        &self,
-        src: &Entry,
-        b: &Bucket,
-        key: &str,
-        mut entry: Entry,
-    ) -> Result<Entry> {
-        use md5::Digest;
-        let prefix = format!("data.{}.{}", b.id, random_hex(12));
-        let mut md5 = md5::Md5::new();
-        let mut parts = Vec::with_capacity(src.parts.len());
-        let mut copied = Vec::new();
-        let r: Result<()> = async {
-            for (i, p) in src.parts.iter().enumerate() {
-                let run = Part {
-                    prefix: format!("{prefix}.{i}"),
-                    size: p.size,
-                };
-                for ((from, len), (to, _)) in p.stripes().zip(run.stripes()) {
-                    let data = self.read_piece(&from, 0, len).await?;
-                    md5.update(&data);
-                    self.pool.write_full(&to, data).await?;
-                    copied.push(to);
+    /// Copies the object `src` describes to `key` of `b`, a stripe in
+    /// memory at a time, with `entry`'s headers and metadata.
+    pub async fn copy(&self, src: &Entry, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
+        let body = chunks(self.clone(), Self::pieces(src, 0, src.size));
+        self.put(b, key, body, u64::MAX, None, entry).await
+    }
+
+    /// Removes what writes that died midway left (stripes no entry points
+    /// at, recorded over `stale_ms` ago) and uploads begun over
+    /// `upload_expiry_ms` ago, in every bucket; what it removed, as
+    /// (stripe runs, uploads).
+    pub async fn sweep(&self, stale_ms: u64, upload_expiry_ms: u64) -> Result<(u64, u64)> {
+        let now = now_ms();
+        let (mut runs, mut uploads) = (0, 0);
+        for b in self.buckets().await? {
+            for (k, v) in self.omap_all(&pending_oid(&b), "").await? {
+                let prefix = String::from_utf8_lossy(&k).into_owned();
+                let p: Pending = decode(&format!("pending write {prefix}"), &v)?;
+                if now.saturating_sub(p.started_ms) < stale_ms {
+                    continue;
                 }
-                parts.push(run);
+                let live = self
+                    .entry(&b, &p.key)
+                    .await?
+                    .is_some_and(|e| e.parts.iter().any(|r| r.prefix == prefix));
+                if !live {
+                    let mut n = 0u64;
+                    loop {
+                        match self.pool.remove(&format!("{prefix}.{n}")).await {
+                            Ok(()) => n += 1,
+                            Err(ClientError::NotFound(_)) => break,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    runs += 1;
+                    tracing::info!(bucket = %b.name, key = %p.key, stripes = n, "swept a write that died midway");
+                }
+                self.pool
+                    .omap_rm_keys(&pending_oid(&b), &[prefix.as_str()])
+                    .await?;
             }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = r {
-            for oid in copied {
-                let _ = self.remove_data(&oid).await;
+            for u in self.uploads(&b, "").await? {
+                if now.saturating_sub(u.initiated_ms) >= upload_expiry_ms {
+                    self.upload_abort(&b, &u).await?;
+                    uploads += 1;
+                    tracing::info!(bucket = %b.name, key = %u.key, upload = %u.upload_id, "aborted an abandoned upload");
+                }
             }
-            return Err(e);
         }
-        entry.size = src.size;
-        entry.etag = hex(&md5.finalize());
-        entry.mtime_ms = now_ms();
-        entry.parts = parts;
-        self.commit(b, key, entry).await
+        Ok((runs, uploads))
     }
 
     /// Points `key` of `b` at `entry` and removes what it pointed at.
     pub async fn commit(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
         let old = self.entry(b, key).await?;
         self.pool
-            .omap_set(&index_oid(b), &[(key, encode(&entry)?)])
+            .omap_set(&index_oid(b, key), &[(key, encode(&entry)?)])
             .await?;
         if let Some(o) = old {
             for p in &o.parts {
@@ -611,7 +669,7 @@ impl Meta {
         let Some(e) = self.entry(b, key).await? else {
             return Ok(());
         };
-        self.pool.omap_rm_keys(&index_oid(b), &[key]).await?;
+        self.pool.omap_rm_keys(&index_oid(b, key), &[key]).await?;
         for p in &e.parts {
             self.remove_run(p).await?;
         }
@@ -634,8 +692,20 @@ impl Meta {
     }
 }
 
-fn index_oid(b: &Bucket) -> String {
-    format!("index.{}", b.id)
+/// The index shard holding `key`.
+fn index_oid(b: &Bucket, key: &str) -> String {
+    match b.shards {
+        0 | 1 => format!("index.{}", b.id),
+        n => format!("index.{}.{}", b.id, crc32c::crc32c(key.as_bytes()) % n),
+    }
+}
+
+/// Every index shard of `b`.
+fn index_oids(b: &Bucket) -> Vec<String> {
+    match b.shards {
+        0 | 1 => vec![format!("index.{}", b.id)],
+        n => (0..n).map(|i| format!("index.{}.{i}", b.id)).collect(),
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -705,6 +775,54 @@ pub struct UploadedPart {
 pub const PARTS_MAX: u32 = 10_000;
 /// Smallest part but the last (AWS's limit).
 pub const PART_MIN: u64 = 5 << 20;
+
+/// A write in progress (`pending.<bucket id>`, keyed by its stripes'
+/// prefix).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Pending {
+    key: String,
+    started_ms: u64,
+}
+
+fn pending_oid(b: &Bucket) -> String {
+    format!("pending.{}", b.id)
+}
+
+/// The bytes of `pieces` (see [`Meta::pieces`]), read by a task of its
+/// own one piece ahead and handed over through a channel of one: at most
+/// two stripes in memory whatever the object's size; a read that fails
+/// ends the stream with its error.
+pub fn chunks(meta: Meta, pieces: Vec<(String, u64, u64)>) -> Chunks {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for (oid, off, len) in pieces {
+            let r = meta
+                .read_piece(&oid, off, len)
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()));
+            let failed = r.is_err();
+            if tx.send(r).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    Chunks(rx)
+}
+
+/// The stream [`chunks`] returns.
+#[derive(Debug)]
+pub struct Chunks(tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl futures_util::Stream for Chunks {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
 
 fn uploads_oid(b: &Bucket) -> String {
     format!("uploads.{}", b.id)

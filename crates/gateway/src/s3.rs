@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket as S3Bucket, CommonPrefix,
     CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput,
@@ -24,7 +23,7 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use crate::meta::{Bucket, Entry, Meta, MetaError, Upload, User};
+use crate::meta::{Bucket, Entry, Meta, MetaError, Upload, User, chunks};
 
 /// Largest object a single PUT stores (AWS's limit).
 pub const PUT_MAX: u64 = 5 << 30;
@@ -232,44 +231,10 @@ impl Gateway {
     }
 }
 
-/// A GET's body: the pieces read one after another by a task of its own
-/// and handed over through a channel of one, so a request holds at most
-/// two stripes whatever the object's size; a read that fails ends the body
+/// A GET's body (see [`crate::meta::chunks`]); a read that fails ends it
 /// with the error (the client sees a short body).
 fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>) -> StreamingBlob {
-    StreamingBlob::wrap(chunks(meta, pieces))
-}
-
-/// The chunks of [`streamed`], read ahead by one.
-fn chunks(meta: Meta, pieces: Vec<(String, u64, u64)>) -> Chunks {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tokio::spawn(async move {
-        for (oid, off, len) in pieces {
-            let r = meta
-                .read_piece(&oid, off, len)
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()));
-            let failed = r.is_err();
-            if tx.send(r).await.is_err() || failed {
-                return;
-            }
-        }
-    });
-    Chunks(rx)
-}
-
-/// The receiving end of [`streamed`]'s channel, as a stream.
-struct Chunks(tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>);
-
-impl futures_util::Stream for Chunks {
-    type Item = std::io::Result<Bytes>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
-    }
+    StreamingBlob::wrap(crate::meta::chunks(meta, pieces))
 }
 
 #[async_trait::async_trait]

@@ -136,6 +136,8 @@ fn s3_clients_use_the_gateway() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    let swept = json(&d, &["gateway", "sweep"]);
+    assert_eq!(swept["uploads_aborted"], 0, "{swept}");
     // Every object deleted, every overwritten and deleted stripe is gone:
     // the pool holds the records alone.
     let left = d.ok(&["rados", "-p", ".shoal.gateway", "ls"]);

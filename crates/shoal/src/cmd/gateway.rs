@@ -29,6 +29,22 @@ pub struct GatewayArgs {
     /// Once listening, write `{"pid", "addr"}` here (removed on exit).
     #[arg(long)]
     state_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sweep: SweepArgs,
+    /// Sweep (see `shoal gateway sweep`) at start and this often.
+    #[arg(long, default_value_t = 3600)]
+    sweep_every_secs: u64,
+}
+
+/// What a sweep removes.
+#[derive(Debug, Clone, Copy, Args)]
+struct SweepArgs {
+    /// Stripes of writes that died midway, once recorded this long ago.
+    #[arg(long, default_value_t = 3600)]
+    stale_write_secs: u64,
+    /// Multipart uploads begun this long ago, with their parts.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    upload_expiry_secs: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -36,6 +52,15 @@ enum GatewayCmd {
     /// Gateway users and their keys.
     #[command(subcommand)]
     User(UserCmd),
+    /// Removes what writes that died midway left and abandoned multipart
+    /// uploads, once; prints what it removed.
+    Sweep {
+        /// The gateway's pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+        #[command(flatten)]
+        sweep: SweepArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,7 +154,27 @@ fn clear(e: MetaError) -> anyhow::Error {
 pub fn run(a: GatewayArgs, ctx: &Ctx) -> anyhow::Result<()> {
     match a.cmd {
         Some(GatewayCmd::User(u)) => users(u, ctx),
-        None => daemon(a.bind, a.pool, a.state_file, ctx),
+        Some(GatewayCmd::Sweep { pool, sweep }) => {
+            super::common::with_data_client(ctx, |client| async move {
+                let m = meta_of(&client, &pool)?;
+                let (runs, uploads) = m
+                    .sweep(
+                        sweep.stale_write_secs * 1000,
+                        sweep.upload_expiry_secs * 1000,
+                    )
+                    .await
+                    .map_err(clear)?;
+                print(serde_json::json!({"writes_removed": runs, "uploads_aborted": uploads}))
+            })
+        }
+        None => daemon(
+            a.bind,
+            a.pool,
+            a.state_file,
+            a.sweep,
+            a.sweep_every_secs,
+            ctx,
+        ),
     }
 }
 
@@ -193,6 +238,8 @@ fn daemon(
     bind: SocketAddr,
     pool: String,
     state_file: Option<std::path::PathBuf>,
+    sweep: SweepArgs,
+    sweep_every_secs: u64,
     ctx: &Ctx,
 ) -> anyhow::Result<()> {
     super::common::with_data_client(ctx, |client| async move {
@@ -206,6 +253,22 @@ fn daemon(
             addr,
             state_file.as_deref(),
         )?;
+        let sweeper = meta.clone();
+        tokio::spawn(async move {
+            let every = std::time::Duration::from_secs(sweep_every_secs.max(1));
+            loop {
+                let r = sweeper
+                    .sweep(
+                        sweep.stale_write_secs * 1000,
+                        sweep.upload_expiry_secs * 1000,
+                    )
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!("sweep: {e}");
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
         let serving = tokio::spawn(shoal_gateway::serve(listener, meta));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,

@@ -1,0 +1,120 @@
+//! What a gateway that dies leaves behind is collected: a PUT cut off
+//! after some of its stripes (its future dropped, as a killed gateway's
+//! would be) is never listed, and the sweep removes its stripes; a
+//! multipart upload left unfinished is aborted, parts and all, once it is
+//! older than the expiry. Writes in progress and young uploads are left.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_client::{Client, ClientOptions, Pool};
+use shoal_gateway::meta::{Entry, Meta, STRIPE};
+use shoal_testkit::{Cluster, MON, net_cfg};
+
+async fn client(c: &Cluster) -> Client {
+    let mut o = ClientOptions::new(
+        vec![MON.parse().unwrap()],
+        "client.admin".parse().unwrap(),
+        c.admin_key.clone(),
+    );
+    o.net = net_cfg();
+    o.transport = Arc::new(c.net.clone());
+    o.op_timeout = Duration::from_secs(30);
+    Client::connect(o).await.unwrap()
+}
+
+/// The data objects (stripes) in `pool`.
+async fn stripes(pool: &Pool) -> Vec<String> {
+    let mut names: Vec<String> = pool
+        .list_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n.starts_with("data."))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A body of `full` stripes and then nothing, ever (a client that stalls
+/// while the gateway dies).
+fn stalled_body(
+    full: usize,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+    let chunks = (0..full).map(|_| Ok(Bytes::from(vec![7u8; STRIPE as usize])));
+    Box::pin(futures_util::stream::iter(chunks).chain(futures_util::stream::pending()))
+}
+
+use futures_util::StreamExt;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
+    let c = Cluster::with_pool("gw-sweep", 3, 2, 8).await;
+    let client = client(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    let meta = Meta::new(pool.clone());
+    meta.user_create("alice", "alice").await.unwrap();
+    let b = meta
+        .bucket_create("photos", "alice", "private")
+        .await
+        .unwrap();
+    meta.put(
+        &b,
+        "kept",
+        futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"kept"))]),
+        1 << 30,
+        None,
+        Entry::default(),
+    )
+    .await
+    .unwrap();
+    let kept = stripes(&pool).await;
+    assert_eq!(kept.len(), 1);
+
+    // A PUT cut off after two stripes: nothing is listed, its stripes
+    // remain until a sweep.
+    let cut = tokio::time::timeout(
+        Duration::from_secs(3),
+        meta.put(&b, "cut", stalled_body(2), 1 << 30, None, Entry::default()),
+    )
+    .await;
+    assert!(cut.is_err(), "the stalled PUT finished");
+    let (listed, _) = meta.list(&b, "", "", 100).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["kept"]);
+    assert_eq!(stripes(&pool).await.len(), 3, "the cut PUT's stripes");
+    // Too young to sweep: left alone (it may still be in progress).
+    assert_eq!(meta.sweep(3_600_000, 3_600_000).await.unwrap(), (0, 0));
+    assert_eq!(stripes(&pool).await.len(), 3);
+
+    // An upload begun and left with a part.
+    let u = meta
+        .upload_create(&b, "movie", Entry::default())
+        .await
+        .unwrap();
+    meta.upload_part(
+        &b,
+        &u,
+        1,
+        futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 1000]))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stripes(&pool).await.len(), 4);
+
+    // Old enough: the cut PUT's stripes go, and the upload with its part.
+    assert_eq!(meta.sweep(0, 0).await.unwrap(), (1, 1));
+    assert_eq!(stripes(&pool).await, kept);
+    assert!(meta.uploads(&b, "").await.unwrap().is_empty());
+    // The object written whole still reads.
+    let e = meta.entry(&b, "kept").await.unwrap().unwrap();
+    let (oid, off, len) = Meta::pieces(&e, 0, e.size).remove(0);
+    assert_eq!(&meta.read_piece(&oid, off, len).await.unwrap()[..], b"kept");
+    // A second sweep finds nothing.
+    assert_eq!(meta.sweep(0, 0).await.unwrap(), (0, 0));
+    client.shutdown().await;
+}

@@ -53,25 +53,45 @@ impl s3s::access::S3Access for OpsDecide {
 }
 
 /// Serves the S3 API over `meta`'s records on `listener` until the task
-/// is dropped: HTTP/1.1 with keep-alive, one task per connection.
-pub async fn serve(listener: tokio::net::TcpListener, meta: Meta) -> std::io::Result<()> {
+/// is dropped: HTTP/1.1 with keep-alive (HTTPS with `tls`), one task per
+/// connection.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    meta: Meta,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<()> {
     let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
     b.set_auth(ClusterAuth { meta });
     b.set_access(OpsDecide);
     let service = Arc::new(b.build());
     loop {
         let (stream, peer) = listener.accept().await?;
-        let service = Arc::clone(&service);
+        let service = s3s::service::S3Service::clone(&service);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(io, service.as_ref().clone());
-            if let Err(e) = conn.await {
+            let r = match tls {
+                None => serve_conn(stream, service).await,
+                Some(t) => match t.accept(stream).await {
+                    Ok(s) => serve_conn(s, service).await,
+                    Err(e) => Err(e.to_string()),
+                },
+            };
+            if let Err(e) = r {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
         });
     }
+}
+
+async fn serve_conn<IO>(io: IO, service: s3s::service::S3Service) -> Result<(), String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Where `shoal gateway` listens unless told otherwise.

@@ -75,6 +75,11 @@ pub enum TlsError {
 }
 
 impl Tls {
+    /// The acceptor (the S3 gateway serves HTTPS with the same files).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.acceptor.clone()
+    }
+
     /// TLS with the PEM certificate chain at `cert` and key at `key`.
     pub fn from_pem_files(
         cert: &std::path::Path,

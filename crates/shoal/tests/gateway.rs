@@ -48,6 +48,71 @@ fn json(d: &Dev, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
+/// A gateway serving HTTPS with a certificate made here: boto3 trusting
+/// it gets through, one that does not trust it is refused.
+fn https(d: &Dev, key: &str, secret: &str) {
+    let (cert, pkey) = (d.0.join("gw-cert.pem"), d.0.join("gw-key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+        ])
+        .arg(&pkey)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let gw = common::Background::start(
+        d,
+        &[
+            "gateway",
+            "--bind",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            pkey.to_str().unwrap(),
+        ],
+        "https",
+    );
+    let script = "import boto3,botocore.config,os\n\
+        from botocore.exceptions import SSLError\n\
+        def c(v): return boto3.client('s3',endpoint_url=os.environ['E'],aws_access_key_id=os.environ['K'],\
+        aws_secret_access_key=os.environ['S'],region_name='us-east-1',verify=v,\
+        config=botocore.config.Config(retries={'max_attempts': 1}))\n\
+        assert 'Buckets' in c(os.environ['CA']).list_buckets()\n\
+        try:\n    c(True).list_buckets(); raise SystemExit('an untrusted certificate was accepted')\n\
+        except SSLError: pass\n";
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", script])
+        .env("E", format!("https://{}", gw.addr))
+        .env("K", key)
+        .env("S", secret)
+        .env("CA", &cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn key(user: &serde_json::Value) -> (String, String) {
     let k = &user["keys"][0];
     (
@@ -135,6 +200,9 @@ fn s3_clients_use_the_gateway() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+    if clients_present() {
+        https(&d, &ak, &asec);
     }
     let swept = json(&d, &["gateway", "sweep"]);
     assert_eq!(swept["uploads_aborted"], 0, "{swept}");

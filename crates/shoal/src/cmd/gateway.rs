@@ -29,6 +29,12 @@ pub struct GatewayArgs {
     /// Once listening, write `{"pid", "addr"}` here (removed on exit).
     #[arg(long)]
     state_file: Option<std::path::PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     #[command(flatten)]
     sweep: SweepArgs,
     /// Sweep (see `shoal gateway sweep`) at start and this often.
@@ -167,14 +173,21 @@ pub fn run(a: GatewayArgs, ctx: &Ctx) -> anyhow::Result<()> {
                 print(serde_json::json!({"writes_removed": runs, "uploads_aborted": uploads}))
             })
         }
-        None => daemon(
-            a.bind,
-            a.pool,
-            a.state_file,
-            a.sweep,
-            a.sweep_every_secs,
-            ctx,
-        ),
+        None => {
+            let tls = match (&a.tls_cert, &a.tls_key) {
+                (Some(c), Some(k)) => Some(shoal_nbd::Tls::from_pem_files(c, k, true)?.acceptor()),
+                _ => None,
+            };
+            daemon(
+                a.bind,
+                a.pool,
+                a.state_file,
+                tls,
+                a.sweep,
+                a.sweep_every_secs,
+                ctx,
+            )
+        }
     }
 }
 
@@ -238,6 +251,7 @@ fn daemon(
     bind: SocketAddr,
     pool: String,
     state_file: Option<std::path::PathBuf>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     sweep: SweepArgs,
     sweep_every_secs: u64,
     ctx: &Ctx,
@@ -248,8 +262,9 @@ fn daemon(
             .await
             .with_context(|| format!("listening on {bind}"))?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         super::common::announce(
-            &format!("serving S3 on http://{addr}/ (pool {pool})"),
+            &format!("serving S3 on {scheme}://{addr}/ (pool {pool})"),
             addr,
             state_file.as_deref(),
         )?;
@@ -269,7 +284,7 @@ fn daemon(
                 tokio::time::sleep(every).await;
             }
         });
-        let serving = tokio::spawn(shoal_gateway::serve(listener, meta));
+        let serving = tokio::spawn(shoal_gateway::serve(listener, meta, tls));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,
             r = serving => r.context("the gateway stopped")??,

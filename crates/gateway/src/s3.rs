@@ -320,32 +320,20 @@ impl S3 for Gateway {
 
     async fn put_object(
         &self,
-        req: S3Request<PutObjectInput>,
+        mut req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        // A request refused before its body is read still has it read (and
+        // dropped), so that the connection stays in step for the next one.
+        let body = req.input.body.take();
+        let (b, entry, md5) = match self.put_checks(&req).await {
+            Ok(ready) => ready,
+            Err(e) => {
+                drain(body).await;
+                return Err(e);
+            }
+        };
         let input = req.input;
-        let entry = new_entry(
-            input.content_type.map(|c| c.to_string()),
-            input.content_encoding,
-            input.content_disposition,
-            input.content_language,
-            input.cache_control,
-            input.metadata,
-        );
-        let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
-        let conds = Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            ..Conditions::default()
-        };
-        conds.check(current.as_ref(), false)?;
-        let md5 = match &input.content_md5 {
-            Some(m) => Some(content_md5(m)?),
-            None => None,
-        };
-        let body = input
-            .body
-            .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let e = match self
             .meta
             .put(&b, &input.key, body, PUT_MAX, md5, entry)
@@ -584,16 +572,25 @@ impl S3 for Gateway {
 
     async fn upload_part(
         &self,
-        req: S3Request<UploadPartInput>,
+        mut req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
-        let i = req.input;
-        let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
-        let number = u32::try_from(i.part_number)
-            .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
-        let body = i
-            .body
-            .unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let body = req.input.body.take();
+        let checked = async {
+            let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+            let i = &req.input;
+            let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
+            let number = u32::try_from(i.part_number)
+                .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
+            S3Result::Ok((b, u, number))
+        };
+        let (b, u, number) = match checked.await {
+            Ok(ready) => ready,
+            Err(e) => {
+                drain(body).await;
+                return Err(e);
+            }
+        };
+        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let p = self
             .meta
             .upload_part(&b, &u, number, body)
@@ -865,6 +862,36 @@ fn upload_error(e: MetaError) -> S3Error {
 }
 
 impl Gateway {
+    /// What a PUT checks before it reads its body: the bucket, the
+    /// preconditions and the Content-MD5 header; the entry-to-be.
+    async fn put_checks(
+        &self,
+        req: &S3Request<PutObjectInput>,
+    ) -> S3Result<(Bucket, Entry, Option<[u8; 16]>)> {
+        let input = &req.input;
+        let b = self.bucket(req, &input.bucket, Need::Write).await?;
+        let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
+        Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            ..Conditions::default()
+        }
+        .check(current.as_ref(), false)?;
+        let md5 = match &input.content_md5 {
+            Some(m) => Some(content_md5(m)?),
+            None => None,
+        };
+        let entry = new_entry(
+            input.content_type.as_ref().map(|c| c.to_string()),
+            input.content_encoding.clone(),
+            input.content_disposition.clone(),
+            input.content_language.clone(),
+            input.cache_control.clone(),
+            input.metadata.clone(),
+        );
+        Ok((b, entry, md5))
+    }
+
     async fn upload_of(&self, b: &Bucket, key: &str, upload_id: &str) -> S3Result<Upload> {
         self.meta
             .upload(b, key, upload_id)
@@ -924,6 +951,14 @@ impl Conditions<'_> {
             return Err(s3_error!(NotModified));
         }
         Ok(())
+    }
+}
+
+/// Reads a refused request's body to its end (discarding it).
+async fn drain(body: Option<StreamingBlob>) {
+    use futures_util::StreamExt;
+    if let Some(mut b) = body {
+        while let Some(Ok(_)) = b.next().await {}
     }
 }
 

@@ -51,32 +51,7 @@ fn json(d: &Dev, args: &[&str]) -> serde_json::Value {
 /// A gateway serving HTTPS with a certificate made here: boto3 trusting
 /// it gets through, one that does not trust it is refused.
 fn https(d: &Dev, key: &str, secret: &str) {
-    let (cert, pkey) = (d.0.join("gw-cert.pem"), d.0.join("gw-key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-        ])
-        .arg(&pkey)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, pkey) = common::self_signed(&d.0.join("gw-tls"));
     let gw = common::Background::start(
         d,
         &[
@@ -98,12 +73,19 @@ fn https(d: &Dev, key: &str, secret: &str) {
         assert 'Buckets' in c(os.environ['CA']).list_buckets()\n\
         try:\n    c(True).list_buckets(); raise SystemExit('an untrusted certificate was accepted')\n\
         except SSLError: pass\n";
+    let endpoint = format!("https://{}", gw.addr);
+    let ca = cert.to_str().unwrap();
+    python(
+        script,
+        &[("E", &endpoint), ("K", key), ("S", secret), ("CA", ca)],
+    );
+}
+
+/// Runs a Python script (with boto3) that must succeed within 60 s.
+fn python(script: &str, env: &[(&str, &str)]) {
     let out = Command::new("timeout")
         .args(["60", "python3", "-c", script])
-        .env("E", format!("https://{}", gw.addr))
-        .env("K", key)
-        .env("S", secret)
-        .env("CA", &cert)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -263,18 +245,7 @@ fn dev_up_starts_a_gateway_and_prints_its_keys() {
             c.create_bucket(Bucket='devbucket')\n\
             c.put_object(Bucket='devbucket',Key='k',Body=b'v')\n\
             assert c.get_object(Bucket='devbucket',Key='k')['Body'].read()==b'v'\n";
-        let out = Command::new("timeout")
-            .args(["60", "python3", "-c", script])
-            .env("E", &endpoint)
-            .env("K", &k)
-            .env("S", &s)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        python(script, &[("E", &endpoint), ("K", &k), ("S", &s)]);
     }
     let down = d.ok(&["dev", "down", "--dir", d.dir()]);
     assert!(down.contains("stopped 3 daemons"), "{down}");

@@ -277,26 +277,7 @@ fn standard_nbd_clients_attach_images() {
     // TLS: a client with the CA certificate upgrades with STARTTLS and
     // reads and writes; one in the clear is refused.
     let tls = d.0.join("tls");
-    std::fs::create_dir_all(&tls).unwrap();
-    let (cert, key) = (tls.join("ca-cert.pem"), tls.join("key.pem"));
-    tool(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        "-keyout",
-        key.to_str().unwrap(),
-        "-out",
-        cert.to_str().unwrap(),
-    ]);
+    let (cert, key) = common::self_signed(&tls);
     let s3 = Serve::start(
         &d,
         &[

@@ -207,3 +207,33 @@ impl Drop for Background {
         let _ = self.child.wait();
     }
 }
+
+/// A self-signed certificate for 127.0.0.1 and its key, made by openssl
+/// in `dir` (as `ca-cert.pem`, the name libnbd looks for in a
+/// `tls-certificates` directory, and `key.pem`): (certificate, key).
+pub fn self_signed(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = (dir.join("ca-cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}

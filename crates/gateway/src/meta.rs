@@ -11,10 +11,14 @@
 //!   [`STRIPE`] bytes, `n` from 0, a fresh tag per write: a request holds
 //!   at most a stripe in memory whatever the object's size.
 //!
-//! A PUT writes its stripes first and then its index entry, and only then
-//! removes the stripes the entry replaced: a reader that finds an entry
-//! finds its data, a write that dies before its entry leaves unlisted
-//! stripes, never a listed half-written object.
+//! A PUT records its stripes' prefix (`pending.<bucket id>`), writes them,
+//! then its index entry; the stripes an entry stops pointing at (replaced,
+//! deleted) are recorded too, and a sweep removes recorded stripes no
+//! entry points at once the record is old enough (a reader that found the
+//! old entry may still be streaming them). A reader that finds an entry
+//! finds its data; a write that dies before its entry, or loses a race to
+//! a concurrent one, leaves unlisted stripes the sweep removes, never a
+//! listed half-written object.
 
 use std::collections::BTreeMap;
 
@@ -404,6 +408,10 @@ impl Meta {
         }
         self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
         self.remove_data(&uploads_oid(b)).await?;
+        // Nothing is listed: every recorded stripe goes now.
+        for (k, _) in self.omap_all(&pending_oid(b), "").await? {
+            self.remove_prefix(&String::from_utf8_lossy(&k)).await?;
+        }
         self.remove_data(&pending_oid(b)).await?;
         for oid in index_oids(b) {
             self.remove_data(&oid).await?;
@@ -543,6 +551,7 @@ impl Meta {
         let pending = Pending {
             key: key.to_string(),
             started_ms: now_ms(),
+            gc: false,
         };
         self.pool
             .omap_set(&pending_oid(b), &[(prefix.as_str(), encode(&pending)?)])
@@ -559,13 +568,16 @@ impl Meta {
         entry.etag = hex(&md5);
         entry.mtime_ms = now_ms();
         entry.parts = vec![part.clone()];
+        // The record stays for the sweep: it drops it while the entry
+        // points at these stripes, and removes them if a concurrent write
+        // replaced the entry without seeing them.
         let r = self.commit(b, key, entry).await;
         if r.is_err() {
             self.remove_run(&part).await?;
+            self.pool
+                .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+                .await?;
         }
-        self.pool
-            .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
-            .await?;
         r
     }
 
@@ -576,10 +588,11 @@ impl Meta {
         self.put(b, key, body, u64::MAX, None, entry).await
     }
 
-    /// Removes what writes that died midway left (stripes no entry points
-    /// at, recorded over `stale_ms` ago) and uploads begun over
-    /// `upload_expiry_ms` ago, in every bucket; what it removed, as
-    /// (stripe runs, uploads).
+    /// Removes, in every bucket, the stripes recorded over `stale_ms` ago
+    /// that no entry points at — left by writes that died midway or lost a
+    /// race, or replaced and deleted data (kept until then for readers
+    /// still streaming it) — and uploads begun over `upload_expiry_ms`
+    /// ago; what it removed, as (stripe runs, uploads).
     pub async fn sweep(&self, stale_ms: u64, upload_expiry_ms: u64) -> Result<(u64, u64)> {
         let now = now_ms();
         let (mut runs, mut uploads) = (0, 0);
@@ -590,21 +603,15 @@ impl Meta {
                 if now.saturating_sub(p.started_ms) < stale_ms {
                     continue;
                 }
-                let live = self
-                    .entry(&b, &p.key)
-                    .await?
-                    .is_some_and(|e| e.parts.iter().any(|r| r.prefix == prefix));
+                let live = !p.gc
+                    && self
+                        .entry(&b, &p.key)
+                        .await?
+                        .is_some_and(|e| e.parts.iter().any(|r| r.prefix == prefix));
                 if !live {
-                    let mut n = 0u64;
-                    loop {
-                        match self.pool.remove(&format!("{prefix}.{n}")).await {
-                            Ok(()) => n += 1,
-                            Err(ClientError::NotFound(_)) => break,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
+                    let n = self.remove_prefix(&prefix).await?;
                     runs += 1;
-                    tracing::info!(bucket = %b.name, key = %p.key, stripes = n, "swept a write that died midway");
+                    tracing::debug!(bucket = %b.name, key = %p.key, stripes = n, gc = p.gc, "swept");
                 }
                 self.pool
                     .omap_rm_keys(&pending_oid(&b), &[prefix.as_str()])
@@ -621,18 +628,49 @@ impl Meta {
         Ok((runs, uploads))
     }
 
-    /// Points `key` of `b` at `entry` and removes what it pointed at.
+    /// Points `key` of `b` at `entry`; what it pointed at goes to the
+    /// sweep.
     pub async fn commit(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
         let old = self.entry(b, key).await?;
         self.pool
             .omap_set(&index_oid(b, key), &[(key, encode(&entry)?)])
             .await?;
         if let Some(o) = old {
-            for p in &o.parts {
-                self.remove_run(p).await?;
-            }
+            self.collect_later(b, key, &o).await?;
         }
         Ok(entry)
+    }
+
+    /// Records `old`'s stripes for the sweep (a reader may still stream
+    /// them).
+    async fn collect_later(&self, b: &Bucket, key: &str, old: &Entry) -> Result<()> {
+        let rec = encode(&Pending {
+            key: key.to_string(),
+            started_ms: now_ms(),
+            gc: true,
+        })?;
+        let kv: Vec<(&str, &[u8])> = old
+            .parts
+            .iter()
+            .map(|p| (p.prefix.as_str(), rec.as_slice()))
+            .collect();
+        if !kv.is_empty() {
+            self.pool.omap_set(&pending_oid(b), &kv).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the stripes `<prefix>.0`, `.1`, ... (written in order)
+    /// until one is absent; how many it removed.
+    async fn remove_prefix(&self, prefix: &str) -> Result<u64> {
+        let mut n = 0u64;
+        loop {
+            match self.pool.remove(&format!("{prefix}.{n}")).await {
+                Ok(()) => n += 1,
+                Err(ClientError::NotFound(_)) => return Ok(n),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// The pieces `(data object, offset in it, length)` of bytes
@@ -670,10 +708,7 @@ impl Meta {
             return Ok(());
         };
         self.pool.omap_rm_keys(&index_oid(b, key), &[key]).await?;
-        for p in &e.parts {
-            self.remove_run(p).await?;
-        }
-        Ok(())
+        self.collect_later(b, key, &e).await
     }
 
     /// Removes every stripe of `part` (those already gone are fine).
@@ -782,6 +817,10 @@ pub const PART_MIN: u64 = 5 << 20;
 struct Pending {
     key: String,
     started_ms: u64,
+    /// The stripes of data an entry no longer points at (replaced or
+    /// deleted), kept for readers still streaming them until the sweep.
+    #[serde(default)]
+    gc: bool,
 }
 
 fn pending_oid(b: &Bucket) -> String {

@@ -2,7 +2,8 @@
 //! after some of its stripes (its future dropped, as a killed gateway's
 //! would be) is never listed, and the sweep removes its stripes; a
 //! multipart upload left unfinished is aborted, parts and all, once it is
-//! older than the expiry. Writes in progress and young uploads are left.
+//! older than the expiry; data an overwrite replaced stays for readers
+//! until then. Writes in progress and young uploads are left.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -106,14 +107,32 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
     .unwrap();
     assert_eq!(stripes(&pool).await.len(), 4);
 
-    // Old enough: the cut PUT's stripes go, and the upload with its part.
-    assert_eq!(meta.sweep(0, 0).await.unwrap(), (1, 1));
-    assert_eq!(stripes(&pool).await, kept);
+    // An overwrite keeps the data it replaced for readers until a sweep.
+    meta.put(
+        &b,
+        "kept",
+        futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"new"))]),
+        1 << 30,
+        None,
+        Entry::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stripes(&pool).await.len(), 5);
+    assert_eq!(meta.sweep(3_600_000, 3_600_000).await.unwrap(), (0, 0));
+    assert_eq!(stripes(&pool).await.len(), 5);
+
+    // Old enough: the cut PUT's stripes and the replaced ones go, and the
+    // upload with its part.
+    assert_eq!(meta.sweep(0, 0).await.unwrap(), (2, 1));
+    let now = stripes(&pool).await;
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, kept, "the replaced stripe was kept");
     assert!(meta.uploads(&b, "").await.unwrap().is_empty());
     // The object written whole still reads.
     let e = meta.entry(&b, "kept").await.unwrap().unwrap();
     let (oid, off, len) = Meta::pieces(&e, 0, e.size).remove(0);
-    assert_eq!(&meta.read_piece(&oid, off, len).await.unwrap()[..], b"kept");
+    assert_eq!(&meta.read_piece(&oid, off, len).await.unwrap()[..], b"new");
     // A second sweep finds nothing.
     assert_eq!(meta.sweep(0, 0).await.unwrap(), (0, 0));
     client.shutdown().await;

@@ -773,16 +773,18 @@ impl S3 for Gateway {
             .page(&b, &prefix, i.delimiter.as_deref(), &after, max)
             .await?;
         let count = (objects.len() + prefixes.len()) as i32;
+        let enc = Encode::of(i.encoding_type.as_ref());
+        let (objects, prefixes) = enc.listing(objects, prefixes);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(b.name.clone()),
-            prefix: Some(prefix),
-            delimiter: i.delimiter,
+            prefix: Some(enc.one(prefix)),
+            delimiter: i.delimiter.map(|d| enc.one(d)),
             max_keys: Some(max),
             key_count: Some(count),
             is_truncated: Some(truncated),
             continuation_token: i.continuation_token,
             next_continuation_token: truncated.then(|| last.map(|l| encode_token(&l))).flatten(),
-            start_after: i.start_after,
+            start_after: i.start_after.map(|a| enc.one(a)),
             contents: Some(objects),
             common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
             encoding_type: i.encoding_type,
@@ -802,17 +804,20 @@ impl S3 for Gateway {
         let (objects, prefixes, last, truncated) = self
             .page(&b, &prefix, i.delimiter.as_deref(), &after, max)
             .await?;
+        let enc = Encode::of(i.encoding_type.as_ref());
+        let (objects, prefixes) = enc.listing(objects, prefixes);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(b.name.clone()),
-            prefix: Some(prefix),
-            marker: Some(after),
-            delimiter: i.delimiter.clone(),
+            prefix: Some(enc.one(prefix)),
+            marker: Some(enc.one(after)),
+            delimiter: i.delimiter.clone().map(|d| enc.one(d)),
             max_keys: Some(max),
             is_truncated: Some(truncated),
             // AWS gives NextMarker only with a delimiter.
             next_marker: (truncated && i.delimiter.is_some())
                 .then_some(last)
-                .flatten(),
+                .flatten()
+                .map(|m| enc.one(m)),
             contents: Some(objects),
             common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
             encoding_type: i.encoding_type,
@@ -978,6 +983,47 @@ fn content_md5(b64: &str) -> S3Result<[u8; 16]> {
         .ok()
         .and_then(|v| <[u8; 16]>::try_from(v).ok())
         .ok_or_else(|| s3_error!(InvalidDigest))
+}
+
+/// A listing's `encoding-type=url`: keys, prefixes, delimiter and markers
+/// percent-encoded (all but unreserved characters and `/`), as AWS answers
+/// and the SDKs decode.
+#[derive(Debug, Clone, Copy)]
+struct Encode(bool);
+
+impl Encode {
+    fn of(t: Option<&s3s::dto::EncodingType>) -> Encode {
+        Encode(t.is_some_and(|t| t.as_str() == s3s::dto::EncodingType::URL))
+    }
+
+    fn one(self, v: String) -> String {
+        if !self.0 {
+            return v;
+        }
+        let mut out = String::with_capacity(v.len());
+        for b in v.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+
+    fn listing(
+        self,
+        mut objects: Vec<Object>,
+        mut prefixes: Vec<CommonPrefix>,
+    ) -> (Vec<Object>, Vec<CommonPrefix>) {
+        for o in &mut objects {
+            o.key = o.key.take().map(|k| self.one(k));
+        }
+        for p in &mut prefixes {
+            p.prefix = p.prefix.take().map(|k| self.one(k));
+        }
+        (objects, prefixes)
+    }
 }
 
 /// Continuation tokens: the last key or prefix listed, hex encoded.

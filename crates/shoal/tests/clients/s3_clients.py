@@ -206,7 +206,8 @@ r = alice.delete_objects(Bucket="photos", Delete={"Objects": [{"Key": "fresh"}, 
 assert sorted(d["Key"] for d in r["Deleted"]) == ["cat-copy.jpg", "fresh", "never"], r
 
 # Listings, v2 and v1, as AWS answers them.
-keys = ["a/1", "a/2", "a/b/3", "b/1", "c", "d/", "unicode/\u00e5\u00e4\u00f6"]
+keys = ["a/1", "a/2", "a/b/3", "b/1", "c", "d/", "unicode/\u00e5\u00e4\u00f6",
+        "odd key+plus%25&amp;.txt"]
 for k in keys:
     alice.put_object(Bucket="photos", Key=k, Body=k.encode())
 everything = sorted(keys + ["cat.jpg", "empty"])
@@ -214,7 +215,7 @@ l = alice.list_objects_v2(Bucket="photos")
 assert [o["Key"] for o in l["Contents"]] == everything, l["Contents"]
 assert l["KeyCount"] == len(everything) and not l["IsTruncated"]
 l = alice.list_objects_v2(Bucket="photos", Delimiter="/")
-assert [o["Key"] for o in l["Contents"]] == ["c", "cat.jpg", "empty"]
+assert [o["Key"] for o in l["Contents"]] == ["c", "cat.jpg", "empty", "odd key+plus%25&amp;.txt"]
 assert [p["Prefix"] for p in l["CommonPrefixes"]] == ["a/", "b/", "d/", "unicode/"]
 l = alice.list_objects_v2(Bucket="photos", Prefix="a/", Delimiter="/")
 assert [o["Key"] for o in l["Contents"]] == ["a/1", "a/2"]
@@ -232,6 +233,9 @@ l = alice.list_objects_v2(Bucket="photos", StartAfter="b/1")
 assert [o["Key"] for o in l["Contents"]] == [k for k in everything if k > "b/1"]
 l = alice.list_objects(Bucket="photos", Marker="a/2", MaxKeys=2)
 assert [o["Key"] for o in l["Contents"]] == ["a/b/3", "b/1"] and l["IsTruncated"]
+# The SDK asks for url-encoded keys and decodes them; the CLI too.
+assert alice.get_object(Bucket="photos", Key="odd key+plus%25&amp;.txt")["Body"].read() == \
+    b"odd key+plus%25&amp;.txt"
 l = alice.list_objects(Bucket="photos", Delimiter="/", MaxKeys=2)
 assert l["IsTruncated"] and l["NextMarker"] == "b/", l
 

@@ -66,6 +66,9 @@ pub async fn serve(
     let service = Arc::new(b.build());
     loop {
         let (stream, peer) = listener.accept().await?;
+        // A reply's head and body go out at once, not 40 ms apart (Nagle
+        // waiting on the client's delayed ACK).
+        let _ = stream.set_nodelay(true);
         let service = s3s::service::S3Service::clone(&service);
         let tls = tls.clone();
         tokio::spawn(async move {

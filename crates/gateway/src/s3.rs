@@ -91,6 +91,24 @@ macro_rules! copy_from {
     }};
 }
 
+/// The object a GET or HEAD reads, if its signer may and its
+/// preconditions hold.
+macro_rules! readable {
+    ($gw:expr, $req:expr) => {{
+        let i = &$req.input;
+        let b = $gw.bucket(&$req, &i.bucket, Need::Read).await?;
+        let e = $gw.found(&b, &i.key).await?;
+        Conditions {
+            if_match: i.if_match.as_ref(),
+            if_none_match: i.if_none_match.as_ref(),
+            if_modified_since: i.if_modified_since.as_ref(),
+            if_unmodified_since: i.if_unmodified_since.as_ref(),
+        }
+        .check(Some(&e), true)?;
+        e
+    }};
+}
+
 fn timestamp(ms: u64) -> Timestamp {
     Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
 }
@@ -360,16 +378,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
-        let e = self.found(&b, &req.input.key).await?;
-        let i = &req.input;
-        Conditions {
-            if_match: i.if_match.as_ref(),
-            if_none_match: i.if_none_match.as_ref(),
-            if_modified_since: i.if_modified_since.as_ref(),
-            if_unmodified_since: i.if_unmodified_since.as_ref(),
-        }
-        .check(Some(&e), true)?;
+        let e = readable!(self, req);
         let (range, partial) = match &req.input.range {
             Some(r) => {
                 let r = r
@@ -400,16 +409,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
-        let e = self.found(&b, &req.input.key).await?;
-        let i = &req.input;
-        Conditions {
-            if_match: i.if_match.as_ref(),
-            if_none_match: i.if_none_match.as_ref(),
-            if_modified_since: i.if_modified_since.as_ref(),
-            if_unmodified_since: i.if_unmodified_since.as_ref(),
-        }
-        .check(Some(&e), true)?;
+        let e = readable!(self, req);
         Ok(S3Response::new(object_output!(HeadObjectOutput, &e, {
             content_length: Some(e.size as i64),
         })))
@@ -875,13 +875,16 @@ impl Gateway {
     ) -> S3Result<(Bucket, Entry, Option<[u8; 16]>)> {
         let input = &req.input;
         let b = self.bucket(req, &input.bucket, Need::Write).await?;
-        let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
-        Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            ..Conditions::default()
+        // The current entry is read only for a conditional PUT.
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
+            Conditions {
+                if_match: input.if_match.as_ref(),
+                if_none_match: input.if_none_match.as_ref(),
+                ..Conditions::default()
+            }
+            .check(current.as_ref(), false)?;
         }
-        .check(current.as_ref(), false)?;
         let md5 = match &input.content_md5 {
             Some(m) => Some(content_md5(m)?),
             None => None,

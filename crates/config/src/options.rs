@@ -244,6 +244,8 @@ options! {
     osd_deep_scrub_interval_ms: u64 = 604_800_000u64;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;
+    /// Reserve the block store's data file in full at mkfs (fallocate), so a filesystem too small for it fails there rather than mid-write; otherwise the file is sparse and takes space as it is written (as Ceph's bluestore_block_preallocate_file).
+    osd_store_preallocate: bool = false;
     /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.
     client_op_timeout_ms: u64 = 60_000u64;
     /// A client's watch (an open image's, say) that is not renewed for this long is dropped by the OSD, in milliseconds; the client renews it every sixth of it.

@@ -126,6 +126,7 @@ fn main() {
         &dir,
         &MkfsOptions {
             data_bytes: 1 << 30,
+            ..Default::default()
         },
     )
     .unwrap();

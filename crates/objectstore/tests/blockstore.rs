@@ -38,6 +38,7 @@ fn new_store(dir: &TempDir, mb: u64) -> BlockStore {
         &dir.0,
         &MkfsOptions {
             data_bytes: mb << 20,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -66,6 +67,7 @@ fn model_check_survives_reopen_and_fsck_is_clean() {
                 &d.0,
                 &MkfsOptions {
                     data_bytes: 64 << 20,
+                    ..Default::default()
                 },
             )?;
             BlockStore::open(&d.0, &OpenOptions::default())
@@ -254,6 +256,7 @@ fn mkfs_refuses_existing_store_and_stat_reports() {
         &d.0,
         &MkfsOptions {
             data_bytes: 8 << 20,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -264,7 +267,8 @@ fn mkfs_refuses_existing_store_and_stat_reports() {
         tool::mkfs(
             &d.0,
             &MkfsOptions {
-                data_bytes: 8 << 20
+                data_bytes: 8 << 20,
+                ..Default::default()
             }
         )
         .is_err()
@@ -314,6 +318,7 @@ fn no_space_refuses_whole_transaction_without_poison() {
         &d.0,
         &MkfsOptions {
             data_bytes: 1 << 20,
+            ..Default::default()
         },
     )
     .unwrap();

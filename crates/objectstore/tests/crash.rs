@@ -225,6 +225,7 @@ fn sigkill_crashes(range: std::ops::Range<u64>, tag: &str) {
             &dir.0,
             &MkfsOptions {
                 data_bytes: 32 << 20,
+                ..Default::default()
             },
         )
         .unwrap();

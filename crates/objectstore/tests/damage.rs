@@ -50,6 +50,7 @@ fn template() -> &'static (Vec<u8>, Vec<u8>) {
             &d.0,
             &MkfsOptions {
                 data_bytes: TOTAL_BLOCKS * 4096,
+                ..Default::default()
             },
         )
         .unwrap();

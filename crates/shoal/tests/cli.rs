@@ -176,6 +176,65 @@ fn store_mkfs_stat_fsck() {
     assert!(err.contains("bad size"), "{err}");
 }
 
+/// Blocks (512 bytes each) a file takes on disk.
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn store_data_files_are_sparse_unless_preallocated() {
+    let dir = scratch("sparse");
+    // Sparse by default: a 1 GiB store takes what its label and journal wrote.
+    let sparse = dir.join("sparse");
+    let o = shoal(&["store", "mkfs", sparse.to_str().unwrap(), "--size", "1G"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let taken = allocated(&sparse.join("block"));
+    assert!(taken < 64 << 20, "a sparse 1 GiB store took {taken} bytes");
+    // --preallocate reserves all of it.
+    let full = dir.join("full");
+    let o = shoal(&[
+        "store",
+        "mkfs",
+        full.to_str().unwrap(),
+        "--size",
+        "32M",
+        "--preallocate",
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let taken = allocated(&full.join("block"));
+    assert!(
+        taken >= 32 << 20,
+        "a preallocated 32 MiB store took {taken} bytes"
+    );
+    // On a filesystem too small for it, preallocation fails clearly and gives the
+    // space back (run in a private mount namespace on an 8 MiB tmpfs, where allowed).
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let bin = env!("CARGO_BIN_EXE_shoal");
+    let script = format!(
+        "mount -t tmpfs -o size=8m tmpfs {d} || exit 77; \
+         {bin} store mkfs {d}/s --size 64M --preallocate; echo rc=$?; df -k --output=used {d} | tail -1",
+        d = small.display()
+    );
+    let o = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output();
+    let Ok(o) = o else { return };
+    if o.status.code() == Some(77) || !o.status.success() {
+        eprintln!("skipped the full-filesystem case: no private tmpfs here");
+        return;
+    }
+    let (out, err) = text(&o);
+    assert!(out.contains("rc=1"), "{out} {err}");
+    assert!(err.contains("less than the 67108864 bytes"), "{err}");
+    let used_kib: u64 = out.lines().last().unwrap().trim().parse().unwrap();
+    assert!(
+        used_kib < 1024,
+        "the failed reservation kept {used_kib} KiB: {out}"
+    );
+}
+
 #[test]
 fn pg_and_df_commands_parse() {
     let (out, _) = text(&shoal(&["pg", "--help"]));

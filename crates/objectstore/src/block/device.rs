@@ -102,8 +102,13 @@ impl FileDevice {
         })
     }
 
-    /// Create (or extend) a file of `len` bytes with its space reserved.
-    pub fn create(path: &Path, len: u64) -> io::Result<()> {
+    /// Create (or extend) a file of `len` bytes. It stays sparse (space is taken as
+    /// blocks are written, as Ceph's `bluestore_block_preallocate_file=false`) unless
+    /// `preallocate` asks for the space to be reserved now, so that a full filesystem
+    /// shows at mkfs rather than mid-write. A reservation the filesystem cannot make
+    /// fails with `StorageFull` and gives back what it took; a filesystem without
+    /// `fallocate` leaves the file sparse.
+    pub fn create(path: &Path, len: u64, preallocate: bool) -> io::Result<()> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -111,12 +116,27 @@ impl FileDevice {
             .truncate(false)
             .open(path)?;
         if file.metadata()?.file_type().is_file() {
+            let before = file.metadata()?.len();
             file.set_len(len)?;
-            // Reserve the space now so a full filesystem shows at mkfs, not mid-write.
-            if let Err(e) =
-                rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len)
-            {
-                tracing::info!(error = %e, "fallocate unsupported; data file stays sparse");
+            if preallocate {
+                match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len) {
+                    Ok(()) => {}
+                    Err(rustix::io::Errno::NOSPC) => {
+                        // A failed fallocate may keep the blocks it got: give them back.
+                        let _ = file.set_len(0);
+                        let _ = file.set_len(before);
+                        return Err(io::Error::new(
+                            io::ErrorKind::StorageFull,
+                            format!(
+                                "the filesystem holding {} has less than the {len} bytes to reserve",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    Err(e) => {
+                        tracing::info!(error = %e, "fallocate unsupported; data file stays sparse");
+                    }
+                }
             }
         }
         file.sync_all()

@@ -88,12 +88,15 @@ pub struct Counters {
 pub struct MkfsOptions {
     /// Size of the data file to create, in bytes (ignored for an existing block device).
     pub data_bytes: u64,
+    /// Reserve the data file's space at mkfs (otherwise it stays sparse).
+    pub preallocate: bool,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
         Self {
             data_bytes: 1 << 30,
+            preallocate: false,
         }
     }
 }
@@ -343,7 +346,7 @@ impl BlockStore {
                 meta.display()
             )));
         }
-        FileDevice::create(&data, opts.data_bytes)
+        FileDevice::create(&data, opts.data_bytes, opts.preallocate)
             .map_err(|e| Error::io("creating the data file", e))?;
         let dev =
             FileDevice::open(&data, false).map_err(|e| Error::io("opening the data file", e))?;

@@ -140,6 +140,7 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
     if args.store == StoreKind::Block {
         let opts = MkfsOptions {
             data_bytes: config.options.osd_store_bytes,
+            preallocate: config.options.osd_store_preallocate,
         };
         let path = dir.join(STORE_DIR);
         shoal_objectstore::tool::mkfs(&path, &opts)?;

@@ -18,6 +18,9 @@ pub enum StoreCmd {
         /// Size of the data file, e.g. 1G, 512M (default 1G).
         #[arg(long, default_value = "1G")]
         size: String,
+        /// Reserve the data file's space now (fallocate) instead of leaving it sparse.
+        #[arg(long)]
+        preallocate: bool,
     },
     /// Check every metadata cross-reference (and with --deep every block
     /// checksum); exits non-zero when anything is wrong.
@@ -63,9 +66,14 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
 /// Runs one `shoal store` subcommand.
 pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
     match cmd {
-        StoreCmd::Mkfs { path, size } => {
+        StoreCmd::Mkfs {
+            path,
+            size,
+            preallocate,
+        } => {
             let opts = MkfsOptions {
                 data_bytes: parse_size(&size)?,
+                preallocate,
             };
             outln!("{}", tool::mkfs(&path, &opts)?);
         }

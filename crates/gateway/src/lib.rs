@@ -5,6 +5,7 @@
 
 pub mod meta;
 pub mod s3;
+pub mod versions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -64,6 +64,9 @@ pub enum MetaError {
     /// A complete names a part not uploaded, or with another ETag.
     #[error("part {0} was not uploaded with that ETag")]
     BadPart(u32),
+    /// An object key S3 does not allow.
+    #[error("{0}")]
+    BadKey(String),
     /// A part but the last is smaller than 5 MiB.
     #[error("part {0} is smaller than 5 MiB and not the last")]
     PartTooSmall(u32),
@@ -109,6 +112,17 @@ pub struct Bucket {
     /// `index.<id>` with one), each key in shard crc32c(key) mod `shards`.
     #[serde(default = "one_shard")]
     pub shards: u32,
+    /// Versioning: empty (never turned on), `Enabled` or `Suspended`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub versioning: String,
+    /// Objects written before versioning was turned on are recorded as
+    /// their null versions (see `versions.rs`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub versions_recorded: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn one_shard() -> u32 {
@@ -133,6 +147,13 @@ pub struct Entry {
     pub headers: BTreeMap<String, String>,
     /// User metadata (`x-amz-meta-*`).
     pub meta: BTreeMap<String, String>,
+    /// Its version id in a versioned bucket (`null` for the null version);
+    /// none for an object written while the bucket was never versioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// A delete marker (a version without data).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delete_marker: bool,
 }
 
 /// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
@@ -163,14 +184,14 @@ const BUCKETS: &str = "buckets";
 /// Omap entries read per round trip when listing.
 const PAGE: u32 = 1000;
 
-fn decode<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T> {
     serde_json::from_slice(b).map_err(|e| MetaError::Damaged {
         what: what.to_string(),
         why: e.to_string(),
     })
 }
 
-fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| MetaError::Invalid(e.to_string()))
 }
 
@@ -213,7 +234,7 @@ impl Meta {
         &self.pool
     }
 
-    async fn get_one(&self, oid: &str, key: &str) -> Result<Option<Bytes>> {
+    pub(crate) async fn get_one(&self, oid: &str, key: &str) -> Result<Option<Bytes>> {
         match self.pool.omap_get_vals_by_keys(oid, &[key]).await {
             Ok(mut m) => Ok(m.remove(key.as_bytes())),
             Err(ClientError::NotFound(_)) => Ok(None),
@@ -388,6 +409,8 @@ impl Meta {
             created_ms: now_ms(),
             acl: acl.to_string(),
             shards: INDEX_SHARDS,
+            versioning: String::new(),
+            versions_recorded: false,
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;
@@ -396,10 +419,18 @@ impl Meta {
         Ok(b)
     }
 
-    /// Removes bucket `name` if it holds no objects.
+    /// Writes bucket `b`'s record.
+    pub(crate) async fn put_bucket(&self, b: &Bucket) -> Result<()> {
+        self.pool
+            .omap_set(BUCKETS, &[(b.name.as_str(), encode(b)?)])
+            .await?;
+        Ok(())
+    }
+
+    /// Removes bucket `name` if it holds no objects (and no versions).
     pub async fn bucket_remove(&self, b: &Bucket) -> Result<()> {
         let (first, _) = self.list(b, "", "", 1).await?;
-        if !first.is_empty() {
+        if !first.is_empty() || self.has_versions(b).await? {
             return Err(MetaError::NotEmpty(b.name.clone()));
         }
         // Uploads never completed go with it, parts and all.
@@ -429,9 +460,14 @@ impl Meta {
         prefix: &str,
         max: u32,
     ) -> Result<(Vec<(String, Entry)>, bool)> {
+        // Past the version records (`\0<key>\0...`, see versions.rs).
+        let after = match after.is_empty() {
+            true => &[0u8, 0xFF][..],
+            false => after.as_bytes(),
+        };
         let reads = index_oids(b).into_iter().map(|oid| async move {
             self.pool
-                .omap_get_vals(&oid, after.as_bytes(), prefix.as_bytes(), max)
+                .omap_get_vals(&oid, after, prefix.as_bytes(), max)
                 .await
         });
         let mut more = false;
@@ -545,6 +581,7 @@ impl Meta {
         S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        check_key(key)?;
         let prefix = format!("data.{}.{}", b.id, random_hex(12));
         // Recorded first: a gateway that dies before the entry leaves a
         // record the sweep finds, and removes the stripes by.
@@ -603,11 +640,7 @@ impl Meta {
                 if now.saturating_sub(p.started_ms) < stale_ms {
                     continue;
                 }
-                let live = !p.gc
-                    && self
-                        .entry(&b, &p.key)
-                        .await?
-                        .is_some_and(|e| e.parts.iter().any(|r| r.prefix == prefix));
+                let live = !p.gc && self.referenced(&b, &p.key, &prefix).await?;
                 if !live {
                     let n = self.remove_prefix(&prefix).await?;
                     runs += 1;
@@ -629,8 +662,11 @@ impl Meta {
     }
 
     /// Points `key` of `b` at `entry`; what it pointed at goes to the
-    /// sweep.
+    /// sweep (in a versioned bucket, `entry` becomes the newest version).
     pub async fn commit(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
+        if !b.versioning.is_empty() {
+            return self.commit_version(b, key, entry).await;
+        }
         let old = self.entry(b, key).await?;
         self.pool
             .omap_set(&index_oid(b, key), &[(key, encode(&entry)?)])
@@ -643,7 +679,7 @@ impl Meta {
 
     /// Records `old`'s stripes for the sweep (a reader may still stream
     /// them).
-    async fn collect_later(&self, b: &Bucket, key: &str, old: &Entry) -> Result<()> {
+    pub(crate) async fn collect_later(&self, b: &Bucket, key: &str, old: &Entry) -> Result<()> {
         let rec = encode(&Pending {
             key: key.to_string(),
             started_ms: now_ms(),
@@ -728,7 +764,7 @@ impl Meta {
 }
 
 /// The index shard holding `key`.
-fn index_oid(b: &Bucket, key: &str) -> String {
+pub(crate) fn index_oid(b: &Bucket, key: &str) -> String {
     match b.shards {
         0 | 1 => format!("index.{}", b.id),
         n => format!("index.{}.{}", b.id, crc32c::crc32c(key.as_bytes()) % n),
@@ -736,7 +772,7 @@ fn index_oid(b: &Bucket, key: &str) -> String {
 }
 
 /// Every index shard of `b`.
-fn index_oids(b: &Bucket) -> Vec<String> {
+pub(crate) fn index_oids(b: &Bucket) -> Vec<String> {
     match b.shards {
         0 | 1 => vec![format!("index.{}", b.id)],
         n => (0..n).map(|i| format!("index.{}.{i}", b.id)).collect(),
@@ -760,6 +796,17 @@ fn new_key() -> AccessKey {
         access_key,
         secret_key: random_hex(20),
     }
+}
+
+/// Object keys are 1-1024 bytes of UTF-8 without NUL (which names
+/// version records in the index).
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > 1024 || key.contains('\0') {
+        return Err(MetaError::BadKey(format!(
+            "bad key {key:?}: 1-1024 bytes without NUL"
+        )));
+    }
+    Ok(())
 }
 
 fn check_uid(uid: &str) -> Result<()> {
@@ -879,6 +926,7 @@ impl Meta {
     /// Begins a multipart upload of `key` into `b`, its entry's headers
     /// and metadata taken from `entry`.
     pub async fn upload_create(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Upload> {
+        check_key(key)?;
         let u = Upload {
             key: key.to_string(),
             upload_id: random_hex(16),

@@ -24,6 +24,7 @@ use s3s::dto::{
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::meta::{Bucket, Entry, Meta, MetaError, Upload, User, chunks};
+use crate::versions::{self, Version};
 
 /// Largest object a single PUT stores (AWS's limit).
 pub const PUT_MAX: u64 = 5 << 30;
@@ -46,6 +47,7 @@ impl Gateway {
 fn internal(e: MetaError) -> S3Error {
     match e {
         MetaError::Missing(m) => s3_error!(NoSuchKey, "{m}"),
+        MetaError::BadKey(m) => s3_error!(KeyTooLongError, "{m}"),
         other => S3Error::with_message(S3ErrorCode::InternalError, other.to_string()),
     }
 }
@@ -67,6 +69,7 @@ macro_rules! object_output {
             e_tag: Some(etag(e)),
             last_modified: Some(timestamp(e.mtime_ms)),
             metadata: (!e.meta.is_empty()).then(|| e.meta.clone().into_iter().collect()),
+            version_id: e.version_id.clone(),
             ..$ty::default()
         }
     }};
@@ -77,9 +80,9 @@ macro_rules! object_output {
 macro_rules! copy_from {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
-        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let (src_bucket, src_key, src_vid) = copy_source(&i.copy_source)?;
         let sb = $gw.bucket(&$req, &src_bucket, Need::Read).await?;
-        let src = $gw.found(&sb, &src_key).await?;
+        let src = $gw.found(&sb, &src_key, src_vid.as_deref()).await?;
         Conditions {
             if_match: i.copy_source_if_match.as_ref(),
             if_none_match: i.copy_source_if_none_match.as_ref(),
@@ -97,7 +100,7 @@ macro_rules! readable {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
         let b = $gw.bucket(&$req, &i.bucket, Need::Read).await?;
-        let e = $gw.found(&b, &i.key).await?;
+        let e = $gw.found(&b, &i.key, i.version_id.as_deref()).await?;
         Conditions {
             if_match: i.if_match.as_ref(),
             if_none_match: i.if_none_match.as_ref(),
@@ -169,12 +172,39 @@ impl Gateway {
         self.who(req).await?.ok_or_else(|| s3_error!(AccessDenied))
     }
 
-    async fn found(&self, b: &Bucket, key: &str) -> S3Result<Entry> {
-        self.meta
-            .entry(b, key)
+    /// The object `key` (version `vid`) of `b`: a missing one is
+    /// NoSuchKey (NoSuchVersion), a delete marker says so in its headers.
+    async fn found(&self, b: &Bucket, key: &str, vid: Option<&str>) -> S3Result<Entry> {
+        let Some(vid) = vid else {
+            if let Some(e) = self.meta.entry(b, key).await.map_err(internal)? {
+                return Ok(e);
+            }
+            let mut err = s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name);
+            if !b.versioning.is_empty()
+                && self.meta.latest_is_marker(b, key).await.map_err(internal)?
+            {
+                err.set_headers(marker_headers(None));
+            }
+            return Err(err);
+        };
+        if !versions::valid_vid(vid) {
+            return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+        }
+        let e = self
+            .meta
+            .version(b, key, vid)
             .await
             .map_err(internal)?
-            .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))
+            .ok_or_else(|| s3_error!(NoSuchVersion, "{key} has no version {vid}"))?;
+        if e.delete_marker {
+            let mut err = s3_error!(
+                MethodNotAllowed,
+                "version {vid} of {key} is a delete marker"
+            );
+            err.set_headers(marker_headers(Some(vid)));
+            return Err(err);
+        }
+        Ok(e)
     }
 
     fn owner(&self, uid: &str) -> Owner {
@@ -370,6 +400,7 @@ impl S3 for Gateway {
         };
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&e)),
+            version_id: e.version_id,
             ..PutObjectOutput::default()
         }))
     }
@@ -420,11 +451,13 @@ impl S3 for Gateway {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
-        self.meta
-            .delete(&b, &req.input.key)
-            .await
-            .map_err(internal)?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let i = &req.input;
+        let (marker, version_id) = self.remove(&b, &i.key, i.version_id.as_deref()).await?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: marker.then_some(true),
+            version_id,
+            ..DeleteObjectOutput::default()
+        }))
     }
 
     async fn delete_objects(
@@ -439,17 +472,20 @@ impl S3 for Gateway {
         let quiet = d.quiet.unwrap_or(false);
         let (mut deleted, mut errors) = (Vec::new(), Vec::new());
         for o in d.objects {
-            match self.meta.delete(&b, &o.key).await {
-                Ok(()) if quiet => {}
-                Ok(()) => deleted.push(DeletedObject {
+            match self.remove(&b, &o.key, o.version_id.as_deref()).await {
+                Ok(_) if quiet => {}
+                Ok((marker, vid)) => deleted.push(DeletedObject {
                     key: Some(o.key),
-                    ..DeletedObject::default()
+                    delete_marker: marker.then_some(true),
+                    // A delete marker made now is named by its own field.
+                    delete_marker_version_id: vid.clone().filter(|_| o.version_id.is_none()),
+                    version_id: o.version_id,
                 }),
                 Err(e) => errors.push(S3ListError {
-                    code: Some("InternalError".into()),
+                    code: Some(e.code().as_str().to_string()),
                     key: Some(o.key),
-                    message: Some(e.to_string()),
-                    ..S3ListError::default()
+                    message: e.message().map(str::to_string),
+                    version_id: o.version_id,
                 }),
             }
         }
@@ -503,6 +539,8 @@ impl S3 for Gateway {
                 last_modified: Some(timestamp(e.mtime_ms)),
                 ..CopyObjectResult::default()
             }),
+            copy_source_version_id: src.version_id.clone(),
+            version_id: e.version_id,
             ..CopyObjectOutput::default()
         }))
     }
@@ -613,6 +651,7 @@ impl S3 for Gateway {
             key: Some(i.key.clone()),
             e_tag: Some(etag(e)),
             location: Some(format!("/{}/{}", b.name, i.key)),
+            version_id: e.version_id.clone(),
             ..CompleteMultipartUploadOutput::default()
         };
         let u = match self.meta.upload(&b, &i.key, &i.upload_id).await {
@@ -753,6 +792,128 @@ impl S3 for Gateway {
                     .collect(),
             ),
             ..ListMultipartUploadsOutput::default()
+        }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<s3s::dto::PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketVersioningOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let status = req
+            .input
+            .versioning_configuration
+            .status
+            .as_ref()
+            .map(|s| s.as_str().to_string())
+            .ok_or_else(|| s3_error!(MalformedXML, "no versioning Status given"))?;
+        match self.meta.set_versioning(&b, &status).await {
+            Ok(_) => Ok(S3Response::new(
+                s3s::dto::PutBucketVersioningOutput::default(),
+            )),
+            Err(MetaError::Invalid(m)) => Err(s3_error!(MalformedXML, "{m}")),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<s3s::dto::GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketVersioningOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        Ok(S3Response::new(s3s::dto::GetBucketVersioningOutput {
+            status: (!b.versioning.is_empty())
+                .then(|| s3s::dto::BucketVersioningStatus::from(b.versioning.clone())),
+            ..s3s::dto::GetBucketVersioningOutput::default()
+        }))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<s3s::dto::ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<s3s::dto::ListObjectVersionsOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Read).await?;
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = i.max_keys.unwrap_or(LIST_MAX);
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let vid_marker = i.version_id_marker.clone().unwrap_or_default();
+        if !b.versioning.is_empty() && !b.versions_recorded {
+            // A turn-on cut short: finish recording the older objects.
+            self.meta.record_unversioned(&b).await.map_err(internal)?;
+        }
+        let (objects, markers, prefixes, last, truncated) = if b.versioning.is_empty() {
+            // Never versioned: each object is its own null version.
+            let (objects, prefixes, last, truncated) = self
+                .page(&b, &prefix, i.delimiter.as_deref(), &key_marker, max)
+                .await?;
+            let objects = objects
+                .into_iter()
+                .map(|o| s3s::dto::ObjectVersion {
+                    e_tag: o.e_tag,
+                    is_latest: Some(true),
+                    key: o.key,
+                    last_modified: o.last_modified,
+                    owner: o.owner,
+                    size: o.size,
+                    storage_class: Some(s3s::dto::ObjectVersionStorageClass::from_static(
+                        s3s::dto::ObjectVersionStorageClass::STANDARD,
+                    )),
+                    version_id: Some(versions::NULL.to_string()),
+                    ..s3s::dto::ObjectVersion::default()
+                })
+                .collect();
+            let last = last.map(|k| (k, versions::NULL.to_string()));
+            (objects, Vec::new(), prefixes, last, truncated)
+        } else {
+            let cursor = self
+                .meta
+                .version_cursor(&b, &key_marker, &vid_marker)
+                .await
+                .map_err(|e| match e {
+                    MetaError::Invalid(m) => s3_error!(InvalidArgument, "{m}"),
+                    e => internal(e),
+                })?;
+            let prev = (!vid_marker.is_empty()).then(|| key_marker.clone());
+            self.version_page(
+                &b,
+                &prefix,
+                i.delimiter.as_deref(),
+                cursor,
+                prev,
+                max.clamp(0, LIST_MAX) as usize,
+            )
+            .await?
+        };
+        let enc = Encode::of(i.encoding_type.as_ref());
+        let mut objects = objects;
+        for o in &mut objects {
+            o.key = o.key.take().map(|k| enc.one(k));
+        }
+        let mut markers = markers;
+        for m in &mut markers {
+            m.key = m.key.take().map(|k| enc.one(k));
+        }
+        let (_, prefixes) = enc.listing(Vec::new(), prefixes);
+        let (next_key, next_vid) = match (truncated, last) {
+            (true, Some((k, v))) => (Some(enc.one(k)), (!v.is_empty()).then_some(v)),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(s3s::dto::ListObjectVersionsOutput {
+            name: Some(b.name.clone()),
+            prefix: Some(enc.one(prefix)),
+            delimiter: i.delimiter.map(|d| enc.one(d)),
+            key_marker: Some(enc.one(key_marker)),
+            version_id_marker: Some(vid_marker),
+            max_keys: Some(max),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_version_id_marker: next_vid,
+            versions: (!objects.is_empty()).then_some(objects),
+            delete_markers: (!markers.is_empty()).then_some(markers),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            encoding_type: i.encoding_type,
+            ..s3s::dto::ListObjectVersionsOutput::default()
         }))
     }
 
@@ -970,10 +1131,18 @@ async fn drain(body: Option<StreamingBlob>) {
     }
 }
 
-/// The bucket and key a copy reads.
-fn copy_source(c: &CopySource) -> S3Result<(String, String)> {
+/// The bucket, key and version a copy reads.
+fn copy_source(c: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match c {
-        CopySource::Bucket { bucket, key, .. } => Ok((bucket.to_string(), key.to_string())),
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_ref().map(|v| v.to_string()),
+        )),
         _ => Err(s3_error!(NotImplemented, "copies from access points")),
     }
 }
@@ -1044,4 +1213,148 @@ fn decode_token(t: &str) -> S3Result<String> {
         .map(|i| t.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
         .collect();
     String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())
+}
+
+/// The headers of an answer about a delete marker.
+fn marker_headers(vid: Option<&str>) -> hyper::http::HeaderMap {
+    let mut h = hyper::http::HeaderMap::new();
+    h.insert(
+        "x-amz-delete-marker",
+        hyper::http::HeaderValue::from_static("true"),
+    );
+    if let Some(v) = vid.and_then(|v| hyper::http::HeaderValue::from_str(v).ok()) {
+        h.insert("x-amz-version-id", v);
+    }
+    h
+}
+
+impl Gateway {
+    /// Deletes `key` of `b`, or one version of it: whether a delete marker
+    /// was made or removed, and the version id the answer names.
+    async fn remove(
+        &self,
+        b: &Bucket,
+        key: &str,
+        vid: Option<&str>,
+    ) -> S3Result<(bool, Option<String>)> {
+        if let Some(vid) = vid {
+            if !versions::valid_vid(vid) {
+                return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+            }
+            let gone = self
+                .meta
+                .delete_version(b, key, vid)
+                .await
+                .map_err(internal)?;
+            let marker = gone.is_some_and(|e| e.delete_marker);
+            return Ok((marker, Some(vid.to_string())));
+        }
+        if b.versioning.is_empty() {
+            self.meta.delete(b, key).await.map_err(internal)?;
+            return Ok((false, None));
+        }
+        let m = self
+            .meta
+            .commit(b, key, Meta::delete_marker())
+            .await
+            .map_err(internal)?;
+        Ok((true, m.version_id))
+    }
+}
+
+impl Gateway {
+    /// Versions listed after `cursor`: ObjectVersion and DeleteMarkerEntry
+    /// items, common prefixes, the last (key, version id) counted and
+    /// whether more follow.
+    #[allow(clippy::type_complexity)]
+    async fn version_page(
+        &self,
+        b: &Bucket,
+        prefix: &str,
+        delimiter: Option<&str>,
+        mut cursor: Vec<u8>,
+        prev_key: Option<String>,
+        max: usize,
+    ) -> S3Result<(
+        Vec<s3s::dto::ObjectVersion>,
+        Vec<s3s::dto::DeleteMarkerEntry>,
+        Vec<CommonPrefix>,
+        Option<(String, String)>,
+        bool,
+    )> {
+        let (mut objects, mut markers, mut prefixes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut last: Option<(String, String)> = None;
+        let mut prev_key = prev_key;
+        let delimiter = delimiter.filter(|d| !d.is_empty());
+        loop {
+            let (page, more) = self
+                .meta
+                .list_versions(b, &cursor, prefix, 1000)
+                .await
+                .map_err(internal)?;
+            if page.is_empty() {
+                return Ok((objects, markers, prefixes, last, false));
+            }
+            let mut jumped = false;
+            for v in page {
+                if objects.len() + markers.len() + prefixes.len() >= max {
+                    return Ok((objects, markers, prefixes, last, true));
+                }
+                let rest = v.key.get(prefix.len()..).unwrap_or("");
+                if let Some(d) = delimiter
+                    && let Some(at) = rest.find(d)
+                {
+                    let cp = format!("{prefix}{}", &rest[..at + d.len()]);
+                    // Past every version of every key under the prefix.
+                    cursor = format!("\0{cp}").into_bytes();
+                    cursor.push(0xFF);
+                    last = Some((cp.clone(), String::new()));
+                    prefixes.push(CommonPrefix { prefix: Some(cp) });
+                    jumped = true;
+                    break;
+                }
+                cursor = v.record_key().into_bytes();
+                let latest = prev_key.as_deref() != Some(v.key.as_str());
+                prev_key = Some(v.key.clone());
+                last = Some((v.key.clone(), v.version_id.clone()));
+                self.push_version(b, v, latest, &mut objects, &mut markers);
+            }
+            if !jumped && !more {
+                return Ok((objects, markers, prefixes, last, false));
+            }
+        }
+    }
+
+    fn push_version(
+        &self,
+        b: &Bucket,
+        v: Version,
+        latest: bool,
+        objects: &mut Vec<s3s::dto::ObjectVersion>,
+        markers: &mut Vec<s3s::dto::DeleteMarkerEntry>,
+    ) {
+        if v.entry.delete_marker {
+            markers.push(s3s::dto::DeleteMarkerEntry {
+                is_latest: Some(latest),
+                key: Some(v.key),
+                last_modified: Some(timestamp(v.entry.mtime_ms)),
+                owner: Some(self.owner(&b.owner)),
+                version_id: Some(v.version_id),
+            });
+        } else {
+            objects.push(s3s::dto::ObjectVersion {
+                e_tag: Some(etag(&v.entry)),
+                is_latest: Some(latest),
+                key: Some(v.key),
+                last_modified: Some(timestamp(v.entry.mtime_ms)),
+                owner: Some(self.owner(&b.owner)),
+                size: Some(v.entry.size as i64),
+                storage_class: Some(s3s::dto::ObjectVersionStorageClass::from_static(
+                    s3s::dto::ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some(v.version_id),
+                ..s3s::dto::ObjectVersion::default()
+            });
+        }
+    }
 }

@@ -3,7 +3,9 @@
 //! would be) is never listed, and the sweep removes its stripes; a
 //! multipart upload left unfinished is aborted, parts and all, once it is
 //! older than the expiry; data an overwrite replaced stays for readers
-//! until then. Writes in progress and young uploads are left.
+//! until then. Writes in progress and young uploads are left. Versions
+//! racing through two gateways are all kept, the newest current, and
+//! their data collected once they are deleted.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -135,5 +137,87 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
     assert_eq!(&meta.read_piece(&oid, off, len).await.unwrap()[..], b"new");
     // A second sweep finds nothing.
     assert_eq!(meta.sweep(0, 0).await.unwrap(), (0, 0));
+    client.shutdown().await;
+}
+
+fn body(
+    data: &'static [u8],
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+    futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(data))])
+}
+
+/// Writers racing on one key of a versioned bucket (through two gateways'
+/// records, as two gateways would) each make a version; the current entry
+/// is always the newest version; deleting every version for good and
+/// sweeping leaves no data behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
+    let c = Cluster::with_pool("gw-versions", 3, 2, 8).await;
+    let client = client(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    let (m1, m2) = (Meta::new(pool.clone()), Meta::new(pool.clone()));
+    let b = m1.bucket_create("logs", "alice", "private").await.unwrap();
+    // Written before versioning: becomes the null version when it is turned on.
+    m1.put(&b, "k", body(b"old"), 1 << 20, None, Entry::default())
+        .await
+        .unwrap();
+    let b = m1.set_versioning(&b, "Enabled").await.unwrap();
+    assert!(b.versions_recorded);
+    let writes = (0..16).map(|i| {
+        let (m, b) = (if i % 2 == 0 { m1.clone() } else { m2.clone() }, b.clone());
+        async move {
+            let data: &'static [u8] = if i % 5 == 4 { b"" } else { b"data" };
+            if i % 5 == 4 {
+                m.commit(&b, "k", Meta::delete_marker()).await
+            } else {
+                m.put(&b, "k", body(data), 1 << 20, None, Entry::default())
+                    .await
+            }
+        }
+    });
+    let made: Vec<Entry> = futures_util::future::join_all(writes)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let (versions, more) = m1.list_versions(&b, b"", "", 100).await.unwrap();
+    assert!(!more);
+    assert_eq!(versions.len(), 17, "16 writes and the null version");
+    let mut ids: Vec<&str> = versions.iter().map(|v| v.version_id.as_str()).collect();
+    assert_eq!(ids.last(), Some(&"null"));
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 17, "version ids are unique");
+    for m in &made {
+        assert!(versions.iter().any(|v| v.entry.version_id == m.version_id));
+    }
+    // The current entry is the newest version, or none under a marker.
+    let newest = &versions[0].entry;
+    let current = m1.entry(&b, "k").await.unwrap();
+    match newest.delete_marker {
+        true => assert!(current.is_none()),
+        false => assert_eq!(current.as_ref(), Some(newest)),
+    }
+    // Every version removed for good, newest first and oldest first by two
+    // gateways at once; then nothing is listed and the sweep takes all data.
+    let (front, back) = versions.split_at(8);
+    let (a, z) = tokio::join!(
+        async {
+            for v in front {
+                m1.delete_version(&b, "k", &v.version_id).await.unwrap();
+            }
+        },
+        async {
+            for v in back.iter().rev() {
+                m2.delete_version(&b, "k", &v.version_id).await.unwrap();
+            }
+        }
+    );
+    let ((), ()) = (a, z);
+    assert!(m1.entry(&b, "k").await.unwrap().is_none());
+    assert!(!m1.has_versions(&b).await.unwrap());
+    m1.sweep(0, 0).await.unwrap();
+    assert!(stripes(&pool).await.is_empty());
+    m1.bucket_remove(&b).await.unwrap();
     client.shutdown().await;
 }

@@ -4,7 +4,8 @@
 //! buckets per owner, objects with their headers, metadata, ETags and
 //! ranges, listings v1 and v2 with prefixes, delimiters and pagination,
 //! signatures checked (wrong secrets, unknown keys, presigned URLs and
-//! their expiry), owners and canned ACLs, and deletes.
+//! their expiry), owners and canned ACLs, deletes, and versioning (version
+//! ids, delete markers, listings of versions, reads and deletes by version).
 //!
 //! boto3 and awscli come from PyPI (`.ci/run` installs them and sets
 //! `SHOAL_REQUIRE_TOOLS=1`, so CI fails rather than skips without them).

@@ -291,6 +291,89 @@ assert raw(b"NONSENSE / HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 501"
 assert raw(b"\x00\x01garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
 assert alice.get_object(Bucket="photos", Key="c")["Body"].read() == b"c"
 
+# Versioning: enable and suspend, version ids, delete markers, listing of
+# versions, GET, HEAD and DELETE by version id.
+alice.create_bucket(Bucket="history")
+alice.put_object(Bucket="history", Key="doc", Body=b"before versioning")
+assert "Status" not in alice.get_bucket_versioning(Bucket="history")
+alice.put_bucket_versioning(Bucket="history", VersioningConfiguration={"Status": "Enabled"})
+assert alice.get_bucket_versioning(Bucket="history")["Status"] == "Enabled"
+v1 = alice.put_object(Bucket="history", Key="doc", Body=b"one")["VersionId"]
+v2 = alice.put_object(Bucket="history", Key="doc", Body=b"two")["VersionId"]
+assert v1 != v2 and "null" not in (v1, v2)
+assert alice.get_object(Bucket="history", Key="doc")["Body"].read() == b"two"
+got = alice.get_object(Bucket="history", Key="doc", VersionId=v1)
+assert got["Body"].read() == b"one" and got["VersionId"] == v1
+assert alice.get_object(Bucket="history", Key="doc", VersionId="null")["Body"].read() == \
+    b"before versioning"
+assert alice.head_object(Bucket="history", Key="doc", VersionId=v2)["ContentLength"] == 3
+assert code(lambda: alice.get_object(Bucket="history", Key="doc",
+                                     VersionId="0" * 24)) == "NoSuchVersion"
+vs = alice.list_object_versions(Bucket="history")
+assert [(v["VersionId"], v["IsLatest"]) for v in vs["Versions"]] == \
+    [(v2, True), (v1, False), ("null", False)], vs["Versions"]
+# A delete makes a delete marker: the key is gone from listings and GETs,
+# its versions stay.
+d = alice.delete_object(Bucket="history", Key="doc")
+marker = d["VersionId"]
+assert d["DeleteMarker"] and marker not in (v1, v2)
+assert code(lambda: alice.get_object(Bucket="history", Key="doc")) == "NoSuchKey"
+try:
+    alice.get_object(Bucket="history", Key="doc")
+except ClientError as e:
+    assert e.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker") == "true"
+assert "Contents" not in alice.list_objects_v2(Bucket="history")
+assert code(lambda: alice.get_object(Bucket="history", Key="doc",
+                                     VersionId=marker)) == "MethodNotAllowed"
+vs = alice.list_object_versions(Bucket="history")
+assert [(m["VersionId"], m["IsLatest"]) for m in vs["DeleteMarkers"]] == [(marker, True)]
+assert [v["VersionId"] for v in vs["Versions"]] == [v2, v1, "null"]
+assert code(lambda: alice.delete_bucket(Bucket="history")) == "BucketNotEmpty"
+# Removing the marker brings the newest version back; removing that, the one before.
+d = alice.delete_object(Bucket="history", Key="doc", VersionId=marker)
+assert d["DeleteMarker"] and d["VersionId"] == marker
+assert alice.get_object(Bucket="history", Key="doc")["Body"].read() == b"two"
+alice.delete_object(Bucket="history", Key="doc", VersionId=v2)
+assert alice.get_object(Bucket="history", Key="doc")["Body"].read() == b"one"
+assert code(lambda: alice.get_object(Bucket="history", Key="doc",
+                                     VersionId=v2)) == "NoSuchVersion"
+# Paging through versions with key and version-id markers.
+for i in range(3):
+    alice.put_object(Bucket="history", Key="page", Body=b"%d" % i)
+seen, km, vm = [], None, None
+while True:
+    kw = dict(Bucket="history", MaxKeys=2)
+    if km:
+        kw.update(KeyMarker=km, VersionIdMarker=vm)
+    r = alice.list_object_versions(**kw)
+    seen += [(v["Key"], v["VersionId"]) for v in r.get("Versions", [])]
+    if not r["IsTruncated"]:
+        break
+    km, vm = r["NextKeyMarker"], r["NextVersionIdMarker"]
+assert [k for k, _ in seen] == ["doc", "doc", "page", "page", "page"], seen
+assert len(set(seen)) == 5
+# Suspended: writes make the null version, replacing the one before.
+alice.put_bucket_versioning(Bucket="history", VersioningConfiguration={"Status": "Suspended"})
+assert alice.get_bucket_versioning(Bucket="history")["Status"] == "Suspended"
+assert alice.put_object(Bucket="history", Key="doc", Body=b"s1").get("VersionId") == "null"
+alice.put_object(Bucket="history", Key="doc", Body=b"s2")
+vs = [(v["VersionId"], v["IsLatest"]) for v in
+      alice.list_object_versions(Bucket="history", Prefix="doc")["Versions"]]
+assert vs == [("null", True), (v1, False)], vs
+assert alice.get_object(Bucket="history", Key="doc", VersionId="null")["Body"].read() == b"s2"
+# Copies name the version they read; multi-object delete takes version ids.
+c = alice.copy_object(Bucket="history", Key="copy",
+                      CopySource={"Bucket": "history", "Key": "doc", "VersionId": v1})
+assert alice.get_object(Bucket="history", Key="copy")["Body"].read() == b"one"
+assert c["CopySourceVersionId"] == v1
+every = alice.list_object_versions(Bucket="history")
+objs = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+        for v in every.get("Versions", []) + every.get("DeleteMarkers", [])]
+r = alice.delete_objects(Bucket="history", Delete={"Objects": objs})
+assert len(r["Deleted"]) == len(objs) and "Errors" not in r, r
+assert "Versions" not in alice.list_object_versions(Bucket="history")
+alice.delete_bucket(Bucket="history")
+
 # The aws CLI: copy up and down, list.
 env = dict(os.environ, AWS_ACCESS_KEY_ID=os.environ["GW_ALICE_KEY"],
            AWS_SECRET_ACCESS_KEY=os.environ["GW_ALICE_SECRET"], AWS_DEFAULT_REGION="us-east-1")

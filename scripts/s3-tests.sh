@@ -330,12 +330,12 @@ elapsed=$(($(date +%s) - start))
 # --- summary -----------------------------------------------------------------
 
 if [ -f "$OUT/junit.xml" ]; then
-  "$S3TESTS_PYTHON" - "$OUT/junit.xml" "$elapsed" "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+  "$S3TESTS_PYTHON" - "$OUT/junit.xml" "$elapsed" "$("$SHOAL" --version 2>/dev/null || echo 'shoal ?')" \
     "$(git -C "$S3TESTS_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')" >"$OUT/summary.txt" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 
-path, elapsed, shoal_rev, suite_rev = sys.argv[1:5]
+path, elapsed, shoal_version, suite_rev = sys.argv[1:5]
 counts = {'passed': 0, 'failed': 0, 'error': 0, 'skipped': 0}
 bad = []
 for case in ET.parse(path).getroot().iter('testcase'):
@@ -353,7 +353,7 @@ for case in ET.parse(path).getroot().iter('testcase'):
     if outcome in ('failed', 'error'):
         bad.append((outcome, name, msg))
 total = sum(counts.values())
-print(f"shoal {shoal_rev}, s3-tests {suite_rev}: {total} tests in {elapsed}s")
+print(f"{shoal_version}, s3-tests {suite_rev}: {total} tests in {elapsed}s")
 print(' '.join(f"{k}={v}" for k, v in counts.items()))
 for outcome, name, msg in sorted(bad, key=lambda b: b[1]):
     print(f"{outcome.upper():6} {name}: {msg}")

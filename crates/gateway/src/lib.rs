@@ -91,11 +91,50 @@ async fn serve_conn<IO>(io: IO, service: s3s::service::S3Service) -> Result<(), 
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let service = service.clone();
+        async move {
+            let id = meta::random_hex(8).to_uppercase();
+            let resp = service.call(req.map(s3s::Body::from)).await?;
+            Ok::<_, s3s::HttpError>(with_request_id(resp, &id))
+        }
+    });
     hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Names the request in its answer, as S3 does: the `x-amz-request-id`
+/// (and `x-amz-id-2`) header, and an error's `<RequestId>`.
+fn with_request_id(mut resp: s3s::HttpResponse, id: &str) -> s3s::HttpResponse {
+    use hyper::http::{HeaderValue, header::CONTENT_LENGTH};
+    if let Ok(v) = HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v.clone());
+        resp.headers_mut().insert("x-amz-id-2", v);
+    }
+    if resp.status().as_u16() < 300 {
+        return resp;
+    }
+    let Some(body) = resp.body().bytes() else {
+        return resp;
+    };
+    let close = b"</Error>";
+    let at = body.windows(close.len()).rposition(|w| w == close);
+    let has = body.windows(11).any(|w| w == b"<RequestId>");
+    if let (Some(at), false) = (at, has) {
+        let mut out = Vec::with_capacity(body.len() + 64);
+        out.extend_from_slice(&body[..at]);
+        out.extend_from_slice(format!("<RequestId>{id}</RequestId>").as_bytes());
+        out.extend_from_slice(&body[at..]);
+        if resp.headers().contains_key(CONTENT_LENGTH) {
+            resp.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(out.len()));
+        }
+        *resp.body_mut() = s3s::Body::from(out);
+    }
+    resp
 }
 
 /// Where `shoal gateway` listens unless told otherwise.

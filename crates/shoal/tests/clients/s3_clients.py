@@ -239,6 +239,17 @@ assert alice.get_object(Bucket="photos", Key="odd key+plus%25&amp;.txt")["Body"]
 l = alice.list_objects(Bucket="photos", Delimiter="/", MaxKeys=2)
 assert l["IsTruncated"] and l["NextMarker"] == "b/", l
 
+# Every answer names its request; an error's XML carries the same id.
+try:
+    alice.get_object(Bucket="photos", Key="no-such-key")
+    raise AssertionError("a missing key was found")
+except ClientError as e:
+    rid = e.response["ResponseMetadata"]["RequestId"]
+    assert e.response["Error"]["Code"] == "NoSuchKey"
+    assert len(rid) == 16 and rid == e.response["ResponseMetadata"]["HTTPHeaders"][
+        "x-amz-request-id"], e.response
+assert alice.head_bucket(Bucket="photos")["ResponseMetadata"]["RequestId"]
+
 # Who may do what: signatures, owners, canned ACLs, presigned URLs.
 wrong = client(os.environ["GW_ALICE_KEY"], "not-the-secret")
 assert code(lambda: wrong.list_buckets()) == "SignatureDoesNotMatch"
@@ -247,8 +258,9 @@ assert code(lambda: stranger.list_buckets()) == "InvalidAccessKeyId"
 assert code(lambda: bob.get_object(Bucket="photos", Key="c")) == "AccessDenied"
 assert code(lambda: bob.put_object(Bucket="photos", Key="x", Body=b"x")) == "AccessDenied"
 assert code(lambda: bob.delete_bucket(Bucket="photos")) == "AccessDenied"
-status, _ = anon("GET", "%s/photos/c" % EP)
-assert status == 403, status
+status, data = anon("GET", "%s/photos/c" % EP)
+assert status == 403 and b"<Code>AccessDenied</Code>" in data, (status, data)
+assert b"<RequestId>" in data, data
 alice.put_object(Bucket="public-site", Key="index.html", Body=b"<h1>hi</h1>")
 status, data = anon("GET", "%s/public-site/index.html" % EP)
 assert (status, data) == (200, b"<h1>hi</h1>"), (status, data)

@@ -58,6 +58,9 @@ pub enum MetaError {
     /// The data does not match its Content-MD5.
     #[error("the data does not match its Content-MD5")]
     BadDigest,
+    /// The data does not match a checksum it came with.
+    #[error("the {0} you specified did not match the calculated checksum")]
+    BadChecksum(String),
     /// A complete names parts out of order.
     #[error("the parts are not in ascending order")]
     Order,
@@ -151,6 +154,10 @@ pub struct Entry {
     /// none for an object written while the bucket was never versioned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_id: Option<String>,
+    /// Checksums given at upload and verified (`crc32`, `sha256`, ... →
+    /// base64), answered when a reader asks for them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: Checksums,
     /// A delete marker (a version without data).
     #[serde(default, skip_serializing_if = "is_false")]
     pub delete_marker: bool,
@@ -173,6 +180,18 @@ impl Part {
             let len = (self.size - i * STRIPE).min(STRIPE);
             (format!("{}.{i}", self.prefix), len)
         })
+    }
+}
+
+/// Checksums by algorithm (`crc32`, `crc32c`, `crc64nvme`, `sha1`,
+/// `sha256`), base64 as S3 writes them.
+pub type Checksums = BTreeMap<String, String>;
+
+/// A put's check that refuses data not matching `want`, its Content-MD5.
+pub fn md5_check(want: Option<[u8; 16]>) -> impl FnOnce(&[u8; 16]) -> Result<Checksums> {
+    move |md5| match want {
+        Some(w) if w != *md5 => Err(MetaError::BadDigest),
+        _ => Ok(Checksums::new()),
     }
 }
 
@@ -566,15 +585,16 @@ impl Meta {
 
     /// Stores `body` as `key` of `b` with `entry`'s metadata (its size,
     /// ETag and parts are filled in here); the data it replaces is removed
-    /// after the entry points at the new one. A `content_md5` the data does
-    /// not match is refused (`BadDigest`).
+    /// after the entry points at the new one. `check` sees the data's MD5
+    /// once it is all written and refuses it (`BadDigest`, see
+    /// [`md5_check`]) or gives the checksums the entry keeps.
     pub async fn put<S, E>(
         &self,
         b: &Bucket,
         key: &str,
         body: S,
         max: u64,
-        content_md5: Option<[u8; 16]>,
+        check: impl FnOnce(&[u8; 16]) -> Result<Checksums>,
         mut entry: Entry,
     ) -> Result<Entry>
     where
@@ -594,12 +614,15 @@ impl Meta {
             .omap_set(&pending_oid(b), &[(prefix.as_str(), encode(&pending)?)])
             .await?;
         let (part, md5) = self.write_run(prefix.clone(), body, max).await?;
-        if content_md5.is_some_and(|want| want != md5) {
-            self.remove_run(&part).await?;
-            self.pool
-                .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
-                .await?;
-            return Err(MetaError::BadDigest);
+        match check(&md5) {
+            Ok(sums) => entry.checksums = sums,
+            Err(e) => {
+                self.remove_run(&part).await?;
+                self.pool
+                    .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+                    .await?;
+                return Err(e);
+            }
         }
         entry.size = part.size;
         entry.etag = hex(&md5);
@@ -622,7 +645,8 @@ impl Meta {
     /// memory at a time, with `entry`'s headers and metadata.
     pub async fn copy(&self, src: &Entry, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
         let body = chunks(self.clone(), Self::pieces(src, 0, src.size));
-        self.put(b, key, body, u64::MAX, None, entry).await
+        self.put(b, key, body, u64::MAX, md5_check(None), entry)
+            .await
     }
 
     /// Removes, in every bucket, the stripes recorded over `stale_ms` ago
@@ -960,6 +984,7 @@ impl Meta {
         u: &Upload,
         number: u32,
         body: S,
+        check: impl FnOnce(&[u8; 16]) -> Result<Checksums>,
     ) -> Result<UploadedPart>
     where
         S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -972,6 +997,10 @@ impl Meta {
         }
         let prefix = format!("data.{}.{}.{number}.{}", b.id, u.upload_id, random_hex(4));
         let (run, md5) = self.write_run(prefix, body, PUT_PART_MAX).await?;
+        if let Err(e) = check(&md5) {
+            self.remove_run(&run).await?;
+            return Err(e);
+        }
         let part = UploadedPart {
             number,
             run,

@@ -23,7 +23,7 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use crate::meta::{Bucket, Entry, Meta, MetaError, Upload, User, chunks};
+use crate::meta::{Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check};
 use crate::versions::{self, Version};
 
 /// Largest object a single PUT stores (AWS's limit).
@@ -72,6 +72,19 @@ macro_rules! object_output {
             version_id: e.version_id.clone(),
             ..$ty::default()
         }
+    }};
+}
+
+/// Sets an answer's `checksum_*` fields from the entry's checksums.
+macro_rules! with_sums {
+    ($out:expr, $entry:expr) => {{
+        let e: &Entry = $entry;
+        let sum = |a: &str| e.checksums.get(a).cloned();
+        $out.checksum_crc32 = sum("crc32");
+        $out.checksum_crc32c = sum("crc32c");
+        $out.checksum_crc64nvme = sum("crc64nvme");
+        $out.checksum_sha1 = sum("sha1");
+        $out.checksum_sha256 = sum("sha256");
     }};
 }
 
@@ -380,15 +393,32 @@ impl S3 for Gateway {
                 return Err(e);
             }
         };
+        let sums = match Sums::of(&req.headers, req.trailing_headers.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                drain(body).await;
+                return Err(e);
+            }
+        };
         let input = req.input;
-        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let body = sums.observe(body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty())));
+        let check = |m: &[u8; 16]| {
+            md5_check(md5)(m)?;
+            sums.verify()
+        };
         let e = match self
             .meta
-            .put(&b, &input.key, body, PUT_MAX, md5, entry)
+            .put(&b, &input.key, body, PUT_MAX, check, entry)
             .await
         {
             Ok(e) => e,
             Err(MetaError::BadDigest) => return Err(s3_error!(BadDigest)),
+            Err(MetaError::BadChecksum(m)) => {
+                return Err(s3_error!(
+                    BadDigest,
+                    "the {m} you specified did not match the calculated checksum"
+                ));
+            }
             Err(MetaError::TooLarge(n)) => {
                 return Err(s3_error!(
                     EntityTooLarge,
@@ -398,11 +428,13 @@ impl S3 for Gateway {
             Err(MetaError::Invalid(m)) => return Err(s3_error!(IncompleteBody, "{m}")),
             Err(e) => return Err(internal(e)),
         };
-        Ok(S3Response::new(PutObjectOutput {
+        let mut out = PutObjectOutput {
             e_tag: Some(etag(&e)),
-            version_id: e.version_id,
+            version_id: e.version_id.clone(),
             ..PutObjectOutput::default()
-        }))
+        };
+        with_sums!(out, &e);
+        Ok(S3Response::new(out))
     }
 
     async fn get_object(
@@ -429,11 +461,15 @@ impl S3 for Gateway {
                 e.size
             )
         });
-        Ok(S3Response::new(object_output!(GetObjectOutput, &e, {
+        let mut out = object_output!(GetObjectOutput, &e, {
             body: Some(data),
             content_length: Some((range.end - range.start) as i64),
             content_range: content_range,
-        })))
+        });
+        if asked_sums(req.input.checksum_mode.as_ref()) && !partial {
+            with_sums!(out, &e);
+        }
+        Ok(S3Response::new(out))
     }
 
     async fn head_object(
@@ -441,9 +477,13 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let e = readable!(self, req);
-        Ok(S3Response::new(object_output!(HeadObjectOutput, &e, {
+        let mut out = object_output!(HeadObjectOutput, &e, {
             content_length: Some(e.size as i64),
-        })))
+        });
+        if asked_sums(req.input.checksum_mode.as_ref()) {
+            with_sums!(out, &e);
+        }
+        Ok(S3Response::new(out))
     }
 
     async fn delete_object(
@@ -568,7 +608,7 @@ impl S3 for Gateway {
         );
         let p = self
             .meta
-            .upload_part(&b, &u, number, body)
+            .upload_part(&b, &u, number, body, md5_check(None))
             .await
             .map_err(upload_error)?;
         Ok(S3Response::new(UploadPartCopyOutput {
@@ -628,10 +668,34 @@ impl S3 for Gateway {
                 return Err(e);
             }
         };
-        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let sums = match Sums::of(&req.headers, req.trailing_headers.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                drain(body).await;
+                return Err(e);
+            }
+        };
+        let md5 = match req
+            .input
+            .content_md5
+            .as_deref()
+            .map(content_md5)
+            .transpose()
+        {
+            Ok(m) => m,
+            Err(e) => {
+                drain(body).await;
+                return Err(e);
+            }
+        };
+        let body = sums.observe(body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty())));
+        let check = |m: &[u8; 16]| {
+            md5_check(md5)(m)?;
+            sums.verify()
+        };
         let p = self
             .meta
-            .upload_part(&b, &u, number, body)
+            .upload_part(&b, &u, number, body, check)
             .await
             .map_err(upload_error)?;
         Ok(S3Response::new(UploadPartOutput {
@@ -1023,6 +1087,11 @@ fn upload_error(e: MetaError) -> S3Error {
         MetaError::PartTooSmall(n) => s3_error!(EntityTooSmall, "part {n} is smaller than 5 MiB"),
         MetaError::TooLarge(n) => s3_error!(EntityTooLarge, "a part is at most {n} bytes"),
         MetaError::Invalid(m) => s3_error!(InvalidArgument, "{m}"),
+        MetaError::BadDigest => s3_error!(BadDigest),
+        MetaError::BadChecksum(m) => s3_error!(
+            BadDigest,
+            "the {m} you specified did not match the calculated checksum"
+        ),
         other => internal(other),
     }
 }
@@ -1357,4 +1426,128 @@ impl Gateway {
             });
         }
     }
+}
+
+/// The checksum algorithms S3 names, as in `x-amz-checksum-<name>`.
+const SUM_ALGORITHMS: [&str; 5] = ["crc32", "crc32c", "crc64nvme", "sha1", "sha256"];
+
+/// The `x-amz-checksum-*` values a request gives, in its headers or in its
+/// aws-chunked trailer (named by `x-amz-trailer`), checked against what
+/// its body hashes to as it streams.
+struct Sums {
+    /// (algorithm, the value from a header; none: from the trailer).
+    want: Vec<(&'static str, Option<String>)>,
+    trailer: Option<s3s::TrailingHeaders>,
+    hasher: std::sync::Arc<std::sync::Mutex<s3s::checksum::ChecksumHasher>>,
+}
+
+impl Sums {
+    fn of(
+        headers: &hyper::http::HeaderMap,
+        trailer: Option<s3s::TrailingHeaders>,
+    ) -> S3Result<Sums> {
+        use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
+        let trailed: Vec<String> = headers
+            .get_all("x-amz-trailer")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|v| v.trim().to_ascii_lowercase())
+            .collect();
+        let mut want = Vec::new();
+        let mut h = s3s::checksum::ChecksumHasher::default();
+        for alg in SUM_ALGORITHMS {
+            let name = format!("x-amz-checksum-{alg}");
+            let given = match headers.get(&name) {
+                Some(v) => Some(Some(
+                    v.to_str()
+                        .map_err(|_| s3_error!(InvalidArgument, "{name} is not base64"))?
+                        .trim()
+                        .to_string(),
+                )),
+                None if trailed.contains(&name) => Some(None),
+                None => None,
+            };
+            let Some(given) = given else { continue };
+            match alg {
+                "crc32" => h.crc32 = Some(Crc32::new()),
+                "crc32c" => h.crc32c = Some(Crc32c::new()),
+                "crc64nvme" => h.crc64nvme = Some(Crc64Nvme::new()),
+                "sha1" => h.sha1 = Some(Sha1::new()),
+                _ => h.sha256 = Some(Sha256::new()),
+            }
+            want.push((alg, given));
+        }
+        Ok(Sums {
+            want,
+            trailer,
+            hasher: std::sync::Arc::new(std::sync::Mutex::new(h)),
+        })
+    }
+
+    /// `body`, hashed as it passes.
+    fn observe(
+        &self,
+        body: StreamingBlob,
+    ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, s3s::StdError>> + Unpin + use<> {
+        use futures_util::StreamExt;
+        let h = self.hasher.clone();
+        let active = !self.want.is_empty();
+        body.inspect(move |c| {
+            if let (true, Ok(b)) = (active, c)
+                && let Ok(mut h) = h.lock()
+            {
+                h.update(b);
+            }
+        })
+    }
+
+    /// The checksums, once the body has passed: each must match what was given.
+    fn verify(&self) -> crate::meta::Result<Checksums> {
+        let mut out = Checksums::new();
+        if self.want.is_empty() {
+            return Ok(out);
+        }
+        let got = match self.hasher.lock() {
+            Ok(mut h) => std::mem::take(&mut *h).finalize(),
+            Err(_) => return Err(MetaError::Invalid("a checksum hasher failed".into())),
+        };
+        for (alg, given) in &self.want {
+            let computed = match *alg {
+                "crc32" => got.checksum_crc32.clone(),
+                "crc32c" => got.checksum_crc32c.clone(),
+                "crc64nvme" => got.checksum_crc64nvme.clone(),
+                "sha1" => got.checksum_sha1.clone(),
+                _ => got.checksum_sha256.clone(),
+            }
+            .unwrap_or_default();
+            let name = format!("x-amz-checksum-{alg}");
+            let given = match given {
+                Some(v) => Some(v.clone()),
+                None => self.trailer.as_ref().and_then(|t| {
+                    t.read(|h| {
+                        h.get(&name)
+                            .and_then(|v| v.to_str().ok())
+                            .map(|v| v.trim().to_string())
+                    })
+                    .flatten()
+                }),
+            };
+            match given {
+                Some(v) if v == computed => {
+                    out.insert(alg.to_string(), computed);
+                }
+                Some(_) => return Err(MetaError::BadChecksum(alg.to_uppercase())),
+                None => {
+                    return Err(MetaError::Invalid(format!("the trailer gave no {name}")));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a read asked for the object's checksums (`x-amz-checksum-mode: ENABLED`).
+fn asked_sums(mode: Option<&s3s::dto::ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str() == s3s::dto::ChecksumMode::ENABLED)
 }

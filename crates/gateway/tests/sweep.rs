@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_client::{Client, ClientOptions, Pool};
-use shoal_gateway::meta::{Entry, Meta, STRIPE};
+use shoal_gateway::meta::{Entry, Meta, STRIPE, md5_check};
 use shoal_testkit::{Cluster, MON, net_cfg};
 
 async fn client(c: &Cluster) -> Client {
@@ -70,7 +70,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
         "kept",
         futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"kept"))]),
         1 << 30,
-        None,
+        md5_check(None),
         Entry::default(),
     )
     .await
@@ -82,7 +82,14 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
     // remain until a sweep.
     let cut = tokio::time::timeout(
         Duration::from_secs(3),
-        meta.put(&b, "cut", stalled_body(2), 1 << 30, None, Entry::default()),
+        meta.put(
+            &b,
+            "cut",
+            stalled_body(2),
+            1 << 30,
+            md5_check(None),
+            Entry::default(),
+        ),
     )
     .await;
     assert!(cut.is_err(), "the stalled PUT finished");
@@ -104,6 +111,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
         &u,
         1,
         futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 1000]))]),
+        md5_check(None),
     )
     .await
     .unwrap();
@@ -115,7 +123,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
         "kept",
         futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"new"))]),
         1 << 30,
-        None,
+        md5_check(None),
         Entry::default(),
     )
     .await
@@ -158,9 +166,16 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
     let (m1, m2) = (Meta::new(pool.clone()), Meta::new(pool.clone()));
     let b = m1.bucket_create("logs", "alice", "private").await.unwrap();
     // Written before versioning: becomes the null version when it is turned on.
-    m1.put(&b, "k", body(b"old"), 1 << 20, None, Entry::default())
-        .await
-        .unwrap();
+    m1.put(
+        &b,
+        "k",
+        body(b"old"),
+        1 << 20,
+        md5_check(None),
+        Entry::default(),
+    )
+    .await
+    .unwrap();
     let b = m1.set_versioning(&b, "Enabled").await.unwrap();
     assert!(b.versions_recorded);
     let writes = (0..16).map(|i| {
@@ -170,8 +185,15 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
             if i % 5 == 4 {
                 m.commit(&b, "k", Meta::delete_marker()).await
             } else {
-                m.put(&b, "k", body(data), 1 << 20, None, Entry::default())
-                    .await
+                m.put(
+                    &b,
+                    "k",
+                    body(data),
+                    1 << 20,
+                    md5_check(None),
+                    Entry::default(),
+                )
+                .await
             }
         }
     });

@@ -239,6 +239,25 @@ assert alice.get_object(Bucket="photos", Key="odd key+plus%25&amp;.txt")["Body"]
 l = alice.list_objects(Bucket="photos", Delimiter="/", MaxKeys=2)
 assert l["IsTruncated"] and l["NextMarker"] == "b/", l
 
+# x-amz-checksum-*: verified whether given in a header or in the aws-chunked
+# trailer boto3 sends, kept and answered to readers that ask.
+import base64
+import zlib
+blob = os.urandom(70000)
+sha = base64.b64encode(hashlib.sha256(blob).digest()).decode()
+crc = base64.b64encode(zlib.crc32(blob).to_bytes(4, "big")).decode()
+r = alice.put_object(Bucket="photos", Key="summed", Body=blob, ChecksumSHA256=sha)
+assert r["ChecksumSHA256"] == sha, r
+r = alice.put_object(Bucket="photos", Key="trailed", Body=blob, ChecksumAlgorithm="CRC32")
+assert r["ChecksumCRC32"] == crc, r
+h = alice.head_object(Bucket="photos", Key="trailed", ChecksumMode="ENABLED")
+assert h["ChecksumCRC32"] == crc, h
+assert "ChecksumCRC32" not in alice.head_object(Bucket="photos", Key="trailed")
+assert code(lambda: alice.put_object(Bucket="photos", Key="bad-sum", Body=blob,
+                                     ChecksumSHA256=crc * 2)) == "BadDigest"
+assert code(lambda: alice.head_object(Bucket="photos", Key="bad-sum")) in ("404", "NoSuchKey")
+alice.delete_objects(Bucket="photos", Delete={"Objects": [{"Key": "summed"}, {"Key": "trailed"}]})
+
 # Every answer names its request; an error's XML carries the same id.
 try:
     alice.get_object(Bucket="photos", Key="no-such-key")

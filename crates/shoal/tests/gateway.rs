@@ -249,6 +249,36 @@ fn dev_up_starts_a_gateway_and_prints_its_keys() {
             assert c.get_object(Bucket='devbucket',Key='k')['Body'].read()==b'v'\n";
         python(script, &[("E", &endpoint), ("K", &k), ("S", &s)]);
     }
+    // `shoal bench s3` against it: small objects, then multipart ones; every
+    // phase does every operation, the gateway's CPU is read from its pid.
+    for (size, count) in [("4K", "40"), ("12M", "2")] {
+        let out = d.ok(&[
+            "bench",
+            "s3",
+            "--dev",
+            d.dir(),
+            "--size",
+            size,
+            "--count",
+            count,
+            "--multipart-threshold",
+            "10M",
+            "--part-size",
+            "5M",
+            "--format",
+            "json",
+        ]);
+        let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let ops: Vec<(&str, u64)> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["op"].as_str().unwrap(), r["ops"].as_u64().unwrap()))
+            .collect();
+        let n: u64 = count.parse().unwrap();
+        assert_eq!(ops, [("PUT", n), ("GET", n), ("DELETE", n)], "{out}");
+        assert!(rows[0]["gateway_cpu_us_per_op"].is_f64(), "{out}");
+    }
     let down = d.ok(&["dev", "down", "--dir", d.dir()]);
     assert!(down.contains("stopped 3 daemons"), "{down}");
 }

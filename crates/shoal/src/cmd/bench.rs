@@ -47,6 +47,9 @@ pub enum BenchCmd {
     /// The monitors: committed changes per second, latency of one change,
     /// and the time for a change to reach many subscribers.
     Mon(super::bench_mon::MonBenchArgs),
+    /// An S3 endpoint (`shoal gateway` or radosgw): PUT, GET and DELETE of
+    /// many objects with requests in flight, multipart for large ones.
+    S3(super::bench_s3::S3BenchArgs),
 }
 
 /// Options of `shoal bench net`.
@@ -79,6 +82,7 @@ pub fn run(args: BenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
         }
         (Some(BenchCmd::Net(a)), None) => bench_net(a, &ctx.config),
         (Some(BenchCmd::Mon(a)), None) => super::bench_mon::run(a),
+        (Some(BenchCmd::S3(a)), None) => super::bench_s3::run(a),
         (None, _) => super::bench_rados::run(args.rados, ctx),
     }
 }

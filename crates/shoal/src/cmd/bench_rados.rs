@@ -156,7 +156,12 @@ pub struct Report {
 }
 
 fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    cpu_seconds_of("self")
+}
+
+/// CPU seconds (user + system) process `pid` (or `self`) has used.
+pub fn cpu_seconds_of(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
     let fields: Vec<&str> = stat

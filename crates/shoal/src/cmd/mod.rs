@@ -5,6 +5,7 @@ pub mod auth;
 pub mod bench;
 pub mod bench_mon;
 pub mod bench_rados;
+pub mod bench_s3;
 pub mod common;
 pub mod config;
 pub mod crush;

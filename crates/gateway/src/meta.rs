@@ -115,6 +115,9 @@ pub struct Bucket {
     /// `index.<id>` with one), each key in shard crc32c(key) mod `shards`.
     #[serde(default = "one_shard")]
     pub shards: u32,
+    /// Its owner's display name when it was made.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner_name: String,
     /// Versioning: empty (never turned on), `Enabled` or `Suspended`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub versioning: String,
@@ -158,6 +161,12 @@ pub struct Entry {
     /// base64), answered when a reader asks for them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub checksums: Checksums,
+    /// Who wrote it (uid; empty: anonymous).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+    /// Its canned ACL (empty: private).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub acl: String,
     /// A delete marker (a version without data).
     #[serde(default, skip_serializing_if = "is_false")]
     pub delete_marker: bool,
@@ -414,7 +423,8 @@ impl Meta {
 
     /// Creates bucket `name` owned by `owner`; an existing bucket of the
     /// same owner is answered as it is (as AWS in us-east-1).
-    pub async fn bucket_create(&self, name: &str, owner: &str, acl: &str) -> Result<Bucket> {
+    pub async fn bucket_create(&self, name: &str, owner: &User, acl: &str) -> Result<Bucket> {
+        let (owner_name, owner) = (owner.display_name.as_str(), owner.uid.as_str());
         if let Some(b) = self.bucket(name).await? {
             return match b.owner == owner {
                 true => Ok(b),
@@ -427,6 +437,7 @@ impl Meta {
             id: random_hex(8),
             created_ms: now_ms(),
             acl: acl.to_string(),
+            owner_name: owner_name.to_string(),
             shards: INDEX_SHARDS,
             versioning: String::new(),
             versions_recorded: false,
@@ -444,6 +455,13 @@ impl Meta {
             .omap_set(BUCKETS, &[(b.name.as_str(), encode(b)?)])
             .await?;
         Ok(())
+    }
+
+    /// Sets bucket `b`'s canned ACL.
+    pub async fn set_bucket_acl(&self, b: &Bucket, acl: &str) -> Result<()> {
+        let mut nb = b.clone();
+        nb.acl = acl.to_string();
+        self.put_bucket(&nb).await
     }
 
     /// Removes bucket `name` if it holds no objects (and no versions).

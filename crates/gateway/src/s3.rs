@@ -68,6 +68,7 @@ macro_rules! object_output {
             cache_control: h("cache-control"),
             e_tag: Some(etag(e)),
             last_modified: Some(timestamp(e.mtime_ms)),
+            expires: h("expires").and_then(|v| v.parse::<u64>().ok()).map(timestamp),
             metadata: (!e.meta.is_empty()).then(|| e.meta.clone().into_iter().collect()),
             version_id: e.version_id.clone(),
             ..$ty::default()
@@ -94,8 +95,10 @@ macro_rules! copy_from {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
         let (src_bucket, src_key, src_vid) = copy_source(&i.copy_source)?;
-        let sb = $gw.bucket(&$req, &src_bucket, Need::Read).await?;
-        let src = $gw.found(&sb, &src_key, src_vid.as_deref()).await?;
+        let (sb, reader) = $gw.bucket_as(&$req, &src_bucket, Need::Exists).await?;
+        let src = $gw
+            .object_for(&sb, reader.as_ref(), &src_key, src_vid.as_deref())
+            .await?;
         Conditions {
             if_match: i.copy_source_if_match.as_ref(),
             if_none_match: i.copy_source_if_none_match.as_ref(),
@@ -112,8 +115,10 @@ macro_rules! copy_from {
 macro_rules! readable {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
-        let b = $gw.bucket(&$req, &i.bucket, Need::Read).await?;
-        let e = $gw.found(&b, &i.key, i.version_id.as_deref()).await?;
+        let (b, reader) = $gw.bucket_as(&$req, &i.bucket, Need::Exists).await?;
+        let e = $gw
+            .object_for(&b, reader.as_ref(), &i.key, i.version_id.as_deref())
+            .await?;
         Conditions {
             if_match: i.if_match.as_ref(),
             if_none_match: i.if_none_match.as_ref(),
@@ -136,6 +141,8 @@ fn etag(e: &Entry) -> ETag {
 /// What a request may do to a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Need {
+    /// Only that the bucket exists (an object's own ACL decides).
+    Exists,
     Read,
     Write,
     Owner,
@@ -160,6 +167,17 @@ impl Gateway {
 
     /// Bucket `name`, if `req`'s user may do `need` to it.
     async fn bucket<T>(&self, req: &S3Request<T>, name: &str, need: Need) -> S3Result<Bucket> {
+        self.bucket_as(req, name, need).await.map(|(b, _)| b)
+    }
+
+    /// Bucket `name` and `req`'s user (none: anonymous), if the user may
+    /// do `need` to it: its owner anything, others what its ACL grants.
+    async fn bucket_as<T>(
+        &self,
+        req: &S3Request<T>,
+        name: &str,
+        need: Need,
+    ) -> S3Result<(Bucket, Option<User>)> {
         let user = self.who(req).await?;
         let b = self
             .meta
@@ -170,12 +188,43 @@ impl Gateway {
         let owner = user.as_ref().is_some_and(|u| u.uid == b.owner);
         let allowed = owner
             || match need {
-                Need::Read => b.acl == "public-read" || b.acl == "public-read-write",
+                Need::Exists => true,
+                Need::Read => grants_read(&b.acl, user.is_some()),
                 Need::Write => b.acl == "public-read-write",
                 Need::Owner => false,
             };
         if allowed {
-            Ok(b)
+            Ok((b, user))
+        } else {
+            Err(s3_error!(AccessDenied))
+        }
+    }
+
+    /// Object `key` (version `vid`) of `b`, if `user` may read it: the
+    /// bucket's owner and the object's may, others as its ACL grants. A
+    /// missing object is AccessDenied to whom may not list the bucket.
+    async fn object_for(
+        &self,
+        b: &Bucket,
+        user: Option<&User>,
+        key: &str,
+        vid: Option<&str>,
+    ) -> S3Result<Entry> {
+        let uid = user.map(|u| u.uid.as_str());
+        let owner = uid == Some(b.owner.as_str());
+        let e = match self.found(b, key, vid).await {
+            Ok(e) => e,
+            Err(e) if !owner && !grants_read(&b.acl, user.is_some()) => {
+                tracing::debug!("{key}: {e}; denied to a reader of a bucket it may not list");
+                return Err(s3_error!(AccessDenied));
+            }
+            Err(e) => return Err(e),
+        };
+        if owner
+            || (uid.is_some() && uid == Some(e.owner.as_str()))
+            || grants_read(&e.acl, user.is_some())
+        {
+            Ok(e)
         } else {
             Err(s3_error!(AccessDenied))
         }
@@ -220,11 +269,9 @@ impl Gateway {
         Ok(e)
     }
 
-    fn owner(&self, uid: &str) -> Owner {
-        Owner {
-            display_name: Some(uid.to_string()),
-            id: Some(uid.to_string()),
-        }
+    /// A bucket's owner as listings name it.
+    fn owner(&self, b: &Bucket) -> Owner {
+        owner_of(&b.owner, &b.owner_name)
     }
 
     /// One page of a listing: the objects after `after` (and the common
@@ -239,6 +286,9 @@ impl Gateway {
         max: i32,
     ) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, Option<String>, bool)> {
         let max = max.clamp(0, LIST_MAX) as usize;
+        if max == 0 {
+            return Ok((Vec::new(), Vec::new(), None, false));
+        }
         let mut objects = Vec::new();
         let mut prefixes: Vec<CommonPrefix> = Vec::new();
         let mut cursor = after.to_string();
@@ -266,8 +316,11 @@ impl Gateway {
                     // next page starts past them.
                     let cp = format!("{prefix}{}", &rest[..at + d.len()]);
                     cursor = format!("{cp}\u{10ffff}");
-                    last = Some(cp.clone());
-                    prefixes.push(CommonPrefix { prefix: Some(cp) });
+                    // A marker naming the prefix itself was past it already.
+                    if cp.as_str() > after {
+                        last = Some(cp.clone());
+                        prefixes.push(CommonPrefix { prefix: Some(cp) });
+                    }
                     jumped = true;
                     break;
                 }
@@ -278,7 +331,7 @@ impl Gateway {
                     size: Some(e.size as i64),
                     e_tag: Some(etag(&e)),
                     last_modified: Some(timestamp(e.mtime_ms)),
-                    owner: Some(self.owner(&b.owner)),
+                    owner: Some(self.owner(b)),
                     storage_class: Some(s3s::dto::ObjectStorageClass::from_static(
                         s3s::dto::ObjectStorageClass::STANDARD,
                     )),
@@ -320,7 +373,7 @@ impl S3 for Gateway {
             .collect();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
-            owner: Some(self.owner(&user.uid)),
+            owner: Some(owner_of(&user.uid, &user.display_name)),
             ..ListBucketsOutput::default()
         }))
     }
@@ -336,13 +389,8 @@ impl S3 for Gateway {
             .acl
             .as_ref()
             .map_or("private".to_string(), |a| a.as_str().to_string());
-        if !matches!(
-            acl.as_str(),
-            "private" | "public-read" | "public-read-write"
-        ) {
-            return Err(s3_error!(NotImplemented, "canned ACL {acl}"));
-        }
-        match self.meta.bucket_create(&name, &user.uid, &acl).await {
+        canned(&acl)?;
+        match self.meta.bucket_create(&name, &user, &acl).await {
             Ok(_) => Ok(S3Response::new(CreateBucketOutput {
                 location: Some(format!("/{name}")),
             })),
@@ -430,7 +478,8 @@ impl S3 for Gateway {
         };
         let mut out = PutObjectOutput {
             e_tag: Some(etag(&e)),
-            version_id: e.version_id.clone(),
+            // The null version (a suspended bucket's) is not named.
+            version_id: e.version_id.clone().filter(|v| v != versions::NULL),
             ..PutObjectOutput::default()
         };
         with_sums!(out, &e);
@@ -492,7 +541,17 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
         let i = &req.input;
-        let (marker, version_id) = self.remove(&b, &i.key, i.version_id.as_deref()).await?;
+        let guard = DeleteGuard {
+            etag: i.if_match.as_ref().map(|c| match c {
+                ETagCondition::Any => None,
+                ETagCondition::ETag(t) => Some(t.value().to_string()),
+            }),
+            size: i.if_match_size,
+            mtime: i.if_match_last_modified_time.clone(),
+        };
+        let (marker, version_id) = self
+            .remove(&b, &i.key, i.version_id.as_deref(), &guard)
+            .await?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: marker.then_some(true),
             version_id,
@@ -512,7 +571,15 @@ impl S3 for Gateway {
         let quiet = d.quiet.unwrap_or(false);
         let (mut deleted, mut errors) = (Vec::new(), Vec::new());
         for o in d.objects {
-            match self.remove(&b, &o.key, o.version_id.as_deref()).await {
+            let guard = DeleteGuard {
+                etag: o.e_tag.as_ref().map(|t| Some(t.value().to_string())),
+                size: o.size,
+                mtime: o.last_modified_time.clone(),
+            };
+            match self
+                .remove(&b, &o.key, o.version_id.as_deref(), &guard)
+                .await
+            {
                 Ok(_) if quiet => {}
                 Ok((marker, vid)) => deleted.push(DeletedObject {
                     key: Some(o.key),
@@ -541,7 +608,7 @@ impl S3 for Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let (sb, src_key, src) = copy_from!(self, req);
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let (b, user) = self.bucket_as(&req, &req.input.bucket, Need::Write).await?;
         let i = req.input;
         let replace = i
             .metadata_directive
@@ -553,7 +620,7 @@ impl S3 for Gateway {
                 "copying an object to itself changes nothing: give the REPLACE metadata directive"
             ));
         }
-        let entry = match replace {
+        let mut entry = match replace {
             true => new_entry(
                 i.content_type.map(|c| c.to_string()),
                 i.content_encoding,
@@ -568,6 +635,8 @@ impl S3 for Gateway {
                 ..Entry::default()
             },
         };
+        let expires = if replace { i.expires.as_ref() } else { None };
+        stamp(&mut entry, i.acl.as_ref(), user.as_ref(), expires)?;
         let e = self
             .meta
             .copy(&src, &b, &i.key, entry)
@@ -625,9 +694,9 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let (b, user) = self.bucket_as(&req, &req.input.bucket, Need::Write).await?;
         let i = req.input;
-        let entry = new_entry(
+        let mut entry = new_entry(
             i.content_type.map(|c| c.to_string()),
             i.content_encoding,
             i.content_disposition,
@@ -635,6 +704,12 @@ impl S3 for Gateway {
             i.cache_control,
             i.metadata,
         );
+        stamp(
+            &mut entry,
+            i.acl.as_ref(),
+            user.as_ref(),
+            i.expires.as_ref(),
+        )?;
         let u = self
             .meta
             .upload_create(&b, &i.key, entry)
@@ -715,7 +790,7 @@ impl S3 for Gateway {
             key: Some(i.key.clone()),
             e_tag: Some(etag(e)),
             location: Some(format!("/{}/{}", b.name, i.key)),
-            version_id: e.version_id.clone(),
+            version_id: e.version_id.clone().filter(|v| v != versions::NULL),
             ..CompleteMultipartUploadOutput::default()
         };
         let u = match self.meta.upload(&b, &i.key, &i.upload_id).await {
@@ -735,6 +810,15 @@ impl S3 for Gateway {
             }
             Err(e) => return Err(internal(e)),
         };
+        if i.if_match.is_some() || i.if_none_match.is_some() {
+            let current = self.meta.entry(&b, &i.key).await.map_err(internal)?;
+            Conditions {
+                if_match: i.if_match.as_ref(),
+                if_none_match: i.if_none_match.as_ref(),
+                ..Conditions::default()
+            }
+            .check(current.as_ref(), false)?;
+        }
         let mut chosen = Vec::new();
         for p in i
             .multipart_upload
@@ -859,6 +943,96 @@ impl S3 for Gateway {
         }))
     }
 
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<s3s::dto::GetBucketAclInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketAclOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let owner = self.owner(&b);
+        Ok(S3Response::new(s3s::dto::GetBucketAclOutput {
+            grants: Some(grants(&b.acl, &owner)),
+            owner: Some(owner),
+        }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<s3s::dto::PutBucketAclInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketAclOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let i = &req.input;
+        let acl = wanted_acl(
+            i.acl.as_ref().map(|a| a.as_str()),
+            i.access_control_policy.as_ref(),
+            &self.owner(&b),
+        )?;
+        self.meta.set_bucket_acl(&b, &acl).await.map_err(internal)?;
+        Ok(S3Response::new(s3s::dto::PutBucketAclOutput::default()))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<s3s::dto::GetObjectAclInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectAclOutput>> {
+        let (b, user) = self
+            .bucket_as(&req, &req.input.bucket, Need::Exists)
+            .await?;
+        let i = &req.input;
+        let e = self
+            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+            .await?;
+        let owner = match e.owner.as_str() {
+            "" => self.owner(&b),
+            uid => match self.meta.user(uid).await.map_err(internal)? {
+                Some(u) => owner_of(&u.uid, &u.display_name),
+                None => owner_of(uid, ""),
+            },
+        };
+        Ok(S3Response::new(s3s::dto::GetObjectAclOutput {
+            grants: Some(grants(&e.acl, &owner)),
+            owner: Some(owner),
+            ..s3s::dto::GetObjectAclOutput::default()
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<s3s::dto::PutObjectAclInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectAclOutput>> {
+        let (b, user) = self
+            .bucket_as(&req, &req.input.bucket, Need::Exists)
+            .await?;
+        let i = &req.input;
+        let e = self
+            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+            .await?;
+        let uid = user.as_ref().map(|u| u.uid.as_str());
+        if uid != Some(b.owner.as_str()) && (uid.is_none() || uid != Some(e.owner.as_str())) {
+            return Err(s3_error!(AccessDenied));
+        }
+        let acl = wanted_acl(
+            i.acl.as_ref().map(|a| a.as_str()),
+            i.access_control_policy.as_ref(),
+            &owner_of(
+                if e.owner.is_empty() {
+                    &b.owner
+                } else {
+                    &e.owner
+                },
+                "",
+            ),
+        )?;
+        let found = self
+            .meta
+            .set_object_acl(&b, &i.key, i.version_id.as_deref(), &acl)
+            .await
+            .map_err(internal)?;
+        if !found {
+            return Err(s3_error!(NoSuchKey));
+        }
+        Ok(S3Response::new(s3s::dto::PutObjectAclOutput::default()))
+    }
+
     async fn put_bucket_versioning(
         &self,
         req: S3Request<s3s::dto::PutBucketVersioningInput>,
@@ -966,7 +1140,7 @@ impl S3 for Gateway {
         Ok(S3Response::new(s3s::dto::ListObjectVersionsOutput {
             name: Some(b.name.clone()),
             prefix: Some(enc.one(prefix)),
-            delimiter: i.delimiter.map(|d| enc.one(d)),
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc.one(d)),
             key_marker: Some(enc.one(key_marker)),
             version_id_marker: Some(vid_marker),
             max_keys: Some(max),
@@ -999,11 +1173,17 @@ impl S3 for Gateway {
             .await?;
         let count = (objects.len() + prefixes.len()) as i32;
         let enc = Encode::of(i.encoding_type.as_ref());
-        let (objects, prefixes) = enc.listing(objects, prefixes);
+        let (mut objects, prefixes) = enc.listing(objects, prefixes);
+        if i.fetch_owner != Some(true) {
+            // v2 names owners only when asked.
+            for o in &mut objects {
+                o.owner = None;
+            }
+        }
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(b.name.clone()),
             prefix: Some(enc.one(prefix)),
-            delimiter: i.delimiter.map(|d| enc.one(d)),
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc.one(d)),
             max_keys: Some(max),
             key_count: Some(count),
             is_truncated: Some(truncated),
@@ -1033,9 +1213,14 @@ impl S3 for Gateway {
         let (objects, prefixes) = enc.listing(objects, prefixes);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(b.name.clone()),
-            prefix: Some(enc.one(prefix)),
+            // v1 answers its Prefix as given (the SDKs decode the rest only).
+            prefix: Some(prefix),
             marker: Some(enc.one(after)),
-            delimiter: i.delimiter.clone().map(|d| enc.one(d)),
+            delimiter: i
+                .delimiter
+                .clone()
+                .filter(|d| !d.is_empty())
+                .map(|d| enc.one(d)),
             max_keys: Some(max),
             is_truncated: Some(truncated),
             // AWS gives NextMarker only with a delimiter.
@@ -1061,6 +1246,15 @@ fn new_entry(
     metadata: Option<s3s::dto::Metadata>,
 ) -> Entry {
     let mut headers = BTreeMap::new();
+    // `aws-chunked` names how the body came, not how the object is encoded.
+    let content_encoding = content_encoding.and_then(|c| {
+        let kept: Vec<&str> = c
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+            .collect();
+        (!kept.is_empty()).then(|| kept.join(", "))
+    });
     for (name, v) in [
         ("content-type", content_type),
         ("content-encoding", content_encoding),
@@ -1104,7 +1298,7 @@ impl Gateway {
         req: &S3Request<PutObjectInput>,
     ) -> S3Result<(Bucket, Entry, Option<[u8; 16]>)> {
         let input = &req.input;
-        let b = self.bucket(req, &input.bucket, Need::Write).await?;
+        let (b, user) = self.bucket_as(req, &input.bucket, Need::Write).await?;
         // The current entry is read only for a conditional PUT.
         if input.if_match.is_some() || input.if_none_match.is_some() {
             let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;
@@ -1119,7 +1313,7 @@ impl Gateway {
             Some(m) => Some(content_md5(m)?),
             None => None,
         };
-        let entry = new_entry(
+        let mut entry = new_entry(
             input.content_type.as_ref().map(|c| c.to_string()),
             input.content_encoding.clone(),
             input.content_disposition.clone(),
@@ -1127,6 +1321,12 @@ impl Gateway {
             input.cache_control.clone(),
             input.metadata.clone(),
         );
+        stamp(
+            &mut entry,
+            input.acl.as_ref(),
+            user.as_ref(),
+            input.expires.as_ref(),
+        )?;
         Ok((b, entry, md5))
     }
 
@@ -1166,6 +1366,10 @@ impl Conditions<'_> {
     /// for a write).
     fn check(&self, e: Option<&Entry>, read: bool) -> S3Result<()> {
         let mtime = e.map(|e| (e.mtime_ms / 1000) as i64);
+        if !read && e.is_none() && self.if_match.is_some() {
+            // A conditional write to an object that is not there.
+            return Err(s3_error!(NoSuchKey));
+        }
         if let Some(c) = self.if_match {
             if !matches(c, e) {
                 return Err(s3_error!(PreconditionFailed));
@@ -1178,7 +1382,7 @@ impl Conditions<'_> {
         if let Some(c) = self.if_none_match {
             if matches(c, e) {
                 return Err(match read {
-                    true => s3_error!(NotModified),
+                    true => not_modified(e),
                     false => s3_error!(PreconditionFailed),
                 });
             }
@@ -1186,7 +1390,7 @@ impl Conditions<'_> {
             && read
             && m <= seconds(t)
         {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(e));
         }
         Ok(())
     }
@@ -1305,7 +1509,22 @@ impl Gateway {
         b: &Bucket,
         key: &str,
         vid: Option<&str>,
+        guard: &DeleteGuard,
     ) -> S3Result<(bool, Option<String>)> {
+        if guard.etag.is_some() || guard.size.is_some() || guard.mtime.is_some() {
+            let current = match vid {
+                Some(v) if versions::valid_vid(v) => self.meta.version(b, key, v).await,
+                Some(_) => Ok(None),
+                None => self.meta.entry(b, key).await,
+            }
+            .map_err(internal)?;
+            // A delete of what is not there succeeds, guarded or not.
+            if let Some(e) = current
+                && !guard.holds(&e)
+            {
+                return Err(s3_error!(PreconditionFailed));
+            }
+        }
         if let Some(vid) = vid {
             if !versions::valid_vid(vid) {
                 return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
@@ -1407,7 +1626,7 @@ impl Gateway {
                 is_latest: Some(latest),
                 key: Some(v.key),
                 last_modified: Some(timestamp(v.entry.mtime_ms)),
-                owner: Some(self.owner(&b.owner)),
+                owner: Some(self.owner(b)),
                 version_id: Some(v.version_id),
             });
         } else {
@@ -1416,7 +1635,7 @@ impl Gateway {
                 is_latest: Some(latest),
                 key: Some(v.key),
                 last_modified: Some(timestamp(v.entry.mtime_ms)),
-                owner: Some(self.owner(&b.owner)),
+                owner: Some(self.owner(b)),
                 size: Some(v.entry.size as i64),
                 storage_class: Some(s3s::dto::ObjectVersionStorageClass::from_static(
                     s3s::dto::ObjectVersionStorageClass::STANDARD,
@@ -1550,4 +1769,168 @@ impl Sums {
 /// Whether a read asked for the object's checksums (`x-amz-checksum-mode: ENABLED`).
 fn asked_sums(mode: Option<&s3s::dto::ChecksumMode>) -> bool {
     mode.is_some_and(|m| m.as_str() == s3s::dto::ChecksumMode::ENABLED)
+}
+
+/// A delete's preconditions: the object's ETag (`Some(None)`: any),
+/// size and modification time.
+#[derive(Debug, Default)]
+struct DeleteGuard {
+    etag: Option<Option<String>>,
+    size: Option<i64>,
+    mtime: Option<Timestamp>,
+}
+
+impl DeleteGuard {
+    fn holds(&self, e: &Entry) -> bool {
+        let etag = match &self.etag {
+            Some(Some(t)) => t.trim_matches('"') == e.etag,
+            _ => true,
+        };
+        let size = self.size.is_none_or(|s| s == e.size as i64);
+        let mtime = self
+            .mtime
+            .as_ref()
+            .is_none_or(|t| seconds(t) == (e.mtime_ms / 1000) as i64);
+        etag && size && mtime
+    }
+}
+
+/// The canned ACLs the gateway keeps (AWS's others need grants to named
+/// users or services).
+const CANNED: [&str; 4] = [
+    "private",
+    "public-read",
+    "public-read-write",
+    "authenticated-read",
+];
+
+fn canned(acl: &str) -> S3Result<()> {
+    if CANNED.contains(&acl) {
+        Ok(())
+    } else {
+        Err(s3_error!(NotImplemented, "canned ACL {acl}"))
+    }
+}
+
+/// Whether canned ACL `acl` lets a non-owner read (`signed`: the request
+/// is signed by a user).
+fn grants_read(acl: &str, signed: bool) -> bool {
+    matches!(acl, "public-read" | "public-read-write") || (signed && acl == "authenticated-read")
+}
+
+fn owner_of(uid: &str, name: &str) -> Owner {
+    Owner {
+        display_name: Some(if name.is_empty() { uid } else { name }.to_string()),
+        id: Some(uid.to_string()),
+    }
+}
+
+/// The grants canned ACL `acl` stands for: the groups' first, then the
+/// owner's full control (as AWS lists them).
+fn grants(acl: &str, owner: &Owner) -> Vec<s3s::dto::Grant> {
+    use s3s::dto::{Grant, Grantee, Permission, Type};
+    let group = |uri: &str, p: &'static str| Grant {
+        grantee: Some(Grantee {
+            display_name: None,
+            email_address: None,
+            id: None,
+            type_: Type::from_static(Type::GROUP),
+            uri: Some(uri.to_string()),
+        }),
+        permission: Some(Permission::from_static(p)),
+    };
+    const ALL: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
+    const AUTH: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
+    let mut out = match acl {
+        "public-read" => vec![group(ALL, Permission::READ)],
+        "public-read-write" => vec![group(ALL, Permission::READ), group(ALL, Permission::WRITE)],
+        "authenticated-read" => vec![group(AUTH, Permission::READ)],
+        _ => Vec::new(),
+    };
+    out.push(Grant {
+        grantee: Some(Grantee {
+            display_name: owner.display_name.clone(),
+            email_address: None,
+            id: owner.id.clone(),
+            type_: Type::from_static(Type::CANONICAL_USER),
+            uri: None,
+        }),
+        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
+    });
+    out
+}
+
+/// The canned ACL a PutBucketAcl or PutObjectAcl asks for: its
+/// `x-amz-acl`, or a policy whose grants are exactly a canned ACL's.
+fn wanted_acl(
+    header: Option<&str>,
+    policy: Option<&s3s::dto::AccessControlPolicy>,
+    owner: &Owner,
+) -> S3Result<String> {
+    if let Some(a) = header {
+        canned(a)?;
+        return Ok(a.to_string());
+    }
+    let Some(p) = policy else {
+        return Err(s3_error!(
+            MalformedACLError,
+            "give x-amz-acl or an AccessControlPolicy"
+        ));
+    };
+    let key = |g: &s3s::dto::Grant| {
+        let ge = g.grantee.as_ref();
+        (
+            ge.and_then(|x| x.uri.clone()),
+            ge.and_then(|x| x.id.clone()),
+            g.permission.as_ref().map(|p| p.as_str().to_string()),
+        )
+    };
+    let mut want: Vec<_> = p.grants.iter().flatten().map(key).collect();
+    want.sort();
+    for acl in CANNED {
+        let mut have: Vec<_> = grants(acl, owner).iter().map(key).collect();
+        have.sort();
+        if have == want {
+            return Ok(acl.to_string());
+        }
+    }
+    Err(s3_error!(
+        NotImplemented,
+        "grants other than a canned ACL's (private, public-read, public-read-write, authenticated-read)"
+    ))
+}
+
+/// Gives a new object its canned ACL, writer and Expires.
+fn stamp(
+    e: &mut Entry,
+    acl: Option<&s3s::dto::ObjectCannedACL>,
+    user: Option<&User>,
+    expires: Option<&Timestamp>,
+) -> S3Result<()> {
+    if let Some(a) = acl {
+        canned(a.as_str())?;
+        e.acl = a.as_str().to_string();
+    }
+    e.owner = user.map(|u| u.uid.clone()).unwrap_or_default();
+    if let Some(t) = expires {
+        let ms = time::OffsetDateTime::from(t.clone())
+            .unix_timestamp()
+            .max(0) as u64
+            * 1000;
+        e.headers.insert("expires".to_string(), ms.to_string());
+    }
+    Ok(())
+}
+
+/// A 304, with the ETag a cache revalidates by.
+fn not_modified(e: Option<&Entry>) -> S3Error {
+    let mut err = s3_error!(NotModified);
+    if let Some(v) =
+        e.and_then(|e| hyper::http::HeaderValue::from_str(&format!("\"{}\"", e.etag)).ok())
+    {
+        let mut h = hyper::http::HeaderMap::new();
+        h.insert("etag", v);
+        err.set_headers(h);
+    }
+    err
 }

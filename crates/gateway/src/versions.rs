@@ -504,6 +504,51 @@ impl Meta {
         Err(MetaError::Invalid(format!("version id marker {vid:?}")))
     }
 
+    /// Sets the canned ACL of `key` (version `vid`, else the current one)
+    /// in place; whether there was such an object.
+    pub async fn set_object_acl(
+        &self,
+        b: &Bucket,
+        key: &str,
+        vid: Option<&str>,
+        acl: &str,
+    ) -> Result<bool> {
+        self.change_key(b, key, vid.is_some(), |st| {
+            let mut ch = Change::default();
+            let target = match vid {
+                None => st.current.clone(),
+                Some(v) => match st.current.as_ref() {
+                    Some(c) if c.version_id.as_deref().unwrap_or(NULL) == v => Some(c.clone()),
+                    _ => st
+                        .versions
+                        .iter()
+                        .find(|x| x.version_id == v)
+                        .map(|x| x.entry.clone()),
+                },
+            };
+            let Some(mut e) = target.filter(|e| !e.delete_marker) else {
+                return Ok((ch, false));
+            };
+            e.acl = acl.to_string();
+            let is_current = st
+                .current
+                .as_ref()
+                .is_some_and(|c| c.version_id == e.version_id);
+            if is_current {
+                ch.set.push((key.to_string(), encode(&e)?));
+            }
+            if let Some(v) = st
+                .versions
+                .iter()
+                .find(|x| Some(&x.version_id) == e.version_id.as_ref())
+            {
+                ch.set.push((v.record_key(), encode(&e)?));
+            }
+            Ok((ch, true))
+        })
+        .await
+    }
+
     /// A delete marker's entry, made now.
     pub fn delete_marker() -> Entry {
         Entry {

@@ -62,7 +62,11 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
     let meta = Meta::new(pool.clone());
     meta.user_create("alice", "alice").await.unwrap();
     let b = meta
-        .bucket_create("photos", "alice", "private")
+        .bucket_create(
+            "photos",
+            &meta.user("alice").await.unwrap().unwrap(),
+            "private",
+        )
         .await
         .unwrap();
     meta.put(
@@ -164,7 +168,8 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
     let client = client(&c).await;
     let pool = client.pool("rbd").unwrap();
     let (m1, m2) = (Meta::new(pool.clone()), Meta::new(pool.clone()));
-    let b = m1.bucket_create("logs", "alice", "private").await.unwrap();
+    let alice = m1.user_create("alice", "Alice").await.unwrap();
+    let b = m1.bucket_create("logs", &alice, "private").await.unwrap();
     // Written before versioning: becomes the null version when it is turned on.
     m1.put(
         &b,

@@ -275,6 +275,39 @@ got = alice.head_object(Bucket="photos", Key="unicode-meta")["Metadata"]["greeti
 assert text.decode(charset) == "Hello World\xe9", got
 alice.delete_object(Bucket="photos", Key="unicode-meta")
 
+# Paging by common prefixes: a marker naming a prefix resumes past it (a
+# client paging this way must not loop); max-keys=0 is an empty page.
+alice.create_bucket(Bucket="pages")
+for k in ["asdf", "boo/bar", "boo/baz/xyzzy", "cquux/thud", "cquux/bla"]:
+    alice.put_object(Bucket="pages", Key=k, Body=b"")
+seen, marker = [], ""
+while True:
+    r = alice.list_objects(Bucket="pages", Delimiter="/", Marker=marker, MaxKeys=1)
+    seen += [o["Key"] for o in r.get("Contents", [])] + \
+        [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+    if not r["IsTruncated"]:
+        break
+    marker = r["NextMarker"]
+    assert len(seen) < 10, seen
+assert seen == ["asdf", "boo/", "cquux/"], seen
+r = alice.list_objects_v2(Bucket="pages", MaxKeys=0)
+assert not r["IsTruncated"] and r["KeyCount"] == 0, r
+assert "Owner" not in alice.list_objects_v2(Bucket="pages")["Contents"][0]
+assert "Owner" in alice.list_objects_v2(Bucket="pages", FetchOwner=True)["Contents"][0]
+# Conditional deletes and writes: a wrong ETag or size is 412 and deletes
+# nothing; a write that must match an object that is not there is 404.
+etag = alice.head_object(Bucket="pages", Key="asdf")["ETag"]
+assert code(lambda: alice.delete_object(Bucket="pages", Key="asdf", IfMatch='"bad"')) == \
+    "PreconditionFailed"
+r = alice.delete_objects(Bucket="pages", Delete={"Objects": [{"Key": "asdf", "ETag": "bad"}]})
+assert r["Errors"][0]["Code"] == "PreconditionFailed", r
+alice.delete_object(Bucket="pages", Key="asdf", IfMatch=etag)
+assert code(lambda: alice.put_object(Bucket="pages", Key="asdf", Body=b"x", IfMatch=etag)) == \
+    "NoSuchKey"
+everything = [{"Key": o["Key"]} for o in alice.list_objects_v2(Bucket="pages")["Contents"]]
+alice.delete_objects(Bucket="pages", Delete={"Objects": everything})
+alice.delete_bucket(Bucket="pages")
+
 # Every answer names its request; an error's XML carries the same id.
 try:
     alice.get_object(Bucket="photos", Key="no-such-key")
@@ -297,9 +330,39 @@ assert code(lambda: bob.delete_bucket(Bucket="photos")) == "AccessDenied"
 status, data = anon("GET", "%s/photos/c" % EP)
 assert status == 403 and b"<Code>AccessDenied</Code>" in data, (status, data)
 assert b"<RequestId>" in data, data
-alice.put_object(Bucket="public-site", Key="index.html", Body=b"<h1>hi</h1>")
+alice.put_object(Bucket="public-site", Key="index.html", Body=b"<h1>hi</h1>", ACL="public-read")
 status, data = anon("GET", "%s/public-site/index.html" % EP)
 assert (status, data) == (200, b"<h1>hi</h1>"), (status, data)
+# Objects carry their own canned ACL: a private object in a public bucket
+# is not readable by others, a public one in a private bucket is.
+alice.put_object(Bucket="public-site", Key="draft.html", Body=b"draft")
+assert anon("GET", "%s/public-site/draft.html" % EP)[0] == 403
+assert code(lambda: bob.get_object(Bucket="public-site", Key="draft.html")) == "AccessDenied"
+assert anon("GET", "%s/public-site/" % EP)[0] == 200, "a public-read bucket lists"
+alice.put_object(Bucket="photos", Key="shared.jpg", Body=b"jpg", ACL="public-read")
+assert anon("GET", "%s/photos/shared.jpg" % EP) == (200, b"jpg")
+assert anon("GET", "%s/photos/" % EP)[0] == 403, "a private bucket does not list"
+# Bucket and object ACLs read and set as grants.
+acl = alice.get_bucket_acl(Bucket="public-site")
+assert acl["Owner"]["ID"] == "alice"
+assert sorted((g["Grantee"].get("URI", g["Grantee"].get("ID")), g["Permission"])
+              for g in acl["Grants"]) == [
+    ("alice", "FULL_CONTROL"), ("http://acs.amazonaws.com/groups/global/AllUsers", "READ")], acl
+alice.put_bucket_acl(Bucket="public-site", ACL="private")
+assert anon("GET", "%s/public-site/" % EP)[0] == 403
+assert [g["Permission"] for g in alice.get_bucket_acl(Bucket="public-site")["Grants"]] == \
+    ["FULL_CONTROL"]
+alice.put_object_acl(Bucket="photos", Key="shared.jpg", ACL="authenticated-read")
+assert anon("GET", "%s/photos/shared.jpg" % EP)[0] == 403
+assert bob.get_object(Bucket="photos", Key="shared.jpg")["Body"].read() == b"jpg"
+g = alice.get_object_acl(Bucket="photos", Key="shared.jpg")["Grants"]
+assert ("http://acs.amazonaws.com/groups/global/AuthenticatedUsers", "READ") in \
+    [(x["Grantee"].get("URI"), x["Permission"]) for x in g], g
+assert code(lambda: bob.put_object_acl(Bucket="photos", Key="shared.jpg",
+                                       ACL="public-read")) == "AccessDenied"
+alice.delete_objects(Bucket="public-site", Delete={"Objects": [{"Key": "draft.html"}]})
+alice.delete_objects(Bucket="photos", Delete={"Objects": [{"Key": "shared.jpg"}]})
+alice.put_bucket_acl(Bucket="public-site", ACL="public-read")
 status, _ = anon("PUT", "%s/public-site/evil.html" % EP, data=b"x")
 assert status == 403, status
 url = alice.generate_presigned_url("get_object", Params={"Bucket": "photos", "Key": "c"},
@@ -403,7 +466,7 @@ assert len(set(seen)) == 5
 # Suspended: writes make the null version, replacing the one before.
 alice.put_bucket_versioning(Bucket="history", VersioningConfiguration={"Status": "Suspended"})
 assert alice.get_bucket_versioning(Bucket="history")["Status"] == "Suspended"
-assert alice.put_object(Bucket="history", Key="doc", Body=b"s1").get("VersionId") == "null"
+assert "VersionId" not in alice.put_object(Bucket="history", Key="doc", Body=b"s1")
 alice.put_object(Bucket="history", Key="doc", Body=b"s2")
 vs = [(v["VersionId"], v["IsLatest"]) for v in
       alice.list_object_versions(Bucket="history", Prefix="doc")["Versions"]]

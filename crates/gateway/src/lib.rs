@@ -64,6 +64,7 @@ pub async fn serve(
     let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
     b.set_auth(ClusterAuth { meta });
     b.set_access(OpsDecide);
+    b.set_validation(BucketNames);
     let service = Arc::new(b.build());
     loop {
         let (stream, peer) = listener.accept().await?;
@@ -95,6 +96,12 @@ where
         let service = service.clone();
         async move {
             let id = meta::random_hex(8).to_uppercase();
+            if let Some(e) = bad_presign_expiry(req.uri().query()) {
+                let resp = e.to_http_response().map_err(|e| {
+                    s3s::HttpError::new(Box::new(std::io::Error::other(format!("{e:?}"))))
+                })?;
+                return Ok(with_request_id(resp, &id));
+            }
             let resp = service.call(req.map(s3s::Body::from)).await?;
             Ok::<_, s3s::HttpError>(with_request_id(resp, &id))
         }
@@ -140,4 +147,80 @@ fn with_request_id(mut resp: s3s::HttpResponse, id: &str) -> s3s::HttpResponse {
 /// Where `shoal gateway` listens unless told otherwise.
 pub fn default_bind() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7480))
+}
+
+/// A presigned URL lives at most seven days (AWS's limit); a negative or
+/// longer `X-Amz-Expires` is refused as AWS refuses it.
+fn bad_presign_expiry(query: Option<&str>) -> Option<s3s::S3Error> {
+    let v = query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Expires="))?;
+    match v.parse::<i64>() {
+        Ok(n) if (1..=604_800).contains(&n) => None,
+        _ => Some(s3_error!(
+            AccessDenied,
+            "X-Amz-Expires must be 1 to 604800 seconds (seven days), not {v}"
+        )),
+    }
+}
+
+/// Bucket names as AWS allows them: 3-63 of lower-case letters, digits,
+/// dots and hyphens, beginning and ending with a letter or digit, no two
+/// dots or a dot beside a hyphen, not an IP address.
+#[derive(Debug, Clone, Copy)]
+struct BucketNames;
+
+impl s3s::validation::NameValidation for BucketNames {
+    fn validate_bucket_name(&self, name: &str) -> bool {
+        valid_bucket_name(name)
+    }
+}
+
+/// See [`BucketNames`].
+pub fn valid_bucket_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (3..=63).contains(&b.len())
+        && b.iter().all(|&c| edge(c) || c == b'.' || c == b'-')
+        && b.first().is_some_and(|&c| edge(c))
+        && b.last().is_some_and(|&c| edge(c))
+        && !name.contains("..")
+        && !name.contains(".-")
+        && !name.contains("-.")
+        && name.parse::<std::net::Ipv4Addr>().is_err()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_names_and_presign_expiry() {
+        for ok in ["abc", "my-bucket.2", "a1b"] {
+            assert!(valid_bucket_name(ok), "{ok}");
+        }
+        for bad in [
+            "ab",
+            "Abc",
+            "foo-.bar",
+            "foo.-bar",
+            "a..b",
+            "-ab",
+            "ab-",
+            "192.168.5.4",
+            "a_b",
+        ] {
+            assert!(!valid_bucket_name(bad), "{bad}");
+        }
+        assert!(bad_presign_expiry(Some("X-Amz-Expires=300&X-Amz-Date=x")).is_none());
+        assert!(bad_presign_expiry(Some("a=b")).is_none());
+        assert!(bad_presign_expiry(None).is_none());
+        for q in [
+            "X-Amz-Expires=-1",
+            "X-Amz-Expires=609901",
+            "X-Amz-Expires=zz",
+        ] {
+            assert!(bad_presign_expiry(Some(q)).is_some(), "{q}");
+        }
+    }
 }

@@ -118,6 +118,9 @@ pub struct Bucket {
     /// Its owner's display name when it was made.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner_name: String,
+    /// The location constraint it was created with (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub location: String,
     /// Versioning: empty (never turned on), `Enabled` or `Suspended`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub versioning: String,
@@ -423,7 +426,13 @@ impl Meta {
 
     /// Creates bucket `name` owned by `owner`; an existing bucket of the
     /// same owner is answered as it is (as AWS in us-east-1).
-    pub async fn bucket_create(&self, name: &str, owner: &User, acl: &str) -> Result<Bucket> {
+    pub async fn bucket_create(
+        &self,
+        name: &str,
+        owner: &User,
+        acl: &str,
+        location: &str,
+    ) -> Result<Bucket> {
         let (owner_name, owner) = (owner.display_name.as_str(), owner.uid.as_str());
         if let Some(b) = self.bucket(name).await? {
             return match b.owner == owner {
@@ -438,6 +447,7 @@ impl Meta {
             created_ms: now_ms(),
             acl: acl.to_string(),
             owner_name: owner_name.to_string(),
+            location: location.to_string(),
             shards: INDEX_SHARDS,
             versioning: String::new(),
             versions_recorded: false,

@@ -358,23 +358,36 @@ impl S3 for Gateway {
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let user = self.signed(&req).await?;
-        let buckets: Vec<S3Bucket> = self
+        let i = &req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let after = i.continuation_token.clone().unwrap_or_default();
+        let max = i.max_buckets.unwrap_or(10_000).clamp(1, 10_000) as usize;
+        let mine: Vec<Bucket> = self
             .meta
             .buckets()
             .await
             .map_err(internal)?
             .into_iter()
-            .filter(|b| b.owner == user.uid)
+            .filter(|b| b.owner == user.uid && b.name.starts_with(&prefix) && b.name > after)
+            .collect();
+        let more = mine.len() > max;
+        let buckets: Vec<S3Bucket> = mine
+            .into_iter()
+            .take(max)
             .map(|b| S3Bucket {
                 name: Some(b.name),
                 creation_date: Some(timestamp(b.created_ms)),
                 ..S3Bucket::default()
             })
             .collect();
+        let token = more
+            .then(|| buckets.last().and_then(|b| b.name.clone()))
+            .flatten();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
+            continuation_token: token,
             owner: Some(owner_of(&user.uid, &user.display_name)),
-            ..ListBucketsOutput::default()
+            prefix: i.prefix.clone(),
         }))
     }
 
@@ -390,7 +403,14 @@ impl S3 for Gateway {
             .as_ref()
             .map_or("private".to_string(), |a| a.as_str().to_string());
         canned(&acl)?;
-        match self.meta.bucket_create(&name, &user, &acl).await {
+        let location = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|l| l.as_str().to_string())
+            .unwrap_or_default();
+        match self.meta.bucket_create(&name, &user, &acl, &location).await {
             Ok(_) => Ok(S3Response::new(CreateBucketOutput {
                 location: Some(format!("/{name}")),
             })),
@@ -411,8 +431,11 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        self.bucket(&req, &req.input.bucket, Need::Owner).await?;
-        Ok(S3Response::new(GetBucketLocationOutput::default()))
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint: (!b.location.is_empty())
+                .then(|| s3s::dto::BucketLocationConstraint::from(b.location.clone())),
+        }))
     }
 
     async fn delete_bucket(

@@ -66,6 +66,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
             "photos",
             &meta.user("alice").await.unwrap().unwrap(),
             "private",
+            "",
         )
         .await
         .unwrap();
@@ -169,7 +170,10 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
     let pool = client.pool("rbd").unwrap();
     let (m1, m2) = (Meta::new(pool.clone()), Meta::new(pool.clone()));
     let alice = m1.user_create("alice", "Alice").await.unwrap();
-    let b = m1.bucket_create("logs", &alice, "private").await.unwrap();
+    let b = m1
+        .bucket_create("logs", &alice, "private", "")
+        .await
+        .unwrap();
     // Written before versioning: becomes the null version when it is turned on.
     m1.put(
         &b,

@@ -308,6 +308,21 @@ everything = [{"Key": o["Key"]} for o in alice.list_objects_v2(Bucket="pages")["
 alice.delete_objects(Bucket="pages", Delete={"Objects": everything})
 alice.delete_bucket(Bucket="pages")
 
+# Bucket listing pages; a bucket remembers its location; names as AWS allows.
+names = sorted(b["Name"] for b in alice.list_buckets()["Buckets"])
+r = alice.list_buckets(MaxBuckets=1)
+assert [b["Name"] for b in r["Buckets"]] == names[:1] and r["ContinuationToken"], r
+r = alice.list_buckets(MaxBuckets=len(names), ContinuationToken=r["ContinuationToken"])
+assert [b["Name"] for b in r["Buckets"]] == names[1:] and "ContinuationToken" not in r, r
+alice.create_bucket(Bucket="placed", CreateBucketConfiguration={"LocationConstraint": "eu-test"})
+assert alice.get_bucket_location(Bucket="placed")["LocationConstraint"] == "eu-test"
+alice.delete_bucket(Bucket="placed")
+for bad in ["foo-.bar", "foo.-bar", "a..b", "192.168.5.4"]:
+    assert code(lambda: alice.create_bucket(Bucket=bad)) == "InvalidBucketName", bad
+long_url = alice.generate_presigned_url("get_object", Params={"Bucket": "photos", "Key": "c"},
+                                        ExpiresIn=8 * 86400)
+assert anon("GET", long_url)[0] == 403, "a presigned URL of more than seven days"
+
 # Every answer names its request; an error's XML carries the same id.
 try:
     alice.get_object(Bucket="photos", Key="no-such-key")

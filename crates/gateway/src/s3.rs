@@ -514,14 +514,16 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let e = readable!(self, req);
-        let (range, partial) = match &req.input.range {
-            Some(r) => {
+        let part = part_range(&e, req.input.part_number)?;
+        let (range, partial) = match (&req.input.range, &part) {
+            (_, Some((r, _))) => (r.clone(), true),
+            (Some(r), None) => {
                 let r = r
                     .check(e.size)
                     .map_err(|_| s3_error!(InvalidRange, "the object is {} bytes", e.size))?;
                 (r, true)
             }
-            None => (0..e.size, false),
+            (None, None) => (0..e.size, false),
         };
         let pieces = Meta::pieces(&e, range.start, range.end);
         let data = streamed(self.meta.clone(), pieces);
@@ -537,6 +539,7 @@ impl S3 for Gateway {
             body: Some(data),
             content_length: Some((range.end - range.start) as i64),
             content_range: content_range,
+            parts_count: part.and_then(|(_, n)| n),
         });
         if asked_sums(req.input.checksum_mode.as_ref()) && !partial {
             with_sums!(out, &e);
@@ -549,8 +552,10 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let e = readable!(self, req);
+        let part = part_range(&e, req.input.part_number)?;
         let mut out = object_output!(HeadObjectOutput, &e, {
-            content_length: Some(e.size as i64),
+            content_length: Some(part.as_ref().map_or(e.size, |(r, _)| r.end - r.start) as i64),
+            parts_count: part.and_then(|(_, n)| n),
         });
         if asked_sums(req.input.checksum_mode.as_ref()) {
             with_sums!(out, &e);
@@ -686,9 +691,7 @@ impl S3 for Gateway {
         let i = req.input;
         let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
         let range = match &i.copy_source_range {
-            Some(r) => s3s::dto::Range::parse(r)
-                .ok()
-                .and_then(|r| r.check(src.size).ok())
+            Some(r) => copy_range(r, src.size)
                 .ok_or_else(|| s3_error!(InvalidRange, "{r} of an object of {} bytes", src.size))?,
             None => 0..src.size,
         };
@@ -1956,4 +1959,34 @@ fn not_modified(e: Option<&Entry>) -> S3Error {
         err.set_headers(h);
     }
     err
+}
+
+/// The bytes of part `n` of the object (a multipart upload's part; an
+/// object written whole is its own part 1) and its count of parts (none
+/// for an object written whole).
+#[allow(clippy::type_complexity)]
+fn part_range(e: &Entry, n: Option<i32>) -> S3Result<Option<(std::ops::Range<u64>, Option<i32>)>> {
+    let Some(n) = n else { return Ok(None) };
+    let multipart = e.etag.contains('-');
+    let count = if multipart { e.parts.len() } else { 1 };
+    if n < 1 || n as usize > count {
+        return Err(s3_error!(
+            InvalidPart,
+            "the object has {count} parts, not a part {n}"
+        ));
+    }
+    if !multipart {
+        return Ok(Some((0..e.size, None)));
+    }
+    let start: u64 = e.parts[..n as usize - 1].iter().map(|p| p.size).sum();
+    let len = e.parts[n as usize - 1].size;
+    Ok(Some((start..start + len, Some(count as i32))))
+}
+
+/// An UploadPartCopy's `bytes=FIRST-LAST` range, wholly inside an object
+/// of `size` bytes (copies, unlike reads, are never clamped).
+fn copy_range(r: &str, size: u64) -> Option<std::ops::Range<u64>> {
+    let (a, b) = r.trim().strip_prefix("bytes=")?.split_once('-')?;
+    let (first, last): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (first <= last && last < size).then(|| first..last + 1)
 }

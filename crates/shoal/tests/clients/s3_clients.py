@@ -126,6 +126,12 @@ assert g["Body"].read() == b"".join(chunks) and g["ContentType"] == "video/mp4"
 assert g["Metadata"] == {"take": "2"}
 got = alice.get_object(Bucket="photos", Key="movie.mp4", Range="bytes=5242870-5242890")["Body"].read()
 assert got == b"".join(chunks)[5242870:5242891]
+# One part at a time (?partNumber=N), its count in x-amz-mp-parts-count.
+for n, c in enumerate(chunks, 1):
+    p = alice.get_object(Bucket="photos", Key="movie.mp4", PartNumber=n)
+    assert p["PartsCount"] == 3 and p["Body"].read() == c and p["ETag"] == r["ETag"]
+    assert alice.head_object(Bucket="photos", Key="movie.mp4", PartNumber=n)["ContentLength"] == len(c)
+assert code(lambda: alice.get_object(Bucket="photos", Key="movie.mp4", PartNumber=4)) == "InvalidPart"
 assert alice.list_multipart_uploads(Bucket="photos").get("Uploads", []) == []
 ab = alice.create_multipart_upload(Bucket="photos", Key="dropped")["UploadId"]
 alice.upload_part(Bucket="photos", Key="dropped", UploadId=ab, PartNumber=1, Body=b"x" * 1000)
@@ -142,6 +148,11 @@ e1 = alice.upload_part_copy(Bucket="photos", Key="movie-copy.mp4", UploadId=cp, 
 e2 = alice.upload_part_copy(Bucket="photos", Key="movie-copy.mp4", UploadId=cp, PartNumber=2,
                             CopySource={"Bucket": "photos", "Key": "movie.mp4"},
                             CopySourceRange="bytes=5242880-%d" % (len(whole) - 1))["CopyPartResult"]["ETag"]
+# A copied range must lie inside the source (copies are never clamped).
+assert code(lambda: alice.upload_part_copy(
+    Bucket="photos", Key="movie-copy.mp4", UploadId=cp, PartNumber=3,
+    CopySource={"Bucket": "photos", "Key": "movie.mp4"},
+    CopySourceRange="bytes=0-%d" % len(whole))) == "InvalidRange"
 alice.complete_multipart_upload(Bucket="photos", Key="movie-copy.mp4", UploadId=cp,
                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1},
                                                            {"PartNumber": 2, "ETag": e2}]})

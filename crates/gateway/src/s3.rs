@@ -947,7 +947,7 @@ impl S3 for Gateway {
         let page: Vec<Upload> = rest.into_iter().take(max).collect();
         let last = page.last().map(|u| (u.key.clone(), u.upload_id.clone()));
         Ok(S3Response::new(ListMultipartUploadsOutput {
-            bucket: Some(b.name),
+            bucket: Some(b.name.clone()),
             prefix: Some(prefix),
             key_marker: i.key_marker,
             upload_id_marker: i.upload_id_marker,
@@ -957,11 +957,22 @@ impl S3 for Gateway {
             next_upload_id_marker: truncated.then(|| last.map(|l| l.1)).flatten(),
             uploads: Some(
                 page.into_iter()
-                    .map(|u| MultipartUpload {
-                        key: Some(u.key),
-                        upload_id: Some(u.upload_id),
-                        initiated: Some(timestamp(u.initiated_ms)),
-                        ..MultipartUpload::default()
+                    .map(|u| {
+                        let who = match u.entry.owner.as_str() {
+                            "" => self.owner(&b),
+                            uid => owner_of(uid, ""),
+                        };
+                        MultipartUpload {
+                            key: Some(u.key),
+                            upload_id: Some(u.upload_id),
+                            initiated: Some(timestamp(u.initiated_ms)),
+                            initiator: Some(s3s::dto::Initiator {
+                                display_name: who.display_name.clone(),
+                                id: who.id.clone(),
+                            }),
+                            owner: Some(who),
+                            ..MultipartUpload::default()
+                        }
                     })
                     .collect(),
             ),
@@ -991,6 +1002,7 @@ impl S3 for Gateway {
             i.acl.as_ref().map(|a| a.as_str()),
             i.access_control_policy.as_ref(),
             &self.owner(&b),
+            false,
         )?;
         self.meta.set_bucket_acl(&b, &acl).await.map_err(internal)?;
         Ok(S3Response::new(s3s::dto::PutBucketAclOutput::default()))
@@ -1015,7 +1027,7 @@ impl S3 for Gateway {
             },
         };
         Ok(S3Response::new(s3s::dto::GetObjectAclOutput {
-            grants: Some(grants(&e.acl, &owner)),
+            grants: Some(grants_with(&e.acl, &owner, Some(&self.owner(&b)))),
             owner: Some(owner),
             ..s3s::dto::GetObjectAclOutput::default()
         }))
@@ -1047,6 +1059,7 @@ impl S3 for Gateway {
                 },
                 "",
             ),
+            true,
         )?;
         let found = self
             .meta
@@ -1830,6 +1843,14 @@ const CANNED: [&str; 4] = [
     "authenticated-read",
 ];
 
+/// An object's canned ACL: a bucket's, or one granting the bucket's owner.
+fn canned_object(acl: &str) -> S3Result<()> {
+    match acl {
+        "bucket-owner-read" | "bucket-owner-full-control" => Ok(()),
+        other => canned(other),
+    }
+}
+
 fn canned(acl: &str) -> S3Result<()> {
     if CANNED.contains(&acl) {
         Ok(())
@@ -1854,6 +1875,11 @@ fn owner_of(uid: &str, name: &str) -> Owner {
 /// The grants canned ACL `acl` stands for: the groups' first, then the
 /// owner's full control (as AWS lists them).
 fn grants(acl: &str, owner: &Owner) -> Vec<s3s::dto::Grant> {
+    grants_with(acl, owner, None)
+}
+
+/// [`grants`] of an object, whose `bucket-owner-*` ACLs name the bucket's owner.
+fn grants_with(acl: &str, owner: &Owner, bucket_owner: Option<&Owner>) -> Vec<s3s::dto::Grant> {
     use s3s::dto::{Grant, Grantee, Permission, Type};
     let group = |uri: &str, p: &'static str| Grant {
         grantee: Some(Grantee {
@@ -1873,16 +1899,24 @@ fn grants(acl: &str, owner: &Owner) -> Vec<s3s::dto::Grant> {
         "authenticated-read" => vec![group(AUTH, Permission::READ)],
         _ => Vec::new(),
     };
-    out.push(Grant {
+    let user = |o: &Owner, p: &'static str| Grant {
         grantee: Some(Grantee {
-            display_name: owner.display_name.clone(),
+            display_name: o.display_name.clone(),
             email_address: None,
-            id: owner.id.clone(),
+            id: o.id.clone(),
             type_: Type::from_static(Type::CANONICAL_USER),
             uri: None,
         }),
-        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
-    });
+        permission: Some(Permission::from_static(p)),
+    };
+    out.push(user(owner, Permission::FULL_CONTROL));
+    if let Some(bo) = bucket_owner.filter(|bo| bo.id != owner.id) {
+        match acl {
+            "bucket-owner-read" => out.push(user(bo, Permission::READ)),
+            "bucket-owner-full-control" => out.push(user(bo, Permission::FULL_CONTROL)),
+            _ => {}
+        }
+    }
     out
 }
 
@@ -1892,9 +1926,13 @@ fn wanted_acl(
     header: Option<&str>,
     policy: Option<&s3s::dto::AccessControlPolicy>,
     owner: &Owner,
+    object: bool,
 ) -> S3Result<String> {
     if let Some(a) = header {
-        canned(a)?;
+        match object {
+            true => canned_object(a)?,
+            false => canned(a)?,
+        }
         return Ok(a.to_string());
     }
     let Some(p) = policy else {
@@ -1934,7 +1972,7 @@ fn stamp(
     expires: Option<&Timestamp>,
 ) -> S3Result<()> {
     if let Some(a) = acl {
-        canned(a.as_str())?;
+        canned_object(a.as_str())?;
         e.acl = a.as_str().to_string();
     }
     e.owner = user.map(|u| u.uid.clone()).unwrap_or_default();

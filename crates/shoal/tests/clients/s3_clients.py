@@ -386,6 +386,20 @@ assert ("http://acs.amazonaws.com/groups/global/AuthenticatedUsers", "READ") in 
     [(x["Grantee"].get("URI"), x["Permission"]) for x in g], g
 assert code(lambda: bob.put_object_acl(Bucket="photos", Key="shared.jpg",
                                        ACL="public-read")) == "AccessDenied"
+# Another user writing into a public-read-write bucket owns what it writes,
+# and may grant the bucket's owner; its uploads name it as initiator.
+alice.create_bucket(Bucket="dropbox", ACL="public-read-write")
+bob.put_object(Bucket="dropbox", Key="from-bob", Body=b"b", ACL="bucket-owner-full-control")
+g = alice.get_object_acl(Bucket="dropbox", Key="from-bob")
+assert g["Owner"]["ID"] == "bob", g
+assert sorted((x["Grantee"]["ID"], x["Permission"]) for x in g["Grants"]) == \
+    [("alice", "FULL_CONTROL"), ("bob", "FULL_CONTROL")], g
+up = bob.create_multipart_upload(Bucket="dropbox", Key="big")["UploadId"]
+u = alice.list_multipart_uploads(Bucket="dropbox")["Uploads"][0]
+assert u["Initiator"]["ID"] == "bob" and u["Owner"]["ID"] == "bob", u
+bob.abort_multipart_upload(Bucket="dropbox", Key="big", UploadId=up)
+alice.delete_object(Bucket="dropbox", Key="from-bob")
+alice.delete_bucket(Bucket="dropbox")
 alice.delete_objects(Bucket="public-site", Delete={"Objects": [{"Key": "draft.html"}]})
 alice.delete_objects(Bucket="photos", Delete={"Objects": [{"Key": "shared.jpg"}]})
 alice.put_bucket_acl(Bucket="public-site", ACL="public-read")

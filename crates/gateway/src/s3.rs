@@ -980,6 +980,74 @@ impl S3 for Gateway {
         }))
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<s3s::dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectAttributesOutput>> {
+        let (b, user) = self
+            .bucket_as(&req, &req.input.bucket, Need::Exists)
+            .await?;
+        let i = &req.input;
+        let e = self
+            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+            .await?;
+        // One header may list several, comma-separated.
+        let want = |a: &str| {
+            i.object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        let sum = |a: &str| e.checksums.get(a).cloned();
+        let checksum = (want("Checksum") && !e.checksums.is_empty()).then(|| s3s::dto::Checksum {
+            checksum_crc32: sum("crc32"),
+            checksum_crc32c: sum("crc32c"),
+            checksum_crc64nvme: sum("crc64nvme"),
+            checksum_sha1: sum("sha1"),
+            checksum_sha256: sum("sha256"),
+            ..s3s::dto::Checksum::default()
+        });
+        // Parts, for an object a multipart upload made.
+        let object_parts = (want("ObjectParts") && e.etag.contains('-')).then(|| {
+            let after = i.part_number_marker.unwrap_or(0).max(0) as usize;
+            let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+            let rest: Vec<s3s::dto::ObjectPart> = e
+                .parts
+                .iter()
+                .enumerate()
+                .skip(after)
+                .map(|(n, p)| s3s::dto::ObjectPart {
+                    part_number: Some(n as i32 + 1),
+                    size: Some(p.size as i64),
+                    ..s3s::dto::ObjectPart::default()
+                })
+                .collect();
+            let truncated = rest.len() > max;
+            let page: Vec<_> = rest.into_iter().take(max).collect();
+            s3s::dto::GetObjectAttributesParts {
+                is_truncated: Some(truncated),
+                max_parts: Some(max as i32),
+                next_part_number_marker: truncated
+                    .then(|| page.last().and_then(|p| p.part_number))
+                    .flatten(),
+                part_number_marker: i.part_number_marker,
+                total_parts_count: Some(e.parts.len() as i32),
+                parts: Some(page),
+            }
+        });
+        Ok(S3Response::new(s3s::dto::GetObjectAttributesOutput {
+            checksum,
+            e_tag: want("ETag").then(|| etag(&e)),
+            last_modified: Some(timestamp(e.mtime_ms)),
+            object_parts,
+            object_size: want("ObjectSize").then_some(e.size as i64),
+            storage_class: want("StorageClass")
+                .then(|| s3s::dto::StorageClass::from_static(s3s::dto::StorageClass::STANDARD)),
+            version_id: e.version_id.clone(),
+            ..s3s::dto::GetObjectAttributesOutput::default()
+        }))
+    }
+
     async fn get_bucket_acl(
         &self,
         req: S3Request<s3s::dto::GetBucketAclInput>,

@@ -132,6 +132,12 @@ for n, c in enumerate(chunks, 1):
     assert p["PartsCount"] == 3 and p["Body"].read() == c and p["ETag"] == r["ETag"]
     assert alice.head_object(Bucket="photos", Key="movie.mp4", PartNumber=n)["ContentLength"] == len(c)
 assert code(lambda: alice.get_object(Bucket="photos", Key="movie.mp4", PartNumber=4)) == "InvalidPart"
+a = alice.get_object_attributes(Bucket="photos", Key="movie.mp4", MaxParts=2,
+                                ObjectAttributes=["ETag", "ObjectSize", "ObjectParts", "StorageClass"])
+assert a["ObjectSize"] == sum(map(len, chunks)) and a["StorageClass"] == "STANDARD", a
+op = a["ObjectParts"]
+assert op["TotalPartsCount"] == 3 and op["IsTruncated"] and op["NextPartNumberMarker"] == 2, op
+assert [(p["PartNumber"], p["Size"]) for p in op["Parts"]] == [(1, len(chunks[0])), (2, len(chunks[1]))]
 assert alice.list_multipart_uploads(Bucket="photos").get("Uploads", []) == []
 ab = alice.create_multipart_upload(Bucket="photos", Key="dropped")["UploadId"]
 alice.upload_part(Bucket="photos", Key="dropped", UploadId=ab, PartNumber=1, Body=b"x" * 1000)

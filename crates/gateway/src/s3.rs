@@ -1625,6 +1625,17 @@ impl Gateway {
                 None => self.meta.entry(b, key).await,
             }
             .map_err(internal)?;
+            // Under a delete marker the newest version is the marker: an
+            // ETag it cannot match fails (as RGW answers).
+            let current = match current {
+                None if vid.is_none()
+                    && !b.versioning.is_empty()
+                    && self.meta.latest_is_marker(b, key).await.map_err(internal)? =>
+                {
+                    Some(Meta::delete_marker())
+                }
+                other => other,
+            };
             // A delete of what is not there succeeds, guarded or not.
             if let Some(e) = current
                 && !guard.holds(&e)

@@ -9,7 +9,10 @@
 # CORS, websites, logging, notifications, STS/IAM, POST forms, tenants or
 # ACL grants to named users). The cluster is always stopped at the end.
 #
-# Usage: scripts/s3-tests.sh [PYTEST ARGS...]   (e.g. -k test_bucket_list_empty, -x, -n0)
+# Usage: scripts/s3-tests.sh [PYTEST ARGS...]
+#   Extra arguments go to pytest after the script's own; a -k or -m given
+#   there replaces the default selection (pytest keeps the last), e.g.
+#   scripts/s3-tests.sh -k test_bucket_list_empty, or -x, or -v.
 #
 # Environment:
 #   SHOAL              the shoal binary (default: target/release/shoal, else target/debug/shoal)
@@ -18,7 +21,7 @@
 #   S3TESTS_PYTHON     a python with the suite's requirements and pytest-timeout
 #                      (default: a venv made in the work directory with pip)
 #   S3TESTS_OUT        where junit.xml, summary.txt, pytest.log, s3tests.conf and the
-#                      daemons' logs go (default: ./s3-tests-results)
+#                      daemons' logs go (default: target/s3-tests)
 #   S3TESTS_MARKERS    the pytest -m expression (default: see MARKERS below)
 #   S3TESTS_KEYWORDS   the pytest -k expression (default: see KEYWORDS below)
 #   S3TESTS_FILES      test files, relative to the checkout (default: test_s3.py)
@@ -47,7 +50,7 @@ fi
 [ -x "$SHOAL" ] || { echo "$0: no shoal binary at $SHOAL (cargo build -p shoal, or set SHOAL)" >&2; exit 2; }
 SHOAL="$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")"
 
-OUT="${S3TESTS_OUT:-$PWD/s3-tests-results}"
+OUT="${S3TESTS_OUT:-$ROOT/target/s3-tests}"
 TEST_TIMEOUT="${S3TESTS_TEST_TIMEOUT:-60}"
 TOTAL_TIMEOUT="${S3TESTS_TIMEOUT:-5400}"
 STORE="${S3TESTS_STORE:-block}"
@@ -89,6 +92,7 @@ KEYWORDS="${S3TESTS_KEYWORDS:-$KEYWORDS_DEFAULT}"
 # --- work directory and cleanup ----------------------------------------------
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/shoal-s3tests.XXXXXX")"
+PYTEST_PID=
 DIR="$WORK/cluster"
 mkdir -p "$OUT"
 
@@ -97,6 +101,11 @@ mkdir -p "$OUT"
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ -n "${PYTEST_PID:-}" ] && kill -0 "$PYTEST_PID" 2>/dev/null; then
+    echo "==> stopping pytest"
+    kill -TERM "$PYTEST_PID" 2>/dev/null || true   # timeout passes it on
+    wait "$PYTEST_PID" 2>/dev/null || true
+  fi
   if [ -d "$DIR" ]; then
     echo "==> stopping the cluster"
     timeout -k 5 90 "$SHOAL" dev down --dir "$DIR" >/dev/null 2>&1 || true
@@ -136,7 +145,8 @@ unset SHOAL_CONF || true
 if [ -z "${S3TESTS_DIR:-}" ]; then
   echo "==> cloning ceph/s3-tests"
   S3TESTS_DIR="$WORK/s3-tests"
-  timeout 300 git clone --quiet --depth 1 https://github.com/ceph/s3-tests "$S3TESTS_DIR"
+  timeout 300 git clone --quiet --depth 1 https://github.com/ceph/s3-tests "$S3TESTS_DIR" \
+    || { echo "$0: cloning ceph/s3-tests failed; point S3TESTS_DIR at a checkout" >&2; exit 2; }
 fi
 S3TESTS_DIR="$(cd "$S3TESTS_DIR" && pwd)"
 # The tests moved from s3tests_boto3/ to s3tests/ in 2025; take either.
@@ -310,20 +320,28 @@ SHIM=()
 if [ "${S3TESTS_NO_SHIM:-0}" != 1 ]; then
   SHIM=(-p shoal_s3tests_shim)
 fi
+rm -f "$OUT/junit.xml" "$OUT/summary.txt"
 start=$(date +%s)
-set +e
+# pytest runs in the background and the script waits for it, so that a
+# signal to the script runs the cleanup at once (bash defers traps while a
+# foreground command runs); the cleanup stops pytest too.
+exec {LOG}> >(tee "$OUT/pytest.log")
+TEE_PID=$!
 (
   cd "$S3TESTS_DIR"
-  S3TEST_CONF="$CONF" S3TESTS_PKG="$PKG" \
-  PYTHONPATH="$WORK/plugins:$S3TESTS_DIR${PYTHONPATH:+:$PYTHONPATH}" \
-  PYTHONDONTWRITEBYTECODE=1 \
-    timeout -k 30 "$TOTAL_TIMEOUT" "$S3TESTS_PYTHON" -m pytest "${TESTS[@]}" \
-      -m "$MARKERS" -k "$KEYWORDS" "${SHIM[@]}" \
-      --timeout "$TEST_TIMEOUT" --junitxml "$OUT/junit.xml" \
-      -o junit_family=xunit1 -p no:cacheprovider -rfE --tb=short -q "$@"
-) 2>&1 | tee "$OUT/pytest.log"
-rc=${PIPESTATUS[0]}
-set -e
+  export S3TEST_CONF="$CONF" S3TESTS_PKG="$PKG" PYTHONDONTWRITEBYTECODE=1
+  export PYTHONPATH="$WORK/plugins:$S3TESTS_DIR${PYTHONPATH:+:$PYTHONPATH}"
+  exec timeout -k 30 "$TOTAL_TIMEOUT" "$S3TESTS_PYTHON" -m pytest "${TESTS[@]}" \
+    -m "$MARKERS" -k "$KEYWORDS" "${SHIM[@]}" \
+    --timeout "$TEST_TIMEOUT" --junitxml "$OUT/junit.xml" \
+    -o junit_family=xunit1 -p no:cacheprovider -rfE --tb=short -q "$@"
+) >&"$LOG" 2>&1 &
+PYTEST_PID=$!
+rc=0
+wait "$PYTEST_PID" || rc=$?
+PYTEST_PID=
+exec {LOG}>&-
+wait "$TEE_PID" 2>/dev/null || true
 elapsed=$(($(date +%s) - start))
 [ "$rc" = 124 ] && echo "$0: the run took over ${TOTAL_TIMEOUT}s and was stopped" >&2
 

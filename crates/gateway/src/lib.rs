@@ -102,7 +102,15 @@ where
                 })?;
                 return Ok(with_request_id(resp, &id));
             }
-            let resp = service.call(req.map(s3s::Body::from)).await?;
+            let attributes = req.method() == hyper::Method::GET
+                && req.uri().query().is_some_and(|q| {
+                    q.split('&')
+                        .any(|kv| kv == "attributes" || kv == "attributes=")
+                });
+            let mut resp = service.call(req.map(s3s::Body::from)).await?;
+            if attributes {
+                resp = unquoted_etag(resp);
+            }
             Ok::<_, s3s::HttpError>(with_request_id(resp, &id))
         }
     });
@@ -147,6 +155,40 @@ fn with_request_id(mut resp: s3s::HttpResponse, id: &str) -> s3s::HttpResponse {
 /// Where `shoal gateway` listens unless told otherwise.
 pub fn default_bind() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7480))
+}
+
+/// GetObjectAttributes answers its ETag without quotes (as AWS does; s3s
+/// writes every XML ETag quoted).
+fn unquoted_etag(mut resp: s3s::HttpResponse) -> s3s::HttpResponse {
+    use hyper::http::{HeaderValue, header::CONTENT_LENGTH};
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let Some(body) = resp.body().bytes() else {
+        return resp;
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return resp;
+    };
+    let (open, close) = ("<ETag>\"", "\"</ETag>");
+    let (Some(a), Some(b)) = (text.find(open), text.find(close)) else {
+        return resp;
+    };
+    if b < a {
+        return resp;
+    }
+    let out = format!(
+        "{}<ETag>{}</ETag>{}",
+        &text[..a],
+        &text[a + open.len()..b],
+        &text[b + close.len()..]
+    );
+    if resp.headers().contains_key(CONTENT_LENGTH) {
+        resp.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(out.len()));
+    }
+    *resp.body_mut() = s3s::Body::from(out);
+    resp
 }
 
 /// A presigned URL lives at most seven days (AWS's limit); a negative or

@@ -517,18 +517,7 @@ impl Meta {
                 .omap_get_vals(&oid, after, prefix.as_bytes(), max)
                 .await
         });
-        let mut more = false;
-        let mut merged: Vec<(Bytes, Bytes)> = Vec::new();
-        for page in futures_util::future::join_all(reads).await {
-            let page = page?;
-            more |= page.more;
-            merged.extend(page.entries);
-        }
-        merged.sort_by(|a, b| a.0.cmp(&b.0));
-        if merged.len() > max as usize {
-            merged.truncate(max as usize);
-            more = true;
-        }
+        let (merged, more) = merge_pages(futures_util::future::join_all(reads).await, max)?;
         let mut out = Vec::with_capacity(merged.len());
         for (k, v) in merged {
             let key = String::from_utf8(k.to_vec()).map_err(|_| MetaError::Damaged {
@@ -813,6 +802,32 @@ impl Meta {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The first `max` entries of the shards' pages (a missing shard is
+/// empty), in key order, and whether more follow.
+#[allow(clippy::type_complexity)]
+pub(crate) fn merge_pages(
+    pages: Vec<std::result::Result<shoal_client::OmapPage, ClientError>>,
+    max: u32,
+) -> Result<(Vec<(Bytes, Bytes)>, bool)> {
+    let mut more = false;
+    let mut merged: Vec<(Bytes, Bytes)> = Vec::new();
+    for page in pages {
+        let page = match page {
+            Ok(p) => p,
+            Err(ClientError::NotFound(_)) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        more |= page.more;
+        merged.extend(page.entries);
+    }
+    merged.sort_by(|a, b| a.0.cmp(&b.0));
+    if merged.len() > max as usize {
+        merged.truncate(max as usize);
+        more = true;
+    }
+    Ok((merged, more))
 }
 
 /// The index shard holding `key`.

@@ -95,9 +95,8 @@ macro_rules! copy_from {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
         let (src_bucket, src_key, src_vid) = copy_source(&i.copy_source)?;
-        let (sb, reader) = $gw.bucket_as(&$req, &src_bucket, Need::Exists).await?;
-        let src = $gw
-            .object_for(&sb, reader.as_ref(), &src_key, src_vid.as_deref())
+        let (sb, _, src) = $gw
+            .object_of(&$req, &src_bucket, &src_key, src_vid.as_deref())
             .await?;
         Conditions {
             if_match: i.copy_source_if_match.as_ref(),
@@ -115,9 +114,8 @@ macro_rules! copy_from {
 macro_rules! readable {
     ($gw:expr, $req:expr) => {{
         let i = &$req.input;
-        let (b, reader) = $gw.bucket_as(&$req, &i.bucket, Need::Exists).await?;
-        let e = $gw
-            .object_for(&b, reader.as_ref(), &i.key, i.version_id.as_deref())
+        let (_, _, e) = $gw
+            .object_of(&$req, &i.bucket, &i.key, i.version_id.as_deref())
             .await?;
         Conditions {
             if_match: i.if_match.as_ref(),
@@ -200,6 +198,20 @@ impl Gateway {
         }
     }
 
+    /// The object `key` (version `vid`) of bucket `bucket`, if `req`'s
+    /// signer may read it; the bucket and the signer too.
+    async fn object_of<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+        key: &str,
+        vid: Option<&str>,
+    ) -> S3Result<(Bucket, Option<User>, Entry)> {
+        let (b, user) = self.bucket_as(req, bucket, Need::Exists).await?;
+        let e = self.object_for(&b, user.as_ref(), key, vid).await?;
+        Ok((b, user, e))
+    }
+
     /// Object `key` (version `vid`) of `b`, if `user` may read it: the
     /// bucket's owner and the object's may, others as its ACL grants. A
     /// missing object is AccessDenied to whom may not list the bucket.
@@ -267,6 +279,18 @@ impl Gateway {
             return Err(err);
         }
         Ok(e)
+    }
+
+    /// Who wrote an object or began an upload (`uid`; empty: anonymous,
+    /// named as the bucket's owner), with its display name.
+    async fn writer(&self, b: &Bucket, uid: &str) -> S3Result<Owner> {
+        if uid.is_empty() || uid == b.owner {
+            return Ok(self.owner(b));
+        }
+        Ok(match self.meta.user(uid).await.map_err(internal)? {
+            Some(u) => owner_of(&u.uid, &u.display_name),
+            None => owner_of(uid, ""),
+        })
     }
 
     /// A bucket's owner as listings name it.
@@ -945,6 +969,13 @@ impl S3 for Gateway {
             .collect();
         let truncated = rest.len() > max;
         let page: Vec<Upload> = rest.into_iter().take(max).collect();
+        let mut writers: BTreeMap<String, Owner> = BTreeMap::new();
+        for u in &page {
+            if !writers.contains_key(&u.entry.owner) {
+                let w = self.writer(&b, &u.entry.owner).await?;
+                writers.insert(u.entry.owner.clone(), w);
+            }
+        }
         let last = page.last().map(|u| (u.key.clone(), u.upload_id.clone()));
         Ok(S3Response::new(ListMultipartUploadsOutput {
             bucket: Some(b.name.clone()),
@@ -958,10 +989,10 @@ impl S3 for Gateway {
             uploads: Some(
                 page.into_iter()
                     .map(|u| {
-                        let who = match u.entry.owner.as_str() {
-                            "" => self.owner(&b),
-                            uid => owner_of(uid, ""),
-                        };
+                        let who = writers
+                            .get(&u.entry.owner)
+                            .cloned()
+                            .unwrap_or_else(|| self.owner(&b));
                         MultipartUpload {
                             key: Some(u.key),
                             upload_id: Some(u.upload_id),
@@ -984,12 +1015,9 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::GetObjectAttributesInput>,
     ) -> S3Result<S3Response<s3s::dto::GetObjectAttributesOutput>> {
-        let (b, user) = self
-            .bucket_as(&req, &req.input.bucket, Need::Exists)
-            .await?;
         let i = &req.input;
-        let e = self
-            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+        let (_, _, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
             .await?;
         // One header may list several, comma-separated.
         let want = |a: &str| {
@@ -1080,20 +1108,11 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::GetObjectAclInput>,
     ) -> S3Result<S3Response<s3s::dto::GetObjectAclOutput>> {
-        let (b, user) = self
-            .bucket_as(&req, &req.input.bucket, Need::Exists)
-            .await?;
         let i = &req.input;
-        let e = self
-            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+        let (b, _, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        let owner = match e.owner.as_str() {
-            "" => self.owner(&b),
-            uid => match self.meta.user(uid).await.map_err(internal)? {
-                Some(u) => owner_of(&u.uid, &u.display_name),
-                None => owner_of(uid, ""),
-            },
-        };
+        let owner = self.writer(&b, &e.owner).await?;
         Ok(S3Response::new(s3s::dto::GetObjectAclOutput {
             grants: Some(grants_with(&e.acl, &owner, Some(&self.owner(&b)))),
             owner: Some(owner),
@@ -1105,12 +1124,9 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::PutObjectAclInput>,
     ) -> S3Result<S3Response<s3s::dto::PutObjectAclOutput>> {
-        let (b, user) = self
-            .bucket_as(&req, &req.input.bucket, Need::Exists)
-            .await?;
         let i = &req.input;
-        let e = self
-            .object_for(&b, user.as_ref(), &i.key, i.version_id.as_deref())
+        let (b, user, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
             .await?;
         let uid = user.as_ref().map(|u| u.uid.as_str());
         if uid != Some(b.owner.as_str()) && (uid.is_none() || uid != Some(e.owner.as_str())) {
@@ -1636,11 +1652,12 @@ impl Gateway {
                 }
                 other => other,
             };
-            // A delete of what is not there succeeds, guarded or not.
-            if let Some(e) = current
-                && !guard.holds(&e)
-            {
-                return Err(s3_error!(PreconditionFailed));
+            // A guarded delete of what is not there succeeds and does
+            // nothing (no delete marker either).
+            match current {
+                None => return Ok((false, None)),
+                Some(e) if !guard.holds(&e) => return Err(s3_error!(PreconditionFailed)),
+                Some(_) => {}
             }
         }
         if let Some(vid) = vid {

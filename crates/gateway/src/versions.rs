@@ -455,22 +455,8 @@ impl Meta {
                     .await
             }
         });
-        let mut more = false;
-        let mut merged = Vec::new();
-        for page in futures_util::future::join_all(reads).await {
-            let page = match page {
-                Ok(p) => p,
-                Err(ClientError::NotFound(_)) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            more |= page.more;
-            merged.extend(page.entries);
-        }
-        merged.sort_by(|a, b| a.0.cmp(&b.0));
-        if merged.len() > max as usize {
-            merged.truncate(max as usize);
-            more = true;
-        }
+        let (merged, more) =
+            crate::meta::merge_pages(futures_util::future::join_all(reads).await, max)?;
         let mut out = Vec::with_capacity(merged.len());
         for (k, v) in merged {
             out.push(self.version_of(b, &k, &v)?);

@@ -299,7 +299,16 @@ async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
 
 /// A time as Ceph's `rados stat` prints it (UTC, microseconds).
 pub(crate) fn format_ms(ms: u64) -> String {
-    let secs = ms / 1000;
+    let (y, m, d, hh, mm, ss) = civil(ms / 1000);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{:06}+0000",
+        ms % 1000 * 1000
+    )
+}
+
+/// Year, month, day, hour, minute and second (UTC) of `secs` since the
+/// Unix epoch.
+pub(crate) fn civil(secs: u64) -> (i64, i64, i64, u64, u64, u64) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -311,13 +320,7 @@ pub(crate) fn format_ms(ms: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}+0000",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000 * 1000
-    )
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Bytes as Ceph prints omap values: offset, 16 bytes in hex, the

@@ -170,6 +170,9 @@ pub struct Entry {
     /// Its canned ACL (empty: private).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub acl: String,
+    /// A multipart object's checksum type (COMPOSITE or FULL_OBJECT).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checksum_type: String,
     /// A delete marker (a version without data).
     #[serde(default, skip_serializing_if = "is_false")]
     pub delete_marker: bool,
@@ -182,6 +185,9 @@ pub struct Part {
     pub prefix: String,
     /// Bytes in the run.
     pub size: u64,
+    /// A multipart object's part: its checksum in the upload's algorithm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 impl Part {
@@ -554,7 +560,10 @@ impl Meta {
         use futures_util::StreamExt;
         use md5::Digest;
         let mut md5 = md5::Md5::new();
-        let mut part = Part { prefix, size: 0 };
+        let mut part = Part {
+            prefix,
+            ..Part::default()
+        };
         let mut buf = bytes::BytesMut::new();
         let mut n = 0u64;
         let r: Result<()> = async {
@@ -593,6 +602,7 @@ impl Meta {
             let written = Part {
                 prefix: part.prefix.clone(),
                 size: n * STRIPE,
+                checksum: None,
             };
             let _ = self.remove_run(&written).await;
             return Err(e);
@@ -904,6 +914,13 @@ pub struct Upload {
     /// The object's entry as it will be (headers and metadata given at
     /// creation).
     pub entry: Entry,
+    /// The checksum algorithm its parts carry (crc32, ..., sha256; empty:
+    /// none), and how the object's checksum is made of theirs.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checksum_algorithm: String,
+    /// COMPOSITE or FULL_OBJECT (see `checksum.rs`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checksum_type: String,
 }
 
 /// One uploaded part (`upload.<bucket id>.<upload id>`, keyed by its
@@ -918,6 +935,9 @@ pub struct UploadedPart {
     pub etag: String,
     /// When it was uploaded.
     pub mtime_ms: u64,
+    /// Its verified checksums.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: Checksums,
 }
 
 /// Parts of an upload at most (AWS's limit).
@@ -991,14 +1011,24 @@ fn upload_key(key: &str, upload_id: &str) -> String {
 
 impl Meta {
     /// Begins a multipart upload of `key` into `b`, its entry's headers
-    /// and metadata taken from `entry`.
-    pub async fn upload_create(&self, b: &Bucket, key: &str, entry: Entry) -> Result<Upload> {
+    /// and metadata taken from `entry`, its parts' checksums in `checksum`
+    /// (algorithm, type) if given.
+    pub async fn upload_create(
+        &self,
+        b: &Bucket,
+        key: &str,
+        entry: Entry,
+        checksum: Option<(&str, &str)>,
+    ) -> Result<Upload> {
         check_key(key)?;
+        let (alg, kind) = checksum.unwrap_or_default();
         let u = Upload {
             key: key.to_string(),
             upload_id: random_hex(16),
             initiated_ms: now_ms(),
             entry,
+            checksum_algorithm: alg.to_string(),
+            checksum_type: kind.to_string(),
         };
         self.pool.create(&parts_oid(b, &u.upload_id), true).await?;
         self.pool
@@ -1040,15 +1070,19 @@ impl Meta {
         }
         let prefix = format!("data.{}.{}.{number}.{}", b.id, u.upload_id, random_hex(4));
         let (run, md5) = self.write_run(prefix, body, PUT_PART_MAX).await?;
-        if let Err(e) = check(&md5) {
-            self.remove_run(&run).await?;
-            return Err(e);
-        }
+        let checksums = match check(&md5) {
+            Ok(c) => c,
+            Err(e) => {
+                self.remove_run(&run).await?;
+                return Err(e);
+            }
+        };
         let part = UploadedPart {
             number,
             run,
             etag: hex(&md5),
             mtime_ms: now_ms(),
+            checksums,
         };
         let oid = parts_oid(b, &u.upload_id);
         let k = format!("{number:05}");
@@ -1077,14 +1111,18 @@ impl Meta {
         Ok(out)
     }
 
-    /// Completes an upload with `chosen` (number, ETag) parts, ascending:
-    /// the object becomes their bytes in order, its ETag the MD5 of their
-    /// MD5s and their count, as AWS computes it; parts not chosen go.
+    /// Completes an upload with `chosen` (number, ETag, checksum given)
+    /// parts, ascending: the object becomes their bytes in order, its ETag
+    /// the MD5 of their MD5s and their count, as AWS computes it, and, for
+    /// an upload with a checksum algorithm, its checksum made of the parts'
+    /// (which must match those given, and `want` if given); parts not
+    /// chosen go.
     pub async fn upload_complete(
         &self,
         b: &Bucket,
         u: &Upload,
-        chosen: &[(u32, String)],
+        chosen: &[(u32, String, Option<String>)],
+        want: Option<&str>,
     ) -> Result<Entry> {
         use md5::Digest;
         if chosen.is_empty() {
@@ -1103,7 +1141,9 @@ impl Meta {
         let mut entry = u.entry.clone();
         entry.parts.clear();
         entry.size = 0;
-        for (i, (n, etag)) in chosen.iter().enumerate() {
+        let alg = u.checksum_algorithm.as_str();
+        let mut sums = Vec::new();
+        for (i, (n, etag, given)) in chosen.iter().enumerate() {
             let p = have
                 .get(n)
                 .filter(|p| p.etag == etag.trim_matches('"'))
@@ -1116,12 +1156,34 @@ impl Meta {
                 .collect();
             md5s.update(&raw);
             entry.size += p.run.size;
-            entry.parts.push(p.run.clone());
+            let mut run = p.run.clone();
+            if !alg.is_empty() {
+                let have = p.checksums.get(alg).cloned();
+                match (&have, given) {
+                    (None, _) => return Err(MetaError::BadChecksum(alg.to_uppercase())),
+                    (Some(h), Some(g)) if h != g => {
+                        return Err(MetaError::BadChecksum(alg.to_uppercase()));
+                    }
+                    _ => {}
+                }
+                run.checksum = have.clone();
+                sums.push((have.unwrap_or_default(), p.run.size));
+            }
+            entry.parts.push(run);
+        }
+        if !alg.is_empty() {
+            let whole = crate::checksum::combine(alg, &u.checksum_type, &sums)
+                .ok_or_else(|| MetaError::BadChecksum(alg.to_uppercase()))?;
+            if want.is_some_and(|w| w.trim() != whole) {
+                return Err(MetaError::BadChecksum(alg.to_uppercase()));
+            }
+            entry.checksums = Checksums::from([(alg.to_string(), whole)]);
+            entry.checksum_type = u.checksum_type.clone();
         }
         entry.etag = format!("{}-{}", hex(&md5s.finalize()), chosen.len());
         entry.mtime_ms = now_ms();
         let entry = self.commit(b, &u.key, entry).await?;
-        let used: Vec<u32> = chosen.iter().map(|(n, _)| *n).collect();
+        let used: Vec<u32> = chosen.iter().map(|(n, _, _)| *n).collect();
         for (n, p) in &have {
             if !used.contains(n) {
                 self.remove_run(&p.run).await?;

@@ -78,9 +78,9 @@ macro_rules! object_output {
 
 /// Sets an answer's `checksum_*` fields from the entry's checksums.
 macro_rules! with_sums {
-    ($out:expr, $entry:expr) => {{
-        let e: &Entry = $entry;
-        let sum = |a: &str| e.checksums.get(a).cloned();
+    ($out:expr, $sums:expr) => {{
+        let sums: &Checksums = $sums;
+        let sum = |a: &str| sums.get(a).cloned();
         $out.checksum_crc32 = sum("crc32");
         $out.checksum_crc32c = sum("crc32c");
         $out.checksum_crc64nvme = sum("crc64nvme");
@@ -481,6 +481,7 @@ impl S3 for Gateway {
         // A request refused before its body is read still has it read (and
         // dropped), so that the connection stays in step for the next one.
         let body = req.input.body.take();
+        let also = "";
         let (b, entry, md5) = match self.put_checks(&req).await {
             Ok(ready) => ready,
             Err(e) => {
@@ -488,7 +489,7 @@ impl S3 for Gateway {
                 return Err(e);
             }
         };
-        let sums = match Sums::of(&req.headers, req.trailing_headers.clone()) {
+        let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
             Ok(s) => s,
             Err(e) => {
                 drain(body).await;
@@ -529,7 +530,7 @@ impl S3 for Gateway {
             version_id: e.version_id.clone().filter(|v| v != versions::NULL),
             ..PutObjectOutput::default()
         };
-        with_sums!(out, &e);
+        with_sums!(out, &e.checksums);
         Ok(S3Response::new(out))
     }
 
@@ -565,8 +566,10 @@ impl S3 for Gateway {
             content_range: content_range,
             parts_count: part.and_then(|(_, n)| n),
         });
-        if asked_sums(req.input.checksum_mode.as_ref()) && !partial {
-            with_sums!(out, &e);
+        let sums = answered_sums(&e, req.input.part_number, req.input.checksum_mode.as_ref());
+        if let Some(sums) = sums.filter(|_| !partial || req.input.part_number.is_some()) {
+            with_sums!(out, &sums);
+            out.checksum_type = sum_type(&e);
         }
         Ok(S3Response::new(out))
     }
@@ -581,8 +584,11 @@ impl S3 for Gateway {
             content_length: Some(part.as_ref().map_or(e.size, |(r, _)| r.end - r.start) as i64),
             parts_count: part.and_then(|(_, n)| n),
         });
-        if asked_sums(req.input.checksum_mode.as_ref()) {
-            with_sums!(out, &e);
+        if let Some(sums) =
+            answered_sums(&e, req.input.part_number, req.input.checksum_mode.as_ref())
+        {
+            with_sums!(out, &sums);
+            out.checksum_type = sum_type(&e);
         }
         Ok(S3Response::new(out))
     }
@@ -760,15 +766,32 @@ impl S3 for Gateway {
             user.as_ref(),
             i.expires.as_ref(),
         )?;
+        let alg = i
+            .checksum_algorithm
+            .as_ref()
+            .map(|a| a.as_str().to_ascii_lowercase())
+            .unwrap_or_default();
+        let checksum = match alg.as_str() {
+            "" => None,
+            a if SUM_ALGORITHMS.contains(&a) => {
+                let kind =
+                    crate::checksum::resolve_type(a, i.checksum_type.as_ref().map(|t| t.as_str()))
+                        .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+                Some((a, kind))
+            }
+            a => return Err(s3_error!(InvalidRequest, "checksum algorithm {a}")),
+        };
         let u = self
             .meta
-            .upload_create(&b, &i.key, entry)
+            .upload_create(&b, &i.key, entry, checksum)
             .await
             .map_err(internal)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(b.name),
             key: Some(i.key),
             upload_id: Some(u.upload_id),
+            checksum_algorithm: i.checksum_algorithm,
+            checksum_type: checksum.map(|(_, k)| s3s::dto::ChecksumType::from(k.to_string())),
             ..CreateMultipartUploadOutput::default()
         }))
     }
@@ -793,7 +816,8 @@ impl S3 for Gateway {
                 return Err(e);
             }
         };
-        let sums = match Sums::of(&req.headers, req.trailing_headers.clone()) {
+        let also = u.checksum_algorithm.as_str();
+        let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
             Ok(s) => s,
             Err(e) => {
                 drain(body).await;
@@ -823,10 +847,12 @@ impl S3 for Gateway {
             .upload_part(&b, &u, number, body, check)
             .await
             .map_err(upload_error)?;
-        Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(p.etag)),
+        let mut out = UploadPartOutput {
+            e_tag: Some(ETag::Strong(p.etag.clone())),
             ..UploadPartOutput::default()
-        }))
+        };
+        with_sums!(out, &p.checksums);
+        Ok(S3Response::new(out))
     }
 
     async fn complete_multipart_upload(
@@ -835,13 +861,18 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
         let i = req.input;
-        let answer = |e: &Entry| CompleteMultipartUploadOutput {
-            bucket: Some(b.name.clone()),
-            key: Some(i.key.clone()),
-            e_tag: Some(etag(e)),
-            location: Some(format!("/{}/{}", b.name, i.key)),
-            version_id: e.version_id.clone().filter(|v| v != versions::NULL),
-            ..CompleteMultipartUploadOutput::default()
+        let answer = |e: &Entry| {
+            let mut out = CompleteMultipartUploadOutput {
+                bucket: Some(b.name.clone()),
+                key: Some(i.key.clone()),
+                e_tag: Some(etag(e)),
+                location: Some(format!("/{}/{}", b.name, i.key)),
+                version_id: e.version_id.clone().filter(|v| v != versions::NULL),
+                checksum_type: sum_type(e),
+                ..CompleteMultipartUploadOutput::default()
+            };
+            with_sums!(out, &e.checksums);
+            out
         };
         let u = match self.meta.upload(&b, &i.key, &i.upload_id).await {
             Ok(u) => u,
@@ -885,14 +916,34 @@ impl S3 for Gateway {
                 Some(ETag::Strong(t) | ETag::Weak(t)) => t.clone(),
                 None => return Err(s3_error!(InvalidPart, "part {n} without its ETag")),
             };
-            chosen.push((n, tag));
+            let given = pick_sum(
+                &u.checksum_algorithm,
+                [
+                    &p.checksum_crc32,
+                    &p.checksum_crc32c,
+                    &p.checksum_crc64nvme,
+                    &p.checksum_sha1,
+                    &p.checksum_sha256,
+                ],
+            );
+            chosen.push((n, tag, given));
         }
+        let want = pick_sum(
+            &u.checksum_algorithm,
+            [
+                &i.checksum_crc32,
+                &i.checksum_crc32c,
+                &i.checksum_crc64nvme,
+                &i.checksum_sha1,
+                &i.checksum_sha256,
+            ],
+        );
         if chosen.is_empty() {
             return Err(s3_error!(MalformedXML, "the upload names no parts"));
         }
         let e = self
             .meta
-            .upload_complete(&b, &u, &chosen)
+            .upload_complete(&b, &u, &chosen, want.as_deref())
             .await
             .map_err(upload_error)?;
         Ok(S3Response::new(answer(&e)))
@@ -1033,7 +1084,7 @@ impl S3 for Gateway {
             checksum_crc64nvme: sum("crc64nvme"),
             checksum_sha1: sum("sha1"),
             checksum_sha256: sum("sha256"),
-            ..s3s::dto::Checksum::default()
+            checksum_type: sum_type(&e),
         });
         // Parts, for an object a multipart upload made.
         let object_parts = (want("ObjectParts") && e.etag.contains('-')).then(|| {
@@ -1789,16 +1840,29 @@ const SUM_ALGORITHMS: [&str; 5] = ["crc32", "crc32c", "crc64nvme", "sha1", "sha2
 /// aws-chunked trailer (named by `x-amz-trailer`), checked against what
 /// its body hashes to as it streams.
 struct Sums {
-    /// (algorithm, the value from a header; none: from the trailer).
-    want: Vec<(&'static str, Option<String>)>,
+    /// Each algorithm and where its expected value comes from.
+    want: Vec<(&'static str, Given)>,
     trailer: Option<s3s::TrailingHeaders>,
     hasher: std::sync::Arc<std::sync::Mutex<s3s::checksum::ChecksumHasher>>,
 }
 
+/// Where a checksum's expected value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Given {
+    Header(String),
+    Trailer,
+    /// Nowhere: computed to be kept (a part of an upload with a checksum
+    /// algorithm that its request did not give).
+    Compute,
+}
+
 impl Sums {
+    /// The checksums `headers` (and the trailer) give; `also` (an
+    /// algorithm, or empty) is computed even when not given.
     fn of(
         headers: &hyper::http::HeaderMap,
         trailer: Option<s3s::TrailingHeaders>,
+        also: &str,
     ) -> S3Result<Sums> {
         use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
         let trailed: Vec<String> = headers
@@ -1813,13 +1877,14 @@ impl Sums {
         for alg in SUM_ALGORITHMS {
             let name = format!("x-amz-checksum-{alg}");
             let given = match headers.get(&name) {
-                Some(v) => Some(Some(
+                Some(v) => Some(Given::Header(
                     v.to_str()
                         .map_err(|_| s3_error!(InvalidArgument, "{name} is not base64"))?
                         .trim()
                         .to_string(),
                 )),
-                None if trailed.contains(&name) => Some(None),
+                None if trailed.contains(&name) => Some(Given::Trailer),
+                None if alg == also => Some(Given::Compute),
                 None => None,
             };
             let Some(given) = given else { continue };
@@ -1877,8 +1942,12 @@ impl Sums {
             .unwrap_or_default();
             let name = format!("x-amz-checksum-{alg}");
             let given = match given {
-                Some(v) => Some(v.clone()),
-                None => self.trailer.as_ref().and_then(|t| {
+                Given::Compute => {
+                    out.insert(alg.to_string(), computed);
+                    continue;
+                }
+                Given::Header(v) => Some(v.clone()),
+                Given::Trailer => self.trailer.as_ref().and_then(|t| {
                     t.read(|h| {
                         h.get(&name)
                             .and_then(|v| v.to_str().ok())
@@ -2123,4 +2192,35 @@ fn copy_range(r: &str, size: u64) -> Option<std::ops::Range<u64>> {
     let (a, b) = r.trim().strip_prefix("bytes=")?.split_once('-')?;
     let (first, last): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
     (first <= last && last < size).then(|| first..last + 1)
+}
+
+/// The value of upload algorithm `alg` (lower case) among a request's
+/// crc32, crc32c, crc64nvme, sha1 and sha256 fields.
+fn pick_sum(alg: &str, fields: [&Option<String>; 5]) -> Option<String> {
+    let at = SUM_ALGORITHMS.iter().position(|a| *a == alg)?;
+    fields[at].clone()
+}
+
+/// A multipart object's checksum type, as answers name it.
+fn sum_type(e: &Entry) -> Option<s3s::dto::ChecksumType> {
+    (!e.checksum_type.is_empty()).then(|| s3s::dto::ChecksumType::from(e.checksum_type.clone()))
+}
+
+/// The checksums a read answers: a part's own (a multipart object read by
+/// part number), else the object's when asked for.
+fn answered_sums(
+    e: &Entry,
+    part: Option<i32>,
+    mode: Option<&s3s::dto::ChecksumMode>,
+) -> Option<Checksums> {
+    if let Some(n) = part {
+        let alg = e.checksums.keys().next()?;
+        let sum = e
+            .parts
+            .get(usize::try_from(n).ok()?.checked_sub(1)?)?
+            .checksum
+            .clone()?;
+        return Some(Checksums::from([(alg.clone(), sum)]));
+    }
+    asked_sums(mode).then(|| e.checksums.clone())
 }

@@ -108,7 +108,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
 
     // An upload begun and left with a part.
     let u = meta
-        .upload_create(&b, "movie", Entry::default())
+        .upload_create(&b, "movie", Entry::default(), None)
         .await
         .unwrap();
     meta.upload_part(

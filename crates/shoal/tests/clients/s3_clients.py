@@ -341,6 +341,38 @@ long_url = alice.generate_presigned_url("get_object", Params={"Bucket": "photos"
                                         ExpiresIn=8 * 86400)
 assert anon("GET", long_url)[0] == 403, "a presigned URL of more than seven days"
 
+# Multipart uploads with checksums: each part's is verified and kept; the
+# object's is made of them (COMPOSITE: the digest of the parts' digests,
+# "-N"; FULL_OBJECT: the CRC of the whole object) and checked against one
+# the complete gives.
+p1, p2 = os.urandom(5 * 1024 * 1024), os.urandom(1000)
+for algo, kind in [("SHA256", "COMPOSITE"), ("CRC32", "FULL_OBJECT")]:
+    field = "Checksum" + algo
+    up = alice.create_multipart_upload(Bucket="photos", Key="summed-mp", ChecksumAlgorithm=algo,
+                                       ChecksumType=kind)
+    assert up["ChecksumAlgorithm"] == algo and up["ChecksumType"] == kind, up
+    parts = []
+    for n, body in enumerate([p1, p2], 1):
+        r = alice.upload_part(Bucket="photos", Key="summed-mp", UploadId=up["UploadId"],
+                              PartNumber=n, Body=body, ChecksumAlgorithm=algo)
+        parts.append({"PartNumber": n, "ETag": r["ETag"], field: r[field]})
+    if kind == "COMPOSITE":
+        raw = b"".join(hashlib.sha256(b).digest() for b in (p1, p2))
+        whole = base64.b64encode(hashlib.sha256(raw).digest()).decode() + "-2"
+    else:
+        whole = base64.b64encode(zlib.crc32(p1 + p2).to_bytes(4, "big")).decode()
+    assert code(lambda: alice.complete_multipart_upload(
+        Bucket="photos", Key="summed-mp", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": parts}, **{field: "AAAAAA=="})) == "BadDigest"
+    r = alice.complete_multipart_upload(Bucket="photos", Key="summed-mp", UploadId=up["UploadId"],
+                                        MultipartUpload={"Parts": parts}, **{field: whole})
+    assert r[field] == whole and r["ChecksumType"] == kind, (r, whole)
+    h = alice.head_object(Bucket="photos", Key="summed-mp", ChecksumMode="ENABLED")
+    assert h[field] == whole and h["ChecksumType"] == kind, h
+    g = alice.get_object(Bucket="photos", Key="summed-mp", PartNumber=2)
+    assert g[field] == parts[1][field] and g["Body"].read() == p2
+alice.delete_object(Bucket="photos", Key="summed-mp")
+
 # Every answer names its request; an error's XML carries the same id.
 try:
     alice.get_object(Bucket="photos", Key="no-such-key")

@@ -219,7 +219,9 @@ impl s3s::validation::NameValidation for BucketNames {
     }
 }
 
-/// See [`BucketNames`].
+/// Whether `name` is a bucket name AWS allows: 3-63 of lower-case letters,
+/// digits, dots and hyphens, beginning and ending with a letter or digit,
+/// no two dots or a dot beside a hyphen, not an IP address.
 pub fn valid_bucket_name(name: &str) -> bool {
     let b = name.as_bytes();
     let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();

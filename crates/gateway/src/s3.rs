@@ -183,6 +183,16 @@ impl Gateway {
             .await
             .map_err(internal)?
             .ok_or_else(|| s3_error!(NoSuchBucket, "bucket {name} does not exist"))?;
+        // A request naming another owner than the bucket's is refused,
+        // whoever signs it.
+        if let Some(expected) = req.headers.get("x-amz-expected-bucket-owner")
+            && expected.as_bytes() != b.owner.as_bytes()
+        {
+            return Err(s3_error!(
+                AccessDenied,
+                "the bucket's owner is not the one expected"
+            ));
+        }
         let owner = user.as_ref().is_some_and(|u| u.uid == b.owner);
         let allowed = owner
             || match need {
@@ -1095,10 +1105,16 @@ impl S3 for Gateway {
                 .iter()
                 .enumerate()
                 .skip(after)
-                .map(|(n, p)| s3s::dto::ObjectPart {
-                    part_number: Some(n as i32 + 1),
-                    size: Some(p.size as i64),
-                    ..s3s::dto::ObjectPart::default()
+                .map(|(n, p)| {
+                    let mut part = s3s::dto::ObjectPart {
+                        part_number: Some(n as i32 + 1),
+                        size: Some(p.size as i64),
+                        ..s3s::dto::ObjectPart::default()
+                    };
+                    if let (Some(alg), Some(sum)) = (e.checksums.keys().next(), &p.checksum) {
+                        with_sums!(part, &Checksums::from([(alg.clone(), sum.clone())]));
+                    }
+                    part
                 })
                 .collect();
             let truncated = rest.len() > max;

@@ -371,7 +371,16 @@ for algo, kind in [("SHA256", "COMPOSITE"), ("CRC32", "FULL_OBJECT")]:
     assert h[field] == whole and h["ChecksumType"] == kind, h
     g = alice.get_object(Bucket="photos", Key="summed-mp", PartNumber=2)
     assert g[field] == parts[1][field] and g["Body"].read() == p2
+    a = alice.get_object_attributes(Bucket="photos", Key="summed-mp",
+                                    ObjectAttributes=["ObjectParts", "Checksum"])
+    assert [p[field] for p in a["ObjectParts"]["Parts"]] == [p[field] for p in parts], a
+    assert a["Checksum"][field] == whole, a
 alice.delete_object(Bucket="photos", Key="summed-mp")
+
+# A request that expects another bucket owner is refused.
+assert code(lambda: alice.list_objects(Bucket="photos", ExpectedBucketOwner="bob")) == \
+    "AccessDenied"
+alice.list_objects(Bucket="photos", ExpectedBucketOwner="alice")
 
 # Every answer names its request; an error's XML carries the same id.
 try:

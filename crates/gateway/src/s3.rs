@@ -495,14 +495,14 @@ impl S3 for Gateway {
         let (b, entry, md5) = match self.put_checks(&req).await {
             Ok(ready) => ready,
             Err(e) => {
-                drain(body).await;
+                drain(body, &req.headers).await;
                 return Err(e);
             }
         };
         let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
             Ok(s) => s,
             Err(e) => {
-                drain(body).await;
+                drain(body, &req.headers).await;
                 return Err(e);
             }
         };
@@ -822,7 +822,7 @@ impl S3 for Gateway {
         let (b, u, number) = match checked.await {
             Ok(ready) => ready,
             Err(e) => {
-                drain(body).await;
+                drain(body, &req.headers).await;
                 return Err(e);
             }
         };
@@ -830,7 +830,7 @@ impl S3 for Gateway {
         let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
             Ok(s) => s,
             Err(e) => {
-                drain(body).await;
+                drain(body, &req.headers).await;
                 return Err(e);
             }
         };
@@ -843,7 +843,7 @@ impl S3 for Gateway {
         {
             Ok(m) => m,
             Err(e) => {
-                drain(body).await;
+                drain(body, &req.headers).await;
                 return Err(e);
             }
         };
@@ -1586,9 +1586,18 @@ impl Conditions<'_> {
     }
 }
 
-/// Reads a refused request's body to its end (discarding it).
-async fn drain(body: Option<StreamingBlob>) {
+/// Reads a refused request's body to its end (discarding it), so that the
+/// connection stays in step for the next request — unless the client waits
+/// for `100 Continue` before sending it: then the error goes at once and
+/// the body is never asked for (hyper closes the connection after it).
+async fn drain(body: Option<StreamingBlob>, headers: &hyper::http::HeaderMap) {
     use futures_util::StreamExt;
+    let waits = headers
+        .get(hyper::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if waits {
+        return;
+    }
     if let Some(mut b) = body {
         while let Some(Ok(_)) = b.next().await {}
     }

@@ -487,6 +487,9 @@ assert raw(b"GET /photos/c HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\
 assert raw(b"POST /photos?delete HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n<Delete><") \
     .startswith(b"HTTP/1.1 4")
 assert raw(b"NONSENSE / HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 501")
+# A refused PUT whose client waits for 100 Continue gets its 403 at once.
+assert raw(b"PUT /photos/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+           b"Expect: 100-continue\r\n\r\n").startswith(b"HTTP/1.1 403")
 assert raw(b"\x00\x01garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
 assert alice.get_object(Bucket="photos", Key="c")["Body"].read() == b"c"
 

@@ -491,16 +491,19 @@ impl S3 for Gateway {
         // A request refused before its body is read still has it read (and
         // dropped), so that the connection stays in step for the next one.
         let body = req.input.body.take();
-        let also = "";
-        let (b, entry, md5) = match self.put_checks(&req).await {
-            Ok(ready) => ready,
-            Err(e) => {
-                drain(body, &req.headers).await;
-                return Err(e);
-            }
+        let ready = async {
+            let (b, entry) = self.put_checks(&req).await?;
+            let i = &req.input;
+            let sums = Sums::of(
+                &req.headers,
+                req.trailing_headers.clone(),
+                "",
+                i.content_md5.as_deref(),
+            )?;
+            S3Result::Ok((b, entry, sums))
         };
-        let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
-            Ok(s) => s,
+        let (b, entry, sums) = match ready.await {
+            Ok(ready) => ready,
             Err(e) => {
                 drain(body, &req.headers).await;
                 return Err(e);
@@ -508,10 +511,7 @@ impl S3 for Gateway {
         };
         let input = req.input;
         let body = sums.observe(body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty())));
-        let check = |m: &[u8; 16]| {
-            md5_check(md5)(m)?;
-            sums.verify()
-        };
+        let check = |m: &[u8; 16]| sums.check(m);
         let e = match self
             .meta
             .put(&b, &input.key, body, PUT_MAX, check, entry)
@@ -817,41 +817,24 @@ impl S3 for Gateway {
             let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
             let number = u32::try_from(i.part_number)
                 .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
-            S3Result::Ok((b, u, number))
+            // The upload's checksum algorithm is computed even when not given.
+            let sums = Sums::of(
+                &req.headers,
+                req.trailing_headers.clone(),
+                &u.checksum_algorithm,
+                i.content_md5.as_deref(),
+            )?;
+            S3Result::Ok((b, u, number, sums))
         };
-        let (b, u, number) = match checked.await {
+        let (b, u, number, sums) = match checked.await {
             Ok(ready) => ready,
             Err(e) => {
                 drain(body, &req.headers).await;
                 return Err(e);
             }
         };
-        let also = u.checksum_algorithm.as_str();
-        let sums = match Sums::of(&req.headers, req.trailing_headers.clone(), also) {
-            Ok(s) => s,
-            Err(e) => {
-                drain(body, &req.headers).await;
-                return Err(e);
-            }
-        };
-        let md5 = match req
-            .input
-            .content_md5
-            .as_deref()
-            .map(content_md5)
-            .transpose()
-        {
-            Ok(m) => m,
-            Err(e) => {
-                drain(body, &req.headers).await;
-                return Err(e);
-            }
-        };
         let body = sums.observe(body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty())));
-        let check = |m: &[u8; 16]| {
-            md5_check(md5)(m)?;
-            sums.verify()
-        };
+        let check = |m: &[u8; 16]| sums.check(m);
         let p = self
             .meta
             .upload_part(&b, &u, number, body, check)
@@ -1150,7 +1133,7 @@ impl S3 for Gateway {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         let owner = self.owner(&b);
         Ok(S3Response::new(s3s::dto::GetBucketAclOutput {
-            grants: Some(grants(&b.acl, &owner)),
+            grants: Some(grants(&b.acl, &owner, None)),
             owner: Some(owner),
         }))
     }
@@ -1181,7 +1164,7 @@ impl S3 for Gateway {
             .await?;
         let owner = self.writer(&b, &e.owner).await?;
         Ok(S3Response::new(s3s::dto::GetObjectAclOutput {
-            grants: Some(grants_with(&e.acl, &owner, Some(&self.owner(&b)))),
+            grants: Some(grants(&e.acl, &owner, Some(&self.owner(&b)))),
             owner: Some(owner),
             ..s3s::dto::GetObjectAclOutput::default()
         }))
@@ -1483,10 +1466,7 @@ fn upload_error(e: MetaError) -> S3Error {
 impl Gateway {
     /// What a PUT checks before it reads its body: the bucket, the
     /// preconditions and the Content-MD5 header; the entry-to-be.
-    async fn put_checks(
-        &self,
-        req: &S3Request<PutObjectInput>,
-    ) -> S3Result<(Bucket, Entry, Option<[u8; 16]>)> {
+    async fn put_checks(&self, req: &S3Request<PutObjectInput>) -> S3Result<(Bucket, Entry)> {
         let input = &req.input;
         let (b, user) = self.bucket_as(req, &input.bucket, Need::Write).await?;
         // The current entry is read only for a conditional PUT.
@@ -1499,10 +1479,6 @@ impl Gateway {
             }
             .check(current.as_ref(), false)?;
         }
-        let md5 = match &input.content_md5 {
-            Some(m) => Some(content_md5(m)?),
-            None => None,
-        };
         let mut entry = new_entry(
             input.content_type.as_ref().map(|c| c.to_string()),
             input.content_encoding.clone(),
@@ -1517,7 +1493,7 @@ impl Gateway {
             user.as_ref(),
             input.expires.as_ref(),
         )?;
-        Ok((b, entry, md5))
+        Ok((b, entry))
     }
 
     async fn upload_of(&self, b: &Bucket, key: &str, upload_id: &str) -> S3Result<Upload> {
@@ -1869,6 +1845,8 @@ struct Sums {
     want: Vec<(&'static str, Given)>,
     trailer: Option<s3s::TrailingHeaders>,
     hasher: std::sync::Arc<std::sync::Mutex<s3s::checksum::ChecksumHasher>>,
+    /// The Content-MD5 given.
+    md5: Option<[u8; 16]>,
 }
 
 /// Where a checksum's expected value comes from.
@@ -1888,7 +1866,9 @@ impl Sums {
         headers: &hyper::http::HeaderMap,
         trailer: Option<s3s::TrailingHeaders>,
         also: &str,
+        md5: Option<&str>,
     ) -> S3Result<Sums> {
+        let md5 = md5.map(content_md5).transpose()?;
         use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
         let trailed: Vec<String> = headers
             .get_all("x-amz-trailer")
@@ -1926,7 +1906,15 @@ impl Sums {
             want,
             trailer,
             hasher: std::sync::Arc::new(std::sync::Mutex::new(h)),
+            md5,
         })
+    }
+
+    /// The data's checksums once its body has passed, if its MD5 and each
+    /// checksum match what the request gave.
+    fn check(&self, md5: &[u8; 16]) -> crate::meta::Result<Checksums> {
+        md5_check(self.md5)(md5)?;
+        self.verify()
     }
 
     /// `body`, hashed as it passes.
@@ -2063,13 +2051,9 @@ fn owner_of(uid: &str, name: &str) -> Owner {
 }
 
 /// The grants canned ACL `acl` stands for: the groups' first, then the
-/// owner's full control (as AWS lists them).
-fn grants(acl: &str, owner: &Owner) -> Vec<s3s::dto::Grant> {
-    grants_with(acl, owner, None)
-}
-
-/// [`grants`] of an object, whose `bucket-owner-*` ACLs name the bucket's owner.
-fn grants_with(acl: &str, owner: &Owner, bucket_owner: Option<&Owner>) -> Vec<s3s::dto::Grant> {
+/// owner's full control (as AWS lists them); an object's `bucket-owner-*`
+/// ACLs name `bucket_owner` too.
+fn grants(acl: &str, owner: &Owner, bucket_owner: Option<&Owner>) -> Vec<s3s::dto::Grant> {
     use s3s::dto::{Grant, Grantee, Permission, Type};
     let group = |uri: &str, p: &'static str| Grant {
         grantee: Some(Grantee {
@@ -2142,7 +2126,7 @@ fn wanted_acl(
     let mut want: Vec<_> = p.grants.iter().flatten().map(key).collect();
     want.sort();
     for acl in CANNED {
-        let mut have: Vec<_> = grants(acl, owner).iter().map(key).collect();
+        let mut have: Vec<_> = grants(acl, owner, None).iter().map(key).collect();
         have.sort();
         if have == want {
             return Ok(acl.to_string());

@@ -108,9 +108,21 @@ where
                     q.split('&')
                         .any(|kv| kv == "attributes" || kv == "attributes=")
                 });
+            let waits = waits_for_continue(req.headers());
             let mut resp = service.call(req.map(s3s::Body::from)).await?;
             if attributes {
                 resp = unquoted_etag(resp);
+            }
+            if waits && !resp.status().is_success() {
+                // Refused before its body was asked for: the client may or
+                // may not send it now, so the connection cannot be read
+                // in step again. Say it closes, so that no client reuses
+                // it (botocore, reusing one the server then closes, takes
+                // the stale early answer for the next request's).
+                resp.headers_mut().insert(
+                    hyper::http::header::CONNECTION,
+                    hyper::http::HeaderValue::from_static("close"),
+                );
             }
             Ok::<_, s3s::HttpError>(with_request_id(resp, &id))
         }
@@ -120,6 +132,17 @@ where
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Whether a request carries a body its client sends only on `100 Continue`.
+fn waits_for_continue(h: &hyper::http::HeaderMap) -> bool {
+    let expects = h
+        .get(hyper::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let empty = h
+        .get(hyper::http::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0");
+    expects && !empty
 }
 
 /// Names the request in its answer, as S3 does: the `x-amz-request-id`

@@ -192,7 +192,7 @@ assert code(lambda: alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"x",
 alice.put_object(Bucket="photos", Key="fresh", Body=b"new", IfNoneMatch="*")
 # A refused PUT leaves its keep-alive connection in step: the next request
 # on it is answered as itself (a body left unread once answered for it).
-for i in range(10):
+for i in range(40):
     assert code(lambda: alice.put_object(Bucket="photos", Key="cat.jpg", Body=b"x" * 100,
                                          IfNoneMatch="*")) == "PreconditionFailed"
     alice.put_object(Bucket="photos", Key="fresh-%d" % i, Body=b"n", IfNoneMatch="*")
@@ -466,17 +466,17 @@ import socket
 host, port = EP.split("//")[1].split(":")
 
 
-def raw(req):
+def raw(req, head=False):
     s = socket.create_connection((host, int(port)), timeout=10)
     s.sendall(req)
     data = b""
-    while b"\r\n" not in data:
+    while b"\r\n\r\n" not in data:
         c = s.recv(65536)
         if not c:
             break
         data += c
     s.close()
-    return data.split(b"\r\n", 1)[0]
+    return data.split(b"\r\n\r\n", 1)[0] if head else data.split(b"\r\n", 1)[0]
 
 
 assert raw(b"GET /photos/c HTTP/1.1\r\nHost: x\r\nRange: bytes=zz\r\n\r\n").startswith(b"HTTP/1.1 4")
@@ -488,8 +488,13 @@ assert raw(b"POST /photos?delete HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\
     .startswith(b"HTTP/1.1 4")
 assert raw(b"NONSENSE / HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 501")
 # A refused PUT whose client waits for 100 Continue gets its 403 at once.
-assert raw(b"PUT /photos/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-           b"Expect: 100-continue\r\n\r\n").startswith(b"HTTP/1.1 403")
+# It says the connection closes: whether the body follows is unknown, so
+# the connection cannot be read in step again (botocore reusing it took
+# the stale answer for the next request's).
+head = raw(b"PUT /photos/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+           b"Expect: 100-continue\r\n\r\n", head=True)
+assert head.startswith(b"HTTP/1.1 403"), head
+assert b"connection: close" in head.lower(), head
 assert raw(b"\x00\x01garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
 assert alice.get_object(Bucket="photos", Key="c")["Body"].read() == b"c"
 

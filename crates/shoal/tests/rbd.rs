@@ -312,6 +312,24 @@ fn images_from_the_command_line() {
         "1M",
     ]);
     assert!(plain.contains("ops: 256"), "{plain}");
+    // A run past a second prints its per-second line from a worker thread
+    // while the command goes on (it once blocked on standard output, locked
+    // by the command, and took the worker's queued writes with it).
+    let long = d.ok(&[
+        "rbd",
+        "bench",
+        "ecdisk",
+        "--io-type",
+        "write",
+        "--io-threads",
+        "8",
+        "--io-total",
+        "4M",
+        "--io-pattern",
+        "rand",
+    ]);
+    assert!(long.contains("ops: 1024"), "{long}");
+    assert!(long.lines().any(|l| l.starts_with("    1 ")), "{long}");
 }
 
 /// Reads `shoal rbd stamp`'s lines as they come.

@@ -168,7 +168,7 @@ pub fn announce(
     use anyhow::Context;
     use std::io::Write;
     {
-        let mut out = super::out::Stdout::lock();
+        let mut out = super::out::Stdout::new();
         writeln!(out, "{line}")?;
         out.flush()?;
     }

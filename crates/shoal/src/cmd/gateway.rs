@@ -146,7 +146,7 @@ fn meta_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<Meta> {
 
 fn print(v: serde_json::Value) -> anyhow::Result<()> {
     use std::io::Write;
-    let mut out = super::out::Stdout::lock();
+    let mut out = super::out::Stdout::new();
     writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     out.flush()?;
     Ok(())

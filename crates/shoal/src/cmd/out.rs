@@ -9,21 +9,20 @@
 //! only writes to standard output come here, so an `EPIPE` from a
 //! connection to a daemon still reaches the user as an error.
 
-use std::io::{self, StdoutLock, Write};
+use std::io::{self, Write};
 
-/// Standard output, locked; a closed pipe ends the process quietly.
-pub struct Stdout(StdoutLock<'static>);
+/// Standard output; a closed pipe ends the process quietly. Each write
+/// takes the stream's lock for itself only: a handle kept across an
+/// `.await` must not hold it, or a worker thread printing meanwhile (`rbd
+/// bench`'s per-second line) would block on it for good, and with it the
+/// tasks queued on that worker.
+#[derive(Debug, Default)]
+pub struct Stdout(());
 
 impl Stdout {
-    /// Locks standard output for this writer's lifetime.
-    pub fn lock() -> Self {
-        Stdout(io::stdout().lock())
-    }
-}
-
-impl Default for Stdout {
-    fn default() -> Self {
-        Stdout::lock()
+    /// A handle on standard output.
+    pub fn new() -> Self {
+        Stdout(())
     }
 }
 
@@ -39,11 +38,19 @@ fn check(e: io::Error) -> io::Error {
 
 impl Write for Stdout {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf).map_err(check)
+        io::stdout().lock().write(buf).map_err(check)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        io::stdout().lock().write_all(buf).map_err(check)
+    }
+
+    fn write_fmt(&mut self, args: std::fmt::Arguments<'_>) -> io::Result<()> {
+        io::stdout().lock().write_fmt(args).map_err(check)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush().map_err(check)
+        io::stdout().lock().flush().map_err(check)
     }
 }
 
@@ -51,7 +58,7 @@ impl Write for Stdout {
 /// a closed pipe (a full disk behind a redirection) says so and exits 1,
 /// where `print!` would panic.
 pub fn print_fmt(args: std::fmt::Arguments<'_>) {
-    if let Err(e) = Stdout::lock().write_fmt(args) {
+    if let Err(e) = Stdout::new().write_fmt(args) {
         eprintln!("shoal: error: writing to standard output: {e}");
         std::process::exit(1);
     }
@@ -59,7 +66,7 @@ pub fn print_fmt(args: std::fmt::Arguments<'_>) {
 
 /// Flushes standard output (progress lines without a newline).
 pub fn flush() {
-    if let Err(e) = Stdout::lock().flush() {
+    if let Err(e) = Stdout::new().flush() {
         eprintln!("shoal: error: writing to standard output: {e}");
         std::process::exit(1);
     }

@@ -197,7 +197,7 @@ pub fn run(a: RadosArgs, ctx: &Ctx) -> anyhow::Result<()> {
 }
 
 async fn command(pool: &Pool, cmd: RadosCmd) -> anyhow::Result<()> {
-    let mut out = crate::cmd::out::Stdout::lock();
+    let mut out = crate::cmd::out::Stdout::new();
     match cmd {
         RadosCmd::Put { obj, file } => {
             pool.write_full(&obj, Bytes::new()).await?;

@@ -405,7 +405,7 @@ fn pool_of(client: &Client, name: &str) -> anyhow::Result<Pool> {
 }
 
 async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyhow::Result<()> {
-    let mut out = crate::cmd::out::Stdout::lock();
+    let mut out = crate::cmd::out::Stdout::new();
     let json = format == Format::Json;
     match cmd {
         RbdCmd::Create {

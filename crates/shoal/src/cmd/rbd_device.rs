@@ -286,7 +286,7 @@ fn unmap_one(path: &Path, v: &Value) -> anyhow::Result<()> {
 
 /// Runs `shoal rbd device ...`.
 pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> anyhow::Result<()> {
-    let mut out = super::out::Stdout::lock();
+    let mut out = super::out::Stdout::new();
     match cmd {
         DeviceCmd::Map {
             image,

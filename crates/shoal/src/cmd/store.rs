@@ -91,7 +91,7 @@ pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
         StoreCmd::Stat { path } => outln!("{}", tool::stat(&path)?),
         StoreCmd::Ls { path } => {
             let store = BlockStore::open(&path, &OpenOptions::default())?;
-            let mut out = crate::cmd::out::Stdout::lock();
+            let mut out = crate::cmd::out::Stdout::new();
             list_checksums(&store, &mut out)?;
         }
     }

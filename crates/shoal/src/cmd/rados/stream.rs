@@ -160,7 +160,7 @@ pub(super) async fn upload(pool: &Pool, obj: &str, file: &str, to: Target) -> an
 pub(super) async fn download(pool: &Pool, obj: &str, file: &str) -> anyhow::Result<()> {
     let size = pool.stat(obj).await?.size;
     let mut output: Box<dyn Write> = if file == "-" {
-        Box::new(crate::cmd::out::Stdout::lock())
+        Box::new(crate::cmd::out::Stdout::new())
     } else {
         Box::new(std::fs::File::create(file).with_context(|| format!("creating {file}"))?)
     };

@@ -1,8 +1,9 @@
-//! The deterministic simulation in CI: 500 seeds (in ten tests, so nextest
-//! spreads them over the cores), seeds 0-49 with an erasure-coded 2+1 and
-//! 3+1 pool, seeds 0-29 with the snapshot client (19 of it on a
-//! 2+1 pool), and the same
-//! seed twice giving the same trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
+//! The deterministic simulation in CI: 350 seeds (in seven tests, so
+//! nextest spreads them over the cores; seeds 350-499 ran here too until
+//! CI's time neared its bound, and pass: `shoal-sim --seeds 350..500`),
+//! seeds 0-49 with an erasure-coded 2+1 and 3+1 pool, seeds 0-29 with the
+//! snapshot client (19 of it on a 2+1 pool), and the same seed twice
+//! giving the same trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
 //! -- --ignored` runs N more seeds (thousands behind the flag); a failing
 //! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
 
@@ -97,21 +98,6 @@ fn seeds_250_to_299() {
 #[test]
 fn seeds_300_to_349() {
     fifty(300);
-}
-
-#[test]
-fn seeds_350_to_399() {
-    fifty(350);
-}
-
-#[test]
-fn seeds_400_to_449() {
-    fifty(400);
-}
-
-#[test]
-fn seeds_450_to_499() {
-    fifty(450);
 }
 
 /// Erasure-coded pools on five OSDs, seeds 0-49 of each profile: they

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -117,6 +118,7 @@ pub struct Watch {
     cookie: u64,
     events: mpsc::UnboundedReceiver<NotifyEvent>,
     renewed: Arc<Mutex<Instant>>,
+    gaps: Arc<AtomicU64>,
     timeout: Duration,
     task: tokio::task::JoinHandle<()>,
     target: Target,
@@ -167,6 +169,7 @@ impl Watch {
     pub fn health(&self) -> WatchHealth {
         WatchHealth {
             renewed: Arc::clone(&self.renewed),
+            gaps: Arc::clone(&self.gaps),
             timeout: self.timeout,
         }
     }
@@ -181,6 +184,7 @@ impl Watch {
 #[derive(Debug, Clone)]
 pub struct WatchHealth {
     renewed: Arc<Mutex<Instant>>,
+    gaps: Arc<AtomicU64>,
     timeout: Duration,
 }
 
@@ -189,6 +193,15 @@ impl WatchHealth {
     pub fn healthy(&self) -> bool {
         let at = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
         at.elapsed() < self.timeout
+    }
+
+    /// How many times the watch was registered again where it may have
+    /// been missing: with a new primary (its PG changed interval), or
+    /// after renewals failed. A notify sent just before may have missed
+    /// it, so a watcher caching what notifies invalidate starts afresh
+    /// when this moves.
+    pub fn gaps(&self) -> u64 {
+        self.gaps.load(Ordering::Acquire)
     }
 }
 
@@ -379,16 +392,19 @@ impl Client {
             return Err(e);
         }
         let renewed = Arc::new(Mutex::new(Instant::now()));
+        let gaps = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(linger(
             target.clone(),
             cookie,
             timeout,
             Arc::clone(&renewed),
+            Arc::clone(&gaps),
         ));
         Ok(Watch {
             cookie,
             events,
             renewed,
+            gaps,
             timeout,
             task,
             target,
@@ -490,9 +506,17 @@ impl Client {
 }
 
 /// Keeps a watch registered: renews it every sixth of its timeout, and at
-/// once when its PG changes interval (a new primary knows nothing of it).
-async fn linger(t: Target, cookie: u64, timeout: Duration, renewed: Arc<Mutex<Instant>>) {
+/// once when its PG changes interval (a new primary knows nothing of it);
+/// counts the registrations that may have closed a gap in `gaps`.
+async fn linger(
+    t: Target,
+    cookie: u64,
+    timeout: Duration,
+    renewed: Arc<Mutex<Instant>>,
+    gaps: Arc<AtomicU64>,
+) {
     let every = (timeout / 6).max(Duration::from_millis(100));
+    let mut failed = false;
     loop {
         let Ok(map) = t.client.map() else {
             tokio::time::sleep(every).await;
@@ -507,14 +531,24 @@ async fn linger(t: Target, cookie: u64, timeout: Duration, renewed: Arc<Mutex<In
                 None => std::future::pending::<()>().await,
             }
         };
+        let mut anew = failed;
         tokio::select! {
             () = tokio::time::sleep(every) => {}
-            () = moved => {}
+            () = moved => anew = true,
         }
         let deadline = Instant::now() + every.max(Duration::from_secs(1));
         match t.send(OsdWatch::OP_WATCH, cookie, timeout, deadline).await {
-            Ok(_) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now(),
-            Err(e) => tracing::debug!(oid = %t.oid, "renewing watch {cookie:x}: {e}"),
+            Ok(_) => {
+                *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                if anew {
+                    gaps.fetch_add(1, Ordering::AcqRel);
+                }
+                failed = false;
+            }
+            Err(e) => {
+                failed = true;
+                tracing::debug!(oid = %t.oid, "renewing watch {cookie:x}: {e}");
+            }
         }
     }
 }

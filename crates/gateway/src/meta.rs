@@ -21,10 +21,13 @@
 //! listed half-written object.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use shoal_client::{Error as ClientError, Pool};
+
+use crate::cache::{CONTROL, Cache, Changed, NOTIFY_TIMEOUT};
 
 /// Errors of the gateway's records.
 #[derive(Debug, thiserror::Error)]
@@ -258,12 +261,38 @@ pub fn now_ms() -> u64 {
 #[derive(Debug, Clone)]
 pub struct Meta {
     pool: Pool,
+    cache: Option<Arc<Cache>>,
 }
 
 impl Meta {
-    /// Records kept in `pool`.
+    /// Records kept in `pool`, read from the cluster every time.
     pub fn new(pool: Pool) -> Meta {
-        Meta { pool }
+        Meta { pool, cache: None }
+    }
+
+    /// Records kept in `pool`, with user and bucket records cached and
+    /// kept coherent by a watch on [`CONTROL`] (see `cache.rs`): what a
+    /// gateway daemon uses. The watch lives as long as the runtime.
+    pub async fn cached(pool: Pool) -> Result<Meta> {
+        pool.create(CONTROL, false).await?;
+        let mut watch = pool.watch(CONTROL).await?;
+        let cache = Arc::new(Cache::new(watch.health()));
+        let c = Arc::clone(&cache);
+        tokio::spawn(async move {
+            while let Some(ev) = watch.next().await {
+                match serde_json::from_slice::<Changed>(&ev.payload) {
+                    Ok(changed) => c.invalidate(&changed),
+                    // Not understood: forget everything rather than guess.
+                    Err(_) => c.clear(),
+                }
+                ev.ack(Bytes::new()).await;
+            }
+            c.end();
+        });
+        Ok(Meta {
+            pool,
+            cache: Some(cache),
+        })
     }
 
     /// The pool.
@@ -271,11 +300,53 @@ impl Meta {
         &self.pool
     }
 
+    /// The record cache, if this handle keeps one.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_deref()
+    }
+
     pub(crate) async fn get_one(&self, oid: &str, key: &str) -> Result<Option<Bytes>> {
-        match self.pool.omap_get_vals_by_keys(oid, &[key]).await {
-            Ok(mut m) => Ok(m.remove(key.as_bytes())),
-            Err(ClientError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| oid == USERS || oid == BUCKETS);
+        if let Some(v) = cache.and_then(|c| c.get(oid, key)) {
+            return Ok(Some(v));
+        }
+        let generation = cache.map(|c| c.generation());
+        let v = match self.pool.omap_get_vals_by_keys(oid, &[key]).await {
+            Ok(mut m) => m.remove(key.as_bytes()),
+            Err(ClientError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if let (Some(c), Some(g), Some(v)) = (cache, generation, &v) {
+            c.fill(oid, key, v.clone(), g);
+        }
+        Ok(v)
+    }
+
+    /// Tells every gateway that `keys` of record object `oid` changed (they
+    /// are in the cluster already): each drops them before it answers. A
+    /// gateway that does not answer in time has a watch that lapsed (it
+    /// then serves nothing cached) or is gone.
+    async fn changed(&self, oid: &str, keys: Vec<String>) {
+        let changed = Changed {
+            oid: oid.to_string(),
+            keys,
+        };
+        if let Some(c) = &self.cache {
+            c.invalidate(&changed);
+        }
+        let Ok(payload) = serde_json::to_vec(&changed) else {
+            return;
+        };
+        match self.pool.notify(CONTROL, payload, NOTIFY_TIMEOUT).await {
+            // No gateway ever ran on this pool.
+            Ok(_) | Err(ClientError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(
+                "telling the gateways that {oid} changed: {e} (they may serve the old record for up to {} s)",
+                crate::cache::TTL.as_secs()
+            ),
         }
     }
 
@@ -327,9 +398,12 @@ impl Meta {
             kv.push((format!("key.{}", k.access_key), rec.clone()));
         }
         self.pool.omap_set(USERS, &kv).await?;
+        let mut keys: Vec<String> = kv.into_iter().map(|(k, _)| k).collect();
         if let Some(g) = gone {
             self.pool.omap_rm_keys(USERS, &[format!("key.{g}")]).await?;
+            keys.push(format!("key.{g}"));
         }
+        self.changed(USERS, keys).await;
         Ok(())
     }
 
@@ -383,6 +457,7 @@ impl Meta {
         let mut keys = vec![format!("uid.{uid}")];
         keys.extend(user.keys.iter().map(|k| format!("key.{}", k.access_key)));
         self.pool.omap_rm_keys(USERS, &keys).await?;
+        self.changed(USERS, keys).await;
         Ok(())
     }
 
@@ -462,6 +537,7 @@ impl Meta {
             self.pool.create(&oid, true).await?;
         }
         self.pool.omap_set(BUCKETS, &[(name, encode(&b)?)]).await?;
+        self.changed(BUCKETS, vec![name.to_string()]).await;
         Ok(b)
     }
 
@@ -470,6 +546,7 @@ impl Meta {
         self.pool
             .omap_set(BUCKETS, &[(b.name.as_str(), encode(b)?)])
             .await?;
+        self.changed(BUCKETS, vec![b.name.clone()]).await;
         Ok(())
     }
 
@@ -491,6 +568,7 @@ impl Meta {
             self.upload_abort(b, &u).await?;
         }
         self.pool.omap_rm_keys(BUCKETS, &[b.name.as_str()]).await?;
+        self.changed(BUCKETS, vec![b.name.clone()]).await;
         self.remove_data(&uploads_oid(b)).await?;
         // Nothing is listed: every recorded stripe goes now.
         for (k, _) in self.omap_all(&pending_oid(b), "").await? {

@@ -257,7 +257,10 @@ fn daemon(
     ctx: &Ctx,
 ) -> anyhow::Result<()> {
     super::common::with_data_client(ctx, |client| async move {
-        let meta = meta_of(&client, &pool)?;
+        // User and bucket records cached, kept coherent by watch/notify.
+        let meta = Meta::cached(meta_of(&client, &pool)?.pool().clone())
+            .await
+            .with_context(|| format!("watching the gateway's control object in pool {pool}"))?;
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .with_context(|| format!("listening on {bind}"))?;

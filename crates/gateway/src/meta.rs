@@ -11,10 +11,11 @@
 //!   [`STRIPE`] bytes, `n` from 0, a fresh tag per write: a request holds
 //!   at most a stripe in memory whatever the object's size.
 //!
-//! A PUT records its stripes' prefix (`pending.<bucket id>`), writes them,
-//! then its index entry; the stripes an entry stops pointing at (replaced,
-//! deleted) are recorded too, and a sweep removes recorded stripes no
-//! entry points at once the record is old enough (a reader that found the
+//! A PUT records its stripes' prefix (`pending.<bucket id>.<shard>`, the
+//! shard of its index entry), writes them, then its index entry; the
+//! stripes an entry stops pointing at (replaced, deleted) are recorded
+//! too, and a sweep removes recorded stripes no entry points at once the
+//! record is old enough (a reader that found the
 //! old entry may still be streaming them). A reader that finds an entry
 //! finds its data; a write that dies before its entry, or loses a race to
 //! a concurrent one, leaves unlisted stripes the sweep removes, never a
@@ -571,10 +572,12 @@ impl Meta {
         self.changed(BUCKETS, vec![b.name.clone()]).await;
         self.remove_data(&uploads_oid(b)).await?;
         // Nothing is listed: every recorded stripe goes now.
-        for (k, _) in self.omap_all(&pending_oid(b), "").await? {
-            self.remove_prefix(&String::from_utf8_lossy(&k)).await?;
+        for oid in pending_oids(b) {
+            for (k, _) in self.omap_all(&oid, "").await? {
+                self.remove_prefix(&String::from_utf8_lossy(&k)).await?;
+            }
+            self.remove_data(&oid).await?;
         }
-        self.remove_data(&pending_oid(b)).await?;
         for oid in index_oids(b) {
             self.remove_data(&oid).await?;
         }
@@ -716,7 +719,10 @@ impl Meta {
             gc: false,
         };
         self.pool
-            .omap_set(&pending_oid(b), &[(prefix.as_str(), encode(&pending)?)])
+            .omap_set(
+                &pending_oid(b, key),
+                &[(prefix.as_str(), encode(&pending)?)],
+            )
             .await?;
         let (part, md5) = self.write_run(prefix.clone(), body, max).await?;
         match check(&md5) {
@@ -724,7 +730,7 @@ impl Meta {
             Err(e) => {
                 self.remove_run(&part).await?;
                 self.pool
-                    .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+                    .omap_rm_keys(&pending_oid(b, key), &[prefix.as_str()])
                     .await?;
                 return Err(e);
             }
@@ -740,7 +746,7 @@ impl Meta {
         if r.is_err() {
             self.remove_run(&part).await?;
             self.pool
-                .omap_rm_keys(&pending_oid(b), &[prefix.as_str()])
+                .omap_rm_keys(&pending_oid(b, key), &[prefix.as_str()])
                 .await?;
         }
         r
@@ -763,21 +769,21 @@ impl Meta {
         let now = now_ms();
         let (mut runs, mut uploads) = (0, 0);
         for b in self.buckets().await? {
-            for (k, v) in self.omap_all(&pending_oid(&b), "").await? {
-                let prefix = String::from_utf8_lossy(&k).into_owned();
-                let p: Pending = decode(&format!("pending write {prefix}"), &v)?;
-                if now.saturating_sub(p.started_ms) < stale_ms {
-                    continue;
+            for oid in pending_oids(&b) {
+                for (k, v) in self.omap_all(&oid, "").await? {
+                    let prefix = String::from_utf8_lossy(&k).into_owned();
+                    let p: Pending = decode(&format!("pending write {prefix}"), &v)?;
+                    if now.saturating_sub(p.started_ms) < stale_ms {
+                        continue;
+                    }
+                    let live = !p.gc && self.referenced(&b, &p.key, &prefix).await?;
+                    if !live {
+                        let n = self.remove_prefix(&prefix).await?;
+                        runs += 1;
+                        tracing::debug!(bucket = %b.name, key = %p.key, stripes = n, gc = p.gc, "swept");
+                    }
+                    self.pool.omap_rm_keys(&oid, &[prefix.as_str()]).await?;
                 }
-                let live = !p.gc && self.referenced(&b, &p.key, &prefix).await?;
-                if !live {
-                    let n = self.remove_prefix(&prefix).await?;
-                    runs += 1;
-                    tracing::debug!(bucket = %b.name, key = %p.key, stripes = n, gc = p.gc, "swept");
-                }
-                self.pool
-                    .omap_rm_keys(&pending_oid(&b), &[prefix.as_str()])
-                    .await?;
             }
             for u in self.uploads(&b, "").await? {
                 if now.saturating_sub(u.initiated_ms) >= upload_expiry_ms {
@@ -820,7 +826,7 @@ impl Meta {
             .map(|p| (p.prefix.as_str(), rec.as_slice()))
             .collect();
         if !kv.is_empty() {
-            self.pool.omap_set(&pending_oid(b), &kv).await?;
+            self.pool.omap_set(&pending_oid(b, key), &kv).await?;
         }
         Ok(())
     }
@@ -1035,8 +1041,24 @@ struct Pending {
     gc: bool,
 }
 
-fn pending_oid(b: &Bucket) -> String {
-    format!("pending.{}", b.id)
+/// Where a write to `key` of `b` records its stripes: the shard of the
+/// pending records that matches the key's index shard, so that writers of
+/// one bucket spread over as many objects (and PGs) as its index.
+fn pending_oid(b: &Bucket, key: &str) -> String {
+    match b.shards {
+        0 | 1 => format!("pending.{}", b.id),
+        n => format!("pending.{}.{}", b.id, crc32c::crc32c(key.as_bytes()) % n),
+    }
+}
+
+/// Every object of `b`'s pending records (with the unsharded one, which
+/// buckets of earlier versions used).
+fn pending_oids(b: &Bucket) -> Vec<String> {
+    let mut v = vec![format!("pending.{}", b.id)];
+    if b.shards > 1 {
+        v.extend((0..b.shards).map(|i| format!("pending.{}.{i}", b.id)));
+    }
+    v
 }
 
 /// The bytes of `pieces` (see [`Meta::pieces`]), read by a task of its

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use shoal_client::{Error as ClientError, Pool};
+use shoal_client::{Error as ClientError, Op, Pool};
 
 use crate::cache::{CONTROL, Cache, Changed, NOTIFY_TIMEOUT};
 
@@ -802,14 +802,43 @@ impl Meta {
         if !b.versioning.is_empty() {
             return self.commit_version(b, key, entry).await;
         }
-        let old = self.entry(b, key).await?;
-        self.pool
-            .omap_set(&index_oid(b, key), &[(key, encode(&entry)?)])
-            .await?;
-        if let Some(o) = old {
+        if let Some(o) = self.swap_entry(b, key, Some(&entry)).await? {
             self.collect_later(b, key, &o).await?;
         }
         Ok(entry)
+    }
+
+    /// Sets (or, with `None`, removes) `key`'s entry in `b`'s index and
+    /// returns the one it replaced: one compound op that reads the old
+    /// value before it writes the new (reads see the object as it was).
+    /// An op the OSD had applied already (resent after a lost connection)
+    /// answers without its read: then what it replaced is unknown, and
+    /// its stripes are left to the pending record of their own write if
+    /// the sweep has not dropped it yet.
+    async fn swap_entry(
+        &self,
+        b: &Bucket,
+        key: &str,
+        new: Option<&Entry>,
+    ) -> Result<Option<Entry>> {
+        let op = Op::new().omap_get_vals_by_keys(&[key]);
+        let op = match new {
+            Some(e) => op.omap_set(&[(key, encode(e)?)]),
+            None => op.omap_rm_keys(&[key]),
+        };
+        let r = self
+            .pool
+            .operate(&index_oid(b, key), op)
+            .await
+            .map_err(|e| e.error)?;
+        if r.replayed {
+            tracing::warn!(bucket = %b.name, key, "a resent index change: what it replaced is not known to the sweep");
+            return Ok(None);
+        }
+        match r.omap(0)?.entries.into_iter().next() {
+            Some((_, v)) => decode(&format!("{}/{key}", b.name), &v).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Records `old`'s stripes for the sweep (a reader may still stream
@@ -875,11 +904,10 @@ impl Meta {
 
     /// Removes `key` from `b` (absent: nothing to do).
     pub async fn delete(&self, b: &Bucket, key: &str) -> Result<()> {
-        let Some(e) = self.entry(b, key).await? else {
-            return Ok(());
-        };
-        self.pool.omap_rm_keys(&index_oid(b, key), &[key]).await?;
-        self.collect_later(b, key, &e).await
+        match self.swap_entry(b, key, None).await? {
+            Some(e) => self.collect_later(b, key, &e).await,
+            None => Ok(()),
+        }
     }
 
     /// Removes every stripe of `part` (those already gone are fine).

@@ -9,6 +9,7 @@
 //! This crate depends on the messenger and the configuration schema, never
 //! on the OSD or the client library.
 
+mod health;
 mod mkfs;
 mod network;
 mod osdmap;
@@ -20,6 +21,7 @@ mod types;
 mod views;
 mod views_pg;
 
+pub use health::{CheckNow, HealthState};
 pub use mkfs::{MonMeta, mkfs, new_fsid};
 pub use network::{MonNetwork, PeerContact};
 pub use osdmap::{Boot, OsdChange, OsdMapState, failure_domains, initial_crush};

@@ -384,6 +384,7 @@ impl Monitor {
             tokio::spawn(Arc::clone(&core).bootstrap(keyring));
         }
         tokio::spawn(rotate_service_secrets(Arc::downgrade(&core)));
+        tokio::spawn(record_health(Arc::downgrade(&core)));
         tracing::info!(mon = %core.me, %addr, "monitor started");
         Ok(Monitor { core })
     }
@@ -884,6 +885,16 @@ impl Core {
             Command::AuthCaps { entity, caps } => MonRequest::AuthCaps { entity, caps },
             Command::ConfigSet { who, key, value } => MonRequest::ConfigSet { who, key, value },
             Command::ConfigRm { who, key } => MonRequest::ConfigRm { who, key },
+            Command::HealthMute {
+                code,
+                ttl_secs,
+                sticky,
+            } => MonRequest::HealthMute {
+                code,
+                until_ms: ttl_secs.map(|t| now_ms().saturating_add(t.saturating_mul(1000))),
+                sticky,
+            },
+            Command::HealthUnmute { code } => MonRequest::HealthUnmute { code },
             Command::OsdCreate => MonRequest::Osd(OsdChange::OsdCreate),
             Command::OsdOut { ids } => MonRequest::Osd(OsdChange::MarkOut { ids }),
             Command::OsdIn { ids } => MonRequest::Osd(OsdChange::MarkIn { ids }),
@@ -1033,6 +1044,7 @@ impl Core {
         match cmd {
             Command::Status | Command::MonStat => Ok(self.status(&state).await),
             Command::Health => Ok(self.status(&state).await["health"].clone()),
+            Command::HealthHistory => Ok(state.health.history_view()),
             Command::AuthLs => Ok(json!(state.auth)),
             Command::AuthGet { entity } => state
                 .auth
@@ -1084,25 +1096,39 @@ impl Core {
     /// every follower each tick: the monitors that answered one within the
     /// leader's lease form the quorum. Nobody is asked anything more, so a
     /// dead monitor costs `status` nothing.
-    async fn status(&self, state: &MonState) -> Value {
-        let mut mons = Vec::new();
-        let mut quorum = Vec::new();
+    /// The monitors this one heard from lately (the quorum, as far as it
+    /// knows) and the others.
+    fn quorum(&self, state: &MonState) -> (Vec<String>, Vec<String>) {
+        let window = self.contact_window();
+        state.mons.iter().fold(
+            (Vec::new(), Vec::new()),
+            |(mut up, mut down), (name, info)| {
+                if info.id == self.id || self.contact.heard_within(info.id, window) {
+                    up.push(name.clone());
+                } else {
+                    down.push(name.clone());
+                }
+                (up, down)
+            },
+        )
+    }
+
+    /// How recently a monitor must have been heard from to count as up.
+    fn contact_window(&self) -> Duration {
         let lease = Duration::from_millis(election_timeout_max_ms(&self.opts));
-        let window = lease.max(self.opts.heartbeat * 4);
-        for (name, info) in &state.mons {
-            let up = info.id == self.id || self.contact.heard_within(info.id, window);
-            if up {
-                quorum.push(name.clone());
-            }
-            mons.push(json!({ "name": name, "addr": info.addr, "in_quorum": up }));
-        }
-        let down: Vec<String> = state
+        lease.max(self.opts.heartbeat * 4)
+    }
+
+    async fn status(&self, state: &MonState) -> Value {
+        let (quorum, down) = self.quorum(state);
+        let mons: Vec<Value> = state
             .mons
-            .keys()
-            .filter(|n| !quorum.contains(n))
-            .cloned()
+            .iter()
+            .map(|(name, info)| {
+                json!({ "name": name, "addr": info.addr, "in_quorum": quorum.contains(name) })
+            })
             .collect();
-        let health = crate::views::health(state, &down, &quorum);
+        let health = crate::views::health(state, &down, &quorum, now_ms());
         let leader = state
             .mons
             .iter()
@@ -1383,6 +1409,43 @@ async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
             if let Err(e) = core.raft.client_write(req).await {
                 tracing::debug!("service secret rotation: {e}");
             }
+        }
+    }
+}
+
+/// On the leader, records the health checks whenever one is raised,
+/// changes severity or clears (`health.rs`). A new leader waits until it
+/// can tell which monitors are up before it records anything.
+async fn record_health(core: std::sync::Weak<Core>) {
+    let mut leading_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(core) = core.upgrade() else { return };
+        if core.raft.current_leader().await != Some(core.id) {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < core.contact_window() {
+            continue;
+        }
+        let req = {
+            let s = read_state(&core.state);
+            if s.fsid.is_empty() {
+                continue;
+            }
+            let (quorum, down) = core.quorum(&s);
+            let checks = crate::views::checks_now(&s, &down, &quorum);
+            if !s.health.differs(&checks) {
+                continue;
+            }
+            MonRequest::HealthRecord {
+                at_ms: now_ms(),
+                checks,
+            }
+        };
+        if let Err(e) = core.raft.client_write(req).await {
+            tracing::debug!("recording health: {e}");
         }
     }
 }

@@ -119,6 +119,28 @@ pub enum MonRequest {
     },
     /// An OSD's PG statistics and store space (no new OSD-map epoch).
     PgStats(PgStats),
+    /// The health checks the leader sees now, with its clock: recorded
+    /// (events for those raised, changed or cleared; see `health.rs`).
+    HealthRecord {
+        /// When (ms since the Unix epoch).
+        at_ms: u64,
+        /// Every check, muted or not.
+        checks: Vec<crate::health::CheckNow>,
+    },
+    /// Mutes a health check.
+    HealthMute {
+        /// Its code.
+        code: String,
+        /// When the mute lapses (none: never).
+        until_ms: Option<u64>,
+        /// Kept when the check clears.
+        sticky: bool,
+    },
+    /// Ends the mute of a health check.
+    HealthUnmute {
+        /// Its code.
+        code: String,
+    },
 }
 
 /// A service secret: seals the tickets OSDs accept.
@@ -210,6 +232,9 @@ pub struct MonState {
     /// Each OSD's store space, as it last reported it.
     #[serde(default)]
     pub osd_statfs: BTreeMap<i32, OsdStatfs>,
+    /// Health checks recorded, mutes and history.
+    #[serde(default)]
+    pub health: crate::health::HealthState,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -410,6 +435,43 @@ impl MonState {
                     self.service_secrets.pop_first();
                 }
                 Ok(Applied::Changed(json!({ "id": id })))
+            }
+            MonRequest::HealthRecord { at_ms, checks } => {
+                let events = self.health.record(*at_ms, checks);
+                Ok(Applied::Changed(json!({ "events": events })))
+            }
+            MonRequest::HealthMute {
+                code,
+                until_ms,
+                sticky,
+            } => {
+                if code.is_empty()
+                    || !code
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                {
+                    return Err(err(
+                        ErrorCode::InvalidArgument,
+                        format!("bad health check code {code:?}: expected e.g. OSD_DOWN"),
+                    ));
+                }
+                let mute = crate::health::Mute {
+                    until_ms: *until_ms,
+                    sticky: *sticky,
+                };
+                self.health.mutes.insert(code.clone(), mute);
+                Ok(Applied::Changed(
+                    json!({ "muted": code, "until_ms": until_ms }),
+                ))
+            }
+            MonRequest::HealthUnmute { code } => {
+                if self.health.mutes.remove(code).is_none() {
+                    return Err(err(
+                        ErrorCode::NotFound,
+                        format!("health check {code} is not muted"),
+                    ));
+                }
+                Ok(Applied::Changed(json!({ "unmuted": code })))
             }
         }
     }

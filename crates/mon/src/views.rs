@@ -244,8 +244,49 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Vec<u8> {
     OsdMapUpdate::encode_full(&full)
 }
 
-/// The cluster's health checks, as Ceph names them.
-pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Value {
+/// The cluster's health: its status from the checks not muted at
+/// `now_ms`, those checks, and the muted ones apart.
+pub fn health(state: &MonState, mons_down: &[String], quorum: &[String], now_ms: u64) -> Value {
+    let (muted, checks): (Vec<Value>, Vec<Value>) = raw_checks(state, mons_down, quorum)
+        .into_iter()
+        .partition(|c| state.health.muted(c["code"].as_str().unwrap_or(""), now_ms));
+    let status = if checks.is_empty() {
+        "HEALTH_OK"
+    } else if checks.iter().any(|c| c["severity"] == "HEALTH_ERR") {
+        "HEALTH_ERR"
+    } else {
+        "HEALTH_WARN"
+    };
+    let muted: Vec<Value> = muted
+        .into_iter()
+        .map(|mut c| {
+            let m = state.health.mutes.get(c["code"].as_str().unwrap_or(""));
+            c["muted_until_ms"] = json!(m.and_then(|m| m.until_ms));
+            c["sticky"] = json!(m.is_some_and(|m| m.sticky));
+            c
+        })
+        .collect();
+    json!({ "status": status, "checks": checks, "muted": muted })
+}
+
+/// Every check, muted or not, as the leader records them.
+pub fn checks_now(
+    state: &MonState,
+    mons_down: &[String],
+    quorum: &[String],
+) -> Vec<crate::health::CheckNow> {
+    raw_checks(state, mons_down, quorum)
+        .iter()
+        .map(|c| crate::health::CheckNow {
+            code: c["code"].as_str().unwrap_or("").to_string(),
+            severity: c["severity"].as_str().unwrap_or("").to_string(),
+            summary: c["summary"].as_str().unwrap_or("").to_string(),
+        })
+        .collect()
+}
+
+/// The cluster's health checks, as Ceph names them (mutes aside).
+fn raw_checks(state: &MonState, mons_down: &[String], quorum: &[String]) -> Vec<Value> {
     let mut checks = Vec::new();
     if !mons_down.is_empty() {
         checks.push(json!({
@@ -283,14 +324,7 @@ pub fn health(state: &MonState, mons_down: &[String], quorum: &[String]) -> Valu
         }));
     }
     checks.extend(crate::views_pg::pg_health(state));
-    let status = if checks.is_empty() {
-        "HEALTH_OK"
-    } else if checks.iter().any(|c| c["severity"] == "HEALTH_ERR") {
-        "HEALTH_ERR"
-    } else {
-        "HEALTH_WARN"
-    };
-    json!({ "status": status, "checks": checks })
+    checks
 }
 
 #[cfg(test)]

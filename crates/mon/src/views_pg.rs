@@ -748,7 +748,7 @@ mod tests {
                 .unwrap()
                 .starts_with("pg 1.0 is peering")
         );
-        let h = crate::views::health(&s, &[], &[]);
+        let h = crate::views::health(&s, &[], &[], 0);
         assert_eq!(h["status"], "HEALTH_WARN");
     }
 
@@ -885,7 +885,7 @@ mod tests {
             checks[1]["summary"],
             "Possible data damage: 1 pg inconsistent"
         );
-        let h = crate::views::health(&s, &[], &[]);
+        let h = crate::views::health(&s, &[], &[], 0);
         assert_eq!(h["status"], "HEALTH_ERR");
     }
 }

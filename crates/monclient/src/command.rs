@@ -27,8 +27,25 @@ pub enum Command {
         /// How long a monitor without a quorum may hold the answer.
         wait_ms: u64,
     },
-    /// Health: the status and every check that is not OK.
+    /// Health: the status and every check that is not OK (muted ones apart).
     Health,
+    /// Mutes a health check for `ttl_secs` (none: until unmuted or, unless
+    /// `sticky`, until the check clears).
+    HealthMute {
+        /// The check's code (`OSD_DOWN`).
+        code: String,
+        /// How long the mute lasts.
+        ttl_secs: Option<u64>,
+        /// Kept when the check clears.
+        sticky: bool,
+    },
+    /// Ends a mute.
+    HealthUnmute {
+        /// The check's code.
+        code: String,
+    },
+    /// Health checks raised and cleared, oldest first, with timestamps.
+    HealthHistory,
     /// Adds a monitor to the quorum.
     MonAdd {
         /// Its name (`d` for `mon.d`).
@@ -349,6 +366,7 @@ impl Command {
                 | Command::MonStat
                 | Command::MonHunt { .. }
                 | Command::Health
+                | Command::HealthHistory
                 | Command::AuthLs
                 | Command::AuthGet { .. }
                 | Command::ConfigGet { .. }

@@ -1,6 +1,6 @@
 //! `shoal status`: the cluster at a glance, as `ceph status` shows it.
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
 
@@ -95,18 +95,101 @@ fn plain(v: &Value) -> String {
 /// Options of `shoal health`.
 #[derive(Debug, Args)]
 pub struct HealthArgs {
-    /// Show every affected item, not only the summaries.
-    #[arg(value_parser = ["detail"])]
-    detail: Option<String>,
+    #[command(subcommand)]
+    cmd: Option<HealthCmd>,
     /// Output format.
-    #[arg(long, value_enum, default_value = "plain")]
+    #[arg(long, value_enum, default_value = "plain", global = true)]
     format: Format,
 }
 
-/// Runs `shoal health [detail]`.
+/// `shoal health` subcommands.
+#[derive(Debug, Subcommand)]
+enum HealthCmd {
+    /// Every check with each affected item, not only the summaries.
+    Detail,
+    /// Mutes a check: it no longer counts in the status (as `ceph health
+    /// mute`). Without a TTL the mute lasts until the check clears (or,
+    /// with --sticky, until unmuted).
+    Mute {
+        /// The check's code (`OSD_DOWN`, `PG_DEGRADED`, ...).
+        code: String,
+        /// How long: seconds, or with a unit (`90s`, `30m`, `4h`, `2d`, `1w`).
+        ttl: Option<String>,
+        /// Keep the mute when the check clears.
+        #[arg(long)]
+        sticky: bool,
+    },
+    /// Ends a mute.
+    Unmute {
+        /// The check's code.
+        code: String,
+    },
+    /// Checks raised and cleared, oldest first, with when.
+    History,
+}
+
+/// Seconds in a TTL as `ceph health mute` takes it.
+fn parse_ttl(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad TTL {s:?}: expected e.g. 600, 90s, 30m, 4h, 2d or 1w"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => anyhow::bail!("bad TTL {s:?}: units are s, m, h, d and w"),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| anyhow::anyhow!("TTL {s:?} is too long"))
+}
+
+/// Runs `shoal health [detail|mute|unmute|history]`.
 pub fn run_health(a: HealthArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let detail = match a.cmd {
+        None => false,
+        Some(HealthCmd::Detail) => true,
+        Some(HealthCmd::Mute { code, ttl, sticky }) => {
+            let ttl_secs = ttl.as_deref().map(parse_ttl).transpose()?;
+            let v = mon_command(
+                ctx,
+                &Command::HealthMute {
+                    code,
+                    ttl_secs,
+                    sticky,
+                },
+            )?;
+            print(a.format, &v, |_| String::new());
+            return Ok(());
+        }
+        Some(HealthCmd::Unmute { code }) => {
+            let v = mon_command(ctx, &Command::HealthUnmute { code })?;
+            print(a.format, &v, |_| String::new());
+            return Ok(());
+        }
+        Some(HealthCmd::History) => {
+            let v = mon_command(ctx, &Command::HealthHistory)?;
+            print(a.format, &v, |v| {
+                let mut out = String::new();
+                for e in v["events"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{}  {:<9} {:<16} {:<11} {}\n",
+                        super::rados::format_ms(e["at_ms"].as_u64().unwrap_or(0)),
+                        e["what"].as_str().unwrap_or(""),
+                        e["code"].as_str().unwrap_or(""),
+                        e["severity"].as_str().unwrap_or(""),
+                        e["summary"].as_str().unwrap_or("")
+                    ));
+                }
+                out
+            });
+            return Ok(());
+        }
+    };
     let v = mon_command(ctx, &Command::Health)?;
-    let detail = a.detail.is_some();
     print(a.format, &v, |v| {
         let checks: Vec<&Value> = v["checks"].as_array().into_iter().flatten().collect();
         let summaries: Vec<&str> = checks
@@ -117,6 +200,15 @@ pub fn run_health(a: HealthArgs, ctx: &Ctx) -> anyhow::Result<()> {
         if !summaries.is_empty() {
             out.push(' ');
             out.push_str(&summaries.join("; "));
+        }
+        let muted: Vec<&str> = v["muted"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["code"].as_str())
+            .collect();
+        if !muted.is_empty() {
+            out.push_str(&format!(" (muted: {})", muted.join(" ")));
         }
         out.push('\n');
         if detail {
@@ -145,4 +237,22 @@ pub fn run(a: StatusArgs, ctx: &Ctx) -> anyhow::Result<()> {
     let v = mon_command(ctx, &Command::Status)?;
     print(a.format, &v, plain);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ttl;
+
+    #[test]
+    fn ttls_parse_as_ceph_takes_them() {
+        assert_eq!(parse_ttl("600").unwrap(), 600);
+        assert_eq!(parse_ttl("90s").unwrap(), 90);
+        assert_eq!(parse_ttl("30m").unwrap(), 1800);
+        assert_eq!(parse_ttl("4h").unwrap(), 14_400);
+        assert_eq!(parse_ttl("2d").unwrap(), 172_800);
+        assert_eq!(parse_ttl("1w").unwrap(), 604_800);
+        for bad in ["", "m", "5y", "-3", "1.5h", "99999999999999999999"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
 }

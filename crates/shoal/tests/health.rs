@@ -1,0 +1,135 @@
+//! Health with a memory, as an operator meets it on a `shoal dev` cluster:
+//! a check raised (a flag set, an OSD killed) and cleared shows in `shoal
+//! health history` with when; a muted check no longer counts in `health`
+//! or `status` and is listed apart; a mute goes with its check unless
+//! sticky, lapses after its TTL, and bad codes and TTLs are refused.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::Dev;
+use serde_json::Value;
+
+/// Waits until `f` holds, at most `secs` seconds.
+fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The history's (code, what) pairs.
+fn history(d: &Dev) -> Vec<(String, String)> {
+    let v = d.json(&["health", "history"]);
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["code"].as_str().unwrap().to_string(),
+                e["what"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn has(d: &Dev, code: &str, what: &str) -> bool {
+    history(d).iter().any(|(c, w)| c == code && w == what)
+}
+
+fn status(d: &Dev) -> Value {
+    d.json(&["health"])
+}
+
+fn err(d: &Dev, args: &[&str]) -> String {
+    let out = d.run(args);
+    assert!(!out.status.success(), "shoal {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn checks_are_recorded_muted_and_unmuted() {
+    let d = Dev::new("health");
+    d.ok(&["dev", "up", "--dir", d.dir(), "--osds", "3", "--no-gateway"]);
+    until("HEALTH_OK", 60, || status(&d)["status"] == "HEALTH_OK");
+
+    // A flag raises OSDMAP_FLAGS; the leader records it.
+    d.ok(&["osd", "set", "noout"]);
+    until("OSDMAP_FLAGS raised", 30, || {
+        has(&d, "OSDMAP_FLAGS", "raised")
+    });
+    assert_eq!(status(&d)["status"], "HEALTH_WARN");
+
+    // Muted, it no longer counts, here or in `status`, and is listed apart.
+    d.ok(&["health", "mute", "OSDMAP_FLAGS"]);
+    let h = status(&d);
+    assert_eq!(h["status"], "HEALTH_OK", "{h}");
+    assert_eq!(h["muted"][0]["code"], "OSDMAP_FLAGS", "{h}");
+    assert_eq!(d.json(&["status"])["health"]["status"], "HEALTH_OK");
+    assert!(d.ok(&["health"]).contains("(muted: OSDMAP_FLAGS)"));
+
+    // The check clears: so does its (not sticky) mute.
+    d.ok(&["osd", "unset", "noout"]);
+    until("OSDMAP_FLAGS cleared", 30, || {
+        has(&d, "OSDMAP_FLAGS", "cleared")
+    });
+    let e = err(&d, &["health", "unmute", "OSDMAP_FLAGS"]);
+    assert!(e.contains("OSDMAP_FLAGS is not muted"), "{e}");
+
+    // A mute with a TTL lapses; a sticky one outlives its check.
+    d.ok(&["osd", "set", "noout"]);
+    d.ok(&["health", "mute", "OSDMAP_FLAGS", "2s"]);
+    assert_eq!(status(&d)["status"], "HEALTH_OK");
+    until("the mute lapsed", 15, || {
+        status(&d)["status"] == "HEALTH_WARN"
+    });
+    d.ok(&["health", "mute", "OSDMAP_FLAGS", "--sticky"]);
+    d.ok(&["osd", "unset", "noout"]);
+    until("cleared again", 30, || {
+        history(&d)
+            .iter()
+            .filter(|(c, w)| c == "OSDMAP_FLAGS" && w == "cleared")
+            .count()
+            == 2
+    });
+    d.ok(&["health", "unmute", "OSDMAP_FLAGS"]);
+
+    // An OSD killed: OSD_DOWN (and the PGs it held) are raised, then
+    // cleared once it is back, each with when.
+    d.kill9("osd.2");
+    d.ok(&["osd", "down", "2"]);
+    until("OSD_DOWN raised", 30, || has(&d, "OSD_DOWN", "raised"));
+    common::start_osd(&d, 2);
+    until("OSD_DOWN cleared", 60, || has(&d, "OSD_DOWN", "cleared"));
+    until("HEALTH_OK again", 60, || {
+        status(&d)["status"] == "HEALTH_OK"
+    });
+    let plain = d.ok(&["health", "history"]);
+    let line = plain
+        .lines()
+        .find(|l| l.contains("OSD_DOWN") && l.contains("raised"))
+        .unwrap_or_else(|| panic!("{plain}"));
+    assert!(
+        line.starts_with("20") && line.contains("HEALTH_WARN"),
+        "{line}"
+    );
+    let events = d.json(&["health", "history"])["events"].clone();
+    let at: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["at_ms"].as_u64().unwrap())
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{events}");
+
+    // Bad codes and TTLs are refused with what is wrong.
+    let e = err(&d, &["health", "mute", "not a code"]);
+    assert!(e.contains("bad health check code"), "{e}");
+    let e = err(&d, &["health", "mute", "OSD_DOWN", "5y"]);
+    assert!(e.contains("bad TTL"), "{e}");
+}

@@ -28,8 +28,8 @@ pub use osdmap::{Boot, OsdChange, OsdMapState, failure_domains, initial_crush};
 pub use pgstats::{PgStatEntry, PgStats};
 pub use service::{Monitor, MonitorOptions, OsdLiveness};
 pub use shoal_monclient::{
-    Command, ErrorCode, MonCaps, MonClient, MonError, OsdCaps, OsdMapUpdate, OsdStatfs,
-    PgStatReport, PoolSpec, Subscription, TicketAuth, UpdateSink, apply_osdmap_update,
+    Command, CrashReport, ErrorCode, MonCaps, MonClient, MonError, OsdCaps, OsdMapUpdate,
+    OsdStatfs, PgStatReport, PoolSpec, Subscription, TicketAuth, UpdateSink, apply_osdmap_update,
     apply_osdmap_update_each, parse_mon_caps, parse_mon_host,
 };
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};

@@ -895,6 +895,9 @@ impl Core {
                 sticky,
             },
             Command::HealthUnmute { code } => MonRequest::HealthUnmute { code },
+            Command::CrashPost { report } => MonRequest::CrashPost(report),
+            Command::CrashArchive { id } => MonRequest::CrashArchive { id },
+            Command::CrashRm { id } => MonRequest::CrashRm { id },
             Command::OsdCreate => MonRequest::Osd(OsdChange::OsdCreate),
             Command::OsdOut { ids } => MonRequest::Osd(OsdChange::MarkOut { ids }),
             Command::OsdIn { ids } => MonRequest::Osd(OsdChange::MarkIn { ids }),
@@ -1045,6 +1048,14 @@ impl Core {
             Command::Status | Command::MonStat => Ok(self.status(&state).await),
             Command::Health => Ok(self.status(&state).await["health"].clone()),
             Command::HealthHistory => Ok(state.health.history_view()),
+            Command::CrashLs => {
+                Ok(json!({ "crashes": state.crashes.values().collect::<Vec<_>>() }))
+            }
+            Command::CrashInfo { id } => state
+                .crashes
+                .get(id)
+                .map(|c| json!(c))
+                .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no crash {id}"))),
             Command::AuthLs => Ok(json!(state.auth)),
             Command::AuthGet { entity } => state
                 .auth
@@ -1435,7 +1446,7 @@ async fn record_health(core: std::sync::Weak<Core>) {
                 continue;
             }
             let (quorum, down) = core.quorum(&s);
-            let checks = crate::views::checks_now(&s, &down, &quorum);
+            let checks = crate::views::checks_now(&s, &down, &quorum, now_ms());
             if !s.health.differs(&checks) {
                 continue;
             }

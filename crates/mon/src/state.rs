@@ -141,7 +141,22 @@ pub enum MonRequest {
         /// Its code.
         code: String,
     },
+    /// Records a daemon's crash (one already recorded is left as it is).
+    CrashPost(shoal_monclient::CrashReport),
+    /// Marks a crash (none: every crash) seen.
+    CrashArchive {
+        /// The crash.
+        id: Option<String>,
+    },
+    /// Forgets a crash.
+    CrashRm {
+        /// The crash.
+        id: String,
+    },
 }
+
+/// Crashes kept at most (the oldest go first).
+pub const CRASHES_MAX: usize = 500;
 
 /// A service secret: seals the tickets OSDs accept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,6 +250,9 @@ pub struct MonState {
     /// Health checks recorded, mutes and history.
     #[serde(default)]
     pub health: crate::health::HealthState,
+    /// Daemons' crashes by id (ids begin with their time, so oldest first).
+    #[serde(default)]
+    pub crashes: BTreeMap<String, shoal_monclient::CrashReport>,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -473,6 +491,41 @@ impl MonState {
                 }
                 Ok(Applied::Changed(json!({ "unmuted": code })))
             }
+            MonRequest::CrashPost(report) => {
+                if report.crash_id.is_empty() || report.crash_id.len() > 128 {
+                    return Err(err(ErrorCode::InvalidArgument, "bad crash id"));
+                }
+                if self.crashes.contains_key(&report.crash_id) {
+                    return Ok(Applied::Unchanged(json!({ "crash_id": report.crash_id })));
+                }
+                let mut r = report.clone();
+                r.archived = false;
+                r.backtrace.truncate(64);
+                self.crashes.insert(r.crash_id.clone(), r);
+                while self.crashes.len() > CRASHES_MAX {
+                    self.crashes.pop_first();
+                }
+                Ok(Applied::Changed(json!({ "crash_id": report.crash_id })))
+            }
+            MonRequest::CrashArchive { id } => {
+                let mut n = 0;
+                for (k, c) in &mut self.crashes {
+                    if id.as_ref().is_none_or(|i| i == k) && !c.archived {
+                        c.archived = true;
+                        n += 1;
+                    }
+                }
+                if let Some(i) = id
+                    && !self.crashes.contains_key(i)
+                {
+                    return Err(err(ErrorCode::NotFound, format!("no crash {i}")));
+                }
+                Ok(Applied::Changed(json!({ "archived": n })))
+            }
+            MonRequest::CrashRm { id } => match self.crashes.remove(id) {
+                Some(_) => Ok(Applied::Changed(json!({ "removed": id }))),
+                None => Err(err(ErrorCode::NotFound, format!("no crash {id}"))),
+            },
         }
     }
 

@@ -247,7 +247,7 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Vec<u8> {
 /// The cluster's health: its status from the checks not muted at
 /// `now_ms`, those checks, and the muted ones apart.
 pub fn health(state: &MonState, mons_down: &[String], quorum: &[String], now_ms: u64) -> Value {
-    let (muted, checks): (Vec<Value>, Vec<Value>) = raw_checks(state, mons_down, quorum)
+    let (muted, checks): (Vec<Value>, Vec<Value>) = raw_checks(state, mons_down, quorum, now_ms)
         .into_iter()
         .partition(|c| state.health.muted(c["code"].as_str().unwrap_or(""), now_ms));
     let status = if checks.is_empty() {
@@ -274,8 +274,9 @@ pub fn checks_now(
     state: &MonState,
     mons_down: &[String],
     quorum: &[String],
+    now_ms: u64,
 ) -> Vec<crate::health::CheckNow> {
-    raw_checks(state, mons_down, quorum)
+    raw_checks(state, mons_down, quorum, now_ms)
         .iter()
         .map(|c| crate::health::CheckNow {
             code: c["code"].as_str().unwrap_or("").to_string(),
@@ -286,8 +287,34 @@ pub fn checks_now(
 }
 
 /// The cluster's health checks, as Ceph names them (mutes aside).
-fn raw_checks(state: &MonState, mons_down: &[String], quorum: &[String]) -> Vec<Value> {
+fn raw_checks(
+    state: &MonState,
+    mons_down: &[String],
+    quorum: &[String],
+    now_ms: u64,
+) -> Vec<Value> {
     let mut checks = Vec::new();
+    // Crashes not yet archived, of the last two weeks (as Ceph warns).
+    const RECENT_MS: u64 = 14 * 86_400 * 1000;
+    let recent: Vec<String> = state
+        .crashes
+        .values()
+        .filter(|c| !c.archived && now_ms.saturating_sub(c.timestamp_ms) < RECENT_MS)
+        .map(|c| {
+            format!(
+                "{} crashed at {} ({})",
+                c.entity_name, c.crash_id, c.message
+            )
+        })
+        .collect();
+    if !recent.is_empty() {
+        checks.push(json!({
+            "code": "RECENT_CRASH",
+            "severity": "HEALTH_WARN",
+            "summary": format!("{} daemons have recently crashed", recent.len()),
+            "detail": recent,
+        }));
+    }
     if !mons_down.is_empty() {
         checks.push(json!({
             "code": "MON_DOWN",

@@ -46,6 +46,29 @@ pub enum Command {
     },
     /// Health checks raised and cleared, oldest first, with timestamps.
     HealthHistory,
+    /// Records a daemon's crash (posted by the daemon after it restarts).
+    CrashPost {
+        /// The report.
+        report: crate::CrashReport,
+    },
+    /// Every recorded crash, oldest first.
+    CrashLs,
+    /// One crash, whole.
+    CrashInfo {
+        /// Its id.
+        id: String,
+    },
+    /// Marks crashes seen (all of them without an id): no longer a
+    /// health warning.
+    CrashArchive {
+        /// The crash, or none for all.
+        id: Option<String>,
+    },
+    /// Forgets a crash.
+    CrashRm {
+        /// Its id.
+        id: String,
+    },
     /// Adds a monitor to the quorum.
     MonAdd {
         /// Its name (`d` for `mon.d`).
@@ -367,6 +390,8 @@ impl Command {
                 | Command::MonHunt { .. }
                 | Command::Health
                 | Command::HealthHistory
+                | Command::CrashLs
+                | Command::CrashInfo { .. }
                 | Command::AuthLs
                 | Command::AuthGet { .. }
                 | Command::ConfigGet { .. }

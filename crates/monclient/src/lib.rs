@@ -19,6 +19,6 @@ mod update;
 pub use client::{MonClient, Subscription, UpdateSink};
 pub use command::{Command, MonCaps, OsdCaps, PoolSpec, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
-pub use stats::{OsdStatfs, PgStatReport};
+pub use stats::{CrashReport, OsdStatfs, PgStatReport};
 pub use ticket_auth::TicketAuth;
 pub use update::{OsdMapUpdate, apply_osdmap_update, apply_osdmap_update_each};

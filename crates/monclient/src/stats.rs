@@ -1,4 +1,5 @@
-//! What OSDs report to the monitors about their PGs and their space.
+//! What daemons report to the monitors: OSDs their PGs and their space,
+//! any daemon its crashes.
 
 use serde::{Deserialize, Serialize};
 
@@ -53,4 +54,25 @@ pub struct PgStatReport {
     /// `PG_RECOVERY_STALLED` health check).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recovery_stalled: Vec<String>,
+}
+
+/// A daemon's crash, as it recorded it when it panicked and posts it to
+/// the monitors (`shoal crash ls|info`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashReport {
+    /// Its id: the time and a random suffix (`2026-11-26T11:50:01.123Z_9f2c...`).
+    pub crash_id: String,
+    /// When (ms since the Unix epoch).
+    pub timestamp_ms: u64,
+    /// Who crashed (`osd.2`).
+    pub entity_name: String,
+    /// The daemon's version.
+    pub version: String,
+    /// The panic's message and where it happened.
+    pub message: String,
+    /// The top of the backtrace, a frame a line.
+    pub backtrace: Vec<String>,
+    /// Seen by an operator (`shoal crash archive`): no longer a health warning.
+    #[serde(default)]
+    pub archived: bool,
 }

@@ -77,6 +77,11 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Health checks (`shoal health detail` lists every affected item).
     Health(cmd::status::HealthArgs),
+    /// Daemon crashes the monitors recorded: ls, info, archive, rm.
+    Crash {
+        #[command(subcommand)]
+        cmd: cmd::crash::CrashCmd,
+    },
     /// Run a monitor, or manage the monitor quorum.
     Mon(cmd::mon::MonCmd),
     /// Run an OSD, or read and change the OSD map: OSDs, flags, pools, placement.
@@ -175,6 +180,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(_) => Ok(()),
         Command::Status(a) => cmd::status::run(a, &ctx),
         Command::Health(a) => cmd::status::run_health(a, &ctx),
+        Command::Crash { cmd } => cmd::crash::run(cmd, &ctx),
         Command::Mon(c) => cmd::mon::run(c, &ctx),
         Command::Osd(c) => cmd::osd_daemon::run(c, &ctx),
         Command::Pg(c) => cmd::pg::run(c, &ctx),

@@ -133,3 +133,71 @@ fn checks_are_recorded_muted_and_unmuted() {
     let e = err(&d, &["health", "mute", "OSD_DOWN", "5y"]);
     assert!(e.contains("bad TTL"), "{e}");
 }
+
+#[test]
+fn a_crashed_daemon_is_reported_and_its_crash_archived() {
+    use std::process::{Command, Stdio};
+    let d = Dev::new("crash");
+    d.ok(&["dev", "up", "--dir", d.dir(), "--osds", "3", "--no-gateway"]);
+    // osd.2 runs again, made to panic half a second in: it writes its
+    // report and aborts (the panic is on a thread of its own: any thread's
+    // panic ends the daemon).
+    d.kill9("osd.2");
+    let crashed = Command::new(common::SHOAL)
+        .args(["--conf", d.0.join("shoal.conf").to_str().unwrap()])
+        .args(["--set", "debug_inject_panic_ms=500", "osd", "--id", "2"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success());
+    let said = String::from_utf8_lossy(&crashed.stderr);
+    assert!(said.contains("crash report written to"), "{said}");
+    let reports: Vec<_> = std::fs::read_dir(d.0.join("osd.2").join("crash"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(reports.len(), 1);
+    // Back up, it posts the report; RECENT_CRASH warns until archived.
+    common::start_osd(&d, 2);
+    until("the crash posted", 30, || {
+        d.json(&["crash", "ls"])["crashes"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1)
+    });
+    let c = d.json(&["crash", "ls"])["crashes"][0].clone();
+    assert_eq!(c["entity_name"], "osd.2", "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("panic injected by debug_inject_panic_ms=500"),
+        "{c}"
+    );
+    let id = c["crash_id"].as_str().unwrap().to_string();
+    assert!(d.ok(&["crash", "ls"]).contains(&id));
+    let info: Value = serde_json::from_str(&d.ok(&["crash", "info", &id])).unwrap();
+    assert!(!info["backtrace"].as_array().unwrap().is_empty(), "{info}");
+    assert!(reports[0].path().join("posted").exists());
+    until("RECENT_CRASH raised", 30, || {
+        status(&d)["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["code"] == "RECENT_CRASH")
+    });
+    d.ok(&["crash", "archive", &id]);
+    assert!(
+        !status(&d)["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["code"] == "RECENT_CRASH")
+    );
+    until("RECENT_CRASH cleared in the history", 30, || {
+        has(&d, "RECENT_CRASH", "cleared")
+    });
+    d.ok(&["crash", "rm", &id]);
+    assert_eq!(d.json(&["crash", "ls"])["crashes"], serde_json::json!([]));
+    let e = err(&d, &["crash", "info", &id]);
+    assert!(e.contains("no crash"), "{e}");
+}

@@ -115,21 +115,32 @@ pub fn mon_client_with(
     if o.keyring.is_empty() {
         bail!("no keyring: set keyring = PATH in the config file or with --set keyring=PATH");
     }
-    let keyring = Keyring::load(std::path::Path::new(&o.keyring))?;
-    let auth = Arc::new(KeyringAuth::new(ctx.name.clone(), keyring));
+    mon_client_as(
+        &ctx.config,
+        ctx.name.clone(),
+        std::path::Path::new(&o.keyring),
+        dispatcher,
+    )
+}
+
+/// A monitor client acting as `name`, with its key from the keyring file
+/// `keyring` (a daemon's own, in its data directory).
+pub fn mon_client_as(
+    config: &Config,
+    name: EntityName,
+    keyring: &std::path::Path,
+    dispatcher: Arc<dyn shoal_net::Dispatcher>,
+) -> anyhow::Result<MonClient> {
+    let o = &config.options;
+    let keyring = Keyring::load(keyring)?;
+    let auth = Arc::new(KeyringAuth::new(name.clone(), keyring));
     let mut net = NetConfig::from_options(o);
     net.reconnect_attempts = 1;
-    let msgr = Messenger::new(
-        ctx.name.clone(),
-        net,
-        Arc::new(TcpTransport),
-        auth,
-        dispatcher,
-    );
+    let msgr = Messenger::new(name, net, Arc::new(TcpTransport), auth, dispatcher);
     // Outlast the monitors' own command timeout, so their "no quorum"
     // answer reaches the user rather than a local timeout.
     let timeout = Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3);
-    Ok(MonClient::new(msgr, mon_addrs(&ctx.config)?, timeout))
+    Ok(MonClient::new(msgr, mon_addrs(config)?, timeout))
 }
 
 /// Sends one command to the monitors and returns its output.

@@ -8,6 +8,7 @@ pub mod bench_rados;
 pub mod bench_s3;
 pub mod common;
 pub mod config;
+pub mod crash;
 pub mod crush;
 pub mod dev;
 pub mod gateway;

@@ -185,8 +185,12 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
     let config = ctx.config_for(&entity)?;
     shoal_config::logging::init(&config.options.log_level)?;
     let o = &config.options;
+    let data = data_dir(data, &o.mon_data)?;
+    super::crash::install(entity.to_string(), data.join("crash"));
+    let crash_dir = data.join("crash");
+    let inject = o.debug_inject_panic_ms;
     let opts = MonitorOptions {
-        data: data_dir(data, &o.mon_data)?,
+        data,
         net: NetConfig::from_options(o),
         heartbeat: Duration::from_millis(o.mon_heartbeat_interval_ms),
         election_timeout: Duration::from_millis(o.mon_election_timeout_ms),
@@ -211,8 +215,16 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mon = Monitor::start(opts, Arc::new(TcpTransport), None).await?;
+        let mon = Arc::new(Monitor::start(opts, Arc::new(TcpTransport), None).await?);
         eprintln!("mon.{id} running at {:?}", mon.addr());
+        // Crashes of earlier runs go in once there is a quorum to take them.
+        let poster = Arc::clone(&mon);
+        let me = entity.clone();
+        tokio::spawn(super::crash::post_pending(crash_dir, move |r| {
+            let (mon, me) = (Arc::clone(&poster), me.clone());
+            async move { mon.command(&me, &Command::CrashPost { report: r }).await }
+        }));
+        super::crash::inject_panic(inject);
         wait_for_signal().await?;
         tracing::info!("mon.{id} stopping");
         mon.shutdown().await;

@@ -217,6 +217,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     let o = &config.options;
     let dir = data_dir(data, &o.osd_data, id)?;
     let meta = read_osd_json(&dir, id)?;
+    super::crash::install(entity.to_string(), dir.join("crash"));
     let ring = Keyring::load(&dir.join("keyring"))?;
     let key = ring
         .get(&entity)
@@ -284,6 +285,21 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     rt.block_on(async {
         let osd = Osd::start(opts, store, Arc::new(shoal_net::TcpTransport)).await?;
         eprintln!("{entity} running at {}", osd.addr());
+        // Crashes of earlier runs go to the monitors.
+        let monc = super::common::mon_client_as(
+            &config,
+            entity.clone(),
+            &dir.join("keyring"),
+            Arc::new(|_: shoal_net::Incoming| {}),
+        )?;
+        tokio::spawn(super::crash::post_pending(dir.join("crash"), move |r| {
+            let monc = monc.clone();
+            async move {
+                monc.command(&shoal_mon::Command::CrashPost { report: r })
+                    .await
+            }
+        }));
+        super::crash::inject_panic(config.options.debug_inject_panic_ms);
         wait_for_signal().await?;
         tracing::info!("{entity} stopping");
         osd.stop().await;

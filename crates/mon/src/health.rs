@@ -70,7 +70,7 @@ pub struct HealthState {
     pub active: BTreeMap<String, Recorded>,
     /// Mutes by code.
     pub mutes: BTreeMap<String, Mute>,
-    /// Changes, oldest first, at most [`HISTORY_MAX`].
+    /// Changes, oldest first, at most `HISTORY_MAX` (1 000).
     pub history: VecDeque<Event>,
 }
 

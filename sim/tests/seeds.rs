@@ -51,7 +51,6 @@ fn seeds_0_to_49() {
             "remapped",
             "recovering",
             "backfilling",
-            "backfill_wait",
             "down",
         ],
     );
@@ -70,9 +69,13 @@ fn a_seed_that_drives_a_pg_incomplete() {
     assert_seen(&r.states, &["incomplete", "peering", "active"]);
 }
 
+/// `backfill_wait` (a backfill held for a reservation) needs two backfills
+/// at once on one OSD; seeds 0-49 stopped reaching it when the monitor
+/// began recording health changes through Raft (the order of messages
+/// moved), seeds 67, 72 and 75 do.
 #[test]
 fn seeds_50_to_99() {
-    fifty(50);
+    assert_seen(&fifty(50), &["backfill_wait", "backfilling", "remapped"]);
 }
 
 #[test]

@@ -178,12 +178,16 @@ fn a_crashed_daemon_is_reported_and_its_crash_archived() {
     let info: Value = serde_json::from_str(&d.ok(&["crash", "info", &id])).unwrap();
     assert!(!info["backtrace"].as_array().unwrap().is_empty(), "{info}");
     assert!(reports[0].path().join("posted").exists());
-    until("RECENT_CRASH raised", 30, || {
+    assert!(
         status(&d)["checks"]
             .as_array()
             .unwrap()
             .iter()
             .any(|c| c["code"] == "RECENT_CRASH")
+    );
+    // Recorded by the leader's next look, before it is archived.
+    until("RECENT_CRASH raised in the history", 30, || {
+        has(&d, "RECENT_CRASH", "raised")
     });
     d.ok(&["crash", "archive", &id]);
     assert!(

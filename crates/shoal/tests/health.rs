@@ -138,7 +138,7 @@ fn checks_are_recorded_muted_and_unmuted() {
 fn a_crashed_daemon_is_reported_and_its_crash_archived() {
     use std::process::{Command, Stdio};
     let d = Dev::new("crash");
-    d.ok(&["dev", "up", "--dir", d.dir(), "--osds", "3", "--no-gateway"]);
+    d.ok(&["dev", "up", "--dir", d.dir(), "--osds", "3"]);
     // osd.2 runs again, made to panic half a second in: it writes its
     // report and aborts (the panic is on a thread of its own: any thread's
     // panic ends the daemon).
@@ -204,4 +204,34 @@ fn a_crashed_daemon_is_reported_and_its_crash_archived() {
     assert_eq!(d.json(&["crash", "ls"])["crashes"], serde_json::json!([]));
     let e = err(&d, &["crash", "info", &id]);
     assert!(e.contains("no crash"), "{e}");
+
+    // A gateway's panic is reported (in the dev cluster's crash_dir) and
+    // posted while it runs: a front end keeps serving through a panic
+    // that ends only the task it happened in.
+    let gw = common::Background::start(
+        &d,
+        &[
+            "--set",
+            "debug_inject_panic_ms=300",
+            "gateway",
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        "http",
+    );
+    until("the gateway's crash posted", 40, || {
+        d.json(&["crash", "ls"])["crashes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["entity_name"] == "gateway (client.admin)")
+    });
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(gw.addr.as_str()).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    d.ok(&["crash", "archive-all"]);
 }

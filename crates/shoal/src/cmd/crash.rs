@@ -20,8 +20,13 @@ use super::common::{Ctx, Format, mon_command, pretty, print};
 const FRAMES: usize = 40;
 
 /// Makes a panic anywhere in this process write a crash report for
-/// `entity` under `dir` and abort (after the usual message on stderr).
-pub fn install(entity: String, dir: PathBuf) {
+/// `entity` under `dir` (after the usual message on stderr) and, with
+/// `abort`, end the process: a storage daemon stops rather than run on
+/// with a dead task. A front end serving untrusted requests (the S3
+/// gateway, the NBD server) keeps serving: the panic ends only the task
+/// it happened in (one connection's), and the report is posted while it
+/// runs.
+pub fn install(entity: String, dir: PathBuf, abort: bool) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
@@ -59,7 +64,9 @@ pub fn install(entity: String, dir: PathBuf) {
             Ok(p) => eprintln!("crash report written to {}", p.display()),
             Err(e) => eprintln!("could not write the crash report in {}: {e}", dir.display()),
         }
-        std::process::abort();
+        if abort {
+            std::process::abort();
+        }
     }));
 }
 
@@ -112,8 +119,10 @@ fn unposted(dir: &Path) -> Vec<(PathBuf, CrashReport)> {
 }
 
 /// Posts every unposted report under `dir` with `post`, marking each once
-/// the monitors have it; tries again every 10 s until none is left.
-pub async fn post_pending<F, Fut>(dir: PathBuf, post: F)
+/// the monitors have it; tries again every 10 s until none is left (with
+/// `forever`, looks again every 10 s for good: a front end's panics do
+/// not end it).
+pub async fn post_pending<F, Fut>(dir: PathBuf, forever: bool, post: F)
 where
     F: Fn(CrashReport) -> Fut,
     Fut: std::future::Future<Output = Result<Value, shoal_mon::MonError>>,
@@ -135,10 +144,32 @@ where
                 }
             }
         }
-        if left == 0 {
+        if left == 0 && !forever {
             return;
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// For a daemon without a data directory (`what`: `gateway`, `nbd`): with
+/// `crash_dir` set, panics write reports there, which a task on the
+/// current runtime posts as `ctx`'s entity (those of earlier runs first).
+pub fn for_front_end(ctx: &Ctx, what: &str) {
+    let o = &ctx.config.options;
+    inject_panic(o.debug_inject_panic_ms);
+    if o.crash_dir.is_empty() {
+        return;
+    }
+    let dir = PathBuf::from(&o.crash_dir);
+    install(format!("{what} ({})", ctx.name), dir.clone(), false);
+    match super::common::mon_client(ctx) {
+        Ok(monc) => {
+            tokio::spawn(post_pending(dir, true, move |r| {
+                let monc = monc.clone();
+                async move { monc.command(&Command::CrashPost { report: r }).await }
+            }));
+        }
+        Err(e) => tracing::warn!("crash reports will not be posted: {e}"),
     }
 }
 

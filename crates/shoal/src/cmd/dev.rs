@@ -204,6 +204,10 @@ fn write_config(dir: &Path, mons: &[(String, SocketAddr)], set: &[String]) -> an
             "osd_data".into(),
             quoted(&format!("{}/osd.$id", abs.display())),
         ),
+        (
+            "crash_dir".into(),
+            quoted(&abs.join("crash").to_string_lossy()),
+        ),
     ];
     for kv in set {
         let (k, v) = kv

@@ -257,6 +257,7 @@ fn daemon(
     ctx: &Ctx,
 ) -> anyhow::Result<()> {
     super::common::with_data_client(ctx, |client| async move {
+        super::crash::for_front_end(ctx, "gateway");
         // User and bucket records cached, kept coherent by watch/notify.
         let meta = Meta::cached(meta_of(&client, &pool)?.pool().clone())
             .await

@@ -186,7 +186,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
     shoal_config::logging::init(&config.options.log_level)?;
     let o = &config.options;
     let data = data_dir(data, &o.mon_data)?;
-    super::crash::install(entity.to_string(), data.join("crash"));
+    super::crash::install(entity.to_string(), data.join("crash"), true);
     let crash_dir = data.join("crash");
     let inject = o.debug_inject_panic_ms;
     let opts = MonitorOptions {
@@ -220,7 +220,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         // Crashes of earlier runs go in once there is a quorum to take them.
         let poster = Arc::clone(&mon);
         let me = entity.clone();
-        tokio::spawn(super::crash::post_pending(crash_dir, move |r| {
+        tokio::spawn(super::crash::post_pending(crash_dir, false, move |r| {
             let (mon, me) = (Arc::clone(&poster), me.clone());
             async move { mon.command(&me, &Command::CrashPost { report: r }).await }
         }));

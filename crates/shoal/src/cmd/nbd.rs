@@ -99,6 +99,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         _ => None,
     };
     super::common::with_data_client_on(ctx, threads, |client| async move {
+        super::crash::for_front_end(ctx, "nbd");
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .with_context(|| format!("listening on {bind}"))?;

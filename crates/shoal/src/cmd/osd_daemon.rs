@@ -217,7 +217,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     let o = &config.options;
     let dir = data_dir(data, &o.osd_data, id)?;
     let meta = read_osd_json(&dir, id)?;
-    super::crash::install(entity.to_string(), dir.join("crash"));
+    super::crash::install(entity.to_string(), dir.join("crash"), true);
     let ring = Keyring::load(&dir.join("keyring"))?;
     let key = ring
         .get(&entity)
@@ -292,13 +292,17 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
             &dir.join("keyring"),
             Arc::new(|_: shoal_net::Incoming| {}),
         )?;
-        tokio::spawn(super::crash::post_pending(dir.join("crash"), move |r| {
-            let monc = monc.clone();
-            async move {
-                monc.command(&shoal_mon::Command::CrashPost { report: r })
-                    .await
-            }
-        }));
+        tokio::spawn(super::crash::post_pending(
+            dir.join("crash"),
+            false,
+            move |r| {
+                let monc = monc.clone();
+                async move {
+                    monc.command(&shoal_mon::Command::CrashPost { report: r })
+                        .await
+                }
+            },
+        ));
         super::crash::inject_panic(config.options.debug_inject_panic_ms);
         wait_for_signal().await?;
         tracing::info!("{entity} stopping");

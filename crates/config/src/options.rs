@@ -250,7 +250,7 @@ options! {
     client_op_timeout_ms: u64 = 60_000u64;
     /// A client's watch (an open image's, say) that is not renewed for this long is dropped by the OSD, in milliseconds; the client renews it every sixth of it.
     client_watch_timeout_ms: u64 = 30_000u64;
-    /// Where daemons without a data directory (the S3 gateway, the NBD server) write crash reports and post them from when they run again; empty: they write none. Monitors and OSDs use <data>/crash.
+    /// Where daemons without a data directory (the S3 gateway, the NBD server) write crash reports, which they post to the monitors while they run; empty: they write none. Monitors and OSDs use `<data>/crash`.
     crash_dir: String = "";
     /// For testing crash handling only: a daemon panics this many milliseconds after it starts (0: never), as Ceph's debug_asok_assert_abort lets an operator make one abort.
     debug_inject_panic_ms: u64 = 0u64;

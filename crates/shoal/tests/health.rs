@@ -235,3 +235,87 @@ fn a_crashed_daemon_is_reported_and_its_crash_archived() {
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     d.ok(&["crash", "archive-all"]);
 }
+
+/// The leader monitor SIGKILLed: the next leader goes on recording (the
+/// dead monitor's MON_DOWN), and the health commands work from the
+/// command line while a monitor is dead.
+#[test]
+fn the_next_leader_records_a_dead_monitor() {
+    let d = Dev::new("health-mons");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--mons",
+        "3",
+        "--osds",
+        "1",
+        "--no-gateway",
+    ]);
+    let mut leader = None;
+    until("a quorum of 3", 60, || {
+        let out = d.run(&["status", "--format", "json"]);
+        let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return false;
+        };
+        leader = v["leader"].as_str().map(String::from);
+        v["quorum"].as_array().is_some_and(|q| q.len() == 3) && leader.is_some()
+    });
+    let leader = leader.unwrap();
+    // Whatever the leader recorded while the quorum formed is settled
+    // (a MON_DOWN still in force would make no new event).
+    until("no MON_DOWN in force", 30, || {
+        let last = history(&d)
+            .into_iter()
+            .filter(|(c, _)| c == "MON_DOWN")
+            .last();
+        last.is_none_or(|(_, w)| w == "cleared")
+            && !status(&d)["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["code"] == "MON_DOWN")
+    });
+    let killed_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    d.kill9(&format!("mon.{leader}"));
+    // Raised after the kill (a check seen while the quorum formed may be
+    // in the history before it).
+    let raised_after_kill = || {
+        let out = d.run(&["health", "history", "--format", "json"]);
+        let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return None;
+        };
+        v["events"].as_array().and_then(|a| {
+            a.iter()
+                .find(|e| {
+                    e["code"] == "MON_DOWN"
+                        && e["what"] == "raised"
+                        && e["at_ms"].as_u64().unwrap_or(0) + 1000 >= killed_ms
+                })
+                .cloned()
+        })
+    };
+    until("MON_DOWN raised by the next leader", 60, || {
+        raised_after_kill().is_some()
+    });
+    let down = raised_after_kill().unwrap();
+    assert!(
+        down["summary"].as_str().unwrap().contains("1/3 mons down"),
+        "{down}"
+    );
+    d.ok(&["health", "mute", "MON_DOWN", "10m"]);
+    let h = status(&d);
+    assert!(
+        h["muted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["code"] == "MON_DOWN"),
+        "{h}"
+    );
+    d.ok(&["health", "unmute", "MON_DOWN"]);
+}

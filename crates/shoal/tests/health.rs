@@ -266,10 +266,7 @@ fn the_next_leader_records_a_dead_monitor() {
     // Whatever the leader recorded while the quorum formed is settled
     // (a MON_DOWN still in force would make no new event).
     until("no MON_DOWN in force", 30, || {
-        let last = history(&d)
-            .into_iter()
-            .filter(|(c, _)| c == "MON_DOWN")
-            .last();
+        let last = history(&d).into_iter().rfind(|(c, _)| c == "MON_DOWN");
         last.is_none_or(|(_, w)| w == "cleared")
             && !status(&d)["checks"]
                 .as_array()

@@ -45,10 +45,15 @@ pub struct Changed {
     pub keys: Vec<String>,
 }
 
+/// One record object's cached values by omap key, with when each was read.
+type Records = HashMap<String, (Bytes, Instant)>;
+
 /// Cached records by (object, omap key).
 #[derive(Debug)]
 pub struct Cache {
-    entries: Mutex<HashMap<(String, String), (Bytes, Instant)>>,
+    /// Record object → omap key → (value, when read): looked up by
+    /// `&str` without building a key per request.
+    entries: Mutex<HashMap<String, Records>>,
     /// Moves with every invalidation: a fill that read before it is not kept.
     generation: AtomicU64,
     health: WatchHealth,
@@ -96,7 +101,7 @@ impl Cache {
             return None;
         }
         let m = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match m.get(&(oid.to_string(), key.to_string())) {
+        match m.get(oid).and_then(|o| o.get(key)) {
             Some((v, at)) if at.elapsed() < TTL => Some(v.clone()),
             _ => None,
         }
@@ -112,18 +117,22 @@ impl Cache {
         if self.generation.load(Ordering::Acquire) != generation {
             return;
         }
-        if m.len() >= MAX_ENTRIES {
+        if m.values().map(Records::len).sum::<usize>() >= MAX_ENTRIES {
             m.clear();
         }
-        m.insert((oid.to_string(), key.to_string()), (value, Instant::now()));
+        m.entry(oid.to_string())
+            .or_default()
+            .insert(key.to_string(), (value, Instant::now()));
     }
 
     /// Drops what `changed` names.
     pub fn invalidate(&self, changed: &Changed) {
         let mut m = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        for k in &changed.keys {
-            m.remove(&(changed.oid.clone(), k.clone()));
+        if let Some(o) = m.get_mut(&changed.oid) {
+            for k in &changed.keys {
+                o.remove(k);
+            }
         }
     }
 
@@ -142,7 +151,8 @@ impl Cache {
 
     /// How many records are cached.
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        let m = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        m.values().map(Records::len).sum()
     }
 
     /// Whether nothing is cached.

@@ -9,26 +9,17 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_client::{Client, ClientOptions};
 use shoal_gateway::cache::CONTROL;
 use shoal_gateway::meta::Meta;
 use shoal_monclient::Command;
-use shoal_testkit::{Cluster, MON, net_cfg};
+use shoal_testkit::Cluster;
 
-async fn client(c: &Cluster) -> Client {
-    let mut o = ClientOptions::new(
-        vec![MON.parse().unwrap()],
-        "client.admin".parse().unwrap(),
-        c.admin_key.clone(),
-    );
-    o.net = net_cfg();
-    o.transport = Arc::new(c.net.clone());
-    o.op_timeout = Duration::from_secs(20);
-    o.watch_timeout = Duration::from_secs(3);
-    Client::connect(o).await.unwrap()
+mod common;
+
+async fn client(c: &Cluster) -> shoal_client::Client {
+    common::client(c, Duration::from_secs(20), Some(Duration::from_secs(3))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

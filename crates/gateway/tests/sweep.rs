@@ -9,24 +9,17 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_client::{Client, ClientOptions, Pool};
+use shoal_client::{Client, Pool};
 use shoal_gateway::meta::{Entry, Meta, STRIPE, md5_check};
-use shoal_testkit::{Cluster, MON, net_cfg};
+use shoal_testkit::Cluster;
+
+mod common;
 
 async fn client(c: &Cluster) -> Client {
-    let mut o = ClientOptions::new(
-        vec![MON.parse().unwrap()],
-        "client.admin".parse().unwrap(),
-        c.admin_key.clone(),
-    );
-    o.net = net_cfg();
-    o.transport = Arc::new(c.net.clone());
-    o.op_timeout = Duration::from_secs(30);
-    Client::connect(o).await.unwrap()
+    common::client(c, Duration::from_secs(30), None).await
 }
 
 /// The data objects (stripes) in `pool`.

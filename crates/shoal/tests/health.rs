@@ -46,6 +46,15 @@ fn status(d: &Dev) -> Value {
     d.json(&["health"])
 }
 
+/// Whether the list `what` (`checks`, `muted`) of `health` names `code`.
+fn lists(health: &Value, what: &str, code: &str) -> bool {
+    health[what]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["code"] == code)
+}
+
 fn err(d: &Dev, args: &[&str]) -> String {
     let out = d.run(args);
     assert!(!out.status.success(), "shoal {args:?} succeeded");
@@ -178,25 +187,13 @@ fn a_crashed_daemon_is_reported_and_its_crash_archived() {
     let info: Value = serde_json::from_str(&d.ok(&["crash", "info", &id])).unwrap();
     assert!(!info["backtrace"].as_array().unwrap().is_empty(), "{info}");
     assert!(reports[0].path().join("posted").exists());
-    assert!(
-        status(&d)["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["code"] == "RECENT_CRASH")
-    );
+    assert!(lists(&status(&d), "checks", "RECENT_CRASH"));
     // Recorded by the leader's next look, before it is archived.
     until("RECENT_CRASH raised in the history", 30, || {
         has(&d, "RECENT_CRASH", "raised")
     });
     d.ok(&["crash", "archive", &id]);
-    assert!(
-        !status(&d)["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["code"] == "RECENT_CRASH")
-    );
+    assert!(!lists(&status(&d), "checks", "RECENT_CRASH"));
     until("RECENT_CRASH cleared in the history", 30, || {
         has(&d, "RECENT_CRASH", "cleared")
     });
@@ -267,12 +264,7 @@ fn the_next_leader_records_a_dead_monitor() {
     // (a MON_DOWN still in force would make no new event).
     until("no MON_DOWN in force", 30, || {
         let last = history(&d).into_iter().rfind(|(c, _)| c == "MON_DOWN");
-        last.is_none_or(|(_, w)| w == "cleared")
-            && !status(&d)["checks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["code"] == "MON_DOWN")
+        last.is_none_or(|(_, w)| w == "cleared") && !lists(&status(&d), "checks", "MON_DOWN")
     });
     let killed_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -306,13 +298,6 @@ fn the_next_leader_records_a_dead_monitor() {
     );
     d.ok(&["health", "mute", "MON_DOWN", "10m"]);
     let h = status(&d);
-    assert!(
-        h["muted"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["code"] == "MON_DOWN"),
-        "{h}"
-    );
+    assert!(lists(&h, "muted", "MON_DOWN"), "{h}");
     d.ok(&["health", "unmute", "MON_DOWN"]);
 }

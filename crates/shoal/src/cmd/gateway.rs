@@ -138,10 +138,13 @@ enum KeyCmd {
 }
 
 fn meta_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<Meta> {
-    let p = client.pool(pool).with_context(|| {
+    Ok(Meta::new(pool_of(client, pool)?))
+}
+
+fn pool_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<shoal_client::Pool> {
+    client.pool(pool).with_context(|| {
         format!("the gateway's pool {pool} (create it: shoal osd pool create {pool} 8)")
-    })?;
-    Ok(Meta::new(p))
+    })
 }
 
 fn print(v: serde_json::Value) -> anyhow::Result<()> {
@@ -259,7 +262,7 @@ fn daemon(
     super::common::with_data_client(ctx, |client| async move {
         super::crash::for_front_end(ctx, "gateway");
         // User and bucket records cached, kept coherent by watch/notify.
-        let meta = Meta::cached(meta_of(&client, &pool)?.pool().clone())
+        let meta = Meta::cached(pool_of(&client, &pool)?)
             .await
             .with_context(|| format!("watching the gateway's control object in pool {pool}"))?;
         let listener = tokio::net::TcpListener::bind(bind)

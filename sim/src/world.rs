@@ -301,6 +301,7 @@ impl World {
             heartbeat_grace: Duration::from_secs(3),
             beacon_interval: Duration::from_secs(5),
             stats_interval: Duration::from_secs(2),
+            perf_interval: None,
             mon_timeout: Duration::from_secs(5),
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),

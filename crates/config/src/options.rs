@@ -252,6 +252,14 @@ options! {
     client_watch_timeout_ms: u64 = 30_000u64;
     /// Where daemons without a data directory (the S3 gateway, the NBD server) write crash reports, which they post to the monitors while they run; empty: they write none. Monitors and OSDs use `<data>/crash`.
     crash_dir: String = "";
+    /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).
+    mon_mgr_beacon_grace_ms: u64 = 10_000u64;
+    /// The interval between a manager's beacons to the monitors, in milliseconds.
+    mgr_beacon_interval_ms: u64 = 2_000u64;
+    /// Where a manager serves HTTP: `/metrics` for Prometheus and the dashboard.
+    mgr_http_addr: String = "127.0.0.1:9283";
+    /// The interval between daemons' performance reports for the manager (OSDs, gateways, NBD servers), and between the manager's refreshes of what it serves, in milliseconds (as Ceph's mgr_stats_period); 0: daemons report nothing.
+    mgr_stats_period_ms: u64 = 5_000u64;
     /// For testing crash handling only: a daemon panics this many milliseconds after it starts (0: never), as Ceph's debug_asok_assert_abort lets an operator make one abort.
     debug_inject_panic_ms: u64 = 0u64;
 }

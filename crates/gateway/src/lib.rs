@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod checksum;
 pub mod meta;
+pub mod metrics;
 pub mod s3;
 pub mod versions;
 
@@ -50,7 +51,8 @@ struct OpsDecide;
 
 #[async_trait::async_trait]
 impl s3s::access::S3Access for OpsDecide {
-    async fn check(&self, _cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+        metrics::set_operation(cx.s3_op().name());
         Ok(())
     }
 }
@@ -62,6 +64,16 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     meta: Meta,
     tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<()> {
+    serve_counted(listener, meta, tls, Arc::new(metrics::Metrics::default())).await
+}
+
+/// [`serve`], counting every request in `counters` (for the manager).
+pub async fn serve_counted(
+    listener: tokio::net::TcpListener,
+    meta: Meta,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    counters: Arc<metrics::Metrics>,
 ) -> std::io::Result<()> {
     let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
     b.set_auth(ClusterAuth { meta });
@@ -75,11 +87,12 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = s3s::service::S3Service::clone(&service);
         let tls = tls.clone();
+        let counters = Arc::clone(&counters);
         tokio::spawn(async move {
             let r = match tls {
-                None => serve_conn(stream, service).await,
+                None => serve_conn(stream, service, counters).await,
                 Some(t) => match t.accept(stream).await {
-                    Ok(s) => serve_conn(s, service).await,
+                    Ok(s) => serve_conn(s, service, counters).await,
                     Err(e) => Err(e.to_string()),
                 },
             };
@@ -90,49 +103,78 @@ pub async fn serve(
     }
 }
 
-async fn serve_conn<IO>(io: IO, service: s3s::service::S3Service) -> Result<(), String>
+async fn serve_conn<IO>(
+    io: IO,
+    service: s3s::service::S3Service,
+    counters: Arc<metrics::Metrics>,
+) -> Result<(), String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let service = service.clone();
-        async move {
-            let id = meta::random_hex(8).to_uppercase();
-            if let Some(e) = bad_presign_expiry(req.uri().query()) {
-                let resp = e.to_http_response().map_err(|e| {
-                    s3s::HttpError::new(Box::new(std::io::Error::other(format!("{e:?}"))))
-                })?;
-                return Ok(with_request_id(resp, &id));
-            }
-            let attributes = req.method() == hyper::Method::GET
-                && req.uri().query().is_some_and(|q| {
-                    q.split('&')
-                        .any(|kv| kv == "attributes" || kv == "attributes=")
-                });
-            let waits = waits_for_continue(req.headers());
-            let mut resp = service.call(req.map(s3s::Body::from)).await?;
-            if attributes {
-                resp = unquoted_etag(resp);
-            }
-            if waits && !resp.status().is_success() {
-                // Refused before its body was asked for: the client may or
-                // may not send it now, so the connection cannot be read
-                // in step again. Say it closes, so that no client reuses
-                // it (botocore, reusing one the server then closes, takes
-                // the stale early answer for the next request's).
-                resp.headers_mut().insert(
-                    hyper::http::header::CONNECTION,
-                    hyper::http::HeaderValue::from_static("close"),
-                );
-            }
-            Ok::<_, s3s::HttpError>(with_request_id(resp, &id))
-        }
+        let counters = Arc::clone(&counters);
+        let started = std::time::Instant::now();
+        let op = std::cell::RefCell::new(None);
+        metrics::OPERATION.scope(op, async move {
+            let resp = answer(service, req).await;
+            let status = match &resp {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => 500,
+            };
+            let op = metrics::OPERATION
+                .try_with(|o| o.borrow().clone())
+                .ok()
+                .flatten();
+            counters.record(
+                op.as_deref().unwrap_or("Unknown"),
+                status,
+                started.elapsed(),
+            );
+            resp
+        })
     });
     hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// One request's answer from s3s, with the gateway's own touches.
+async fn answer(
+    service: s3s::service::S3Service,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<s3s::Body>, s3s::HttpError> {
+    let id = meta::random_hex(8).to_uppercase();
+    if let Some(e) = bad_presign_expiry(req.uri().query()) {
+        let resp = e
+            .to_http_response()
+            .map_err(|e| s3s::HttpError::new(Box::new(std::io::Error::other(format!("{e:?}")))))?;
+        return Ok(with_request_id(resp, &id));
+    }
+    let attributes = req.method() == hyper::Method::GET
+        && req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv == "attributes" || kv == "attributes=")
+        });
+    let waits = waits_for_continue(req.headers());
+    let mut resp = service.call(req.map(s3s::Body::from)).await?;
+    if attributes {
+        resp = unquoted_etag(resp);
+    }
+    if waits && !resp.status().is_success() {
+        // Refused before its body was asked for: the client may or
+        // may not send it now, so the connection cannot be read
+        // in step again. Say it closes, so that no client reuses
+        // it (botocore, reusing one the server then closes, takes
+        // the stale early answer for the next request's).
+        resp.headers_mut().insert(
+            hyper::http::header::CONNECTION,
+            hyper::http::HeaderValue::from_static("close"),
+        );
+    }
+    Ok(with_request_id(resp, &id))
 }
 
 /// Whether a request carries a body its client sends only on `100 Continue`.

@@ -10,6 +10,7 @@
 //! on the OSD or the client library.
 
 mod health;
+mod mgrmap;
 mod mkfs;
 mod network;
 mod osdmap;
@@ -22,15 +23,16 @@ mod views;
 mod views_pg;
 
 pub use health::{CheckNow, HealthState};
+pub use mgrmap::{MgrEntry, MgrMap};
 pub use mkfs::{MonMeta, mkfs, new_fsid};
 pub use network::{MonNetwork, PeerContact};
 pub use osdmap::{Boot, OsdChange, OsdMapState, failure_domains, initial_crush};
 pub use pgstats::{PgStatEntry, PgStats};
 pub use service::{Monitor, MonitorOptions, OsdLiveness};
 pub use shoal_monclient::{
-    Command, CrashReport, ErrorCode, MonCaps, MonClient, MonError, OsdCaps, OsdMapUpdate,
-    OsdStatfs, PgStatReport, PoolSpec, Subscription, TicketAuth, UpdateSink, apply_osdmap_update,
-    apply_osdmap_update_each, parse_mon_caps, parse_mon_host,
+    Command, CrashReport, DaemonReport, ErrorCode, LATENCY_BOUNDS_S, Metric, MonCaps, MonClient,
+    MonError, OsdCaps, OsdMapUpdate, OsdStatfs, PgStatReport, PoolSpec, Subscription, TicketAuth,
+    UpdateSink, apply_osdmap_update, apply_osdmap_update_each, parse_mon_caps, parse_mon_host,
 };
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 pub use store::MonStore;

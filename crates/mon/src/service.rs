@@ -67,6 +67,8 @@ pub struct MonitorOptions {
     pub osdmap_full_interval: u32,
     /// How the leader decides an OSD is down or out.
     pub osd: OsdLiveness,
+    /// A manager silent this long loses its role.
+    pub mgr_beacon_grace: Duration,
 }
 
 /// How the leader decides an OSD is down or out, and how it batches.
@@ -111,6 +113,22 @@ struct Liveness {
     boots: Vec<(Boot, tokio::sync::oneshot::Sender<Result<Value, MonError>>)>,
 }
 
+/// What the leader keeps in memory for the managers: their beacons, an
+/// operator's `mgr fail`, and the daemons' performance reports. Soft
+/// state: a new leader hears it all again within a beacon or report period.
+#[derive(Default)]
+struct MgrSoft {
+    /// name -> (when, HTTP address)
+    beacons: BTreeMap<String, (Instant, String)>,
+    /// daemon -> (when, its newest report)
+    reports: BTreeMap<String, (Instant, shoal_monclient::DaemonReport)>,
+}
+
+/// Reports older than this are not served (their daemon is gone).
+const REPORT_MAX_AGE: Duration = Duration::from_secs(120);
+/// Daemons whose reports are kept at most.
+const REPORTERS_MAX: usize = 10_000;
+
 /// A running monitor.
 #[derive(Clone, Debug)]
 pub struct Monitor {
@@ -127,6 +145,7 @@ struct Core {
     opts: MonitorOptions,
     subs: std::sync::Mutex<Vec<Subscriber>>,
     life: std::sync::Mutex<Liveness>,
+    mgr: std::sync::Mutex<MgrSoft>,
     /// When each peer last answered our Raft RPCs (the quorum, on a leader).
     contact: Arc<PeerContact>,
     /// Moves on with every change this monitor applies.
@@ -374,6 +393,7 @@ impl Monitor {
             opts,
             subs: std::sync::Mutex::new(Vec::new()),
             life: std::sync::Mutex::new(Liveness::default()),
+            mgr: std::sync::Mutex::new(MgrSoft::default()),
             contact,
             applied: applied.clone(),
         });
@@ -631,6 +651,9 @@ impl Core {
                 ));
             }
         }
+        if let Command::DaemonReport { report } = &cmd {
+            check_report(caller, report)?;
+        }
         // Tickets are issued by whichever monitor the caller reached, from
         // its applied state: they name the caller, who is known only here.
         match &cmd {
@@ -814,6 +837,30 @@ impl Core {
                     let mut life = self.life_lock();
                     life.beacons.insert(*id, Instant::now());
                     Ok(Ok(json!({ "osd": id })))
+                }
+                Command::MgrBeacon { name, addr } => {
+                    self.mgr_lock()
+                        .beacons
+                        .insert(name.clone(), (Instant::now(), addr.clone()));
+                    Ok(Ok(read_state(&self.state).mgrmap.to_json()))
+                }
+                Command::MgrFail { name } => self.mgr_fail(name).await,
+                Command::DaemonReport { report } => {
+                    let mut soft = self.mgr_lock();
+                    let now = Instant::now();
+                    soft.reports
+                        .retain(|_, (at, _)| now.duration_since(*at) < REPORT_MAX_AGE);
+                    if soft.reports.len() >= REPORTERS_MAX
+                        && !soft.reports.contains_key(&report.daemon)
+                    {
+                        return Ok(Err(MonError::new(
+                            ErrorCode::Again,
+                            "too many daemons report at once",
+                        )));
+                    }
+                    soft.reports
+                        .insert(report.daemon.clone(), (now, report.clone()));
+                    Ok(Ok(json!({ "daemon": report.daemon })))
                 }
                 Command::OsdFailure {
                     target,
@@ -1096,6 +1143,23 @@ impl Core {
             }
             Command::PgStat => crate::views_pg::pg_stat(&state),
             Command::Df => crate::views_pg::df(&state),
+            Command::MgrStat => Ok(state.mgrmap.to_json()),
+            Command::DaemonReports => {
+                let now = Instant::now();
+                let soft = self.mgr_lock();
+                let reports: Vec<Value> = soft
+                    .reports
+                    .values()
+                    .filter(|(at, _)| now.duration_since(*at) < REPORT_MAX_AGE)
+                    .map(|(at, r)| {
+                        json!({
+                            "age_ms": now.duration_since(*at).as_millis() as u64,
+                            "report": r,
+                        })
+                    })
+                    .collect();
+                Ok(json!({ "reports": reports }))
+            }
             other => Err(MonError::new(
                 ErrorCode::Internal,
                 format!("{other:?} is not a read"),
@@ -1145,9 +1209,12 @@ impl Core {
             .iter()
             .find(|(_, m)| m.id == self.id)
             .map(|(n, _)| n.clone());
+        let term = self.raft.metrics().borrow().current_term;
         json!({
             "fsid": state.fsid,
             "health": health,
+            "election_term": term,
+            "mgrmap": state.mgrmap.to_json(),
             "monmap": { "epoch": state.monmap_epoch, "mons": mons },
             "quorum": quorum,
             "leader": leader,
@@ -1276,6 +1343,75 @@ async fn push_updates(core: std::sync::Weak<Core>, mut applied: tokio::sync::wat
 }
 
 impl Core {
+    fn mgr_lock(&self) -> std::sync::MutexGuard<'_, MgrSoft> {
+        self.mgr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The managers heard from within the grace, by name, with addresses.
+    fn fresh_mgrs(&self, now: Instant) -> BTreeMap<String, String> {
+        let grace = self.opts.mgr_beacon_grace;
+        self.mgr_lock()
+            .beacons
+            .iter()
+            .filter(|(_, (at, _))| now.duration_since(*at) <= grace)
+            .map(|(n, (_, a))| (n.clone(), a.clone()))
+            .collect()
+    }
+
+    /// On the leader, every second: proposes a new manager map when the
+    /// managers' beacons call for one (`mgrmap.rs`). A new leader (since
+    /// `since`) has heard no beacon yet: for one grace period it counts
+    /// the managers of the map as alive, so only newcomers change it.
+    async fn choose_mgr(&self, since: Instant) {
+        let map = {
+            let s = read_state(&self.state);
+            if s.fsid.is_empty() {
+                return;
+            }
+            s.mgrmap.clone()
+        };
+        let mut fresh = self.fresh_mgrs(Instant::now());
+        if fresh.is_empty() && map.epoch == 0 {
+            return;
+        }
+        if since.elapsed() < self.opts.mgr_beacon_grace {
+            if let Some(a) = &map.active {
+                fresh
+                    .entry(a.name.clone())
+                    .or_insert_with(|| a.addr.clone());
+            }
+            for (n, a) in &map.standbys {
+                fresh.entry(n.clone()).or_insert_with(|| a.clone());
+            }
+        }
+        if let Some(m) = crate::mgrmap::next(&map, &fresh, None, now_ms())
+            && let Err(e) = self.raft.client_write(MonRequest::MgrMap(m)).await
+        {
+            tracing::debug!("manager map: {e}");
+        }
+    }
+
+    /// `mgr fail NAME`: the manager gives up its role at once.
+    async fn mgr_fail(&self, name: &str) -> Outcome {
+        let map = read_state(&self.state).mgrmap.clone();
+        let known =
+            map.active.as_ref().is_some_and(|a| a.name == name) || map.standbys.contains_key(name);
+        if !known {
+            return Ok(Err(MonError::new(
+                ErrorCode::NotFound,
+                format!("mgr.{name} is neither active nor standby"),
+            )));
+        }
+        // Its beacons so far no longer count: it comes back as a standby
+        // with its next one.
+        self.mgr_lock().beacons.remove(name);
+        let fresh = self.fresh_mgrs(Instant::now());
+        match crate::mgrmap::next(&map, &fresh, Some(name), now_ms()) {
+            Some(m) => self.propose(MonRequest::MgrMap(m)).await,
+            None => Ok(Ok(map.to_json())),
+        }
+    }
+
     fn life_lock(&self) -> std::sync::MutexGuard<'_, Liveness> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1424,19 +1560,23 @@ async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
     }
 }
 
-/// On the leader, records the health checks whenever one is raised,
-/// changes severity or clears (`health.rs`). A new leader waits until it
-/// can tell which monitors are up before it records anything.
+/// On the leader, every second: chooses the active manager
+/// ([`Core::choose_mgr`]) and records the health checks whenever one is
+/// raised, changes severity or clears (`health.rs`). A new leader waits
+/// until it can tell which monitors are up before it records anything.
 async fn record_health(core: std::sync::Weak<Core>) {
     let mut leading_since: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(core) = core.upgrade() else { return };
         if core.raft.current_leader().await != Some(core.id) {
-            leading_since = None;
+            if leading_since.take().is_some() {
+                *core.mgr_lock() = MgrSoft::default();
+            }
             continue;
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
+        core.choose_mgr(since).await;
         if since.elapsed() < core.contact_window() {
             continue;
         }
@@ -1459,6 +1599,40 @@ async fn record_health(core: std::sync::Weak<Core>) {
             tracing::debug!("recording health: {e}");
         }
     }
+}
+
+/// A daemon may report only as itself (an OSD as `osd.ID`); a report is
+/// bounded.
+fn check_report(
+    caller: &EntityName,
+    report: &shoal_monclient::DaemonReport,
+) -> Result<(), MonError> {
+    let own = caller.to_string();
+    let speaks_for_itself = report.daemon == own
+        || (caller.ty() != EntityType::Osd
+            && report.daemon.starts_with(&format!("{}.", report.kind)));
+    if caller.ty() != EntityType::Mon && !speaks_for_itself {
+        return Err(MonError::new(
+            ErrorCode::PermissionDenied,
+            format!("{caller} may not report for {}", report.daemon),
+        ));
+    }
+    if report.daemon.is_empty() || report.daemon.len() > 256 || report.kind.is_empty() {
+        return Err(MonError::new(
+            ErrorCode::InvalidArgument,
+            "bad daemon report",
+        ));
+    }
+    if report.metrics.len() > shoal_monclient::REPORT_METRICS_MAX {
+        return Err(MonError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "a report carries at most {} metrics",
+                shoal_monclient::REPORT_METRICS_MAX
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A command attempt that may succeed on the next try.

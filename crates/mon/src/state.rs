@@ -153,6 +153,8 @@ pub enum MonRequest {
         /// The crash.
         id: String,
     },
+    /// A new manager map (its epoch must follow the current one's).
+    MgrMap(crate::mgrmap::MgrMap),
 }
 
 /// Crashes kept at most (the oldest go first).
@@ -253,6 +255,9 @@ pub struct MonState {
     /// Daemons' crashes by id (ids begin with their time, so oldest first).
     #[serde(default)]
     pub crashes: BTreeMap<String, shoal_monclient::CrashReport>,
+    /// The manager map.
+    #[serde(default)]
+    pub mgrmap: crate::mgrmap::MgrMap,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -490,6 +495,19 @@ impl MonState {
                     ));
                 }
                 Ok(Applied::Changed(json!({ "unmuted": code })))
+            }
+            MonRequest::MgrMap(m) => {
+                if m.epoch != self.mgrmap.epoch + 1 {
+                    return Err(err(
+                        ErrorCode::Again,
+                        format!(
+                            "manager map epoch {} does not follow {}",
+                            m.epoch, self.mgrmap.epoch
+                        ),
+                    ));
+                }
+                self.mgrmap = m.clone();
+                Ok(Applied::Changed(self.mgrmap.to_json()))
             }
             MonRequest::CrashPost(report) => {
                 if report.crash_id.is_empty() || report.crash_id.len() > 128 {

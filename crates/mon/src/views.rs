@@ -141,6 +141,10 @@ pub fn osd_tree(state: &MonState) -> Result<Value, MonError> {
                 o.insert("depth".into(), json!(depth));
                 let class = crush.device(id).and_then(|d| d.class.clone());
                 o.insert("class".into(), json!(class));
+                if let Some(fs) = state.osd_statfs.get(&id) {
+                    o.insert("total_bytes".into(), json!(fs.total_bytes));
+                    o.insert("used_bytes".into(), json!(fs.used_bytes));
+                }
             }
             nodes.push(n);
             continue;
@@ -324,6 +328,15 @@ fn raw_checks(
                 let addr = state.mons.get(n).map(|m| m.addr.clone()).unwrap_or_default();
                 format!("mon.{n} at {addr} is out of quorum")
             }).collect::<Vec<_>>(),
+        }));
+    }
+    // Once a manager has run, the cluster expects one (as Ceph's MGR_DOWN).
+    if state.mgrmap.epoch > 0 && state.mgrmap.active.is_none() {
+        checks.push(json!({
+            "code": "MGR_DOWN",
+            "severity": "HEALTH_WARN",
+            "summary": "no active mgr",
+            "detail": [format!("{} standby mgr(s)", state.mgrmap.standbys.len())],
         }));
     }
     if let Ok(map) = state.osdmap.current() {

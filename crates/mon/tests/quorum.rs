@@ -47,6 +47,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
             down_out_interval: Duration::from_millis(1000),
             batch_window: Duration::from_millis(100),
         },
+        mgr_beacon_grace: Duration::from_secs(10),
     }
 }
 

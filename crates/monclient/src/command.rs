@@ -365,6 +365,30 @@ pub enum Command {
     PgStat,
     /// Space used and available, per pool and in total (`df`).
     Df,
+    /// A manager says it is alive and where it serves HTTP; the answer is
+    /// the manager map (whether it is the active one).
+    MgrBeacon {
+        /// Its name (`x` for `mgr.x`).
+        name: String,
+        /// Its HTTP address.
+        addr: String,
+    },
+    /// The manager map: the active manager and the standbys.
+    MgrStat,
+    /// Makes the active (or a standby) manager give up its role: a
+    /// standby takes over (`mgr fail`).
+    MgrFail {
+        /// Its name.
+        name: String,
+    },
+    /// A daemon's performance counters, kept by the leader in memory for
+    /// the manager (no change to the replicated state).
+    DaemonReport {
+        /// The report.
+        report: crate::DaemonReport,
+    },
+    /// The newest report of every daemon, with its age.
+    DaemonReports,
 }
 
 impl Command {
@@ -410,6 +434,8 @@ impl Command {
                 | Command::PgPastIntervals { .. }
                 | Command::PgStat
                 | Command::Df
+                | Command::MgrStat
+                | Command::DaemonReports
         )
     }
 }

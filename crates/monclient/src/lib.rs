@@ -6,12 +6,13 @@
 //! [`Command`]s with their wire errors, the capability grammar ([`MonCaps`],
 //! [`OsdCaps`]), [`TicketAuth`] (the authentication provider of everything
 //! that talks to OSDs), and the data types commands carry (pool specs, PG
-//! statistics). `shoal-mon` builds on it and re-exports it.
+//! statistics, performance reports). `shoal-mon` builds on it and re-exports it.
 
 mod client;
 mod command;
 mod error;
 mod hunt;
+mod perf;
 mod stats;
 mod ticket_auth;
 mod update;
@@ -19,6 +20,9 @@ mod update;
 pub use client::{MonClient, Subscription, UpdateSink};
 pub use command::{Command, MonCaps, OsdCaps, PoolSpec, parse_mon_caps, parse_mon_host};
 pub use error::{ErrorCode, MonError};
+pub use perf::{
+    DaemonReport, Histogram, LATENCY_BOUNDS_S, Metric, MetricValue, REPORT_METRICS_MAX,
+};
 pub use stats::{CrashReport, OsdStatfs, PgStatReport};
 pub use ticket_auth::TicketAuth;
 pub use update::{OsdMapUpdate, apply_osdmap_update, apply_osdmap_update_each};

@@ -10,6 +10,7 @@
 //! `NBD_OPT_STARTTLS` upgrades a connection to TLS (rustls) when the
 //! server has a certificate, and may be required.
 
+pub mod metrics;
 pub mod proto;
 pub mod server;
 

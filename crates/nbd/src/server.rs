@@ -154,6 +154,8 @@ pub struct Server {
     client: Client,
     opts: ServerOptions,
     exports: Mutex<HashMap<String, Arc<Export>>>,
+    /// Requests by command, for the manager.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Server {
@@ -203,6 +205,7 @@ impl Server {
             client,
             opts,
             exports: Mutex::new(HashMap::new()),
+            metrics: Arc::default(),
         })
     }
 
@@ -213,6 +216,7 @@ impl Server {
             let me = Arc::clone(&self);
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
+                me.metrics.connected();
                 if let Err(e) = me.connection(stream).await {
                     tracing::info!(%peer, "nbd connection ended: {e}");
                 }
@@ -584,8 +588,12 @@ impl Server {
                 break Ok(());
             };
             let conn = conn.clone();
+            let metrics = Arc::clone(&self.metrics);
+            let started = std::time::Instant::now();
             tokio::spawn(async move {
+                let (kind, len) = (req.kind, req.len);
                 conn.run(req, payload).await;
+                metrics.record(kind, len, started.elapsed());
                 drop(permit);
             });
         };

@@ -100,9 +100,25 @@ pub struct Responder {
     conn: Connection,
     tid: u64,
     _slot: OwnedSemaphorePermit,
+    observed: Option<(Arc<dyn ReplyHook>, std::time::Instant)>,
+}
+
+/// Told when a request is answered, for latency metrics: when it arrived
+/// (as its dispatcher said), the reply's data bytes, and whether the reply
+/// is an error. Runs on the replying task: keep it to a few atomic adds.
+pub trait ReplyHook: Send + Sync + std::fmt::Debug {
+    /// The request that arrived at `started` is answered now.
+    fn replied(&self, started: std::time::Instant, data_bytes: usize, error: bool);
 }
 
 impl Responder {
+    /// Tells `hook` when this request is answered (a request dropped
+    /// unanswered tells nothing).
+    pub fn observe(mut self, hook: Arc<dyn ReplyHook>, started: std::time::Instant) -> Self {
+        self.observed = Some((hook, started));
+        self
+    }
+
     /// Sends the reply: see [`Responder::send`]. Returns at once.
     pub async fn reply(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
         self.send(msg, data)
@@ -113,9 +129,18 @@ impl Responder {
     /// slot: a peer that stops reading holds at most its
     /// `dispatch_requests_max` replies here, and the caller (a PG serving
     /// many clients) never waits on one slow reader.
-    pub fn send(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+    pub fn send(mut self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+        let msg = msg.into();
+        if let Some((hook, started)) = self.observed.take() {
+            let error = match &msg {
+                Message::ErrorReply(_) => true,
+                Message::OsdOpReply(r) => r.code != 0,
+                _ => false,
+            };
+            hook.replied(started, data.len(), error);
+        }
         let inner = &self.conn.inner;
-        let head = inner.seal(&msg.into(), FrameFlags::REPLY, self.tid, &data, None);
+        let head = inner.seal(&msg, FrameFlags::REPLY, self.tid, &data, None);
         inner.check_size(head.len() - HEADER_LEN, data.len())?;
         let cost = inner.cost(&head, &data);
         match Arc::clone(&inner.inflight).try_acquire_many_owned(cost) {
@@ -737,6 +762,7 @@ async fn on_frame(
         .await
         .map_err(|_| inner.closed_error(&inner.close_reason_or("closing")))?;
     let responder = (!one_way).then(|| Responder {
+        observed: None,
         conn: conn.clone(),
         tid: h.tid,
         _slot: slot,

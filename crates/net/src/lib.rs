@@ -28,7 +28,9 @@ mod transport;
 
 pub use auth::{AuthProvider, KeyringAuth, Secret};
 pub use config::NetConfig;
-pub use conn::{Connection, Dispatcher, Incoming, PeerInfo, PendingReply, Reply, Responder};
+pub use conn::{
+    Connection, Dispatcher, Incoming, PeerInfo, PendingReply, Reply, ReplyHook, Responder,
+};
 pub use error::{HandshakeError, NetError};
 pub use keyring::{Keyring, KeyringEntry, KeyringError};
 pub use messenger::{Messenger, MessengerStats};

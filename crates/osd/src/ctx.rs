@@ -76,12 +76,190 @@ pub struct OsdCounters {
     pub recovered: AtomicU64,
     /// Requests refused (malformed, unauthorized, wrong PG).
     pub refused: AtomicU64,
+    /// Ops, bytes and latency by kind, for the manager.
+    pub perf: OsdPerf,
 }
 
 impl OsdCounters {
     /// Adds `n` to `c`.
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// One kind of request an OSD serves: how many, their bytes (in and out)
+/// and latency from arrival to reply. Bumped with relaxed atomic adds.
+#[derive(Debug, Default)]
+pub struct OpStats {
+    /// Requests answered.
+    pub ops: AtomicU64,
+    /// Of which answered with an error.
+    pub errors: AtomicU64,
+    /// Data bytes received and sent.
+    pub bytes: AtomicU64,
+    /// Arrival to reply.
+    pub latency: shoal_monclient::Histogram,
+}
+
+impl shoal_net::ReplyHook for OpStats {
+    fn replied(&self, started: std::time::Instant, data_bytes: usize, error: bool) {
+        self.latency.observe(started.elapsed());
+        OsdCounters::add(&self.ops, 1);
+        OsdCounters::add(&self.bytes, data_bytes as u64);
+        if error {
+            OsdCounters::add(&self.errors, 1);
+        }
+    }
+}
+
+/// An OSD's requests by kind, as `shoal_osd_op_*` metrics label them.
+#[derive(Debug, Default)]
+pub struct OsdPerf {
+    /// Client ops that change nothing.
+    pub read: Arc<OpStats>,
+    /// Client ops that change an object.
+    pub write: Arc<OpStats>,
+    /// Sub-ops from a primary: replicated transactions, shard reads.
+    pub subop: Arc<OpStats>,
+    /// Objects pushed to or pulled from this OSD by recovery and backfill.
+    pub recovery: Arc<OpStats>,
+    /// Client ops by pool.
+    pools: std::sync::RwLock<std::collections::HashMap<u64, Arc<PoolIo>>>,
+}
+
+/// Client ops of one pool on one OSD.
+#[derive(Debug, Default)]
+pub struct PoolIo {
+    read_ops: AtomicU64,
+    read_bytes: AtomicU64,
+    write_ops: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// Counts a client op in its kind and its pool when it is answered.
+#[derive(Debug)]
+pub struct ClientOpHook {
+    kind: Arc<OpStats>,
+    pool: Arc<PoolIo>,
+    write: bool,
+}
+
+impl shoal_net::ReplyHook for ClientOpHook {
+    fn replied(&self, started: std::time::Instant, data_bytes: usize, error: bool) {
+        self.kind.replied(started, data_bytes, error);
+        if self.write {
+            OsdCounters::add(&self.pool.write_ops, 1);
+        } else {
+            OsdCounters::add(&self.pool.read_ops, 1);
+            OsdCounters::add(&self.pool.read_bytes, data_bytes as u64);
+        }
+    }
+}
+
+impl OsdPerf {
+    /// Each kind with its label.
+    pub fn kinds(&self) -> [(&'static str, &Arc<OpStats>); 4] {
+        [
+            ("read", &self.read),
+            ("write", &self.write),
+            ("subop", &self.subop),
+            ("recovery", &self.recovery),
+        ]
+    }
+
+    /// The hook of a client op of `pool` carrying `in_bytes` of data.
+    pub fn client_op(&self, pool: u64, write: bool, in_bytes: usize) -> ClientOpHook {
+        let io = self
+            .pools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pool)
+            .cloned();
+        let io = io.unwrap_or_else(|| {
+            let mut pools = self.pools.write().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(pools.entry(pool).or_default())
+        });
+        let kind = if write { &self.write } else { &self.read };
+        OsdCounters::add(&kind.bytes, in_bytes as u64);
+        if write {
+            OsdCounters::add(&io.write_bytes, in_bytes as u64);
+        }
+        ClientOpHook {
+            kind: Arc::clone(kind),
+            pool: io,
+            write,
+        }
+    }
+
+    /// Forgets the counters of pools no longer in the map.
+    pub fn retain_pools(&self, live: impl Fn(u64) -> bool) {
+        self.pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p, _| live(*p));
+    }
+
+    /// The metrics of every kind and pool.
+    pub fn metrics(&self) -> Vec<shoal_monclient::Metric> {
+        use shoal_monclient::Metric;
+        let mut out = Vec::new();
+        let pools: Vec<(u64, Arc<PoolIo>)> = self
+            .pools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(p, io)| (*p, Arc::clone(io)))
+            .collect();
+        for (pool, io) in pools {
+            let pool = pool.to_string();
+            for (kind, ops, bytes) in [
+                ("read", &io.read_ops, &io.read_bytes),
+                ("write", &io.write_ops, &io.write_bytes),
+            ] {
+                let l = [("pool", pool.as_str()), ("kind", kind)];
+                out.push(Metric::counter(
+                    "pool_ops_total",
+                    "Client ops answered, by pool (id) and kind.",
+                    &l,
+                    ops.load(Ordering::Relaxed),
+                ));
+                out.push(Metric::counter(
+                    "pool_bytes_total",
+                    "Client data bytes read or written, by pool (id) and kind.",
+                    &l,
+                    bytes.load(Ordering::Relaxed),
+                ));
+            }
+        }
+        for (kind, s) in self.kinds() {
+            let l = [("kind", kind)];
+            let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            out.push(Metric::counter(
+                "ops_total",
+                "Requests answered, by kind.",
+                &l,
+                load(&s.ops),
+            ));
+            out.push(Metric::counter(
+                "op_errors_total",
+                "Requests answered with an error, by kind.",
+                &l,
+                load(&s.errors),
+            ));
+            out.push(Metric::counter(
+                "op_bytes_total",
+                "Data bytes received and sent by requests, by kind.",
+                &l,
+                load(&s.bytes),
+            ));
+            out.push(Metric::histogram(
+                "op_latency_seconds",
+                "Time from a request's arrival to its reply, by kind.",
+                &l,
+                &s.latency,
+            ));
+        }
+        out
     }
 }
 

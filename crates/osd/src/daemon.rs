@@ -51,6 +51,8 @@ pub struct OsdOptions {
     pub beacon_interval: Duration,
     /// Between PG statistics reports.
     pub stats_interval: Duration,
+    /// Between performance reports for the manager (none: no reports).
+    pub perf_interval: Option<Duration>,
     /// Per monitor command.
     pub mon_timeout: Duration,
     /// Scrub each PG at least this often.
@@ -221,6 +223,9 @@ impl Osd {
         let mut tasks = vec![renew];
         tasks.push(tokio::spawn(Arc::clone(&inner).follow_map(every_map)));
         tasks.push(tokio::spawn(Arc::clone(&inner).beacons()));
+        if let Some(every) = inner.opts.perf_interval {
+            tasks.push(tokio::spawn(Arc::clone(&inner).report_perf(every)));
+        }
         tasks.push(tokio::spawn(Arc::clone(&inner).heartbeats()));
         tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
         tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
@@ -574,6 +579,11 @@ impl Inner {
         }
     }
 
+    /// PGs this OSD holds.
+    pub(crate) fn pg_count(&self) -> usize {
+        lock(&self.pgs).len()
+    }
+
     pub(crate) async fn pg_stats(&self) -> Vec<PgStat> {
         let pgs: Vec<_> = lock(&self.pgs).values().cloned().collect();
         let mut out = Vec::new();
@@ -599,6 +609,26 @@ impl Inner {
         };
         let peer = inc.conn.peer().clone();
         let from_osd = peer.name.ty() == EntityType::Osd;
+        let perf = &self.ctx.counters.perf;
+        let started = std::time::Instant::now();
+        let internal = |stats: &Arc<crate::ctx::OpStats>| {
+            OsdCounters::add(&stats.bytes, inc.data.len() as u64);
+            Some(Arc::clone(stats) as Arc<dyn shoal_net::ReplyHook>)
+        };
+        let kind = match &inc.msg {
+            Message::OsdOp(m) => {
+                let write = crate::exec::is_mutating(&m.ops);
+                let hook = perf.client_op(m.pool, write, inc.data.len());
+                Some(Arc::new(hook) as Arc<dyn shoal_net::ReplyHook>)
+            }
+            Message::RepOp(_) | Message::EcRead(_) if from_osd => internal(&perf.subop),
+            Message::PgPush(_) | Message::PgPull(_) if from_osd => internal(&perf.recovery),
+            _ => None,
+        };
+        let responder = match kind {
+            Some(hook) => responder.observe(hook, started),
+            None => responder,
+        };
         let (pool, seed, epoch) = match &inc.msg {
             Message::OsdOp(m) => (m.pool, m.pg_seed, m.epoch),
             Message::PgList(m) => (m.pool, m.pg_seed, m.epoch),

@@ -168,6 +168,43 @@ impl Inner {
         }
     }
 
+    /// Reports the performance counters for the manager, every `every`.
+    pub(crate) async fn report_perf(self: Arc<Self>, every: Duration) {
+        use shoal_monclient::Metric;
+        use std::sync::atomic::Ordering::Relaxed;
+        loop {
+            tokio::time::sleep(every).await;
+            let c = &self.ctx.counters;
+            let mut metrics = c.perf.metrics();
+            metrics.push(Metric::counter(
+                "refused_total",
+                "Requests refused: malformed, unauthorized or for a PG not here.",
+                &[],
+                c.refused.load(Relaxed),
+            ));
+            metrics.push(Metric::counter(
+                "recovered_objects_total",
+                "Objects this OSD pushed or pulled to recover or backfill them.",
+                &[],
+                c.recovered.load(Relaxed),
+            ));
+            metrics.push(Metric::gauge(
+                "pgs",
+                "PGs this OSD holds a copy of.",
+                &[],
+                i64::try_from(self.pg_count()).unwrap_or(i64::MAX),
+            ));
+            let report = shoal_monclient::DaemonReport {
+                daemon: format!("osd.{}", self.opts.id),
+                kind: "osd".into(),
+                metrics,
+            };
+            if let Err(e) = self.monc.command(&Command::DaemonReport { report }).await {
+                tracing::debug!("performance report: {e}");
+            }
+        }
+    }
+
     /// Reports the statistics of the PGs we are primary of, and the store's space.
     pub(crate) async fn report_stats(self: Arc<Self>) {
         loop {

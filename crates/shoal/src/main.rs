@@ -108,6 +108,8 @@ enum Command {
     Rbd(cmd::rbd::RbdArgs),
     /// Serve block images over NBD (`shoal nbd serve`).
     Nbd(cmd::nbd::NbdArgs),
+    /// The manager (`shoal mgr --id x`: /metrics and the dashboard) and its map.
+    Mgr(cmd::mgr::MgrArgs),
     /// The S3 gateway (`shoal gateway [--bind]`) and its users.
     Gateway(cmd::gateway::GatewayArgs),
     /// Make, check and inspect an OSD's object store.
@@ -194,6 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rbd(a) => cmd::rbd::run(a, &ctx),
         Command::Nbd(a) => cmd::nbd::run(a, &ctx),
         Command::Gateway(a) => cmd::gateway::run(a, &ctx),
+        Command::Mgr(a) => cmd::mgr::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
     }
 }

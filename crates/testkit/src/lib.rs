@@ -57,6 +57,7 @@ pub fn mon_opts(data: PathBuf) -> MonitorOptions {
             down_out_interval: Duration::from_secs(600),
             batch_window: Duration::from_millis(50),
         },
+        mgr_beacon_grace: Duration::from_secs(10),
     }
 }
 
@@ -242,6 +243,7 @@ impl Cluster {
             heartbeat_grace: Duration::from_secs(2),
             beacon_interval: Duration::from_secs(5),
             stats_interval: Duration::from_secs(1),
+            perf_interval: None,
             mon_timeout: Duration::from_secs(8),
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),

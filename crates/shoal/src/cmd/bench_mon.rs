@@ -68,6 +68,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         osdmap_history: 500,
         osdmap_full_interval: 100,
         osd: shoal_mon::OsdLiveness::default(),
+        mgr_beacon_grace: Duration::from_secs(10),
     }
 }
 

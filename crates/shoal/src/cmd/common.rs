@@ -143,6 +143,40 @@ pub fn mon_client_as(
     Ok(MonClient::new(msgr, mon_addrs(config)?, timeout))
 }
 
+/// Reports `metrics()` as `daemon` of `kind` to the monitors (for the
+/// manager) every `mgr_stats_period_ms`, until the runtime stops; nothing
+/// when the period is 0.
+pub fn report_perf<F>(ctx: &Ctx, daemon: String, kind: &str, metrics: F)
+where
+    F: Fn() -> Vec<shoal_mon::Metric> + Send + 'static,
+{
+    let every = ctx.config.options.mgr_stats_period_ms;
+    if every == 0 {
+        return;
+    }
+    let monc = match mon_client(ctx) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("performance reports will not be sent: {e}");
+            return;
+        }
+    };
+    let kind = kind.to_string();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(every)).await;
+            let report = shoal_mon::DaemonReport {
+                daemon: daemon.clone(),
+                kind: kind.clone(),
+                metrics: metrics(),
+            };
+            if let Err(e) = monc.command(&Command::DaemonReport { report }).await {
+                tracing::debug!("performance report: {e}");
+            }
+        }
+    });
+}
+
 /// Sends one command to the monitors and returns its output.
 pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
     let rt = runtime()?;

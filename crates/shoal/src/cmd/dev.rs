@@ -81,6 +81,9 @@ pub struct UpArgs {
     /// Start no S3 gateway.
     #[arg(long)]
     no_gateway: bool,
+    /// Start no manager.
+    #[arg(long)]
+    no_mgr: bool,
 }
 
 const CONF: &str = "shoal.conf";
@@ -89,6 +92,8 @@ const GATEWAY: &str = "gateway";
 /// The pool the dev cluster's gateway keeps everything in.
 const GATEWAY_POOL: &str = ".shoal.gateway";
 const MON_NAMES: [&str; 3] = ["a", "b", "c"];
+/// The manager's directory (its keyring, its address) and name.
+const MGR: &str = "mgr.x";
 
 /// Runs `shoal dev ...`.
 pub fn run(cmd: DevCmd, set: &[String]) -> anyhow::Result<()> {
@@ -249,7 +254,7 @@ fn daemons(dir: &Path) -> anyhow::Result<Vec<(String, Option<u32>)>> {
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("mon.") || n.starts_with("osd.") || n == GATEWAY)
+        .filter(|n| n.starts_with("mon.") || n.starts_with("osd.") || n == GATEWAY || n == MGR)
         .collect();
     names.sort_by_key(|n| (n.starts_with("osd."), n.len(), n.clone()));
     for n in names {
@@ -287,10 +292,11 @@ fn stop_all(dir: &Path) -> anyhow::Result<usize> {
         .collect();
     // The gateway first (a client of the others), then the OSDs, so the
     // monitors see them go.
-    for (_, pid) in pids.iter().filter(|(n, _)| n == GATEWAY) {
+    for (_, pid) in pids.iter().filter(|(n, _)| n == GATEWAY || n == MGR) {
         signal(*pid, "-TERM");
     }
     wait_gone(&pids, GATEWAY, Duration::from_secs(10));
+    wait_gone(&pids, MGR, Duration::from_secs(10));
     for (_, pid) in pids.iter().filter(|(n, _)| n.starts_with("osd.")) {
         signal(*pid, "-TERM");
     }
@@ -404,6 +410,11 @@ fn up(a: UpArgs, set: &[String]) -> anyhow::Result<()> {
         dir.display()
     );
     if let Some(b) = banner {
+        outln!("{b}");
+    }
+    if !a.no_mgr
+        && let Some(b) = mgr_banner(&dir)
+    {
         outln!("{b}");
     }
     if a.foreground {
@@ -569,6 +580,9 @@ fn up_inner(
     if !a.no_gateway {
         start_gateway(dir, fresh, &ctx, started, osds.len().clamp(1, 3) as u32)?;
     }
+    if !a.no_mgr {
+        start_mgr(dir, started)?;
+    }
     // Every daemon started must still run (a map can look healthy for a
     // moment after a daemon of an earlier run stopped).
     std::thread::sleep(Duration::from_millis(500));
@@ -637,6 +651,59 @@ fn start_gateway(
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// Starts the manager `mgr.x` (its key in `mgr.x/keyring`, made on the
+/// first start; its HTTP address in `mgr.x/addr`) and waits until it listens.
+fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Result<()> {
+    let mdir = dir.join(MGR);
+    let keyring = mdir.join("keyring");
+    if !keyring.exists() || !mdir.join("addr").exists() {
+        std::fs::create_dir_all(&mdir)?;
+        let section = shoal(
+            dir,
+            &["auth", "get-or-create", MGR, "mon", "allow profile mgr"],
+        )?;
+        std::fs::write(&keyring, section)?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        std::fs::write(mdir.join("addr"), addr.to_string())?;
+    }
+    let addr: SocketAddr = std::fs::read_to_string(mdir.join("addr"))?
+        .trim()
+        .parse()
+        .context("the manager's address file")?;
+    let ring = format!("keyring={}", std::fs::canonicalize(&keyring)?.display());
+    let bind = addr.to_string();
+    let child = spawn(
+        dir,
+        MGR,
+        &[
+            "--set", &ring, "-n", MGR, "mgr", "--id", "x", "--bind", &bind,
+        ],
+    )?;
+    started.insert(MGR.to_string(), child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "the manager did not listen on {addr}; its log:\n{}",
+                tail(&log_path(dir, MGR), 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// The dev manager's URL, for `dev up`'s message.
+fn mgr_banner(dir: &Path) -> Option<String> {
+    let addr = std::fs::read_to_string(dir.join(MGR).join("addr")).ok()?;
+    Some(format!(
+        "  Manager: dashboard http://{0}/ (log in as client.admin with the key in {1}),\n    \
+         Prometheus metrics http://{0}/metrics\n",
+        addr.trim(),
+        dir.join("keyring").display()
+    ))
 }
 
 /// The dev gateway's endpoint and user keys, for `dev up`'s message.

@@ -291,7 +291,12 @@ fn daemon(
                 tokio::time::sleep(every).await;
             }
         });
-        let serving = tokio::spawn(shoal_gateway::serve(listener, meta, tls));
+        let counters = std::sync::Arc::new(shoal_gateway::metrics::Metrics::default());
+        let reported = std::sync::Arc::clone(&counters);
+        super::common::report_perf(ctx, format!("gateway.{addr}"), "gateway", move || {
+            reported.metrics()
+        });
+        let serving = tokio::spawn(shoal_gateway::serve_counted(listener, meta, tls, counters));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,
             r = serving => r.context("the gateway stopped")??,

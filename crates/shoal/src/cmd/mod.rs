@@ -13,6 +13,7 @@ pub mod crush;
 pub mod dev;
 pub mod gateway;
 pub mod keyring;
+pub mod mgr;
 pub mod mon;
 pub mod nbd;
 pub mod osd;

@@ -209,6 +209,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
             down_out_interval: Duration::from_millis(o.mon_osd_down_out_interval_ms),
             batch_window: Duration::from_millis(o.mon_osd_batch_window_ms),
         },
+        mgr_beacon_grace: Duration::from_millis(o.mon_mgr_beacon_grace_ms),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -120,6 +120,10 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
             addr,
             state_file.as_deref(),
         )?;
+        let counters = std::sync::Arc::clone(&server.metrics);
+        super::common::report_perf(ctx, format!("nbd.{addr}"), "nbd", move || {
+            counters.metrics()
+        });
         let serving = tokio::spawn(std::sync::Arc::clone(&server).serve(listener));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,

@@ -273,6 +273,8 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         heartbeat_grace: Duration::from_millis(o.osd_heartbeat_grace_ms),
         beacon_interval: Duration::from_millis(o.osd_beacon_interval_ms),
         stats_interval: Duration::from_millis(o.osd_pg_stats_interval_ms),
+        perf_interval: (o.mgr_stats_period_ms > 0)
+            .then(|| Duration::from_millis(o.mgr_stats_period_ms)),
         mon_timeout: Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3),
         scrub_interval: Duration::from_millis(o.osd_scrub_interval_ms),
         deep_scrub_interval: Duration::from_millis(o.osd_deep_scrub_interval_ms),

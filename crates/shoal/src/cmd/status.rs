@@ -36,6 +36,24 @@ fn plain(v: &Value) -> String {
         quorum.join(","),
         v["leader"].as_str().unwrap_or("?")
     ));
+    let m = &v["mgrmap"];
+    if m["epoch"].as_u64().unwrap_or(0) > 0 {
+        let standbys: Vec<&str> = m["standbys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        let active = match m["active"]["name"].as_str() {
+            Some(a) => format!("{a}(active)"),
+            None => "no daemons active".to_string(),
+        };
+        let standbys = match standbys.is_empty() {
+            true => String::new(),
+            false => format!(", standbys: {}", standbys.join(",")),
+        };
+        out.push_str(&format!("    mgr: {active}{standbys}\n"));
+    }
     let o = &v["osdmap"];
     if !o.is_null() {
         out.push_str(&format!(

@@ -237,3 +237,28 @@ pub fn self_signed(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     );
     (cert, key)
 }
+
+/// `GET path` on `addr` over HTTP/1.1 (std only): (status, head, body);
+/// status 0 when nothing listens.
+pub fn http_get(addr: &str, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new(), String::new());
+    };
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new(), String::new());
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}

@@ -1,0 +1,264 @@
+//! What the active manager gathers every stats period: the monitors'
+//! views (status, OSD tree, `df`) and the daemons' newest reports, in one
+//! [`Snapshot`]; and from consecutive snapshots, the cluster's and each
+//! pool's I/O rates, kept for the last hour ([`History`]) for the
+//! dashboard. Nothing here is on a data path: the daemons' counters
+//! travel with their periodic reports.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+use serde_json::Value;
+use shoal_monclient::{Command, DaemonReport, MetricValue, MonClient, MonError};
+
+/// The cluster at one moment, as the manager serves it.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// When it was gathered (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// `shoal status`.
+    pub status: Value,
+    /// `shoal osd tree` (with each OSD's space).
+    pub tree: Value,
+    /// `shoal df`.
+    pub df: Value,
+    /// Every daemon's newest report, with its age in ms.
+    pub reports: Vec<(u64, DaemonReport)>,
+}
+
+/// Asks the monitors for everything a snapshot holds.
+pub async fn gather(monc: &MonClient) -> Result<Snapshot, MonError> {
+    let status = monc.command(&Command::Status).await?;
+    let tree = monc.command(&Command::OsdTree).await?;
+    let df = monc.command(&Command::Df).await?;
+    let reports = monc.command(&Command::DaemonReports).await?;
+    let reports = reports["reports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let report = serde_json::from_value::<DaemonReport>(r["report"].clone()).ok()?;
+            Some((r["age_ms"].as_u64().unwrap_or(0), report))
+        })
+        .collect();
+    Ok(Snapshot {
+        at_ms: shoal_net::now_ms(),
+        status,
+        tree,
+        df,
+        reports,
+    })
+}
+
+/// Client I/O per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Io {
+    /// Read ops per second.
+    pub read_ops: f64,
+    /// Write ops per second.
+    pub write_ops: f64,
+    /// Bytes read per second.
+    pub read_bytes: f64,
+    /// Bytes written per second.
+    pub write_bytes: f64,
+}
+
+/// One point of the history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Point {
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// The cluster's client I/O.
+    #[serde(flatten)]
+    pub io: Io,
+    /// Object copies degraded.
+    pub degraded: u64,
+    /// Object copies misplaced.
+    pub misplaced: u64,
+    /// Objects recovery has left.
+    pub recovery_left: u64,
+}
+
+/// An hour of points at most.
+pub const HISTORY_SECS: u64 = 3600;
+
+/// The last hour of the cluster's I/O, and each pool's latest rates.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Points, oldest first.
+    pub points: VecDeque<Point>,
+    /// The latest rates by pool id.
+    pub pools: BTreeMap<u64, Io>,
+    /// Counter values of the previous snapshot: (daemon, key) -> value.
+    prev: BTreeMap<(String, String), u64>,
+    prev_at_ms: u64,
+}
+
+/// The client I/O counters of one OSD report: `io:read_ops`, ...,
+/// `pool:<id>:write_bytes`.
+fn io_counters(r: &DaemonReport) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for m in &r.metrics {
+        let MetricValue::Counter(v) = m.value else {
+            continue;
+        };
+        let label = |k: &str| {
+            m.labels
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let what = match m.name.as_str() {
+            "ops_total" => "ops",
+            "op_bytes_total" => "bytes",
+            "pool_ops_total" => "ops",
+            "pool_bytes_total" => "bytes",
+            _ => continue,
+        };
+        let Some(kind) = label("kind").filter(|k| *k == "read" || *k == "write") else {
+            continue;
+        };
+        let key = match label("pool") {
+            Some(p) if m.name.starts_with("pool_") => format!("pool:{p}:{kind}_{what}"),
+            None if !m.name.starts_with("pool_") => format!("io:{kind}_{what}"),
+            _ => continue,
+        };
+        out.push((key, v));
+    }
+    out
+}
+
+fn add(io: &mut Io, what: &str, per_s: f64) {
+    match what {
+        "read_ops" => io.read_ops += per_s,
+        "write_ops" => io.write_ops += per_s,
+        "read_bytes" => io.read_bytes += per_s,
+        "write_bytes" => io.write_bytes += per_s,
+        _ => {}
+    }
+}
+
+impl History {
+    /// Adds a snapshot: rates since the previous one (a counter that went
+    /// back, its daemon restarted, counts from zero).
+    pub fn push(&mut self, snap: &Snapshot) {
+        let mut now = BTreeMap::new();
+        for (_, r) in snap.reports.iter().filter(|(_, r)| r.kind == "osd") {
+            for (k, v) in io_counters(r) {
+                now.insert((r.daemon.clone(), k), v);
+            }
+        }
+        let dt = snap.at_ms.saturating_sub(self.prev_at_ms) as f64 / 1000.0;
+        let first = self.prev_at_ms == 0;
+        let mut io = Io::default();
+        let mut pools: BTreeMap<u64, Io> = BTreeMap::new();
+        if !first && dt > 0.0 {
+            for ((daemon, key), v) in &now {
+                let before = self.prev.get(&(daemon.clone(), key.clone())).copied();
+                let delta = match before {
+                    Some(b) if *v >= b => v - b,
+                    Some(_) => *v,
+                    None => 0,
+                };
+                let per_s = delta as f64 / dt;
+                if let Some(what) = key.strip_prefix("io:") {
+                    add(&mut io, what, per_s);
+                } else if let Some(rest) = key.strip_prefix("pool:")
+                    && let Some((pool, what)) = rest.split_once(':')
+                    && let Ok(pool) = pool.parse::<u64>()
+                {
+                    add(pools.entry(pool).or_default(), what, per_s);
+                }
+            }
+        }
+        self.prev = now;
+        self.prev_at_ms = snap.at_ms;
+        if first {
+            return;
+        }
+        self.pools = pools;
+        let pg = &snap.status["pgmap"];
+        self.points.push_back(Point {
+            at_ms: snap.at_ms,
+            io,
+            degraded: pg["num_objects_degraded"].as_u64().unwrap_or(0),
+            misplaced: pg["num_objects_misplaced"].as_u64().unwrap_or(0),
+            recovery_left: pg["recovery_objects_left"].as_u64().unwrap_or(0),
+        });
+        let oldest = snap.at_ms.saturating_sub(HISTORY_SECS * 1000);
+        while self.points.front().is_some_and(|p| p.at_ms < oldest) {
+            self.points.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use shoal_monclient::Metric;
+
+    fn report(daemon: &str, reads: u64, pool_writes: u64) -> (u64, DaemonReport) {
+        (
+            0,
+            DaemonReport {
+                daemon: daemon.into(),
+                kind: "osd".into(),
+                metrics: vec![
+                    Metric::counter("ops_total", "", &[("kind", "read")], reads),
+                    Metric::counter("ops_total", "", &[("kind", "subop")], 99),
+                    Metric::counter(
+                        "pool_ops_total",
+                        "",
+                        &[("pool", "3"), ("kind", "write")],
+                        pool_writes,
+                    ),
+                    Metric::counter(
+                        "pool_bytes_total",
+                        "",
+                        &[("pool", "3"), ("kind", "write")],
+                        pool_writes * 4096,
+                    ),
+                ],
+            },
+        )
+    }
+
+    fn snap(at_ms: u64, reports: Vec<(u64, DaemonReport)>) -> Snapshot {
+        Snapshot {
+            at_ms,
+            status: json!({ "pgmap": { "num_objects_degraded": 5 } }),
+            reports,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn rates_come_from_the_counters_of_consecutive_snapshots() {
+        let mut h = History::default();
+        h.push(&snap(
+            10_000,
+            vec![report("osd.0", 100, 10), report("osd.1", 0, 0)],
+        ));
+        assert!(h.points.is_empty(), "no rate from one snapshot");
+        h.push(&snap(
+            15_000,
+            vec![report("osd.0", 600, 60), report("osd.1", 500, 0)],
+        ));
+        let p = h.points.back().copied().unwrap_or_default();
+        assert_eq!(p.io.read_ops, 200.0); // (500 + 500) / 5 s
+        assert_eq!(p.degraded, 5);
+        let pool = h.pools.get(&3).copied().unwrap_or_default();
+        assert_eq!(pool.write_ops, 10.0);
+        assert_eq!(pool.write_bytes, 10.0 * 4096.0);
+        // osd.1 restarted: its counter starts again from zero.
+        h.push(&snap(
+            20_000,
+            vec![report("osd.0", 600, 60), report("osd.1", 50, 0)],
+        ));
+        assert_eq!(h.points.back().map(|p| p.io.read_ops), Some(10.0));
+        // An hour later the first points are gone.
+        h.push(&snap(20_000 + HISTORY_SECS * 1000 + 1, vec![]));
+        assert_eq!(h.points.len(), 1);
+    }
+}

@@ -1,0 +1,363 @@
+//! The manager's HTTP side: `/metrics`, the dashboard's page and assets
+//! (built into the binary: no CDN, works offline), and its JSON API —
+//! `POST /api/login`, `POST /api/logout`, `GET /api/summary`,
+//! `POST /api/action`. A standby answers `/metrics` with 503 and sends
+//! browsers to the active manager.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::http::{HeaderValue, Method, StatusCode, header};
+use hyper::{Request, Response};
+use serde_json::{Value, json};
+use shoal_monclient::{Command, ErrorCode, PoolSpec, parse_mon_caps};
+use shoal_net::Secret;
+use shoal_types::EntityName;
+
+use crate::Shared;
+use crate::session::Session;
+
+const INDEX_HTML: &str = include_str!("../assets/index.html");
+const APP_JS: &str = include_str!("../assets/app.js");
+const STYLE_CSS: &str = include_str!("../assets/style.css");
+
+/// Request bodies are small JSON documents.
+const BODY_MAX: usize = 64 << 10;
+const COOKIE: &str = "shoal_session";
+
+type Resp = Response<Full<Bytes>>;
+
+/// Accepts connections until the manager stops.
+pub(crate) async fn serve(s: Arc<Shared>, listener: tokio::net::TcpListener) {
+    loop {
+        let (io, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("mgr accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let s = Arc::clone(&s);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let s = Arc::clone(&s);
+                async move { Ok::<_, std::convert::Infallible>(route(&s, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                .await;
+        });
+    }
+}
+
+fn respond(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_resp(status: StatusCode, v: &Value) -> Resp {
+    respond(status, "application/json", v.to_string())
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Resp {
+    json_resp(status, &json!({ "error": msg.into() }))
+}
+
+/// A request refused: its status and why (answered as `{"error": ...}`).
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn bad(msg: impl Into<String>) -> Refused {
+        Refused(StatusCode::BAD_REQUEST, msg.into())
+    }
+
+    fn resp(self) -> Resp {
+        error(self.0, self.1)
+    }
+}
+
+/// The session cookie's token, if the request has one.
+fn token(req: &Request<hyper::body::Incoming>) -> Option<String> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+async fn body_json(req: Request<hyper::body::Incoming>) -> Result<Value, Refused> {
+    let body = Limited::new(req.into_body(), BODY_MAX)
+        .collect()
+        .await
+        .map_err(|e| Refused::bad(format!("request body: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&body)
+        .map_err(|e| Refused::bad(format!("request body is not JSON: {e}")))
+}
+
+async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    if !s.active() {
+        return standby(s, &path);
+    }
+    match (&method, path.as_str()) {
+        (&Method::GET, "/metrics") => match s.snapshot() {
+            Some(snap) => respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                crate::prom::render(&snap),
+            ),
+            None => error(StatusCode::SERVICE_UNAVAILABLE, "no snapshot gathered yet"),
+        },
+        (&Method::GET, "/" | "/index.html") => {
+            respond(StatusCode::OK, "text/html; charset=utf-8", INDEX_HTML)
+        }
+        (&Method::GET, "/static/app.js") => {
+            respond(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS)
+        }
+        (&Method::GET, "/static/style.css") => {
+            respond(StatusCode::OK, "text/css; charset=utf-8", STYLE_CSS)
+        }
+        (&Method::GET, "/favicon.ico") => respond(StatusCode::NO_CONTENT, "image/x-icon", ""),
+        (&Method::POST, "/api/login") => login(s, req).await,
+        (&Method::POST, "/api/logout") => {
+            if let Some(t) = token(&req) {
+                s.sessions.close(&t);
+            }
+            let mut r = json_resp(StatusCode::OK, &json!({ "ok": true }));
+            set_cookie(&mut r, "", 0);
+            r
+        }
+        (&Method::GET, "/api/summary") => match session(s, &req) {
+            Ok(sess) => json_resp(StatusCode::OK, &summary(s, &sess)),
+            Err(r) => r.resp(),
+        },
+        (&Method::POST, "/api/action") => {
+            let sess = match session(s, &req) {
+                Ok(x) => x,
+                Err(r) => return r.resp(),
+            };
+            match body_json(req).await {
+                Ok(v) => action(&sess, &v).await,
+                Err(r) => r.resp(),
+            }
+        }
+        _ => error(StatusCode::NOT_FOUND, format!("no {method} {path}")),
+    }
+}
+
+/// A standby's answer: browsers go to the active manager, Prometheus
+/// gets 503 (it scrapes every manager; only the active one answers).
+fn standby(s: &Shared, path: &str) -> Resp {
+    let active = crate::read(&s.mgrmap)["active"]["addr"]
+        .as_str()
+        .map(str::to_string);
+    match active {
+        Some(addr) if path != "/metrics" && !path.starts_with("/api/") => {
+            let mut r = respond(StatusCode::TEMPORARY_REDIRECT, "text/plain", "");
+            if let Ok(v) = HeaderValue::from_str(&format!("http://{addr}{path}")) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Some(addr) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "mgr.{} is a standby; the active manager is at {addr}",
+                s.opts.name
+            ),
+        ),
+        None => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("mgr.{} is not active and no manager is", s.opts.name),
+        ),
+    }
+}
+
+fn set_cookie(r: &mut Resp, token: &str, max_age: u64) {
+    let c = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}");
+    if let Ok(v) = HeaderValue::from_str(&c) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+}
+
+fn session(s: &Shared, req: &Request<hyper::body::Incoming>) -> Result<Arc<Session>, Refused> {
+    token(req)
+        .and_then(|t| s.sessions.get(&t))
+        .ok_or_else(|| Refused(StatusCode::UNAUTHORIZED, "log in first".into()))
+}
+
+/// Logs a user in: their key opens a monitor session (the monitors check
+/// it); their `mon` caps, read with the manager's own session, say whether
+/// the dashboard offers them actions.
+async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
+    let v = match body_json(req).await {
+        Ok(v) => v,
+        Err(r) => return r.resp(),
+    };
+    let (Some(entity), Some(key)) = (v["entity"].as_str(), v["key"].as_str()) else {
+        return error(StatusCode::BAD_REQUEST, "give entity and key");
+    };
+    let Ok(name) = entity.trim().parse::<EntityName>() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{entity:?} is not an entity name (client.admin)"),
+        );
+    };
+    let Ok(secret) = Secret::from_base64(key.trim()) else {
+        return error(StatusCode::UNAUTHORIZED, "wrong entity or key");
+    };
+    let monc = (s.login)(name.clone(), secret);
+    if let Err(e) = monc.command(&Command::MonStat).await {
+        tracing::info!(%name, "dashboard login refused: {e}");
+        return error(StatusCode::UNAUTHORIZED, "wrong entity or key");
+    }
+    let entity = name.to_string();
+    let caps = s
+        .monc
+        .command(&Command::AuthGet {
+            entity: entity.clone(),
+        })
+        .await
+        .ok()
+        .map(|v| v[&entity]["caps"]["mon"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let caps = parse_mon_caps(&caps);
+    let sess = Session {
+        entity: entity.clone(),
+        admin: caps.write,
+        monc,
+    };
+    let admin = sess.admin;
+    let token = s.sessions.open(sess);
+    if token.is_empty() {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no randomness for a session",
+        );
+    }
+    let mut r = json_resp(StatusCode::OK, &json!({ "entity": entity, "admin": admin }));
+    set_cookie(&mut r, &token, crate::session::IDLE.as_secs());
+    r
+}
+
+/// Everything the dashboard shows, from the newest snapshot.
+fn summary(s: &Shared, sess: &Session) -> Value {
+    let Some(snap) = s.snapshot() else {
+        return json!({ "ready": false, "user": { "entity": sess.entity, "admin": sess.admin } });
+    };
+    let history = crate::lock(&s.history);
+    let pools: Vec<Value> = snap.df["pools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let io = p["id"]
+                .as_u64()
+                .and_then(|id| history.pools.get(&id))
+                .copied()
+                .unwrap_or_default();
+            let mut p = p.clone();
+            p["io"] = json!(io);
+            p
+        })
+        .collect();
+    let pg = &snap.status["pgmap"];
+    let left = pg["recovery_objects_left"].as_u64().unwrap_or(0);
+    let rate = pg["recovery_objects_per_s"].as_u64().unwrap_or(0);
+    let eta = (left > 0 && rate > 0).then(|| left.div_ceil(rate));
+    json!({
+        "ready": true,
+        "at_ms": snap.at_ms,
+        "user": { "entity": sess.entity, "admin": sess.admin },
+        "mgr": { "name": s.opts.name, "map": *crate::read(&s.mgrmap) },
+        "status": snap.status,
+        "osds": snap.tree["nodes"],
+        "pools": pools,
+        "recovery": {
+            "objects_left": left,
+            "objects_per_s": rate,
+            "degraded": pg["num_objects_degraded"],
+            "misplaced": pg["num_objects_misplaced"],
+            "copies": pg["num_object_copies"],
+            "eta_secs": eta,
+        },
+        "history": history.points.iter().collect::<Vec<_>>(),
+    })
+}
+
+fn str_field<'a>(v: &'a Value, k: &str) -> Result<&'a str, Refused> {
+    v[k].as_str()
+        .ok_or_else(|| Refused::bad(format!("missing {k}")))
+}
+
+/// An admin action, as the monitors' ordinary command, run with the
+/// user's own session: the monitors decide whether they may.
+async fn action(sess: &Session, v: &Value) -> Resp {
+    let cmd = match to_command(v) {
+        Ok(c) => c,
+        Err(r) => return r.resp(),
+    };
+    match sess.monc.command(&cmd).await {
+        Ok(out) => json_resp(StatusCode::OK, &json!({ "ok": true, "output": out })),
+        Err(e) => {
+            let status = match e.code {
+                ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+                ErrorCode::NotFound => StatusCode::NOT_FOUND,
+                ErrorCode::InvalidArgument | ErrorCode::Exists => StatusCode::BAD_REQUEST,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            error(status, e.message)
+        }
+    }
+}
+
+fn to_command(v: &Value) -> Result<Command, Refused> {
+    let osds = || -> Result<Vec<i32>, Refused> {
+        let id = v["osd"]
+            .as_i64()
+            .and_then(|i| i32::try_from(i).ok())
+            .ok_or_else(|| Refused::bad("missing osd"))?;
+        Ok(vec![id])
+    };
+    match str_field(v, "action")? {
+        "osd-out" => Ok(Command::OsdOut { ids: osds()? }),
+        "osd-in" => Ok(Command::OsdIn { ids: osds()? }),
+        "pool-create" => {
+            let name = str_field(v, "pool")?.to_string();
+            let pg_num = v["pg_num"].as_u64().unwrap_or(32);
+            let pg_num = u32::try_from(pg_num).map_err(|_| Refused::bad("pg_num too large"))?;
+            let size = v["size"].as_u64().unwrap_or(3);
+            let size = u32::try_from(size).map_err(|_| Refused::bad("size too large"))?;
+            Ok(Command::PoolCreate {
+                name,
+                pg_num,
+                spec: PoolSpec::Replicated {
+                    size,
+                    min_size: size.div_ceil(2).max(1),
+                },
+            })
+        }
+        "pool-set" => Ok(Command::PoolSet {
+            name: str_field(v, "pool")?.to_string(),
+            key: str_field(v, "key")?.to_string(),
+            value: str_field(v, "value")?.to_string(),
+        }),
+        "flag-set" | "flag-unset" => Ok(Command::OsdFlag {
+            flag: str_field(v, "flag")?.to_string(),
+            on: v["action"] == "flag-set",
+        }),
+        other => Err(Refused::bad(format!("unknown action {other:?}"))),
+    }
+}

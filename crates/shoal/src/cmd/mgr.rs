@@ -1,0 +1,186 @@
+//! `shoal mgr`: the manager daemon (`shoal mgr --id x`: Prometheus
+//! `/metrics` and the dashboard on `mgr_http_addr`, active or standby as
+//! the monitors' manager map says), and `shoal mgr stat|services|fail`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use shoal_mon::Command;
+use shoal_net::{Incoming, KeyringAuth, Messenger, NetConfig, TcpTransport};
+use shoal_types::{EntityName, EntityType};
+
+use super::common::{Ctx, Format, mon_command, print};
+
+/// `shoal mgr`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MgrArgs {
+    #[command(subcommand)]
+    cmd: Option<MgrCmd>,
+    /// The manager's name: it runs as `mgr.ID`, whose key must be in the keyring.
+    #[arg(long, short = 'i')]
+    id: Option<String>,
+    /// Serve HTTP here (by default `mgr_http_addr`; port 0: any free port).
+    #[arg(long)]
+    bind: Option<SocketAddr>,
+    /// Once listening, write `{"pid", "addr"}` here (removed on exit).
+    #[arg(long)]
+    state_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum MgrCmd {
+    /// The manager map: the active manager and the standbys.
+    Stat {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Where the active manager serves: its dashboard and `/metrics`.
+    Services {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Makes a manager give up its role; a standby takes over.
+    Fail {
+        /// The manager's name (`x` for `mgr.x`).
+        name: String,
+    },
+}
+
+/// Runs `shoal mgr ...`.
+pub fn run(a: MgrArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    match a.cmd {
+        Some(MgrCmd::Stat { format }) => {
+            let v = mon_command(ctx, &Command::MgrStat)?;
+            print(format, &v, stat_plain);
+            Ok(())
+        }
+        Some(MgrCmd::Services { format }) => {
+            let v = mon_command(ctx, &Command::MgrStat)?;
+            let services = match v["active"]["addr"].as_str() {
+                Some(addr) => serde_json::json!({
+                    "dashboard": format!("http://{addr}/"),
+                    "prometheus": format!("http://{addr}/metrics"),
+                }),
+                None => serde_json::json!({}),
+            };
+            print(format, &services, super::common::pretty);
+            Ok(())
+        }
+        Some(MgrCmd::Fail { name }) => {
+            let name = name.strip_prefix("mgr.").unwrap_or(&name).to_string();
+            let v = mon_command(ctx, &Command::MgrFail { name })?;
+            print(Format::Plain, &v, stat_plain);
+            Ok(())
+        }
+        None => {
+            let id = a
+                .id
+                .or_else(|| (ctx.name.ty() == EntityType::Mgr).then(|| ctx.name.id().to_string()))
+                .context("name the manager: shoal mgr --id NAME (it runs as mgr.NAME)")?;
+            daemon(&id, a.bind, a.state_file, ctx)
+        }
+    }
+}
+
+fn stat_plain(v: &Value) -> String {
+    let active = v["active"]["name"].as_str().unwrap_or("none");
+    let addr = v["active"]["addr"].as_str().unwrap_or("-");
+    let standbys: Vec<&str> = v["standbys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    format!(
+        "epoch {}: active {active} at {addr}, standbys: {}\n",
+        v["epoch"],
+        if standbys.is_empty() {
+            "none".to_string()
+        } else {
+            standbys.join(", ")
+        }
+    )
+}
+
+fn daemon(
+    id: &str,
+    bind: Option<SocketAddr>,
+    state_file: Option<std::path::PathBuf>,
+    ctx: &Ctx,
+) -> anyhow::Result<()> {
+    let entity = EntityName::new(EntityType::Mgr, id)?;
+    let config = ctx.config_for(&entity)?;
+    let o = &config.options;
+    let http = match bind {
+        Some(b) => b,
+        None => o
+            .mgr_http_addr
+            .parse()
+            .with_context(|| format!("mgr_http_addr {:?}", o.mgr_http_addr))?,
+    };
+    if o.keyring.is_empty() {
+        anyhow::bail!("no keyring: set keyring = PATH (with mgr.{id}'s key)");
+    }
+    let opts = shoal_mgr::MgrOptions {
+        name: id.to_string(),
+        http,
+        beacon_interval: Duration::from_millis(o.mgr_beacon_interval_ms.max(100)),
+        period: Duration::from_millis(o.mgr_stats_period_ms.max(200)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        super::crash::for_front_end(ctx, &format!("mgr.{id}"));
+        let monc = super::common::mon_client_as(
+            &config,
+            entity.clone(),
+            std::path::Path::new(&o.keyring),
+            Arc::new(|_: Incoming| {}),
+        )?;
+        let mons = super::common::mon_addrs(&config)?;
+        let mut net = NetConfig::from_options(o);
+        net.reconnect_attempts = 1;
+        let timeout = Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3);
+        // Dashboard users authenticate to the monitors with their own key.
+        let login: shoal_mgr::Login = Arc::new(move |name, secret| {
+            let mut keyring = shoal_net::Keyring::default();
+            keyring.insert(
+                name.clone(),
+                shoal_net::KeyringEntry {
+                    key: secret,
+                    caps: Default::default(),
+                },
+            );
+            let auth = Arc::new(KeyringAuth::new(name.clone(), keyring));
+            let msgr = Messenger::new(
+                name,
+                net.clone(),
+                Arc::new(TcpTransport),
+                auth,
+                Arc::new(|_: Incoming| {}),
+            );
+            shoal_mon::MonClient::new(msgr, mons.clone(), timeout)
+        });
+        let mgr = shoal_mgr::Mgr::start(opts, monc, login).await?;
+        super::common::announce(
+            &format!("mgr.{id}: dashboard and /metrics on http://{}/", mgr.addr()),
+            mgr.addr(),
+            state_file.as_deref(),
+        )?;
+        super::mon::wait_for_signal().await?;
+        drop(mgr);
+        if let Some(path) = &state_file {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    })
+}

@@ -101,6 +101,7 @@ function draw(s) {
   drawOsds(s.osds || []);
   drawPools(s.pools || []);
   drawPgs(st.pgmap || {}, s.recovery);
+  drawCatalog(s.catalog);
   $("updated").textContent = new Date(s.at_ms).toLocaleTimeString();
   $("served-by").textContent = "mgr." + s.mgr.name;
 }
@@ -166,11 +167,17 @@ function chart(svg, points, key, fmt) {
     path.setAttribute("d", d || "M0," + y(0));
     svg.append(path);
   }
-  const label = document.createElementNS(ns, "text");
-  label.setAttribute("x", 4);
-  label.setAttribute("y", 12);
-  label.textContent = "max " + fmt(max);
-  svg.append(label);
+  const text = (x, y, anchor, s) => {
+    const t = document.createElementNS(ns, "text");
+    t.setAttribute("x", x);
+    t.setAttribute("y", y);
+    t.setAttribute("text-anchor", anchor);
+    t.textContent = s;
+    svg.append(t);
+  };
+  text(4, 12, "start", "max " + fmt(max));
+  text(4, H - 4, "start", "60 min ago");
+  text(W - 4, H - 4, "end", "now");
 }
 
 function drawCharts(points) {
@@ -195,9 +202,11 @@ function drawOsds(nodes) {
       row.append(el("td", { class: "num" }, Number(n.crush_weight).toFixed(3)));
       row.append(el("td", { class: "num" }, Number(n.reweight).toFixed(3)));
       const used = n.used_bytes || 0, total = n.total_bytes || 0;
+      const pct = total ? (100 * used) / total : 0;
       const bar = el("div", { class: "bar", title: bytes(used) + " of " + bytes(total) }, el("div", {}));
-      bar.firstChild.style.width = (total ? (100 * used) / total : 0).toFixed(1) + "%";
-      row.append(el("td", {}, bar));
+      bar.firstChild.style.width = pct.toFixed(1) + "%";
+      row.append(el("td", { class: "usage" }, bar, el("span", { class: "muted" },
+        total ? pct.toFixed(1) + "% of " + bytes(total) : "not reported")));
       const act = n.in ? "osd-out" : "osd-in";
       row.append(el("td", { class: "admin-only" },
         el("button", { class: "small", "data-action": act, "data-osd": n.id,
@@ -240,6 +249,31 @@ function drawPgs(pg, r) {
   $("pg-degraded").textContent = r.degraded;
   $("pg-misplaced").textContent = r.misplaced;
   $("pg-recovering").textContent = r.objects_left + " objects" + (r.eta_secs ? ", ETA " + duration(r.eta_secs) : "");
+}
+
+function drawCatalog(c) {
+  const note = $("catalog-note");
+  const images = $("image-table").tBodies[0];
+  const buckets = $("bucket-table").tBodies[0];
+  images.replaceChildren();
+  buckets.replaceChildren();
+  if (!c) { note.textContent = "Not listed yet."; return; }
+  note.textContent = c.error ? "Listing failed: " + c.error :
+    (c.truncated ? "The first of many; the listing stops there." : "");
+  const when = (ms) => ms ? new Date(ms).toLocaleString() : "";
+  for (const i of c.images || []) {
+    images.append(el("tr", { "data-image": i.pool + "/" + i.name },
+      el("td", {}, i.pool), el("td", {}, i.name), el("td", { class: "num" }, bytes(i.size)),
+      el("td", { class: "num" }, i.objects), el("td", { class: "num" }, i.snapshots),
+      el("td", {}, i.parent || ""), el("td", {}, i.data_pool || ""), el("td", {}, when(i.created_ms))));
+  }
+  if (!(c.images || []).length) images.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "No images.")));
+  for (const b of c.buckets || []) {
+    buckets.append(el("tr", { "data-bucket": b.name },
+      el("td", {}, b.name), el("td", {}, b.owner), el("td", {}, b.acl), el("td", {}, b.versioning || "off"),
+      el("td", { class: "num" }, b.shards), el("td", {}, when(b.created_ms))));
+  }
+  if (!(c.buckets || []).length) buckets.append(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "No buckets.")));
 }
 
 async function act_(action, args, done) {
@@ -291,4 +325,8 @@ function start() {
   timer = setInterval(refresh, REFRESH_MS);
 }
 
-start();
+// Logged in already (the session cookie lives)? Then straight in.
+api("GET", "/api/whoami").then((r) => {
+  if (r.status === 200 && r.data && r.data.user) start();
+  else showLogin();
+}, () => showLogin("The manager does not answer."));

@@ -1,7 +1,7 @@
 //! The manager's HTTP side: `/metrics`, the dashboard's page and assets
 //! (built into the binary: no CDN, works offline), and its JSON API —
-//! `POST /api/login`, `POST /api/logout`, `GET /api/summary`,
-//! `POST /api/action`. A standby answers `/metrics` with 503 and sends
+//! `POST /api/login`, `POST /api/logout`, `GET /api/whoami`,
+//! `GET /api/summary`, `POST /api/action`. A standby answers `/metrics` with 503 and sends
 //! browsers to the active manager.
 
 use std::sync::Arc;
@@ -138,6 +138,12 @@ async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
             let mut r = json_resp(StatusCode::OK, &json!({ "ok": true }));
             set_cookie(&mut r, "", 0);
             r
+        }
+        (&Method::GET, "/api/whoami") => {
+            let user = session(s, &req)
+                .ok()
+                .map(|x| json!({ "entity": x.entity, "admin": x.admin }));
+            json_resp(StatusCode::OK, &json!({ "user": user }))
         }
         (&Method::GET, "/api/summary") => match session(s, &req) {
             Ok(sess) => json_resp(StatusCode::OK, &summary(s, &sess)),
@@ -294,6 +300,7 @@ fn summary(s: &Shared, sess: &Session) -> Value {
             "eta_secs": eta,
         },
         "history": history.points.iter().collect::<Vec<_>>(),
+        "catalog": *crate::read(&s.catalog),
     })
 }
 

@@ -30,6 +30,19 @@ pub use gather::{History, Snapshot};
 /// transport and where the monitors are.
 pub type Login = Arc<dyn Fn(EntityName, Secret) -> MonClient + Send + Sync>;
 
+/// Lists what the front ends keep in the cluster (block images, S3
+/// buckets) as JSON `{"images": [...], "buckets": [...]}`, for the
+/// dashboard. Given by the binary, which links the front ends' crates; the
+/// active manager calls it every [`CATALOG_PERIOD`].
+pub type Catalog = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Between two listings of the catalog.
+pub const CATALOG_PERIOD: Duration = Duration::from_secs(15);
+
 /// How a manager runs.
 #[derive(Debug, Clone)]
 pub struct MgrOptions {
@@ -69,6 +82,8 @@ struct Shared {
     snap: RwLock<Option<Arc<Snapshot>>>,
     history: Mutex<History>,
     sessions: session::Sessions,
+    /// Images and buckets as the catalog last listed them.
+    catalog: RwLock<Value>,
     /// The role changed: gather now.
     role_changed: tokio::sync::Notify,
 }
@@ -111,7 +126,12 @@ pub struct Mgr {
 impl Mgr {
     /// Binds the HTTP address and starts beaconing; the manager serves as
     /// the active one once the monitors' map says so.
-    pub async fn start(opts: MgrOptions, monc: MonClient, login: Login) -> Result<Mgr, MgrError> {
+    pub async fn start(
+        opts: MgrOptions,
+        monc: MonClient,
+        login: Login,
+        catalog: Option<Catalog>,
+    ) -> Result<Mgr, MgrError> {
         let listener = tokio::net::TcpListener::bind(opts.http)
             .await
             .map_err(|source| MgrError::Bind {
@@ -131,13 +151,17 @@ impl Mgr {
             snap: RwLock::new(None),
             history: Mutex::new(History::default()),
             sessions: session::Sessions::default(),
+            catalog: RwLock::new(Value::Null),
             role_changed: tokio::sync::Notify::new(),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(beacons(Arc::clone(&shared))),
             tokio::spawn(gathering(Arc::clone(&shared))),
             tokio::spawn(http::serve(Arc::clone(&shared), listener)),
         ];
+        if let Some(c) = catalog {
+            tasks.push(tokio::spawn(cataloging(Arc::clone(&shared), c)));
+        }
         Ok(Mgr { shared, tasks })
     }
 
@@ -201,5 +225,26 @@ async fn gathering(s: Arc<Shared>) {
         }
         s.sessions.expire();
         let _ = tokio::time::timeout(s.opts.period, s.role_changed.notified()).await;
+    }
+}
+
+/// While active, lists the images and buckets every [`CATALOG_PERIOD`]
+/// (and at once on becoming active).
+async fn cataloging(s: Arc<Shared>, catalog: Catalog) {
+    let mut was_active = false;
+    let mut last: Option<std::time::Instant> = None;
+    loop {
+        let active = s.active();
+        let due = last.is_none_or(|t| t.elapsed() >= CATALOG_PERIOD);
+        if active && (!was_active || due) {
+            let listed = match catalog().await {
+                Ok(v) => v,
+                Err(e) => serde_json::json!({ "error": e }),
+            };
+            *write(&s.catalog) = listed;
+            last = Some(std::time::Instant::now());
+        }
+        was_active = active;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -130,10 +130,11 @@ fn foreground_up_stops_every_daemon_on_ctrl_c() {
         }
     }
     assert!(ready, "dev up --foreground never said it was up");
-    // A monitor, the OSD and the S3 gateway.
+    // A monitor, the OSD, the S3 gateway and the manager.
     let status = d.ok(&["dev", "status", "--dir", d.dir()]);
-    assert_eq!(status.matches("running").count(), 3, "{status}");
+    assert_eq!(status.matches("running").count(), 4, "{status}");
     assert!(status.contains("gateway  running"), "{status}");
+    assert!(status.contains("mgr.x    running"), "{status}");
     let pid = up.id().to_string();
     assert!(
         Command::new("kill")

@@ -280,7 +280,8 @@ fn dev_up_starts_a_gateway_and_prints_its_keys() {
         assert!(rows[0]["gateway_cpu_us_per_op"].is_f64(), "{out}");
     }
     let down = d.ok(&["dev", "down", "--dir", d.dir()]);
-    assert!(down.contains("stopped 3 daemons"), "{down}");
+    // The monitor, the OSD, the gateway and the manager.
+    assert!(down.contains("stopped 4 daemons"), "{down}");
 }
 
 /// A gateway SIGKILLed while boto3 uploads (single PUTs and multipart):

@@ -164,6 +164,8 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
                 "shoal_osd_op_latency_seconds_count",
                 &["kind=\"write\""],
             ) >= writes
+            // Once the primaries reported their PGs' statistics.
+            && sum(&text, "shoal_pool_stored_bytes", &["pool=\"rbd\""]) > 0.0
     });
     // Replicated sub-ops: each write goes to two replicas.
     assert!(sum(&text, "shoal_osd_ops_total", &["kind=\"subop\""]) >= 2.0 * writes);
@@ -196,7 +198,6 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
         sum(&text, "shoal_pg_states", &["state=\"active+clean\""]),
         sum(&text, "shoal_pg_total", &[])
     );
-    assert!(sum(&text, "shoal_pool_stored_bytes", &["pool=\"rbd\""]) > 0.0);
     assert_eq!(sample(&text, "shoal_mon_quorum_size"), Some(1.0));
     assert!(sum(&text, "shoal_gateway_request_latency_seconds_count", &[]) >= 1.0);
     if text.contains("shoal_nbd_ops_total") {
@@ -214,7 +215,7 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
     until("mgr.y active", 20, || active(&d).as_deref() == Some("y"));
     let took = t0.elapsed();
     println!("mgr failover: mgr.y active {took:?} after mgr.x was SIGKILLed (grace 2 s)");
-    assert!(took < Duration::from_secs(6), "failover took {took:?}");
+    assert!(took < Duration::from_secs(10), "failover took {took:?}");
     until("metrics from the new active manager", 20, || {
         get(&y.addr, "/metrics").0 == 200
     });

@@ -658,41 +658,81 @@ fn start_gateway(
 fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Result<()> {
     let mdir = dir.join(MGR);
     let keyring = mdir.join("keyring");
-    if !keyring.exists() || !mdir.join("addr").exists() {
+    if !keyring.exists() {
         std::fs::create_dir_all(&mdir)?;
         let section = shoal(
             dir,
-            &["auth", "get-or-create", MGR, "mon", "allow profile mgr"],
+            &[
+                "auth",
+                "get-or-create",
+                MGR,
+                "mon",
+                "allow profile mgr",
+                "osd",
+                "allow r",
+            ],
         )?;
         std::fs::write(&keyring, section)?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        std::fs::write(mdir.join("addr"), addr.to_string())?;
     }
-    let addr: SocketAddr = std::fs::read_to_string(mdir.join("addr"))?
-        .trim()
-        .parse()
-        .context("the manager's address file")?;
+    // Where it served before (the same URL after a restart), else any free
+    // port: the manager binds it and says which in its state file.
+    let bind = std::fs::read_to_string(mdir.join("addr"))
+        .map(|a| a.trim().to_string())
+        .unwrap_or_else(|_| "127.0.0.1:0".to_string());
+    let state = mdir.join("state.json");
+    let _ = std::fs::remove_file(&state);
     let ring = format!("keyring={}", std::fs::canonicalize(&keyring)?.display());
-    let bind = addr.to_string();
-    let child = spawn(
+    let state_arg = state.to_string_lossy().into_owned();
+    let mut child = spawn(
         dir,
         MGR,
         &[
-            "--set", &ring, "-n", MGR, "mgr", "--id", "x", "--bind", &bind,
+            "--set",
+            &ring,
+            "-n",
+            MGR,
+            "mgr",
+            "--id",
+            "x",
+            "--bind",
+            &bind,
+            "--state-file",
+            &state_arg,
         ],
     )?;
-    started.insert(MGR.to_string(), child);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(addr).is_err() {
-        if Instant::now() > deadline {
+    let addr = loop {
+        if let Some(a) = std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v["addr"].as_str().map(str::to_string))
+        {
+            break a;
+        }
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
             bail!(
-                "the manager did not listen on {addr}; its log:\n{}",
+                "the manager did not listen on {bind}; its log:\n{}",
                 tail(&log_path(dir, MGR), 30)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
+    };
+    std::fs::write(mdir.join("addr"), &addr)?;
+    started.insert(MGR.to_string(), child);
+    // Up once the monitors name it active (it then serves).
+    let ctx = admin_ctx(dir)?;
+    wait_until(
+        &ctx,
+        &Command::MgrStat,
+        "the manager active",
+        Duration::from_secs(30),
+        started,
+        dir,
+        |v| v["active"]["name"] == "x",
+    )
+    .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))
+    .map(|_| ())
 }
 
 /// The dev manager's URL, for `dev up`'s message.

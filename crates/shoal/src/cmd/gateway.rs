@@ -12,7 +12,7 @@ use shoal_gateway::{Meta, MetaError};
 use super::common::Ctx;
 
 /// The gateway's pool unless told otherwise.
-const DEFAULT_POOL: &str = ".shoal.gateway";
+pub const DEFAULT_POOL: &str = ".shoal.gateway";
 
 /// `shoal gateway`.
 #[derive(Debug, Args)]

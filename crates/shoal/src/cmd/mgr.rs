@@ -170,7 +170,22 @@ fn daemon(
             );
             shoal_mon::MonClient::new(msgr, mons.clone(), timeout)
         });
-        let mgr = shoal_mgr::Mgr::start(opts, monc, login).await?;
+        // Images and buckets for the dashboard, read with the manager's
+        // own key (its `osd` caps must allow reads).
+        let catalog = match shoal_client::ClientOptions::from_loaded(&config, &entity) {
+            Ok(copts) => match shoal_client::Client::connect(copts).await {
+                Ok(client) => Some(catalog(client)),
+                Err(e) => {
+                    tracing::warn!("no images or buckets on the dashboard: {e}");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!("no images or buckets on the dashboard: {e}");
+                None
+            }
+        };
+        let mgr = shoal_mgr::Mgr::start(opts, monc, login, catalog).await?;
         super::common::announce(
             &format!("mgr.{id}: dashboard and /metrics on http://{}/", mgr.addr()),
             mgr.addr(),
@@ -183,4 +198,66 @@ fn daemon(
         }
         Ok(())
     })
+}
+
+/// Images (and buckets) listed at most per refresh: the dashboard shows
+/// a page of them, not a whole large cluster.
+const CATALOG_MAX: usize = 500;
+
+/// The dashboard's images and buckets, listed through `client`.
+fn catalog(client: shoal_client::Client) -> shoal_mgr::Catalog {
+    Arc::new(move || {
+        let client = client.clone();
+        Box::pin(async move { list_catalog(&client).await.map_err(|e| format!("{e:#}")) })
+    })
+}
+
+async fn list_catalog(client: &shoal_client::Client) -> anyhow::Result<Value> {
+    let map = client.map()?;
+    let mut images = Vec::new();
+    let mut truncated = false;
+    for pool in map.pools().values() {
+        let p = client.pool(&pool.name)?;
+        // Pools without an image directory hold no images.
+        let Ok(entries) = shoal_block::rbd::list(&p).await else {
+            continue;
+        };
+        for e in entries {
+            if images.len() >= CATALOG_MAX {
+                truncated = true;
+                break;
+            }
+            if let Ok(i) = shoal_block::Image::open_read_only(&p, &e.name).await {
+                let info = i.info();
+                images.push(serde_json::json!({
+                    "pool": pool.name,
+                    "name": info.name,
+                    "size": info.size,
+                    "objects": info.objects,
+                    "snapshots": info.snapshot_count,
+                    "parent": info.parent,
+                    "data_pool": info.data_pool,
+                    "created_ms": info.created_ms,
+                }));
+            }
+        }
+    }
+    let mut buckets = Vec::new();
+    if let Ok(p) = client.pool(super::gateway::DEFAULT_POOL) {
+        let meta = shoal_gateway::Meta::new(p);
+        if let Ok(all) = meta.buckets().await {
+            truncated |= all.len() > CATALOG_MAX;
+            for b in all.into_iter().take(CATALOG_MAX) {
+                buckets.push(serde_json::json!({
+                    "name": b.name,
+                    "owner": b.owner,
+                    "created_ms": b.created_ms,
+                    "acl": b.acl,
+                    "versioning": b.versioning,
+                    "shards": b.shards,
+                }));
+            }
+        }
+    }
+    Ok(serde_json::json!({ "images": images, "buckets": buckets, "truncated": truncated }))
 }

@@ -1,0 +1,158 @@
+//! The manager's dashboard in a real headless browser (Debian's chromium
+//! and chromedriver through selenium: `clients/dashboard.py`) on a `shoal
+//! dev` cluster under a little load: pages load with no console error; the
+//! figures shown are those of `shoal status --format json`; a read-only
+//! user is offered no action and is refused one sent anyway; an admin
+//! marks an OSD out and creates a pool through the page, and the cluster
+//! says so. Screenshots of each page go to a temporary directory, or to
+//! `$SHOAL_DASHBOARD_SHOTS` (how `docs/dashboard/` was made).
+//!
+//! `.ci/run` installs chromium, chromium-driver and selenium and sets
+//! `SHOAL_REQUIRE_TOOLS=1`, so CI fails rather than skips without them.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::Dev;
+
+fn browser_present() -> bool {
+    let found = |c: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let selenium = Command::new("python3")
+        .args(["-c", "import selenium"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let ok = found("chromium") && found("chromedriver") && selenium;
+    if !ok {
+        let m = "missing chromium, chromedriver or selenium: \
+                 apt-get install chromium chromium-driver; pip install selenium";
+        assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
+        eprintln!("skipped: {m}");
+    }
+    ok
+}
+
+/// The `key = ...` of a keyring section.
+fn key_of(section: &str) -> String {
+    section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("key = "))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
+    if !browser_present() {
+        return;
+    }
+    let d = Dev::new("dashboard");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "3",
+        "--store",
+        "mem",
+        "--set",
+        "mgr_stats_period_ms=1000",
+    ]);
+    let mgr = std::fs::read_to_string(d.0.join("mgr.x").join("addr")).unwrap();
+    let admin = key_of(&d.ok(&["auth", "get", "client.admin"]));
+    let viewer = key_of(&d.ok(&["auth", "get-or-create", "client.viewer", "mon", "allow r"]));
+    // Some I/O for the throughput chart; an image and a bucket to list.
+    d.ok(&["bench", "-p", "rbd", "2", "write"]);
+    d.ok(&["rbd", "create", "dashboard-disk", "--size", "1G"]);
+    let gw = std::fs::read_to_string(d.0.join("gateway").join("addr")).unwrap();
+    let user: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.0.join("gateway").join("user.json")).unwrap(),
+    )
+    .unwrap();
+    let k = &user["keys"][0];
+    let made = Command::new("timeout")
+        .args([
+            "60",
+            "python3",
+            "-c",
+            "import boto3, os\n\
+             s3 = boto3.client('s3', endpoint_url=os.environ['E'], region_name='us-east-1',\n\
+                 aws_access_key_id=os.environ['K'], aws_secret_access_key=os.environ['S'])\n\
+             s3.create_bucket(Bucket='dashboard-bucket')\n",
+        ])
+        .env("E", format!("http://{}", gw.trim()))
+        .env("K", k["access_key"].as_str().unwrap())
+        .env("S", k["secret_key"].as_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !d.all_active_clean() {
+        assert!(Instant::now() < deadline, "the PGs never became clean");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let status = d.0.join("status.json");
+    std::fs::write(&status, d.ok(&["status", "--format", "json"])).unwrap();
+    let shots = std::env::var("SHOAL_DASHBOARD_SHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| d.0.join("shots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let results = d.0.join("results.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/dashboard.py");
+    let out = Command::new("timeout")
+        .args(["180", "python3", script])
+        .env("URL", format!("http://{}/", mgr.trim()))
+        .env("ADMIN_KEY", &admin)
+        .env("RO_ENTITY", "client.viewer")
+        .env("RO_KEY", &viewer)
+        .env("STATUS", &status)
+        .env("SHOTS", &shots)
+        .env("OUT", &results)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["read_only_action"][0], 403, "{r}");
+    assert_eq!(r["catalog"], true, "{r}");
+    for page in ["login", "overview", "osds", "pools", "pgs", "storage"] {
+        let png = std::fs::read(shots.join(format!("{page}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "{page}.png is no PNG");
+    }
+
+    // What the admin did through the page is what the cluster says.
+    let tree = d.json(&["osd", "tree"]);
+    let out_osd = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == r["marked_out"])
+        .unwrap();
+    assert_eq!(out_osd["in"], false, "{out_osd}");
+    let pools = d.ok(&["osd", "pool", "ls"]);
+    assert!(pools.contains("dashboard-pool"), "{pools}");
+    // The read-only user's refused action changed nothing.
+    let osd0 = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "osd.0")
+        .unwrap();
+    assert_eq!(osd0["in"], true, "{osd0}");
+}

@@ -62,11 +62,14 @@ fn check_header(r: &mut Reader<'_>, magic: &[u8; 4]) -> Result<()> {
 fn put_pool(w: &mut Writer, p: &Pool) {
     w.u64(p.id);
     w.str(&p.name);
-    // Pools without snapshots keep the encodings they had before snapshots.
+    // Pools without snapshots keep the encodings they had before snapshots,
+    // and pools without a quota those they had before quotas.
     let snaps = p.snap_seq != 0 || !p.removed_snaps.is_empty();
+    let quota = p.quota_max_bytes != 0 || p.quota_max_objects != 0;
+    let with_quota = if quota { POOL_QUOTA } else { 0 };
     match p.kind {
         PoolKind::Replicated => {
-            w.u8(if snaps { POOL_REPLICATED_SNAPS } else { 1 });
+            w.u8(if snaps { POOL_REPLICATED_SNAPS } else { 1 } | with_quota);
             w.u32(0);
             w.u32(0);
         }
@@ -75,7 +78,7 @@ fn put_pool(w: &mut Writer, p: &Pool) {
                 POOL_ERASURE_SNAPS
             } else {
                 POOL_ERASURE
-            });
+            } | with_quota);
             w.u32(k);
             w.u32(m);
         }
@@ -96,7 +99,15 @@ fn put_pool(w: &mut Writer, p: &Pool) {
             w.u64(*count);
         }
     }
+    if quota {
+        w.u64(p.quota_max_bytes);
+        w.u64(p.quota_max_objects);
+    }
 }
+
+/// Added to a pool's type code when its quotas (max bytes, max objects)
+/// follow last.
+const POOL_QUOTA: u8 = 0x40;
 
 /// Pool type codes with self-managed snapshots: 5 is 1 and 6 is 4, each
 /// followed by the snapshot sequence and the removed snapshots' runs.
@@ -116,6 +127,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         r.u32().map_err(de)?,
         r.u32().map_err(de)?,
     );
+    let has_quota = t & POOL_QUOTA != 0;
+    let t = t & !POOL_QUOTA;
     let kind = match t {
         1 | POOL_REPLICATED_SNAPS => PoolKind::Replicated,
         3 | POOL_ERASURE | POOL_ERASURE_SNAPS => PoolKind::Erasure { k, m },
@@ -150,6 +163,10 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
             removed_snaps.push((r.u64().map_err(de)?, r.u64().map_err(de)?));
         }
     }
+    let (quota_max_bytes, quota_max_objects) = match has_quota {
+        true => (r.u64().map_err(de)?, r.u64().map_err(de)?),
+        false => (0, 0),
+    };
     let p = Pool {
         id,
         name,
@@ -164,6 +181,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         ec_profile,
         snap_seq,
         removed_snaps,
+        quota_max_bytes,
+        quota_max_objects,
     };
     p.validate().map_err(|e| match e {
         e @ MapError::Limit { .. } => e,
@@ -609,6 +628,35 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn pools_keep_their_quotas_and_the_full_flag() {
+        let plain = Pool::replicated(2, "rbd", 3, 2, 8, 0);
+        let mut w = Writer::new();
+        put_pool(&mut w, &plain);
+        let old_bytes = w.finish();
+        for mut p in [plain, Pool::erasure(3, "ec", 2, 1, 8, 1)] {
+            p.quota_max_objects = 5;
+            p.flags |= crate::pool::FLAG_FULL_QUOTA;
+            let mut with_snaps = p.clone();
+            with_snaps.snap_seq = 4;
+            with_snaps.remove_snap(2);
+            for q in [p, with_snaps] {
+                let mut w = Writer::new();
+                put_pool(&mut w, &q);
+                let buf = w.finish();
+                let back = get_pool(&mut Reader::new(&buf)).unwrap();
+                assert_eq!(back, q);
+                assert!(back.full_quota());
+                // Cut short, the quota is an error, not a default.
+                assert!(get_pool(&mut Reader::new(&buf[..buf.len() - 4])).is_err());
+            }
+        }
+        // No quota: the bytes of before quotas.
+        let mut w = Writer::new();
+        put_pool(&mut w, &Pool::replicated(2, "rbd", 3, 2, 8, 0));
+        assert_eq!(w.finish(), old_bytes);
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use mapping::PgMapping;
 pub use osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, PRIMARY_AFFINITY_DEFAULT, WEIGHT_IN, WEIGHT_OUT};
 pub use pg::PgId;
 pub use pool::{
-    DEFAULT_STRIPE_UNIT, FLAG_EC_OVERWRITES, FLAG_HASHPSPOOL, MAX_PG_NUM, MAX_POOL_SIZE, Pool,
-    PoolKind,
+    DEFAULT_STRIPE_UNIT, FLAG_EC_OVERWRITES, FLAG_FULL_QUOTA, FLAG_HASHPSPOOL, MAX_PG_NUM,
+    MAX_POOL_SIZE, Pool, PoolKind,
 };
 pub use shoal_crush::ITEM_NONE;

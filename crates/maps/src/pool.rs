@@ -10,6 +10,10 @@ pub const FLAG_HASHPSPOOL: u64 = 1;
 /// overwrites (`allow_ec_overwrites`); without it, only appends and whole
 /// objects.
 pub const FLAG_EC_OVERWRITES: u64 = 1 << 17;
+/// Ceph's `FLAG_FULL_QUOTA`: the pool holds as many bytes or objects as
+/// its quota allows; OSDs refuse what would add to it (deletes pass). Set
+/// and cleared by the monitors' leader from the PG statistics.
+pub const FLAG_FULL_QUOTA: u64 = 1 << 10;
 /// The stripe unit of an erasure-coded pool whose map names none.
 pub const DEFAULT_STRIPE_UNIT: u32 = 4096;
 
@@ -68,6 +72,10 @@ pub struct Pool {
     /// Self-managed snapshots removed, as sorted, apart `(first, count)`
     /// runs: their clones are to be trimmed.
     pub removed_snaps: Vec<(u64, u64)>,
+    /// Most bytes stored (before redundancy) the pool takes; 0: no quota.
+    pub quota_max_bytes: u64,
+    /// Most objects the pool takes; 0: no quota.
+    pub quota_max_objects: u64,
 }
 
 impl Pool {
@@ -94,6 +102,8 @@ impl Pool {
             ec_profile: String::new(),
             snap_seq: 0,
             removed_snaps: Vec::new(),
+            quota_max_bytes: 0,
+            quota_max_objects: 0,
         }
     }
 
@@ -114,7 +124,14 @@ impl Pool {
             ec_profile: String::new(),
             snap_seq: 0,
             removed_snaps: Vec::new(),
+            quota_max_bytes: 0,
+            quota_max_objects: 0,
         }
+    }
+
+    /// Whether the pool is at its quota: writes that add are refused.
+    pub fn full_quota(&self) -> bool {
+        self.flags & FLAG_FULL_QUOTA != 0
     }
 
     /// Whether the pool is erasure coded.

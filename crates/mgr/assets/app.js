@@ -232,11 +232,20 @@ function drawPools(pools) {
       el("td", { class: "num" }, bytes(s.stored)), el("td", { class: "num" }, s.objects),
       el("td", { class: "num" }, (100 * (s.percent_used || 0)).toFixed(2) + "%"),
       el("td", { class: "num" }, bytes(s.max_avail)),
+      el("td", { class: p.quota && p.quota.full ? "down" : "" }, quota(p.quota)),
       el("td", { class: "num" }, rate(io.read_ops) + " op/s, " + bytes(io.read_bytes) + "/s"),
       el("td", { class: "num" }, rate(io.write_ops) + " op/s, " + bytes(io.write_bytes) + "/s")));
     sel.append(el("option", { value: p.name }, p.name));
   }
   if (chosen) sel.value = chosen;
+}
+
+function quota(q) {
+  if (!q || (!q.max_bytes && !q.max_objects)) return "none";
+  const parts = [];
+  if (q.max_objects) parts.push(q.max_objects + " objects");
+  if (q.max_bytes) parts.push(bytes(q.max_bytes));
+  return parts.join(", ") + (q.full ? " (full)" : "");
 }
 
 function drawPgs(pg, r) {

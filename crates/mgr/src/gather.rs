@@ -89,9 +89,22 @@ pub struct History {
     pub points: VecDeque<Point>,
     /// The latest rates by pool id.
     pub pools: BTreeMap<u64, Io>,
-    /// Counter values of the previous snapshot: (daemon, key) -> value.
-    prev: BTreeMap<(String, String), u64>,
-    prev_at_ms: u64,
+    /// Per daemon: when its newest report was made, its counters then, and
+    /// the rates between its two newest reports.
+    daemons: BTreeMap<String, DaemonRates>,
+    /// Snapshots seen.
+    seen: u64,
+}
+
+/// What a daemon's two newest reports say.
+#[derive(Debug, Default, Clone)]
+struct DaemonRates {
+    /// When its newest report reached the monitors (ms since the epoch).
+    at_ms: u64,
+    /// Its counters then, by key (`io:read_ops`, `pool:3:write_bytes`).
+    values: BTreeMap<String, u64>,
+    /// Per second between its two newest reports, by key.
+    rates: BTreeMap<String, f64>,
 }
 
 /// The client I/O counters of one OSD report: `io:read_ops`, ...,
@@ -139,42 +152,66 @@ fn add(io: &mut Io, what: &str, per_s: f64) {
 }
 
 impl History {
-    /// Adds a snapshot: rates since the previous one (a counter that went
-    /// back, its daemon restarted, counts from zero).
+    /// Adds a snapshot. Rates come from each daemon's own consecutive
+    /// reports and the times they were made (a snapshot that finds the
+    /// same report as the last one keeps its rates, rather than reading
+    /// a pause); a counter that went back (its daemon restarted) counts
+    /// from zero.
     pub fn push(&mut self, snap: &Snapshot) {
-        let mut now = BTreeMap::new();
-        for (_, r) in snap.reports.iter().filter(|(_, r)| r.kind == "osd") {
-            for (k, v) in io_counters(r) {
-                now.insert((r.daemon.clone(), k), v);
-            }
+        let mut live = BTreeMap::new();
+        for (age_ms, r) in snap.reports.iter().filter(|(_, r)| r.kind == "osd") {
+            let at_ms = snap.at_ms.saturating_sub(*age_ms);
+            let values: BTreeMap<String, u64> = io_counters(r).into_iter().collect();
+            let prev = self.daemons.remove(&r.daemon);
+            let next = match prev {
+                // The same report as before (clocks in ms, the age rounded).
+                Some(p) if at_ms <= p.at_ms + 50 => p,
+                Some(p) => {
+                    let dt = at_ms.saturating_sub(p.at_ms) as f64 / 1000.0;
+                    let rates = values
+                        .iter()
+                        .map(|(k, v)| {
+                            let delta = match p.values.get(k) {
+                                Some(b) if v >= b => v - b,
+                                Some(_) => *v,
+                                None => *v,
+                            };
+                            (k.clone(), delta as f64 / dt)
+                        })
+                        .collect();
+                    DaemonRates {
+                        at_ms,
+                        values,
+                        rates,
+                    }
+                }
+                None => DaemonRates {
+                    at_ms,
+                    values,
+                    rates: BTreeMap::new(),
+                },
+            };
+            live.insert(r.daemon.clone(), next);
         }
-        let dt = snap.at_ms.saturating_sub(self.prev_at_ms) as f64 / 1000.0;
-        let first = self.prev_at_ms == 0;
+        // Daemons that no longer report are gone from the sums.
+        self.daemons = live;
+        self.seen += 1;
+        if self.seen < 2 {
+            return;
+        }
         let mut io = Io::default();
         let mut pools: BTreeMap<u64, Io> = BTreeMap::new();
-        if !first && dt > 0.0 {
-            for ((daemon, key), v) in &now {
-                let before = self.prev.get(&(daemon.clone(), key.clone())).copied();
-                let delta = match before {
-                    Some(b) if *v >= b => v - b,
-                    Some(_) => *v,
-                    None => 0,
-                };
-                let per_s = delta as f64 / dt;
+        for d in self.daemons.values() {
+            for (key, per_s) in &d.rates {
                 if let Some(what) = key.strip_prefix("io:") {
-                    add(&mut io, what, per_s);
+                    add(&mut io, what, *per_s);
                 } else if let Some(rest) = key.strip_prefix("pool:")
                     && let Some((pool, what)) = rest.split_once(':')
                     && let Ok(pool) = pool.parse::<u64>()
                 {
-                    add(pools.entry(pool).or_default(), what, per_s);
+                    add(pools.entry(pool).or_default(), what, *per_s);
                 }
             }
-        }
-        self.prev = now;
-        self.prev_at_ms = snap.at_ms;
-        if first {
-            return;
         }
         self.pools = pools;
         let pg = &snap.status["pgmap"];
@@ -198,9 +235,10 @@ mod tests {
     use serde_json::json;
     use shoal_monclient::Metric;
 
-    fn report(daemon: &str, reads: u64, pool_writes: u64) -> (u64, DaemonReport) {
+    /// A report `age_ms` old when gathered.
+    fn report(daemon: &str, age_ms: u64, reads: u64, pool_writes: u64) -> (u64, DaemonReport) {
         (
-            0,
+            age_ms,
             DaemonReport {
                 daemon: daemon.into(),
                 kind: "osd".into(),
@@ -234,16 +272,16 @@ mod tests {
     }
 
     #[test]
-    fn rates_come_from_the_counters_of_consecutive_snapshots() {
+    fn rates_come_from_each_daemons_consecutive_reports() {
         let mut h = History::default();
         h.push(&snap(
             10_000,
-            vec![report("osd.0", 100, 10), report("osd.1", 0, 0)],
+            vec![report("osd.0", 0, 100, 10), report("osd.1", 0, 0, 0)],
         ));
         assert!(h.points.is_empty(), "no rate from one snapshot");
         h.push(&snap(
             15_000,
-            vec![report("osd.0", 600, 60), report("osd.1", 500, 0)],
+            vec![report("osd.0", 0, 600, 60), report("osd.1", 0, 500, 0)],
         ));
         let p = h.points.back().copied().unwrap_or_default();
         assert_eq!(p.io.read_ops, 200.0); // (500 + 500) / 5 s
@@ -251,14 +289,27 @@ mod tests {
         let pool = h.pools.get(&3).copied().unwrap_or_default();
         assert_eq!(pool.write_ops, 10.0);
         assert_eq!(pool.write_bytes, 10.0 * 4096.0);
-        // osd.1 restarted: its counter starts again from zero.
+        // Gathered again before either daemon reported anew: the same
+        // reports, now older. The rates stay; no pause is read.
+        h.push(&snap(
+            16_000,
+            vec![
+                report("osd.0", 1000, 600, 60),
+                report("osd.1", 1000, 500, 0),
+            ],
+        ));
+        assert_eq!(h.points.back().map(|p| p.io.read_ops), Some(200.0));
+        // osd.1 restarted: its counter starts again from zero; osd.0 idle.
         h.push(&snap(
             20_000,
-            vec![report("osd.0", 600, 60), report("osd.1", 50, 0)],
+            vec![report("osd.0", 0, 600, 60), report("osd.1", 0, 50, 0)],
         ));
         assert_eq!(h.points.back().map(|p| p.io.read_ops), Some(10.0));
-        // An hour later the first points are gone.
+        // A daemon that stops reporting leaves the sums.
+        h.push(&snap(25_000, vec![report("osd.0", 0, 600, 60)]));
+        assert_eq!(h.points.back().map(|p| p.io.read_ops), Some(0.0));
+        // An hour after the fourth point, the first four are gone.
         h.push(&snap(20_000 + HISTORY_SECS * 1000 + 1, vec![]));
-        assert_eq!(h.points.len(), 1);
+        assert_eq!(h.points.len(), 2);
     }
 }

@@ -100,6 +100,14 @@ pub enum OsdChange {
         /// Value.
         value: String,
     },
+    /// Marks a pool at its quota (writes that add are refused) or no
+    /// longer; proposed by the leader from the PG statistics.
+    PoolQuotaFull {
+        /// Pool name.
+        name: String,
+        /// At the quota.
+        full: bool,
+    },
     /// Hands out a pool's next self-managed snapshot id.
     SnapCreate {
         /// Pool name.
@@ -512,6 +520,25 @@ impl OsdMapState {
                 set_pool_property(map, &mut pool, key, value)?;
                 inc.new_pools.insert(pool.id, pool);
                 Ok(json!({ "pool": name, key.clone(): value }))
+            }
+            OsdChange::PoolQuotaFull { name, full } => {
+                let mut pool = pool_named(map, name)?.clone();
+                if pool.full_quota() == *full {
+                    return Err(MonError::new(
+                        ErrorCode::Again,
+                        format!(
+                            "pool {name} is already {}",
+                            if *full { "full" } else { "not full" }
+                        ),
+                    ));
+                }
+                if *full {
+                    pool.flags |= shoal_maps::FLAG_FULL_QUOTA;
+                } else {
+                    pool.flags &= !shoal_maps::FLAG_FULL_QUOTA;
+                }
+                inc.new_pools.insert(pool.id, pool);
+                Ok(json!({ "pool": name, "full_quota": full }))
             }
             OsdChange::SnapCreate { pool } => {
                 let mut p = pool_named(map, pool)?.clone();
@@ -1014,13 +1041,45 @@ fn set_pool_property(
                 "changing pg_num is not supported yet: PG split and merge come with the OSDs",
             ));
         }
+        // The leader sets or clears the full flag from the PG statistics
+        // once the new quota is known.
+        "quota_max_bytes" | "quota_max_objects" => {
+            let v = parse_quota(value).ok_or_else(|| {
+                invalid(format!(
+                    "{key} must be a whole number (0: no quota), not {value:?}"
+                ))
+            })?;
+            if key == "quota_max_bytes" {
+                pool.quota_max_bytes = v;
+            } else {
+                pool.quota_max_objects = v;
+            }
+        }
         other => {
             return Err(invalid(format!(
-                "unknown pool property {other:?} (size, min_size, crush_rule, allow_ec_overwrites)"
+                "unknown pool property {other:?} (size, min_size, crush_rule, \
+                 allow_ec_overwrites, quota_max_bytes, quota_max_objects)"
             )));
         }
     }
     Ok(())
+}
+
+/// A quota: a whole number, with an optional binary suffix (`10G`, `512Ki`).
+fn parse_quota(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let mult: u64 = match unit.trim_end_matches(['i', 'B', 'b']) {
+        "" => 1,
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        "G" | "g" => 1 << 30,
+        "T" | "t" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
 }
 
 /// Buckets of `type_name` (or devices, for `osd`) below the default root.

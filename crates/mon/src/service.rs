@@ -1391,6 +1391,25 @@ impl Core {
         }
     }
 
+    /// On the leader, every second: marks pools that reached their quota
+    /// full (OSDs then refuse what would add to them) and clears the mark
+    /// once they are back under it, from the PG statistics.
+    async fn enforce_quotas(&self) {
+        let changes = {
+            let s = read_state(&self.state);
+            if s.fsid.is_empty() {
+                return;
+            }
+            crate::views_pg::quota_changes(&s)
+        };
+        for (name, full) in changes {
+            let req = MonRequest::Osd(OsdChange::PoolQuotaFull { name, full });
+            if let Err(e) = self.raft.client_write(req).await {
+                tracing::debug!("pool quota: {e}");
+            }
+        }
+    }
+
     /// `mgr fail NAME`: the manager gives up its role at once.
     async fn mgr_fail(&self, name: &str) -> Outcome {
         let map = read_state(&self.state).mgrmap.clone();
@@ -1577,6 +1596,7 @@ async fn record_health(core: std::sync::Weak<Core>) {
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         core.choose_mgr(since).await;
+        core.enforce_quotas().await;
         if since.elapsed() < core.contact_window() {
             continue;
         }

@@ -38,6 +38,9 @@ fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
         "snap_seq": p.snap_seq,
         "removed_snaps": p.removed_snaps.iter().map(|(first, count)| json!([first, count])).collect::<Vec<_>>(),
         "allow_ec_overwrites": p.is_erasure().then_some(p.flags & FLAG_EC_OVERWRITES != 0),
+        "quota_max_bytes": p.quota_max_bytes,
+        "quota_max_objects": p.quota_max_objects,
+        "full_quota": p.full_quota(),
     })
 }
 
@@ -351,6 +354,27 @@ fn raw_checks(
                 "severity": "HEALTH_WARN",
                 "summary": format!("{} osds down", down.len()),
                 "detail": down.iter().map(|id| format!("osd.{id} is down")).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    if let Ok(map) = state.osdmap.current() {
+        let full: Vec<String> = map
+            .pools()
+            .values()
+            .filter(|p| p.full_quota())
+            .map(|p| {
+                format!(
+                    "pool '{}' is at its quota (max_bytes {}, max_objects {}; 0: none)",
+                    p.name, p.quota_max_bytes, p.quota_max_objects
+                )
+            })
+            .collect();
+        if !full.is_empty() {
+            checks.push(json!({
+                "code": "POOL_FULL",
+                "severity": "HEALTH_WARN",
+                "summary": format!("{} pool(s) full", full.len()),
+                "detail": full,
             }));
         }
     }

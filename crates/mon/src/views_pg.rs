@@ -297,12 +297,9 @@ fn projected_raw_avail(state: &MonState, map: &OsdMap) -> u64 {
         .fold(f64::INFINITY, f64::min) as u64
 }
 
-/// `df`: raw space in total (from the OSDs' reports), and per pool what
-/// is stored, the raw space it takes, and what can still be stored.
-pub fn df(state: &MonState) -> Result<Value, MonError> {
-    let map = state.osdmap.current()?;
-    let (total, used, avail) = raw_space(state);
-    let raw_avail = projected_raw_avail(state, map);
+/// Each pool's stored bytes and objects, from the PG reports: pool id →
+/// (bytes, objects).
+pub fn pool_usage(state: &MonState) -> BTreeMap<u64, (u64, u64)> {
     let mut stored: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for (pgid, e) in &state.pg_stats {
         let Ok(id) = pgid.parse::<PgId>() else {
@@ -312,6 +309,35 @@ pub fn df(state: &MonState) -> Result<Value, MonError> {
         s.0 = s.0.saturating_add(e.report.bytes);
         s.1 = s.1.saturating_add(e.report.objects);
     }
+    stored
+}
+
+/// The pools whose quota state should change: (name, full now), for
+/// the pools whose usage reached their quota without the flag, or went
+/// back under it with the flag.
+pub fn quota_changes(state: &MonState) -> Vec<(String, bool)> {
+    let Ok(map) = state.osdmap.current() else {
+        return Vec::new();
+    };
+    let usage = pool_usage(state);
+    map.pools()
+        .values()
+        .filter_map(|p| {
+            let (bytes, objects) = usage.get(&p.id).copied().unwrap_or_default();
+            let full = (p.quota_max_bytes > 0 && bytes >= p.quota_max_bytes)
+                || (p.quota_max_objects > 0 && objects >= p.quota_max_objects);
+            (full != p.full_quota()).then(|| (p.name.clone(), full))
+        })
+        .collect()
+}
+
+/// `df`: raw space in total (from the OSDs' reports), and per pool what
+/// is stored, the raw space it takes, and what can still be stored.
+pub fn df(state: &MonState) -> Result<Value, MonError> {
+    let map = state.osdmap.current()?;
+    let (total, used, avail) = raw_space(state);
+    let raw_avail = projected_raw_avail(state, map);
+    let stored = pool_usage(state);
     let pools: Vec<Value> = map
         .pools()
         .values()
@@ -330,6 +356,11 @@ pub fn df(state: &MonState) -> Result<Value, MonError> {
                 "name": p.name,
                 "id": p.id,
                 "pg_num": p.pg_num,
+                "quota": {
+                    "max_bytes": p.quota_max_bytes,
+                    "max_objects": p.quota_max_objects,
+                    "full": p.full_quota(),
+                },
                 "stats": {
                     "stored": bytes,
                     "objects": objects,

@@ -50,6 +50,17 @@ pub enum BenchCmd {
     /// An S3 endpoint (`shoal gateway` or radosgw): PUT, GET and DELETE of
     /// many objects with requests in flight, multipart for large ones.
     S3(super::bench_s3::S3BenchArgs),
+    /// The performance counters the data paths keep for the manager: the
+    /// CPU one OSD op, S3 request and NBD request spends on them (for the
+    /// manager's cost beside the CPU of an op, `bench/mgr-cost.sh`).
+    Counters {
+        /// Operations measured per path.
+        #[arg(long, default_value_t = 2_000_000)]
+        ops: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: super::common::Format,
+    },
 }
 
 /// Options of `shoal bench net`.
@@ -83,6 +94,7 @@ pub fn run(args: BenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
         (Some(BenchCmd::Net(a)), None) => bench_net(a, &ctx.config),
         (Some(BenchCmd::Mon(a)), None) => super::bench_mon::run(a),
         (Some(BenchCmd::S3(a)), None) => super::bench_s3::run(a),
+        (Some(BenchCmd::Counters { ops, format }), None) => bench_counters(ops, format),
         (None, _) => super::bench_rados::run(args.rados, ctx),
     }
 }
@@ -483,4 +495,64 @@ fn msgr_pipelined(
             Ok((total, elapsed))
         },
     )
+}
+
+/// `shoal bench counters`: ns of CPU per op spent on performance counters,
+/// on one thread, through the same calls the data paths make: an OSD
+/// client op (its kind and pool counters, the reply hook with its latency
+/// histogram), an S3 request (by operation and status), an NBD request.
+fn bench_counters(ops: u64, format: super::common::Format) -> anyhow::Result<()> {
+    use shoal_net::ReplyHook;
+    use std::time::Instant;
+    let ops = ops.max(1);
+    let per_op = |f: &mut dyn FnMut(u64)| {
+        let t = Instant::now();
+        for i in 0..ops {
+            f(i);
+        }
+        t.elapsed().as_nanos() as f64 / ops as f64
+    };
+    let perf = shoal_osd::ctx::OsdPerf::default();
+    let osd = per_op(&mut |i| {
+        let started = Instant::now();
+        let hook = std::sync::Arc::new(perf.client_op(i % 4, i % 2 == 0, 4096));
+        let hook: std::sync::Arc<dyn ReplyHook> = hook;
+        hook.replied(started, 0, false);
+    });
+    let subop = per_op(&mut |_| {
+        let started = Instant::now();
+        let hook: std::sync::Arc<dyn ReplyHook> = std::sync::Arc::clone(&perf.subop) as _;
+        hook.replied(started, 0, false);
+    });
+    let gw = shoal_gateway::metrics::Metrics::default();
+    let s3 = per_op(&mut |i| {
+        let started = Instant::now();
+        let op = if i % 2 == 0 { "PutObject" } else { "GetObject" };
+        gw.record(op, 200, started.elapsed());
+    });
+    let nbd_m = shoal_nbd::metrics::Metrics::default();
+    let nbd = per_op(&mut |i| {
+        let started = Instant::now();
+        nbd_m.record((i % 2) as u16, 4096, started.elapsed());
+    });
+    let v = serde_json::json!({
+        "ops": ops,
+        "osd_client_op_ns": osd,
+        "osd_subop_ns": subop,
+        "gateway_request_ns": s3,
+        "nbd_request_ns": nbd,
+    });
+    super::common::print(format, &v, |v| {
+        format!(
+            "performance counters, ns of CPU per op ({} ops each, one thread):\n  \
+             OSD client op  {:>7.1}\n  OSD sub-op     {:>7.1}\n  S3 request     {:>7.1}\n  \
+             NBD request    {:>7.1}\n",
+            v["ops"],
+            v["osd_client_op_ns"].as_f64().unwrap_or(0.0),
+            v["osd_subop_ns"].as_f64().unwrap_or(0.0),
+            v["gateway_request_ns"].as_f64().unwrap_or(0.0),
+            v["nbd_request_ns"].as_f64().unwrap_or(0.0)
+        )
+    });
+    Ok(())
 }

@@ -338,6 +338,30 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
+    /// Set a pool's quota, as Ceph's `osd pool set-quota POOL
+    /// max_objects|max_bytes N` (0 removes it; bytes take K, M, G, T).
+    /// At its quota a pool refuses writes that add to it (deletes pass)
+    /// and the cluster warns POOL_FULL.
+    SetQuota {
+        /// Pool.
+        name: String,
+        /// `max_objects` or `max_bytes`.
+        #[arg(value_parser = ["max_objects", "max_bytes"])]
+        field: String,
+        /// The limit.
+        value: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Show a pool's quotas.
+    GetQuota {
+        /// Pool.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
     /// Show a pool's properties (or one of them).
     Get {
         /// Pool.
@@ -706,6 +730,47 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 },
             )?;
             done(format, &v, &format!("set pool {name} {key} to {value}"));
+        }
+        PoolCmd::SetQuota {
+            name,
+            field,
+            value,
+            format,
+        } => {
+            let v = mon_command(
+                ctx,
+                &Command::PoolSet {
+                    name: name.clone(),
+                    key: format!("quota_{field}"),
+                    value: value.clone(),
+                },
+            )?;
+            done(
+                format,
+                &v,
+                &format!("set-quota {field} = {value} for pool {name}"),
+            );
+        }
+        PoolCmd::GetQuota { name, format } => {
+            let v = mon_command(ctx, &Command::PoolGet { name: name.clone() })?;
+            let q = serde_json::json!({
+                "pool_name": name,
+                "pool_id": v["id"],
+                "quota_max_objects": v["quota_max_objects"],
+                "quota_max_bytes": v["quota_max_bytes"],
+                "full": v["full_quota"],
+            });
+            print(format, &q, |q| {
+                let show = |n: &Value| match n.as_u64() {
+                    Some(0) | None => "N/A".to_string(),
+                    Some(n) => n.to_string(),
+                };
+                format!(
+                    "quotas for pool '{name}':\n  max objects: {}\n  max bytes  : {}\n",
+                    show(&q["quota_max_objects"]),
+                    show(&q["quota_max_bytes"])
+                )
+            });
         }
         PoolCmd::Get { name, key, format } => {
             let v = mon_command(ctx, &Command::PoolGet { name })?;

@@ -282,6 +282,18 @@ impl PgCore {
             );
             return vec![op_error(to, OsdErrorCode::NoSpace, epoch, m)];
         }
+        // A pool at its quota takes what frees space, as a full OSD does.
+        if mutating
+            && !frees_only(&msg)
+            && let Some(p) = self.pool.as_ref().filter(|p| p.full_quota())
+        {
+            let m = format!(
+                "pool {} is at its quota (max_bytes {}, max_objects {}; 0: none): \
+                 delete objects or raise it (shoal osd pool set-quota)",
+                p.name, p.quota_max_bytes, p.quota_max_objects
+            );
+            return vec![op_error(to, OsdErrorCode::NoSpace, epoch, m)];
+        }
         if self.ec.is_some() {
             let op = Op {
                 msg,

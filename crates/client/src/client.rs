@@ -239,6 +239,10 @@ impl Client {
                 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                // No `osd` caps: no ticket for the OSDs.
+                Err(e) if e.code == shoal_monclient::ErrorCode::PermissionDenied => {
+                    return Err(Error::PermissionDenied(e.message));
+                }
                 Err(e) => return Err(Error::Mon(e.to_string())),
             }
         }

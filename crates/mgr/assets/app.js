@@ -211,7 +211,10 @@ function drawOsds(nodes) {
       row.append(el("td", { class: "admin-only" },
         el("button", { class: "small", "data-action": act, "data-osd": n.id,
           onclick: () => act_(act, { osd: n.id }, n.name + " marked " + (n.in ? "out" : "in")) },
-        n.in ? "Mark out" : "Mark in")));
+        n.in ? "Mark out" : "Mark in"), " ",
+        el("button", { class: "small", "data-action": "osd-scrub", "data-osd": n.id,
+          onclick: () => act_("osd-scrub", { osd: n.id }, n.name + ": scrub started") },
+        "Scrub")));
     } else {
       row.append(el("td", {}), el("td", { class: "num" }, Number(n.crush_weight).toFixed(3)), el("td", {}), el("td", {}), el("td", { class: "admin-only" }));
     }
@@ -288,6 +291,11 @@ function drawCatalog(c) {
 async function act_(action, args, done) {
   const r = await api("POST", "/api/action", Object.assign({ action }, args));
   if (r.status === 200) notice(done);
+  else if (r.status === 202) {
+    const o = (r.data && r.data.output) || {};
+    notice(done + " (" + o.pgs + " PGs; the first: " + ((o.first && o.first.objects) || 0) + " objects, " +
+      ((o.first && o.first.errors) || 0) + " errors)");
+  }
   else notice("Refused: " + ((r.data && r.data.error) || r.status), true);
   await refresh();
 }

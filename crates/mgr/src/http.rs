@@ -155,7 +155,7 @@ async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
                 Err(r) => return r.resp(),
             };
             match body_json(req).await {
-                Ok(v) => action(&sess, &v).await,
+                Ok(v) => action(s, &sess, &v).await,
                 Err(r) => r.resp(),
             }
         }
@@ -224,7 +224,7 @@ async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
     let Ok(secret) = Secret::from_base64(key.trim()) else {
         return error(StatusCode::UNAUTHORIZED, "wrong entity or key");
     };
-    let monc = (s.login)(name.clone(), secret);
+    let monc = (s.hooks.login)(name.clone(), secret.clone());
     if let Err(e) = monc.command(&Command::MonStat).await {
         tracing::info!(%name, "dashboard login refused: {e}");
         return error(StatusCode::UNAUTHORIZED, "wrong entity or key");
@@ -244,6 +244,7 @@ async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
         entity: entity.clone(),
         admin: caps.write,
         monc,
+        key: secret,
     };
     let admin = sess.admin;
     let token = s.sessions.open(sess);
@@ -311,7 +312,10 @@ fn str_field<'a>(v: &'a Value, k: &str) -> Result<&'a str, Refused> {
 
 /// An admin action, as the monitors' ordinary command, run with the
 /// user's own session: the monitors decide whether they may.
-async fn action(sess: &Session, v: &Value) -> Resp {
+async fn action(s: &Shared, sess: &Session, v: &Value) -> Resp {
+    if let Some(kind @ ("osd-scrub" | "osd-deep-scrub")) = v["action"].as_str() {
+        return scrub(s, sess, v, kind == "osd-deep-scrub").await;
+    }
     let cmd = match to_command(v) {
         Ok(c) => c,
         Err(r) => return r.resp(),
@@ -327,6 +331,27 @@ async fn action(sess: &Session, v: &Value) -> Resp {
             };
             error(status, e.message)
         }
+    }
+}
+
+/// A scrub of an OSD's PGs, sent to the OSDs as the user.
+async fn scrub(s: &Shared, sess: &Session, v: &Value, deep: bool) -> Resp {
+    let Some(hook) = &s.hooks.scrub else {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this manager cannot reach the OSDs",
+        );
+    };
+    let Some(osd) = v["osd"].as_i64().and_then(|i| i32::try_from(i).ok()) else {
+        return Refused::bad("missing osd").resp();
+    };
+    let Ok(name) = sess.entity.parse::<EntityName>() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "bad session entity");
+    };
+    match hook(name, sess.key.clone(), osd, deep).await {
+        Ok(out) => json_resp(StatusCode::ACCEPTED, &json!({ "ok": true, "output": out })),
+        Err(r) if r.denied => error(StatusCode::FORBIDDEN, r.message),
+        Err(r) => error(StatusCode::SERVICE_UNAVAILABLE, r.message),
     }
 }
 

@@ -40,6 +40,53 @@ pub type Catalog = Arc<
         + Sync,
 >;
 
+/// Scrubs (or, with `deep`, deep-scrubs) the PGs an OSD is primary of,
+/// as user `entity` with its key: the OSDs decide whether the user may.
+/// Answers once the first PG's scrub is done (a refusal shows there) and
+/// goes on with the others in the background. Given by the binary, which
+/// links the client library.
+pub type Scrub = Arc<
+    dyn Fn(
+            EntityName,
+            Secret,
+            i32,
+            bool,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, Refusal>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Why an action was not done.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The user may not (as opposed to: it failed).
+    pub denied: bool,
+    /// What was said.
+    pub message: String,
+}
+
+/// What the binary lends the manager beyond the monitors: how users log
+/// in, and what reaches the data (images and buckets, scrubs).
+#[derive(Clone)]
+pub struct Hooks {
+    /// Monitor sessions for dashboard logins.
+    pub login: Login,
+    /// Images and buckets.
+    pub catalog: Option<Catalog>,
+    /// Scrubs from the dashboard.
+    pub scrub: Option<Scrub>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("catalog", &self.catalog.is_some())
+            .field("scrub", &self.scrub.is_some())
+            .finish()
+    }
+}
+
 /// Between two listings of the catalog.
 pub const CATALOG_PERIOD: Duration = Duration::from_secs(15);
 
@@ -75,7 +122,7 @@ struct Shared {
     /// Where HTTP is served (the bound address).
     addr: SocketAddr,
     monc: MonClient,
-    login: Login,
+    hooks: Hooks,
     /// The manager map as the last beacon's answer gave it.
     mgrmap: RwLock<Value>,
     /// The newest snapshot while active.
@@ -126,12 +173,7 @@ pub struct Mgr {
 impl Mgr {
     /// Binds the HTTP address and starts beaconing; the manager serves as
     /// the active one once the monitors' map says so.
-    pub async fn start(
-        opts: MgrOptions,
-        monc: MonClient,
-        login: Login,
-        catalog: Option<Catalog>,
-    ) -> Result<Mgr, MgrError> {
+    pub async fn start(opts: MgrOptions, monc: MonClient, hooks: Hooks) -> Result<Mgr, MgrError> {
         let listener = tokio::net::TcpListener::bind(opts.http)
             .await
             .map_err(|source| MgrError::Bind {
@@ -146,7 +188,7 @@ impl Mgr {
             opts,
             addr,
             monc,
-            login,
+            hooks: hooks.clone(),
             mgrmap: RwLock::new(Value::Null),
             snap: RwLock::new(None),
             history: Mutex::new(History::default()),
@@ -159,7 +201,7 @@ impl Mgr {
             tokio::spawn(gathering(Arc::clone(&shared))),
             tokio::spawn(http::serve(Arc::clone(&shared), listener)),
         ];
-        if let Some(c) = catalog {
+        if let Some(c) = hooks.catalog {
             tasks.push(tokio::spawn(cataloging(Arc::clone(&shared), c)));
         }
         Ok(Mgr { shared, tasks })

@@ -24,6 +24,8 @@ pub struct Session {
     pub admin: bool,
     /// Its own monitor session.
     pub monc: MonClient,
+    /// Its key, for what goes to the OSDs as the user (scrubs).
+    pub key: shoal_net::Secret,
 }
 
 #[derive(Debug, Default)]

@@ -101,6 +101,10 @@ fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
         assert!(Instant::now() < deadline, "the PGs never became clean");
         std::thread::sleep(Duration::from_millis(300));
     }
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let status = d.0.join("status.json");
     std::fs::write(&status, d.ok(&["status", "--format", "json"])).unwrap();
     let shots = std::env::var("SHOAL_DASHBOARD_SHOTS")
@@ -130,6 +134,7 @@ fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
         serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["read_only_action"][0], 403, "{r}");
+    assert_eq!(r["read_only_scrub"][0], 403, "{r}");
     assert_eq!(r["catalog"], true, "{r}");
     for page in ["login", "overview", "osds", "pools", "pgs", "storage"] {
         let png = std::fs::read(shots.join(format!("{page}.png"))).unwrap();
@@ -147,6 +152,20 @@ fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
     assert_eq!(out_osd["in"], false, "{out_osd}");
     let pools = d.ok(&["osd", "pool", "ls"]);
     assert!(pools.contains("dashboard-pool"), "{pools}");
+    // The admin's scrub of osd.0 reached its PGs: one at least (the first,
+    // done before the page was answered) was scrubbed during the test.
+    let dump = d.json(&["pg", "dump"]);
+    let scrubbed = dump["pg_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["acting"][0] == 0)
+        .filter_map(|p| p["pgid"].as_str())
+        .any(|pg| {
+            let q = d.json(&["pg", "query", pg]);
+            q["scrub"]["last_scrub_ms"].as_u64().unwrap_or(0) >= started_ms
+        });
+    assert!(scrubbed, "no PG of osd.0 was scrubbed: {}", r["scrubbed"]);
     // The read-only user's refused action changed nothing.
     let osd0 = tree["nodes"]
         .as_array()

@@ -147,6 +147,7 @@ fn daemon(
             Arc::new(|_: Incoming| {}),
         )?;
         let mons = super::common::mon_addrs(&config)?;
+        let scrub = scrub_hook(mons.clone(), NetConfig::from_options(o));
         let mut net = NetConfig::from_options(o);
         net.reconnect_attempts = 1;
         let timeout = Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3);
@@ -185,7 +186,12 @@ fn daemon(
                 None
             }
         };
-        let mgr = shoal_mgr::Mgr::start(opts, monc, login, catalog).await?;
+        let hooks = shoal_mgr::Hooks {
+            login,
+            catalog,
+            scrub: Some(scrub),
+        };
+        let mgr = shoal_mgr::Mgr::start(opts, monc, hooks).await?;
         super::common::announce(
             &format!("mgr.{id}: dashboard and /metrics on http://{}/", mgr.addr()),
             mgr.addr(),
@@ -260,4 +266,54 @@ async fn list_catalog(client: &shoal_client::Client) -> anyhow::Result<Value> {
         }
     }
     Ok(serde_json::json!({ "images": images, "buckets": buckets, "truncated": truncated }))
+}
+
+/// How long the dashboard's scrub request waits for its first PG.
+const FIRST_PG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Scrubs from the dashboard: a client of the cluster as the logged-in
+/// user (the OSDs check its caps: a PG command needs `osd` write), the
+/// first PG of the OSD scrubbed before answering, the others after.
+fn scrub_hook(mons: Vec<SocketAddr>, net: NetConfig) -> shoal_mgr::Scrub {
+    Arc::new(move |name, key, osd, deep| {
+        let (mons, net) = (mons.clone(), net.clone());
+        Box::pin(async move {
+            let failed = |e: shoal_client::Error| shoal_mgr::Refusal {
+                denied: matches!(e, shoal_client::Error::PermissionDenied(_)),
+                message: e.to_string(),
+            };
+            let mut opts = shoal_client::ClientOptions::new(mons, name, key);
+            opts.net = net;
+            let client = shoal_client::Client::connect(opts).await.map_err(failed)?;
+            let pgs = super::pg::pgs_of(&client, osd);
+            let command = if deep { "deep-scrub" } else { "scrub" };
+            let timeout = Duration::from_secs(600);
+            let Some(first) = pgs.first().copied() else {
+                client.shutdown().await;
+                return Err(shoal_mgr::Refusal {
+                    denied: false,
+                    message: format!("osd.{osd} is primary of no PG"),
+                });
+            };
+            // The first answers the request: bounded, as a page waits for it.
+            let done = match client.pg_command(first, command, FIRST_PG_TIMEOUT).await {
+                Ok(v) => v,
+                Err(e) => {
+                    client.shutdown().await;
+                    return Err(failed(e));
+                }
+            };
+            let rest: Vec<shoal_maps::PgId> = pgs.iter().skip(1).copied().collect();
+            let n = pgs.len();
+            tokio::spawn(async move {
+                for pg in rest {
+                    if let Err(e) = client.pg_command(pg, command, timeout).await {
+                        tracing::warn!("{command} of pg {pg}: {e}");
+                    }
+                }
+                client.shutdown().await;
+            });
+            Ok(serde_json::json!({ "osd": osd, "command": command, "pgs": n, "first": done }))
+        })
+    })
 }

@@ -70,25 +70,7 @@ fn pg_commands(
         let opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         let timeout = opts.op_timeout.max(std::time::Duration::from_secs(600));
         let client = shoal_client::Client::connect(opts).await?;
-        let pgs = match pgs {
-            Some(p) => p,
-            None => {
-                let map = client.map()?;
-                let mut mine = Vec::new();
-                for (id, pool) in map.pools() {
-                    for seed in 0..pool.pg_num {
-                        let pg = shoal_maps::PgId { pool: *id, seed };
-                        if map
-                            .pg_to_up_acting(pg)
-                            .is_ok_and(|m| m.acting_primary == osd)
-                        {
-                            mine.push(pg);
-                        }
-                    }
-                }
-                mine
-            }
-        };
+        let pgs = pgs.unwrap_or_else(|| pgs_of(&client, osd));
         let mut out = Vec::new();
         for pg in pgs {
             match client.pg_command(pg, command, timeout).await {
@@ -102,6 +84,26 @@ fn pg_commands(
         client.shutdown().await;
         Ok(out)
     })
+}
+
+/// The PGs whose acting primary is `osd` in the client's map.
+pub fn pgs_of(client: &shoal_client::Client, osd: i32) -> Vec<shoal_maps::PgId> {
+    let Ok(map) = client.map() else {
+        return Vec::new();
+    };
+    let mut mine = Vec::new();
+    for (id, pool) in map.pools() {
+        for seed in 0..pool.pg_num {
+            let pg = shoal_maps::PgId { pool: *id, seed };
+            if map
+                .pg_to_up_acting(pg)
+                .is_ok_and(|m| m.acting_primary == osd)
+            {
+                mine.push(pg);
+            }
+        }
+    }
+    mine
 }
 
 fn pg_command(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<Value> {

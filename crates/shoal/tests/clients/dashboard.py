@@ -136,6 +136,10 @@ try:
     if status != 403:
         fail(f"a read-only user's action answered {status}: {body}")
     results["read_only_action"] = [status, body]
+    status, body = action({"action": "osd-scrub", "osd": 0})
+    if status != 403:
+        fail(f"a read-only user's scrub answered {status}: {body}")
+    results["read_only_scrub"] = [status, body]
     errs = console(expected=("403",))
     if errs:
         fail(f"console errors for the read-only user: {errs}")
@@ -152,6 +156,11 @@ try:
     until("the PG states", lambda: driver.find_elements(By.CSS_SELECTOR, "#pg-states tr[data-state]"))
     driver.save_screenshot(os.path.join(SHOTS, "pgs.png"))
     page("osds")
+    scrub = until("the scrub button", lambda: driver.find_element(
+        By.CSS_SELECTOR, "#osd-table tr[data-name='osd.0'] button[data-action='osd-scrub']"))
+    scrub.click()
+    until("the scrub notice", lambda: "scrub started" in text("notice"), secs=40)
+    results["scrubbed"] = text("notice")
     target = f"osd.{om['num_osds'] - 1}"
     button = until("the mark-out button", lambda: driver.find_element(
         By.CSS_SELECTOR, f"#osd-table tr[data-name='{target}'] button[data-action='osd-out']"))

@@ -6,7 +6,7 @@
 //! format ([`prom`]) and the dashboard, a page built into the binary that
 //! reads `/api/summary` and acts through `/api/action` with the logged-in
 //! user's own credentials, so the monitors check what that user may do
-//! ([`http`]). A standby answers `/metrics` with 503 and sends browsers to
+//! (`http.rs`). A standby answers `/metrics` with 503 and sends browsers to
 //! the active manager. Nothing here is on a data path.
 
 pub mod gather;

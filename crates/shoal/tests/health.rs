@@ -6,21 +6,10 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::time::{Duration, Instant};
-
 mod common;
 
-use common::Dev;
+use common::{Dev, until};
 use serde_json::Value;
-
-/// Waits until `f` holds, at most `secs` seconds.
-fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 /// The history's (code, what) pairs.
 fn history(d: &Dev) -> Vec<(String, String)> {

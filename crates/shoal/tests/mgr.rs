@@ -13,17 +13,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Background, Dev, http_get as get};
+use common::{Background, Dev, http_get as get, until};
 use serde_json::Value;
-
-/// Waits until `f` holds, at most `secs` seconds.
-fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// The value of the sample `name{labels}` (labels as written, in order).
 fn sample(text: &str, series: &str) -> Option<f64> {

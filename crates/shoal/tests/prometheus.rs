@@ -9,11 +9,10 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Dev, http_get};
+use common::{Dev, http_get, until};
 use serde_json::Value;
 
 /// Prometheus, stopped (and its data removed with the cluster's) on drop.
@@ -100,14 +99,6 @@ fn query(p: &Prometheus, q: &str) -> Option<f64> {
     }
     let v: Value = serde_json::from_str(&body).ok()?;
     v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-}
-
-fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 #[test]

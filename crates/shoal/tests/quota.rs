@@ -6,19 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::time::{Duration, Instant};
-
 mod common;
 
-use common::{Dev, http_get};
-
-fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+use common::{Dev, http_get, until};
 
 fn pool_full(d: &Dev) -> bool {
     d.json(&["health"])["checks"]

@@ -262,3 +262,16 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String, String) {
         .unwrap_or(0);
     (status, head.to_string(), body.to_string())
 }
+
+/// Waits until `f` holds, at most `secs` seconds, asking every 300 ms;
+/// fails the test naming `what` otherwise.
+pub fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}

@@ -13,11 +13,10 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 mod common;
 
-use common::Dev;
+use common::{Dev, python, until};
 
 fn browser_present() -> bool {
     let found = |c: &str| {
@@ -56,51 +55,34 @@ fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
         return;
     }
     let d = Dev::new("dashboard");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--store",
-        "mem",
-        "--set",
-        "mgr_stats_period_ms=1000",
-    ]);
-    let mgr = std::fs::read_to_string(d.0.join("mgr.x").join("addr")).unwrap();
+    d.up_mem(&["--set", "mgr_stats_period_ms=1000"]);
+    let mgr = d.addr_of("mgr.x");
     let admin = key_of(&d.ok(&["auth", "get", "client.admin"]));
     let viewer = key_of(&d.ok(&["auth", "get-or-create", "client.viewer", "mon", "allow r"]));
     // Some I/O for the throughput chart; an image and a bucket to list.
     d.ok(&["bench", "-p", "rbd", "2", "write"]);
     d.ok(&["rbd", "create", "dashboard-disk", "--size", "1G"]);
-    let gw = std::fs::read_to_string(d.0.join("gateway").join("addr")).unwrap();
     let user: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(d.0.join("gateway").join("user.json")).unwrap(),
     )
     .unwrap();
     let k = &user["keys"][0];
-    let made = Command::new("timeout")
-        .args([
-            "60",
-            "python3",
+    python(
+        60,
+        &[
             "-c",
             "import boto3, os\n\
              s3 = boto3.client('s3', endpoint_url=os.environ['E'], region_name='us-east-1',\n\
                  aws_access_key_id=os.environ['K'], aws_secret_access_key=os.environ['S'])\n\
              s3.create_bucket(Bucket='dashboard-bucket')\n",
-        ])
-        .env("E", format!("http://{}", gw.trim()))
-        .env("K", k["access_key"].as_str().unwrap())
-        .env("S", k["secret_key"].as_str().unwrap())
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !d.all_active_clean() {
-        assert!(Instant::now() < deadline, "the PGs never became clean");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        ],
+        &[
+            ("E", &format!("http://{}", d.addr_of("gateway"))),
+            ("K", k["access_key"].as_str().unwrap()),
+            ("S", k["secret_key"].as_str().unwrap()),
+        ],
+    );
+    until("every PG clean", 60, || d.all_active_clean());
     let started_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -113,22 +95,24 @@ fn the_dashboard_shows_the_cluster_and_acts_for_admins_only() {
     std::fs::create_dir_all(&shots).unwrap();
     let results = d.0.join("results.json");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/dashboard.py");
-    let out = Command::new("timeout")
-        .args(["180", "python3", script])
-        .env("URL", format!("http://{}/", mgr.trim()))
-        .env("ADMIN_KEY", &admin)
-        .env("RO_ENTITY", "client.viewer")
-        .env("RO_KEY", &viewer)
-        .env("STATUS", &status)
-        .env("SHOTS", &shots)
-        .env("OUT", &results)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let url = format!("http://{mgr}/");
+    let (status, shots_dir, results_file) = (
+        status.display().to_string(),
+        shots.display().to_string(),
+        results.display().to_string(),
+    );
+    python(
+        180,
+        &[script],
+        &[
+            ("URL", &url),
+            ("ADMIN_KEY", &admin),
+            ("RO_ENTITY", "client.viewer"),
+            ("RO_KEY", &viewer),
+            ("STATUS", &status),
+            ("SHOTS", &shots_dir),
+            ("OUT", &results_file),
+        ],
     );
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();

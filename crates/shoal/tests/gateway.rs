@@ -17,7 +17,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::Dev;
+use common::{Dev, python};
 
 /// A `shoal gateway` process on a free port, stopped when dropped.
 fn gateway(d: &Dev) -> common::Background {
@@ -78,22 +78,9 @@ fn https(d: &Dev, key: &str, secret: &str) {
     let endpoint = format!("https://{}", gw.addr);
     let ca = cert.to_str().unwrap();
     python(
-        script,
+        60,
+        &["-c", script],
         &[("E", &endpoint), ("K", key), ("S", secret), ("CA", ca)],
-    );
-}
-
-/// Runs a Python script (with boto3) that must succeed within 60 s.
-fn python(script: &str, env: &[(&str, &str)]) {
-    let out = Command::new("timeout")
-        .args(["60", "python3", "-c", script])
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -169,20 +156,17 @@ fn s3_clients_use_the_gateway() {
     let gw = gateway(&d);
     if clients_present() {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/s3_clients.py");
-        let out = Command::new("timeout")
-            .args(["300", "python3", script])
-            .env("GW_ENDPOINT", format!("http://{}", gw.addr))
-            .env("GW_ALICE_KEY", &ak)
-            .env("GW_ALICE_SECRET", &asec)
-            .env("GW_BOB_KEY", &bk)
-            .env("GW_BOB_SECRET", &bsec)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let endpoint = format!("http://{}", gw.addr);
+        python(
+            300,
+            &[script],
+            &[
+                ("GW_ENDPOINT", &endpoint),
+                ("GW_ALICE_KEY", &ak),
+                ("GW_ALICE_SECRET", &asec),
+                ("GW_BOB_KEY", &bk),
+                ("GW_BOB_SECRET", &bsec),
+            ],
         );
     }
     if clients_present() {
@@ -247,7 +231,11 @@ fn dev_up_starts_a_gateway_and_prints_its_keys() {
             c.create_bucket(Bucket='devbucket')\n\
             c.put_object(Bucket='devbucket',Key='k',Body=b'v')\n\
             assert c.get_object(Bucket='devbucket',Key='k')['Body'].read()==b'v'\n";
-        python(script, &[("E", &endpoint), ("K", &k), ("S", &s)]);
+        python(
+            60,
+            &["-c", script],
+            &[("E", &endpoint), ("K", &k), ("S", &s)],
+        );
     }
     // `shoal bench s3` against it: small objects, then multipart ones; every
     // phase does every operation, the gateway's CPU is read from its pid.

@@ -64,15 +64,7 @@ fn lists_check(d: &Dev, code: &str) -> bool {
 #[test]
 fn a_standby_manager_takes_over_and_metrics_count_the_load() {
     let d = Dev::new("mgr");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--store",
-        "mem",
+    d.up_mem(&[
         "--set",
         "mgr_beacon_interval_ms=300",
         "--set",
@@ -80,8 +72,7 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
         "--set",
         "mgr_stats_period_ms=500",
     ]);
-    let x_addr = std::fs::read_to_string(d.0.join("mgr.x").join("addr")).unwrap();
-    let x_addr = x_addr.trim().to_string();
+    let x_addr = d.addr_of("mgr.x");
     until("mgr.x active", 30, || active(&d).as_deref() == Some("x"));
     let status = d.ok(&["status"]);
     assert!(status.contains("mgr: x(active)"), "{status}");
@@ -116,8 +107,7 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
     let r = d.json(&["bench", "-p", "rbd", "1", "seq"]);
     let (writes, reads) = (w["ops"].as_f64().unwrap(), r["ops"].as_f64().unwrap());
     assert!(writes > 0.0 && reads > 0.0, "{w} {r}");
-    let gw = std::fs::read_to_string(d.0.join("gateway").join("addr")).unwrap();
-    let gw = gw.trim().to_string();
+    let gw = d.addr_of("gateway");
     // An anonymous GET of a missing bucket: a 404 by S3 operation.
     let (code, _, _) = get(&gw, "/no-such-bucket/key");
     assert_eq!(code, 404);

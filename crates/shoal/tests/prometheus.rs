@@ -107,20 +107,9 @@ fn prometheus_scrapes_the_manager_and_promql_answers_what_the_load_did() {
         return;
     }
     let d = Dev::new("prometheus");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--store",
-        "mem",
-        "--set",
-        "mgr_stats_period_ms=1000",
-    ]);
-    let mgr = std::fs::read_to_string(d.0.join("mgr.x").join("addr")).unwrap();
-    let p = start_prometheus(&d, mgr.trim());
+    d.up_mem(&["--set", "mgr_stats_period_ms=1000"]);
+    let mgr = d.addr_of("mgr.x");
+    let p = start_prometheus(&d, &mgr);
     until("Prometheus scraping the manager", 60, || {
         query(&p, "up{job=\"shoal\"}") == Some(1.0)
             && query(&p, "count(shoal_osd_ops_total)").is_some()
@@ -131,8 +120,7 @@ fn prometheus_scrapes_the_manager_and_promql_answers_what_the_load_did() {
     let w = d.json(&["bench", "-p", "rbd", "3", "write", "--no-cleanup"]);
     let r = d.json(&["bench", "-p", "rbd", "1", "seq"]);
     let (writes, reads) = (w["ops"].as_f64().unwrap(), r["ops"].as_f64().unwrap());
-    let gw = std::fs::read_to_string(d.0.join("gateway").join("addr")).unwrap();
-    assert_eq!(http_get(gw.trim(), "/missing-bucket").0, 404);
+    assert_eq!(http_get(&d.addr_of("gateway"), "/missing-bucket").0, 404);
     // Once the primaries reported their PGs' statistics.
     let rbd_objects = || {
         d.json(&["df"])["pools"]

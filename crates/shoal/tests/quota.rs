@@ -21,15 +21,7 @@ fn pool_full(d: &Dev) -> bool {
 #[test]
 fn a_pool_at_its_quota_refuses_writes_and_takes_deletes() {
     let d = Dev::new("quota");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--store",
-        "mem",
+    d.up_mem(&[
         "--no-gateway",
         "--set",
         "osd_pg_stats_interval_ms=500",
@@ -79,9 +71,9 @@ fn a_pool_at_its_quota_refuses_writes_and_takes_deletes() {
         .find(|p| p["name"] == "rbd")
         .unwrap();
     assert_eq!(rbd["quota"]["max_objects"], 5, "{rbd}");
-    let mgr = std::fs::read_to_string(d.0.join("mgr.x").join("addr")).unwrap();
+    let mgr = d.addr_of("mgr.x");
     until("the quota in /metrics", 30, || {
-        http_get(mgr.trim(), "/metrics")
+        http_get(&mgr, "/metrics")
             .2
             .lines()
             .any(|l| l.starts_with("shoal_pool_quota_objects{pool=\"rbd\"") && l.ends_with(" 5"))

@@ -147,8 +147,9 @@ fn daemon(
             Arc::new(|_: Incoming| {}),
         )?;
         let mons = super::common::mon_addrs(&config)?;
-        let scrub = scrub_hook(mons.clone(), NetConfig::from_options(o));
-        let mut net = NetConfig::from_options(o);
+        let net = NetConfig::from_options(o);
+        let scrub = scrub_hook(mons.clone(), net.clone());
+        let mut net = net;
         net.reconnect_attempts = 1;
         let timeout = Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3);
         // Dashboard users authenticate to the monitors with their own key.

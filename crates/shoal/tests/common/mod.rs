@@ -275,3 +275,49 @@ pub fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
 }
+
+impl Dev {
+    /// `shoal dev up` with three OSDs on memory stores, and `extra`
+    /// arguments (`--set`s, `--no-gateway`).
+    pub fn up_mem(&self, extra: &[&str]) {
+        let mut args = vec![
+            "dev",
+            "up",
+            "--dir",
+            self.dir(),
+            "--osds",
+            "3",
+            "--store",
+            "mem",
+        ];
+        args.extend(extra);
+        self.ok(&args);
+    }
+
+    /// The address a `dev up` daemon recorded (`mgr.x`, `gateway`).
+    pub fn addr_of(&self, daemon: &str) -> String {
+        std::fs::read_to_string(self.0.join(daemon).join("addr"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+/// Runs `python3 ARGS` (a script and its arguments, or `-c CODE`) with
+/// `env`, killed after `secs`; it must succeed. Returns its output.
+pub fn python(secs: u64, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let out = Command::new("timeout")
+        .arg(secs.to_string())
+        .arg("python3")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 {args:?}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -855,13 +855,17 @@ impl OsdMapState {
                 inc.new_osds.insert(b.id);
                 max = max.max(b.id as u32 + 1);
             }
+            // An id allocated by `osd create` that never ran yet boots
+            // for the first time: in, as a new OSD (Ceph's
+            // mon_osd_auto_mark_new_in).
+            let first_boot = !self.boot_nonce.contains_key(&b.id);
             let c = crush.get_or_insert_with(|| map.crush().clone());
             let location = [("host", b.host.as_str()), ("root", "default")];
             c.create_or_move_device(b.id, b.weight, &location)
                 .map_err(|e| invalid(e.to_string()))?;
             inc.new_up.insert(b.id, b.addr.clone());
             let was_auto_out = self.auto_out.contains(&b.id);
-            if (new || was_auto_out) && !self.flags.contains("noin") {
+            if (new || first_boot || was_auto_out) && !self.flags.contains("noin") {
                 inc.new_weight.insert(b.id, WEIGHT_IN);
             }
             booted.push(b.id);

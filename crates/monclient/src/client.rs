@@ -112,6 +112,15 @@ struct Session {
 /// for one (an election in progress ends well within it).
 const PROBE_WAIT: Duration = Duration::from_secs(2);
 
+/// A subscription that has heard nothing from its monitor for this long
+/// asks it whether it is still in a quorum: a monitor cut off by the
+/// network neither closes the connection nor sends another map, and a
+/// follower waiting on it would wait for good.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
+
+/// How long that question may take before the monitor counts as gone.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl MonClient {
     /// A client reaching `mons` through `msgr`; each command gives up after
     /// `timeout`.
@@ -286,7 +295,9 @@ impl MonClient {
     }
 
     /// Ends session `s` (unless another one replaced it already); its
-    /// monitor is asked last in the next hunts when it `failed`.
+    /// monitor is asked last in the next hunts when it `failed`, and its
+    /// connection is closed, so that every subscription following that
+    /// monitor subscribes again elsewhere.
     fn end_session(&self, s: &Session, failed: bool) {
         let mut cur = lock(&self.shared.session);
         if cur.as_ref().is_some_and(|c| c.conn.id() == s.conn.id()) {
@@ -295,7 +306,35 @@ impl MonClient {
         drop(cur);
         if failed {
             lock(&self.shared.hunting).failed(s.index, Instant::now());
+            s.conn.close();
         }
+    }
+
+    /// Whether the monitor of session `s` still answers, in a quorum,
+    /// within [`KEEPALIVE_TIMEOUT`]; when it does not, the session ends.
+    async fn keepalive(&self, s: &Session) -> bool {
+        let alive = async {
+            let cmd = MonCommand {
+                command: serde_json::to_string(&Command::MonHunt { wait_ms: 0 }).ok()?,
+            };
+            let reply = s
+                .conn
+                .request_with_timeout(cmd, Bytes::new(), KEEPALIVE_TIMEOUT)
+                .await
+                .ok()?;
+            let Message::MonCommandReply(r) = reply.msg else {
+                return None;
+            };
+            let v = reply_to_result(r).ok()?;
+            v["in_quorum"].as_bool()
+        }
+        .await
+        .unwrap_or(false);
+        if !alive {
+            tracing::debug!(mon = %self.mons[s.index], "monitor silent or out of quorum: hunting");
+            self.end_session(s, true);
+        }
+        alive
     }
 
     /// The current session, or a new one hunted for until `deadline`.
@@ -435,17 +474,24 @@ impl MonClient {
             let Message::MonUpdate(u) = reply.msg else {
                 continue;
             };
-            let conn = session.conn;
             publish(u.version, &reply.data, &mut have);
             // Follow pushes until the monitor goes away or nobody listens.
-            while !conn.is_closed() && !tx.is_closed() {
+            let mut heard = Instant::now();
+            while !session.conn.is_closed() && !tx.is_closed() {
                 let notified = sink.notify.notified();
                 let pending = sink.drain(&what);
                 if !pending.is_empty() {
                     for (v, data) in pending {
                         publish(v, &data, &mut have);
                     }
+                    heard = Instant::now();
                     continue;
+                }
+                if heard.elapsed() >= KEEPALIVE_IDLE {
+                    if !self.keepalive(&session).await {
+                        break;
+                    }
+                    heard = Instant::now();
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
             }
@@ -522,15 +568,22 @@ impl MonClient {
             let Some((session, reply)) = self.subscribe_once("osdmap", have).await else {
                 continue;
             };
-            let conn = session.conn;
             let mut ok = apply_update(&mut local, &reply.data, &tx, every);
-            while ok && !conn.is_closed() && !tx.is_closed() {
+            let mut heard = Instant::now();
+            while ok && !session.conn.is_closed() && !tx.is_closed() {
                 let notified = sink.notify.notified();
                 let pending = sink.drain("osdmap");
                 if pending.is_empty() {
+                    if heard.elapsed() >= KEEPALIVE_IDLE {
+                        if !self.keepalive(&session).await {
+                            break;
+                        }
+                        heard = Instant::now();
+                    }
                     let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
                     continue;
                 }
+                heard = Instant::now();
                 ok = pending
                     .iter()
                     .all(|(_, data)| apply_update(&mut local, data, &tx, every));

@@ -203,6 +203,10 @@ pub(crate) struct ConnInner {
     dispatch_slots: Arc<Semaphore>,
     pending: Mutex<Pending>,
     next_tid: AtomicU64,
+    /// Frames received so far: a request that times out with none
+    /// received meanwhile finds the connection dead (see
+    /// [`ConnInner::timed_out`]).
+    frames_in: AtomicU64,
     phase: watch::Sender<Phase>,
 }
 
@@ -245,13 +249,14 @@ impl Connection {
     ) -> Result<Reply, NetError> {
         // The timeout covers waiting for send budget as well as the reply;
         // the pending entry goes with the `PendingReply` however this ends.
+        let heard = self.inner.frames_in.load(Ordering::Relaxed);
         let exchange = async {
             let pending = self.submit(msg, data).await?;
             pending.recv().await
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
-            Err(_) => Err(self.inner.timeout_error(timeout)),
+            Err(_) => Err(self.inner.timed_out(timeout, heard)),
         }
     }
 
@@ -357,9 +362,10 @@ impl PendingReply {
     /// becomes [`NetError::Remote`].
     pub async fn wait(self, timeout: Duration) -> Result<Reply, NetError> {
         let inner = Arc::clone(&self.inner);
+        let heard = inner.frames_in.load(Ordering::Relaxed);
         match tokio::time::timeout(timeout, self.recv()).await {
             Ok(r) => r,
-            Err(_) => Err(inner.timeout_error(timeout)),
+            Err(_) => Err(inner.timed_out(timeout, heard)),
         }
     }
 
@@ -388,6 +394,23 @@ impl Drop for PendingReply {
 }
 
 impl ConnInner {
+    /// A request timed out after `timeout`; `heard` was the count of
+    /// frames received when it began. If the peer sent nothing at all
+    /// since, the connection is taken for dead and closed now — a peer
+    /// cut off by the network neither answers nor resets a TCP
+    /// connection, which could stay silent for minutes after the network
+    /// heals (retransmissions back off); whoever asks next connects anew.
+    fn timed_out(&self, timeout: Duration, heard: u64) -> NetError {
+        if self.frames_in.load(Ordering::Relaxed) == heard {
+            tracing::debug!(peer = %self.label, "nothing received for {timeout:?}: closing the connection");
+            self.close(
+                format!("the peer sent nothing for {} ms", timeout.as_millis()),
+                false,
+            );
+        }
+        self.timeout_error(timeout)
+    }
+
     fn timeout_error(&self, timeout: Duration) -> NetError {
         NetError::Timeout {
             peer: self.label.clone(),
@@ -568,6 +591,7 @@ pub(crate) fn spawn(
         out,
         pending: Mutex::new(Pending::default()),
         next_tid: AtomicU64::new(1),
+        frames_in: AtomicU64::new(0),
         phase,
     });
     let conn = Connection { inner };
@@ -701,6 +725,7 @@ async fn on_frame(
     dispatcher: &dyn Dispatcher,
 ) -> Result<(), NetError> {
     let inner = &conn.inner;
+    inner.frames_in.fetch_add(1, Ordering::Relaxed);
     let h = frame.header;
     if h.flags.contains(FrameFlags::REPLY) {
         let waiter = inner.lock_pending().waiters.remove(&h.tid);

@@ -179,29 +179,46 @@ async fn one_way_messages_reach_the_dispatcher() {
 #[tokio::test]
 async fn request_timeout_cleans_up() {
     let k = keyring();
-    // Answers nothing: the responder is dropped.
+    // Answers nothing: the responder is dropped (pings the messenger
+    // answers itself).
     let (srv, addr) = server(k.clone(), config(), Arc::new(|_: Incoming| {})).await;
     let cli = client(k, config());
     let conn = cli.connect(addr).await.unwrap();
+    let ping = |seq| Ping { seq, echo: false };
+    // While the peer answers something else, a timed-out request leaves
+    // the connection open.
+    let (e, pong) = tokio::join!(
+        conn.request_with_timeout(Pong { seq: 1 }, Bytes::new(), Duration::from_millis(300)),
+        conn.request(ping(7), Bytes::new())
+    );
+    let e = e.unwrap_err();
+    assert!(matches!(e, NetError::Timeout { ms: 300, .. }), "{e}");
+    assert!(e.to_string().contains("mon.a"), "{e}");
+    assert_eq!(pong.unwrap().msg, Message::Pong(Pong { seq: 7 }));
+    assert_eq!(conn.requests_pending(), 0);
+    assert!(!conn.is_closed());
+    let r = conn.request(ping(2), Bytes::new()).await.unwrap();
+    assert_eq!(r.msg, Message::Pong(Pong { seq: 2 }));
+    // A peer that sends nothing at all until a request times out is taken
+    // for dead (cut off by the network, say): the connection closes and the
+    // next connect makes a new one that works.
     let e = conn
-        .request_with_timeout(Pong { seq: 1 }, Bytes::new(), Duration::from_millis(100))
+        .request_with_timeout(Pong { seq: 3 }, Bytes::new(), Duration::from_millis(100))
         .await
         .unwrap_err();
     assert!(matches!(e, NetError::Timeout { ms: 100, .. }), "{e}");
-    assert!(e.to_string().contains("mon.a"), "{e}");
-    assert_eq!(conn.requests_pending(), 0);
-    // The connection is still usable.
-    let r = conn
-        .request(
-            Ping {
-                seq: 2,
-                echo: false,
-            },
-            Bytes::new(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.msg, Message::Pong(Pong { seq: 2 }));
+    assert!(conn.is_closed());
+    assert!(
+        conn.close_reason()
+            .unwrap_or_default()
+            .contains("sent nothing"),
+        "{:?}",
+        conn.close_reason()
+    );
+    let again = cli.connect(addr).await.unwrap();
+    assert_ne!(again.id(), conn.id());
+    let r = again.request(ping(4), Bytes::new()).await.unwrap();
+    assert_eq!(r.msg, Message::Pong(Pong { seq: 4 }));
     cli.shutdown().await;
     srv.shutdown().await;
 }

@@ -46,14 +46,20 @@ impl Inner {
             for p in peers {
                 let me = Arc::clone(&self);
                 let map = Arc::clone(&map);
-                checks.push(tokio::spawn(
-                    async move { (p, me.beat(&map, p, grace).await) },
-                ));
+                // Bounded as a whole: a peer cut off by the network neither
+                // answers nor refuses, and a connect to it would hang for
+                // the connect timeout, holding up every other peer's check.
+                checks.push(tokio::spawn(async move {
+                    let beat = tokio::time::timeout(grace, me.beat(&map, p, grace)).await;
+                    (p, beat.unwrap_or(Beat::Silent))
+                }));
             }
-            let now = Instant::now();
+            let started = Instant::now();
             for c in checks {
                 let Ok((p, beat)) = c.await else { continue };
-                let first = *last_ok.entry(p).or_insert(now);
+                // Silence counts until the check gave up on the peer.
+                let now = Instant::now();
+                let first = *last_ok.entry(p).or_insert(started);
                 let immediate = match beat {
                     Beat::Alive => {
                         last_ok.insert(p, now);

@@ -118,6 +118,13 @@ enum Command {
     /// CRUSH map tools (build, test, compare, import, export).
     #[command(subcommand)]
     Crush(cmd::crush::CrushCmd),
+    /// A new cluster on this host (`shoal cluster bootstrap`), and its
+    /// join token.
+    #[command(subcommand)]
+    Cluster(cmd::cluster::ClusterCmd),
+    /// This host in a cluster: join it, add an OSD or a monitor, remove it.
+    #[command(subcommand)]
+    Host(cmd::cluster::HostCmd),
 }
 
 /// Moves every `--format VALUE`, `--format=VALUE` and `-f VALUE` (Ceph's
@@ -198,6 +205,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gateway(a) => cmd::gateway::run(a, &ctx),
         Command::Mgr(a) => cmd::mgr::run(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
+        Command::Cluster(c) => cmd::cluster::run_cluster(c),
+        Command::Host(c) => cmd::cluster::run_host(c),
     }
 }
 

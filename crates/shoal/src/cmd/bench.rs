@@ -50,6 +50,11 @@ pub enum BenchCmd {
     /// An S3 endpoint (`shoal gateway` or radosgw): PUT, GET and DELETE of
     /// many objects with requests in flight, multipart for large ones.
     S3(super::bench_s3::S3BenchArgs),
+    /// A fault workload (`-p POOL history SECONDS`): every acknowledged
+    /// write remembered, every read checked against that history (no
+    /// acknowledged write lost, no step back, nothing damaged), and the
+    /// outage a client felt.
+    History(super::bench_history::HistoryArgs),
     /// The performance counters the data paths keep for the manager: the
     /// CPU one OSD op, S3 request and NBD request spends on them (for the
     /// manager's cost beside the CPU of an op, `bench/mgr-cost.sh`).
@@ -87,6 +92,10 @@ pub fn run(args: BenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
         (Some(BenchCmd::Cleanup), Some(pool)) => super::bench_rados::run_cleanup(pool, ctx),
         (Some(BenchCmd::Cleanup), None) => {
             anyhow::bail!("which pool? shoal bench -p POOL cleanup")
+        }
+        (Some(BenchCmd::History(h)), Some(pool)) => super::bench_history::run(pool, h, ctx),
+        (Some(BenchCmd::History(_)), None) => {
+            anyhow::bail!("which pool? shoal bench -p POOL history SECONDS")
         }
         (Some(_), Some(pool)) => {
             anyhow::bail!("-p {pool}: only object benchmarks and cleanup take a pool")

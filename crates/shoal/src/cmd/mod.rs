@@ -3,9 +3,11 @@
 
 pub mod auth;
 pub mod bench;
+pub mod bench_history;
 pub mod bench_mon;
 pub mod bench_rados;
 pub mod bench_s3;
+pub mod cluster;
 pub mod common;
 pub mod config;
 pub mod crash;

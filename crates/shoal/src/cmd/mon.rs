@@ -107,7 +107,7 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
         }) => {
             let entity = EntityName::new(EntityType::Mon, id.clone())?;
             let config = ctx.config_for(&entity)?;
-            let data = data_dir(data, &config.options.mon_data)?;
+            let data = data_dir(data, &config.options.mon_data, &id)?;
             let initial: BTreeMap<String, String> = parse_mon_host(&config.options.mon_host)?
                 .into_iter()
                 .map(|(name, addr)| {
@@ -128,7 +128,7 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
         Some(MonSub::RepairLog { id, data }) => {
             let entity = EntityName::new(EntityType::Mon, id.clone())?;
             let config = ctx.config_for(&entity)?;
-            let data = data_dir(data, &config.options.mon_data)?;
+            let data = data_dir(data, &config.options.mon_data, &id)?;
             let dropped = shoal_mon::MonStore::cut_torn_tail(&data)?;
             outln!("mon.{id}: dropped {dropped} bytes after the last whole log record");
             Ok(())
@@ -172,10 +172,10 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
     }
 }
 
-fn data_dir(flag: Option<PathBuf>, option: &str) -> anyhow::Result<PathBuf> {
+fn data_dir(flag: Option<PathBuf>, option: &str, id: &str) -> anyhow::Result<PathBuf> {
     match flag {
         Some(p) => Ok(p),
-        None if !option.is_empty() => Ok(PathBuf::from(option)),
+        None if !option.is_empty() => Ok(PathBuf::from(option.replace("$id", id))),
         None => bail!("no data directory: pass --data DIR or set mon_data"),
     }
 }
@@ -185,7 +185,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
     let config = ctx.config_for(&entity)?;
     shoal_config::logging::init(&config.options.log_level)?;
     let o = &config.options;
-    let data = data_dir(data, &o.mon_data)?;
+    let data = data_dir(data, &o.mon_data, id)?;
     super::crash::install(entity.to_string(), data.join("crash"), true);
     let crash_dir = data.join("crash");
     let inject = o.debug_inject_panic_ms;

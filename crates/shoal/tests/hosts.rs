@@ -5,7 +5,13 @@
 //! as failure domain), objects written, a whole host SIGKILLed: the other
 //! two keep the replicated pool writable and every object reads back as
 //! written; the host started again, the cluster heals to HEALTH_OK with
-//! every object intact. Skipped, saying so, where no Docker engine answers.
+//! every object intact. Then the short variants of `deploy/faults.sh`
+//! (each with the history workload of `shoal bench history`, every
+//! acknowledged write checked, a deep scrub of every PG after): the host
+//! SIGKILLed again, cut off both ways (a client on it gets nothing
+//! acknowledged), cut off one way, every daemon restarted one host at a
+//! time, and loss (and a rate limit) on its link. Skipped, saying so, where
+//! no Docker engine answers.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -153,4 +159,48 @@ fn a_host_killed_and_restarted_loses_nothing() {
         hosts.json(&["health"])["status"] == "HEALTH_OK"
     });
     read_all("after h3 returned");
+
+    // The faults, 15 s each, with the history workload.
+    let mut cmd = Command::new("timeout");
+    cmd.arg("1500")
+        .arg("bash")
+        .arg(repo().join("deploy/faults.sh"))
+        .args([
+            "--hold",
+            "15",
+            "kill",
+            "partition",
+            "oneway",
+            "rolling",
+            "netem",
+        ]);
+    for (k, v) in &hosts.env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "faults.sh: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let names: Vec<&str> = figures
+        .iter()
+        .filter_map(|f| f["scenario"].as_str())
+        .collect();
+    assert_eq!(names, ["kill", "partition", "oneway", "rolling", "netem"]);
+    for f in &figures {
+        eprintln!("{f}");
+        // Writes went on through every fault: none failed (the client
+        // library resends across intervals), and none stalled for longer
+        // than the stated bound.
+        assert!(f["acked_writes"].as_u64().unwrap() > 100, "{f}");
+        assert_eq!(f["failed_writes"], 0, "{f}");
+        assert_eq!(f["failed_reads"], 0, "{f}");
+        assert!(f["max_stall_s"].as_f64().unwrap() < 60.0, "{f}");
+    }
 }

@@ -290,17 +290,20 @@ async fn read_object(pool: &shoal_client::Pool, name: &str) -> Result<ReadResult
     }
 }
 
-/// One worker: its objects, until `end`.
-async fn worker(
-    pool: shoal_client::Pool,
-    names: Vec<String>,
+/// What the workers share.
+struct Run {
     size: usize,
     end: Instant,
-    seed: u64,
-    history: Arc<Mutex<History>>,
-    timeline: Arc<Mutex<Timeline>>,
-    end_now: Arc<std::sync::atomic::AtomicBool>,
-) {
+    /// The stop file appeared: end now.
+    end_now: std::sync::atomic::AtomicBool,
+    history: Mutex<History>,
+    timeline: Mutex<Timeline>,
+}
+
+/// One worker: its objects, until the run ends.
+async fn worker(pool: shoal_client::Pool, names: Vec<String>, seed: u64, run: Arc<Run>) {
+    let (size, end) = (run.size, run.end);
+    let (history, timeline, end_now) = (&run.history, &run.timeline, &run.end_now);
     let mut rng = Rng(seed | 1);
     while Instant::now() < end
         && !names.is_empty()
@@ -309,13 +312,13 @@ async fn worker(
         let name = &names[rng.below(names.len())];
         if rng.below(3) == 0 {
             let r = read_object(&pool, name).await;
-            let mut t = lock(&timeline);
+            let mut t = lock(timeline);
             t.reads += 1;
             match r {
                 Ok(r) => {
                     t.ok();
                     drop(t);
-                    lock(&history).read(name, &r, size);
+                    lock(history).read(name, &r, size);
                 }
                 Err(e) => {
                     t.failed_reads += 1;
@@ -324,11 +327,11 @@ async fn worker(
             }
             continue;
         }
-        let version = lock(&history).next_version(name);
+        let version = lock(history).next_version(name);
         let data = Bytes::from(payload(name, version, size));
         let started = Instant::now();
         let r = pool.write_full(name, data).await;
-        let mut t = lock(&timeline);
+        let mut t = lock(timeline);
         t.write_latency.push(started.elapsed().as_secs_f64());
         match r {
             Ok(()) => {
@@ -340,7 +343,7 @@ async fn worker(
                 t.acks_per_s[sec] += 1;
                 t.ok();
                 drop(t);
-                lock(&history).acked(name, version);
+                lock(history).acked(name, version);
             }
             Err(e) => {
                 t.failed_writes += 1;
@@ -374,10 +377,13 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
                 Err(e) => bail!("removing {name} of an earlier run: {e}"),
             }
         }
-        let history = Arc::new(Mutex::new(History::default()));
-        let timeline = Arc::new(Mutex::new(Timeline::new()));
-        let end = Instant::now() + Duration::from_secs(a.seconds);
-        let end_now = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let run = Arc::new(Run {
+            size: a.size,
+            end: Instant::now() + Duration::from_secs(a.seconds),
+            end_now: std::sync::atomic::AtomicBool::new(false),
+            history: Mutex::new(History::default()),
+            timeline: Mutex::new(Timeline::new()),
+        });
         let mut tasks = Vec::new();
         for w in 0..a.workers {
             let mine: Vec<String> = names
@@ -389,27 +395,23 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
             tasks.push(tokio::spawn(worker(
                 pool_h.clone(),
                 mine,
-                a.size,
-                end,
                 0x5eed_0000 + w as u64 * 7919,
-                history.clone(),
-                timeline.clone(),
-                end_now.clone(),
+                run.clone(),
             )));
         }
         if let Some(stop) = a.stop_file.clone() {
-            let end_now = end_now.clone();
+            let run = run.clone();
             tokio::spawn(async move {
                 while !stop.exists() {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                end_now.store(true, std::sync::atomic::Ordering::Relaxed);
+                run.end_now.store(true, std::sync::atomic::Ordering::Relaxed);
             });
         }
         for t in tasks {
             t.await?;
         }
-        let ran = lock(&timeline).start
+        let ran = lock(&run.timeline).start
             .elapsed();
         // The final check: every object once more, retrying failures
         // while the cluster heals.
@@ -419,7 +421,7 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
             loop {
                 match read_object(&pool_h, name).await {
                     Ok(r) => {
-                        lock(&history).read(name, &r, a.size);
+                        lock(&run.history).read(name, &r, a.size);
                         break;
                     }
                     Err(e) if Instant::now() >= settle_end => {
@@ -431,8 +433,8 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
             }
         }
         client.shutdown().await;
-        let h = lock(&history);
-        let t = lock(&timeline);
+        let h = lock(&run.history);
+        let t = lock(&run.timeline);
         let mut lat = t.write_latency.clone();
         lat.sort_by(f64::total_cmp);
         let max_error_span = match t.failing_since {

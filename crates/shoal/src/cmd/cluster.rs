@@ -20,7 +20,6 @@
 //! of this binary, so each step behaves exactly as when typed by hand.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -239,25 +238,9 @@ fn write_conf(dirs: &HostDirs, mon_host: &str, host: &str, addr: &str) -> anyhow
     Ok(())
 }
 
-fn exe() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("finding the shoal executable")
-}
-
 /// `shoal --conf ETC/shoal.conf ARGS...`; its output, or its error.
 fn shoal(etc: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(exe()?)
-        .arg("--conf")
-        .arg(etc.join("shoal.conf"))
-        .args(args)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "`shoal {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    super::common::run_shoal(&etc.join("shoal.conf"), args)
 }
 
 fn shoal_json(etc: &Path, args: &[&str]) -> anyhow::Result<Value> {
@@ -303,26 +286,16 @@ fn start(dirs: &HostDirs, kind: &str, id: &str) -> anyhow::Result<()> {
             outln!("started {unit}");
         }
         Start::Spawn => {
-            use std::os::unix::process::CommandExt;
             let logs = dirs.data.join("log");
             std::fs::create_dir_all(&logs)?;
             std::fs::create_dir_all(dirs.data.join("run"))?;
             let log_path = logs.join(format!("{kind}.{id}.log"));
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let child = std::process::Command::new(exe()?)
-                .arg("--conf")
-                .arg(&conf)
-                .args([kind, "--id", id])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .process_group(0)
-                .spawn()
-                .with_context(|| format!("starting {kind}.{id}"))?;
-            std::fs::write(pid_file(dirs, kind, id), format!("{}\n", child.id()))?;
+            let child = super::common::spawn_shoal(
+                &conf,
+                &[kind, "--id", id],
+                &log_path,
+                &pid_file(dirs, kind, id),
+            )?;
             outln!(
                 "started {kind}.{id} (pid {}, log {})",
                 child.id(),
@@ -400,9 +373,7 @@ pub fn run_cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
 }
 
 fn token_of(etc: &Path) -> anyhow::Result<Token> {
-    let conf = etc.join("shoal.conf");
-    let config = shoal_config::Config::load(Some(&conf), &admin(), &[])
-        .with_context(|| format!("loading {}", conf.display()))?;
+    let mon_host = conf_value(etc, |o| o.mon_host.clone())?;
     let keyring = std::fs::read_to_string(etc.join("keyring"))
         .with_context(|| format!("reading {}", etc.join("keyring").display()))?;
     let status = shoal_json(etc, &["status"])?;
@@ -411,7 +382,7 @@ fn token_of(etc: &Path) -> anyhow::Result<Token> {
         .context("the monitors report no fsid")?;
     Ok(Token {
         fsid: fsid.to_string(),
-        mon_host: config.options.mon_host.clone(),
+        mon_host,
         keyring,
     })
 }

@@ -2,11 +2,11 @@
 //! format, a runtime for commands that talk to the cluster.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::ValueEnum;
 use serde_json::Value;
 use shoal_config::Config;
@@ -224,4 +224,53 @@ pub fn announce(
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Runs `shoal --conf CONF ARGS...` (this binary) to completion: its
+/// standard output, or its standard error as the error.
+pub fn run_shoal(conf: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("finding the shoal executable")?;
+    let out = std::process::Command::new(exe)
+        .arg("--conf")
+        .arg(conf)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "`shoal {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts `shoal --conf CONF ARGS...` (a daemon) in its own process group,
+/// so a terminal's Ctrl-C does not reach it, appending its output to
+/// `log` and writing its pid to `pid`.
+pub fn spawn_shoal(
+    conf: &Path,
+    args: &[&str],
+    log: &Path,
+    pid: &Path,
+) -> anyhow::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the shoal executable")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let child = std::process::Command::new(exe)
+        .arg("--conf")
+        .arg(conf)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting `shoal {}`", args.join(" ")))?;
+    std::fs::write(pid, format!("{}\n", child.id()))?;
+    Ok(child)
 }

@@ -141,47 +141,20 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn shoal_exe() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("finding the shoal executable")
-}
-
 /// Runs `shoal --conf CONF ARGS...` to completion; its output becomes the error.
 fn shoal(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(shoal_exe()?)
-        .arg("--conf")
-        .arg(dir.join(CONF))
-        .args(args)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "`shoal {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    super::common::run_shoal(&dir.join(CONF), args)
 }
 
 /// Starts a daemon in its own process group (Ctrl-C on `dev up` does not
 /// reach it unless `--foreground` forwards it), logging to `out/NAME.log`.
 fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
-    use std::os::unix::process::CommandExt;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_path(dir, name))?;
-    let child = std::process::Command::new(shoal_exe()?)
-        .arg("--conf")
-        .arg(dir.join(CONF))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("starting {name}"))?;
-    std::fs::write(pid_path(dir, name), format!("{}\n", child.id()))?;
-    Ok(child)
+    super::common::spawn_shoal(
+        &dir.join(CONF),
+        args,
+        &log_path(dir, name),
+        &pid_path(dir, name),
+    )
 }
 
 /// Writes the cluster's configuration: one-machine settings, then the

@@ -254,6 +254,16 @@ options! {
     crash_dir: String = "";
     /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).
     mon_mgr_beacon_grace_ms: u64 = 10_000u64;
+    /// A metadata server that sends no beacon for this long loses its rank to a standby, in milliseconds (as Ceph's mds_beacon_grace).
+    mon_mds_beacon_grace_ms: u64 = 8_000u64;
+    /// The interval between a metadata server's beacons to the monitors, in milliseconds.
+    mds_beacon_interval_ms: u64 = 1_000u64;
+    /// Where a metadata server serves clients (port 0: any free port; the monitors' file-system map tells clients).
+    mds_addr: String = "127.0.0.1:0";
+    /// A client session silent this long is ended by the MDS and its capabilities taken back, in milliseconds (as Ceph's session_timeout); clients renew every quarter of it.
+    mds_session_timeout_ms: u64 = 30_000u64;
+    /// Journal events an MDS keeps before it writes them to the directory and inode objects and trims the journal.
+    mds_journal_flush_events: u64 = 4_096u64;
     /// The interval between a manager's beacons to the monitors, in milliseconds.
     mgr_beacon_interval_ms: u64 = 2_000u64;
     /// Where a manager serves HTTP: `/metrics` for Prometheus and the dashboard.

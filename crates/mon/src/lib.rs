@@ -9,6 +9,7 @@
 //! This crate depends on the messenger and the configuration schema, never
 //! on the OSD or the client library.
 
+mod fsmap;
 mod health;
 mod mgrmap;
 mod mkfs;
@@ -22,6 +23,7 @@ mod types;
 mod views;
 mod views_pg;
 
+pub use fsmap::{FsInfo, FsMap, MdsEntry};
 pub use health::{CheckNow, HealthState};
 pub use mgrmap::{MgrEntry, MgrMap};
 pub use mkfs::{MonMeta, mkfs, new_fsid};

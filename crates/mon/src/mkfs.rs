@@ -131,6 +131,7 @@ fn bootstrap_keyring(initial: &BTreeMap<String, String>) -> Result<Keyring, MonE
     let all = BTreeMap::from([
         ("mon".to_string(), "allow *".to_string()),
         ("osd".to_string(), "allow *".to_string()),
+        ("mds".to_string(), "allow *".to_string()),
     ]);
     let admin: EntityName = "client.admin"
         .parse()

@@ -69,6 +69,8 @@ pub struct MonitorOptions {
     pub osd: OsdLiveness,
     /// A manager silent this long loses its role.
     pub mgr_beacon_grace: Duration,
+    /// A metadata server silent this long loses its rank to a standby.
+    pub mds_beacon_grace: Duration,
 }
 
 /// How the leader decides an OSD is down or out, and how it batches.
@@ -120,6 +122,8 @@ struct Liveness {
 struct MgrSoft {
     /// name -> (when, HTTP address)
     beacons: BTreeMap<String, (Instant, String)>,
+    /// Metadata servers: name -> (when, client address, its own state)
+    mds_beacons: BTreeMap<String, (Instant, String, String)>,
     /// daemon -> (when, its newest report)
     reports: BTreeMap<String, (Instant, shoal_monclient::DaemonReport)>,
 }
@@ -845,6 +849,13 @@ impl Core {
                     Ok(Ok(read_state(&self.state).mgrmap.to_json()))
                 }
                 Command::MgrFail { name } => self.mgr_fail(name).await,
+                Command::MdsBeacon { name, addr, state } => {
+                    self.mgr_lock()
+                        .mds_beacons
+                        .insert(name.clone(), (Instant::now(), addr.clone(), state.clone()));
+                    Ok(Ok(read_state(&self.state).fsmap.to_json()))
+                }
+                Command::MdsFail { name } => self.mds_fail(name).await,
                 Command::DaemonReport { report } => {
                     let mut soft = self.mgr_lock();
                     let now = Instant::now();
@@ -969,6 +980,28 @@ impl Core {
                     ));
                 }
                 MonRequest::Osd(OsdChange::PoolRm { name })
+            }
+            Command::FsNew {
+                name,
+                metadata_pool,
+                data_pool,
+            } => MonRequest::FsNew {
+                name,
+                metadata_pool,
+                data_pool,
+                now_ms: now_ms(),
+            },
+            Command::FsRm { name, sure } => {
+                if !sure {
+                    return Err(MonError::new(
+                        ErrorCode::NeedsConfirmation,
+                        format!(
+                            "this forgets file system {name} (its pools stay); \
+                             add --yes-i-really-mean-it to confirm"
+                        ),
+                    ));
+                }
+                MonRequest::FsRm { name }
             }
             Command::PoolRename { from, to } => MonRequest::Osd(OsdChange::PoolRename { from, to }),
             Command::OsdCrushAddBucket { name, type_name } => {
@@ -1144,6 +1177,24 @@ impl Core {
             Command::PgStat => crate::views_pg::pg_stat(&state),
             Command::Df => crate::views_pg::df(&state),
             Command::MgrStat => Ok(state.mgrmap.to_json()),
+            Command::FsLs => {
+                let mut v = state.fsmap.to_json();
+                let soft = self.mgr_lock();
+                let now = Instant::now();
+                let st = |n: &str| {
+                    soft.mds_beacons.get(n).map(|(at, _, st)| {
+                        json!({ "state": st, "beacon_age_ms": now.duration_since(*at).as_millis() as u64 })
+                    })
+                };
+                if let Some(list) = v["filesystems"].as_array_mut() {
+                    for f in list {
+                        if let Some(n) = f["active"]["name"].as_str().map(str::to_string) {
+                            f["active"]["report"] = st(&n).unwrap_or(Value::Null);
+                        }
+                    }
+                }
+                Ok(v)
+            }
             Command::DaemonReports => {
                 let now = Instant::now();
                 let soft = self.mgr_lock();
@@ -1410,6 +1461,70 @@ impl Core {
         }
     }
 
+    /// The metadata servers heard from within the grace, with addresses.
+    fn fresh_mds(&self, now: Instant) -> BTreeMap<String, String> {
+        let grace = self.opts.mds_beacon_grace;
+        self.mgr_lock()
+            .mds_beacons
+            .iter()
+            .filter(|(_, (at, _, _))| now.duration_since(*at) <= grace)
+            .map(|(n, (_, a, _))| (n.clone(), a.clone()))
+            .collect()
+    }
+
+    /// On the leader, every second: proposes a new file-system map when
+    /// the metadata servers' beacons call for one (`fsmap.rs`); a new
+    /// leader counts the map's servers alive for one grace period.
+    async fn choose_mds(&self, since: Instant) {
+        let map = {
+            let s = read_state(&self.state);
+            if s.fsid.is_empty() {
+                return;
+            }
+            s.fsmap.clone()
+        };
+        let mut fresh = self.fresh_mds(Instant::now());
+        if fresh.is_empty()
+            && map.standbys.is_empty()
+            && map.filesystems.values().all(|f| f.active.is_none())
+        {
+            return;
+        }
+        if since.elapsed() < self.opts.mds_beacon_grace {
+            for a in map.filesystems.values().filter_map(|f| f.active.as_ref()) {
+                fresh
+                    .entry(a.name.clone())
+                    .or_insert_with(|| a.addr.clone());
+            }
+            for (n, a) in &map.standbys {
+                fresh.entry(n.clone()).or_insert_with(|| a.clone());
+            }
+        }
+        if let Some(m) = crate::fsmap::next(&map, &fresh, None, now_ms())
+            && let Err(e) = self.raft.client_write(MonRequest::FsMap(m)).await
+        {
+            tracing::debug!("file-system map: {e}");
+        }
+    }
+
+    /// `mds fail NAME`: the MDS gives up its rank at once.
+    async fn mds_fail(&self, name: &str) -> Outcome {
+        let map = read_state(&self.state).fsmap.clone();
+        let known = map.fs_of_mds(name).is_some() || map.standbys.contains_key(name);
+        if !known {
+            return Ok(Err(MonError::new(
+                ErrorCode::NotFound,
+                format!("mds.{name} is neither active nor standby"),
+            )));
+        }
+        self.mgr_lock().mds_beacons.remove(name);
+        let fresh = self.fresh_mds(Instant::now());
+        match crate::fsmap::next(&map, &fresh, Some(name), now_ms()) {
+            Some(m) => self.propose(MonRequest::FsMap(m)).await,
+            None => Ok(Ok(map.to_json())),
+        }
+    }
+
     /// `mgr fail NAME`: the manager gives up its role at once.
     async fn mgr_fail(&self, name: &str) -> Outcome {
         let map = read_state(&self.state).mgrmap.clone();
@@ -1596,6 +1711,7 @@ async fn record_health(core: std::sync::Weak<Core>) {
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         core.choose_mgr(since).await;
+        core.choose_mds(since).await;
         core.enforce_quotas().await;
         if since.elapsed() < core.contact_window() {
             continue;

@@ -155,6 +155,25 @@ pub enum MonRequest {
     },
     /// A new manager map (its epoch must follow the current one's).
     MgrMap(crate::mgrmap::MgrMap),
+    /// Makes a file system (`fs new`): its pools must exist, and a pool
+    /// serves one file system at most.
+    FsNew {
+        /// Its name.
+        name: String,
+        /// The pool of metadata.
+        metadata_pool: String,
+        /// The pool of file data.
+        data_pool: String,
+        /// When (ms since the Unix epoch, the proposer's clock).
+        now_ms: u64,
+    },
+    /// Forgets a file system (its pools and objects stay).
+    FsRm {
+        /// Its name.
+        name: String,
+    },
+    /// A new MDS assignment (its epoch must follow the current one's).
+    FsMap(crate::fsmap::FsMap),
 }
 
 /// Crashes kept at most (the oldest go first).
@@ -258,6 +277,9 @@ pub struct MonState {
     /// The manager map.
     #[serde(default)]
     pub mgrmap: crate::mgrmap::MgrMap,
+    /// The file systems and their metadata servers.
+    #[serde(default)]
+    pub fsmap: crate::fsmap::FsMap,
     /// Changes applied so far: every request that changed the state counts
     /// once, so it also proves no change was applied twice.
     pub version: u64,
@@ -432,6 +454,18 @@ impl MonState {
                 Ok(Applied::Changed(json!({ "epoch": self.monmap_epoch })))
             }
             MonRequest::Osd(change) => {
+                if let OsdChange::PoolRm { name } = change
+                    && let Some((fs, _)) = self
+                        .fsmap
+                        .filesystems
+                        .iter()
+                        .find(|(_, f)| &f.metadata_pool == name || &f.data_pool == name)
+                {
+                    return Err(err(
+                        ErrorCode::Busy,
+                        format!("pool {name} is in use by file system {fs}"),
+                    ));
+                }
                 let out = self.osdmap.apply(change)?;
                 let map = self.osdmap.current()?;
                 crate::pgstats::prune(&mut self.pg_stats, &mut self.osd_statfs, map);
@@ -495,6 +529,88 @@ impl MonState {
                     ));
                 }
                 Ok(Applied::Changed(json!({ "unmuted": code })))
+            }
+            MonRequest::FsNew {
+                name,
+                metadata_pool,
+                data_pool,
+                now_ms,
+            } => {
+                let map = self.osdmap.current()?;
+                for p in [metadata_pool, data_pool] {
+                    if map.pool_by_name(p).is_none() {
+                        return Err(err(ErrorCode::NotFound, format!("no pool {p}")));
+                    }
+                }
+                if metadata_pool == data_pool {
+                    return Err(err(
+                        ErrorCode::InvalidArgument,
+                        "the metadata and data pools must differ",
+                    ));
+                }
+                if self.fsmap.filesystems.contains_key(name) {
+                    return Err(err(ErrorCode::Exists, format!("file system {name} exists")));
+                }
+                if let Some((fs, _)) = self.fsmap.filesystems.iter().find(|(_, f)| {
+                    [&f.metadata_pool, &f.data_pool]
+                        .iter()
+                        .any(|p| *p == metadata_pool || *p == data_pool)
+                }) {
+                    return Err(err(
+                        ErrorCode::Busy,
+                        format!("a pool is already in use by file system {fs}"),
+                    ));
+                }
+                if name.is_empty()
+                    || name.len() > 64
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
+                    return Err(err(
+                        ErrorCode::InvalidArgument,
+                        format!("bad file system name {name:?}: 1-64 of [A-Za-z0-9_-]"),
+                    ));
+                }
+                let m = &mut self.fsmap;
+                m.epoch += 1;
+                m.next_id = m.next_id.max(1);
+                let info = crate::fsmap::FsInfo {
+                    id: m.next_id,
+                    metadata_pool: metadata_pool.clone(),
+                    data_pool: data_pool.clone(),
+                    created_ms: *now_ms,
+                    active: None,
+                };
+                m.next_id += 1;
+                let out = info.to_json(name);
+                m.filesystems.insert(name.clone(), info);
+                Ok(Applied::Changed(out))
+            }
+            MonRequest::FsRm { name } => {
+                if self.fsmap.filesystems.remove(name).is_none() {
+                    return Err(err(ErrorCode::NotFound, format!("no file system {name}")));
+                }
+                self.fsmap.epoch += 1;
+                Ok(Applied::Changed(json!({ "removed": name })))
+            }
+            MonRequest::FsMap(m) => {
+                if m.epoch != self.fsmap.epoch + 1 {
+                    return Err(err(
+                        ErrorCode::Again,
+                        format!(
+                            "file-system map epoch {} does not follow {}",
+                            m.epoch, self.fsmap.epoch
+                        ),
+                    ));
+                }
+                // Only assignments change here: file systems come and go
+                // through FsNew and FsRm.
+                if m.filesystems.keys().ne(self.fsmap.filesystems.keys()) {
+                    return Err(err(ErrorCode::Again, "the file systems changed meanwhile"));
+                }
+                self.fsmap = m.clone();
+                Ok(Applied::Changed(self.fsmap.to_json()))
             }
             MonRequest::MgrMap(m) => {
                 if m.epoch != self.mgrmap.epoch + 1 {

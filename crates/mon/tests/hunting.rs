@@ -73,6 +73,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         osdmap_full_interval: 100,
         osd: shoal_mon::OsdLiveness::default(),
         mgr_beacon_grace: Duration::from_secs(10),
+        mds_beacon_grace: Duration::from_secs(10),
     }
 }
 

@@ -48,6 +48,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
             batch_window: Duration::from_millis(100),
         },
         mgr_beacon_grace: Duration::from_secs(10),
+        mds_beacon_grace: Duration::from_secs(10),
     }
 }
 

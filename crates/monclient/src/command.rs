@@ -389,6 +389,40 @@ pub enum Command {
     },
     /// The newest report of every daemon, with its age.
     DaemonReports,
+    /// Makes a file system on two existing pools (`fs new`).
+    FsNew {
+        /// Its name.
+        name: String,
+        /// The pool of inodes, directories and the journal.
+        metadata_pool: String,
+        /// The pool of file data.
+        data_pool: String,
+    },
+    /// The file-system map: file systems, their active MDS, standbys.
+    FsLs,
+    /// Forgets a file system (its pools stay); needs `sure`.
+    FsRm {
+        /// Its name.
+        name: String,
+        /// `--yes-i-really-mean-it`.
+        sure: bool,
+    },
+    /// A metadata server says it is alive, where it serves, and how far
+    /// it got (`replay`, `active`, `standby`); the answer is the
+    /// file-system map (whether it holds a rank, with which incarnation).
+    MdsBeacon {
+        /// Its name (`a` for `mds.a`).
+        name: String,
+        /// Its client address.
+        addr: String,
+        /// Its own state.
+        state: String,
+    },
+    /// Makes an MDS give up its rank: a standby takes over (`mds fail`).
+    MdsFail {
+        /// Its name.
+        name: String,
+    },
 }
 
 impl Command {
@@ -436,6 +470,7 @@ impl Command {
                 | Command::Df
                 | Command::MgrStat
                 | Command::DaemonReports
+                | Command::FsLs
         )
     }
 }

@@ -25,6 +25,8 @@ struct Held {
 pub struct TicketAuth {
     me: EntityName,
     own: Secret,
+    /// The service whose daemons the ticket is for (`osd`, or `mds`).
+    service: EntityType,
     held: Arc<RwLock<Held>>,
 }
 
@@ -34,7 +36,17 @@ impl TicketAuth {
         TicketAuth {
             me,
             own,
+            service: EntityType::Osd,
             held: Arc::default(),
+        }
+    }
+
+    /// A provider whose ticket is for `service`'s daemons (`mds` for a
+    /// file-system client) rather than the OSDs.
+    pub fn for_service(me: EntityName, own: Secret, service: EntityType) -> Self {
+        TicketAuth {
+            service,
+            ..TicketAuth::new(me, own)
         }
     }
 
@@ -43,16 +55,17 @@ impl TicketAuth {
         self.read().ticket.as_ref().map(|t| t.2)
     }
 
-    /// Fetches a fresh ticket for the `osd` service from the monitors.
+    /// Fetches a fresh ticket for the service from the monitors.
     pub async fn refresh_ticket(&self, monc: &MonClient) -> Result<u64, MonError> {
-        let (sealed, session, expires) = monc.ticket(&self.own, "osd").await?;
+        let service = self.service.to_string();
+        let (sealed, session, expires) = monc.ticket(&self.own, &service).await?;
         self.write().ticket = Some((sealed, session, expires));
         Ok(expires)
     }
 
-    /// Fetches the `osd` service secrets (OSDs only).
+    /// Fetches the service secrets of our own kind (OSDs and MDSs only).
     pub async fn refresh_secrets(&self, monc: &MonClient) -> Result<(), MonError> {
-        let secrets = monc.service_secrets("osd").await?;
+        let secrets = monc.service_secrets(&self.me.ty().to_string()).await?;
         self.write().secrets = secrets;
         Ok(())
     }
@@ -125,13 +138,14 @@ impl AuthProvider for TicketAuth {
         peer: &EntityName,
         ticket: &[u8],
     ) -> Option<Result<(Secret, String), String>> {
-        if self.me.ty() != EntityType::Osd {
+        let service = self.me.ty();
+        if !matches!(service, EntityType::Osd | EntityType::Mds) {
             return None;
         }
         let held = self.read();
         Some(
             held.secrets
-                .open(ticket, EntityType::Osd, now_ms())
+                .open(ticket, service, now_ms())
                 .map_err(|e| e.to_string())
                 .and_then(|(t, session)| {
                     if &t.entity == peer {

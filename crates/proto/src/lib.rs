@@ -18,9 +18,9 @@ pub use frame::{
     PROTOCOL_VERSION, data_crc, encode_frame,
 };
 pub use message::{
-    AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, Message,
-    MessageType, MonCommand, MonCommandReply, MonPastIntervals, MonPastIntervalsReply, MonRaft,
-    MonRaftReply, MonSubscribe, MonUpdate, Ping, Pong, RejectCode,
+    AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, MdsPush,
+    MdsReply, MdsRequest, Message, MessageType, MonCommand, MonCommandReply, MonPastIntervals,
+    MonPastIntervalsReply, MonRaft, MonRaftReply, MonSubscribe, MonUpdate, Ping, Pong, RejectCode,
 };
 pub use osd::{
     CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdNotify, OsdNotifyReply,

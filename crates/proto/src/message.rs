@@ -173,6 +173,33 @@ pub struct MonCommand {
     pub command: String,
 }
 
+/// A request to a metadata server (a client's, or a revoke's answer). The
+/// body is the file system's own JSON encoding (`shoal-fs`'s `msg`), so new
+/// metadata operations need no new message type.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MdsRequest {
+    /// The request, as JSON.
+    #[prost(bytes = "vec", tag = "1")]
+    pub body: Vec<u8>,
+}
+
+/// A metadata server's answer to an [`MdsRequest`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MdsReply {
+    /// The reply, as JSON.
+    #[prost(bytes = "vec", tag = "1")]
+    pub body: Vec<u8>,
+}
+
+/// A message a metadata server sends a client unasked (a capability
+/// revoke), one-way.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MdsPush {
+    /// The message, as JSON.
+    #[prost(bytes = "vec", tag = "1")]
+    pub body: Vec<u8>,
+}
+
 /// The monitors' answer to a [`MonCommand`].
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MonCommandReply {
@@ -379,6 +406,9 @@ messages! {
     219 => OsdNotifyReply,
     220 => WatchNotify,
     221 => WatchNotifyAck,
+    300 => MdsRequest,
+    301 => MdsReply,
+    302 => MdsPush,
 }
 
 #[cfg(test)]

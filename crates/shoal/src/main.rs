@@ -110,6 +110,11 @@ enum Command {
     Nbd(cmd::nbd::NbdArgs),
     /// The manager (`shoal mgr --id x`: /metrics and the dashboard) and its map.
     Mgr(cmd::mgr::MgrArgs),
+    /// File systems: make, list, remove, mount through FUSE.
+    #[command(subcommand)]
+    Fs(cmd::fs::FsCmd),
+    /// The metadata server (`shoal mds --id a`) and `mds fail`.
+    Mds(cmd::fs::MdsArgs),
     /// The S3 gateway (`shoal gateway [--bind]`) and its users.
     Gateway(cmd::gateway::GatewayArgs),
     /// Make, check and inspect an OSD's object store.
@@ -204,6 +209,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nbd(a) => cmd::nbd::run(a, &ctx),
         Command::Gateway(a) => cmd::gateway::run(a, &ctx),
         Command::Mgr(a) => cmd::mgr::run(a, &ctx),
+        Command::Fs(c) => cmd::fs::run(c, &ctx),
+        Command::Mds(a) => cmd::fs::run_mds(a, &ctx),
         Command::Crush(c) => cmd::crush::run(c),
         Command::Cluster(c) => cmd::cluster::run_cluster(c),
         Command::Host(c) => cmd::cluster::run_host(c),

@@ -58,6 +58,7 @@ pub fn mon_opts(data: PathBuf) -> MonitorOptions {
             batch_window: Duration::from_millis(50),
         },
         mgr_beacon_grace: Duration::from_secs(10),
+        mds_beacon_grace: Duration::from_secs(10),
     }
 }
 

@@ -276,6 +276,12 @@ fn osd_messages() -> impl Strategy<Value = Message> {
         (any::<u64>(), any::<u64>()).prop_map(|(cookie, notify_id)| {
             Message::WatchNotifyAck(crate::WatchNotifyAck { cookie, notify_id })
         }),
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|body| Message::MdsRequest(crate::MdsRequest { body })),
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|body| Message::MdsReply(crate::MdsReply { body })),
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|body| Message::MdsPush(crate::MdsPush { body })),
         (".{0,20}", any::<bool>()).prop_map(|(name, more)| Message::PgListReply(PgListReply {
             names: vec![name],
             more,

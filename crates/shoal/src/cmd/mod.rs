@@ -13,6 +13,7 @@ pub mod config;
 pub mod crash;
 pub mod crush;
 pub mod dev;
+pub mod fs;
 pub mod gateway;
 pub mod keyring;
 pub mod mgr;

@@ -210,6 +210,7 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
             batch_window: Duration::from_millis(o.mon_osd_batch_window_ms),
         },
         mgr_beacon_grace: Duration::from_millis(o.mon_mgr_beacon_grace_ms),
+        mds_beacon_grace: Duration::from_millis(o.mon_mds_beacon_grace_ms),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,0 +1,820 @@
+//! The file-system client: a session with the active MDS and file data
+//! read and written straight to the OSDs.
+//!
+//! Every request to the MDS leaves through one task, in order, on one
+//! connection; the MDS handles a session's requests in that order. So a
+//! request need not be awaited before the next is sent: creates in a
+//! directory the client holds [`CAP_CREATE`] on, and attribute changes on
+//! files it holds [`CAP_EXCL`] on, are sent and not waited for, and a
+//! later `fsync` ([`FsClient::sync`]) waits until every request sent
+//! before it is answered (durable in the MDS's journal). Requests stay
+//! queued until answered: after a failover the client opens a session
+//! with the new MDS (reclaiming the old one) and sends again, in order,
+//! every request not yet answered; the MDS's journal of completed requests
+//! keeps a resend from applying twice.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+use shoal_client::{Client, Error as ClientError, Pool};
+use shoal_monclient::{Command, MonClient, TicketAuth};
+use shoal_net::{Connection, Incoming, Messenger, NetConfig, Secret, TcpTransport};
+use shoal_proto::{MdsReply, MdsRequest, Message};
+use shoal_types::{EntityName, EntityType};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::msg::{self, CAP_CREATE, CAP_EXCL, Errno, Op, Out, Push, Reply, Request, SetAttr};
+use crate::types::{Inode, OBJECT_SIZE, data_object};
+
+/// The result of a request: its answer, or an errno.
+pub type FsResult<T> = Result<T, Errno>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn eio(e: impl std::fmt::Display) -> Errno {
+    Errno::new(libc::EIO, e.to_string())
+}
+
+/// A request not yet answered.
+struct Inflight {
+    req: Request,
+    reply: Option<oneshot::Sender<FsResult<Out>>>,
+}
+
+/// What the client knows of an inode.
+#[derive(Debug, Clone)]
+pub struct Cached {
+    /// The inode as last seen (with local changes under CAP_EXCL).
+    pub inode: Inode,
+    /// When it came from the MDS.
+    pub fetched: Instant,
+}
+
+struct State {
+    session: u64,
+    conn: Option<Connection>,
+    inflight: BTreeMap<u64, Inflight>,
+    caps: HashMap<u64, u32>,
+    /// Attribute changes made under CAP_EXCL not yet sent.
+    dirty: HashMap<u64, SetAttr>,
+    inodes: HashMap<u64, Cached>,
+    /// Directories whose every entry the client knows (it made them and
+    /// holds CAP_CREATE): names in them.
+    complete: HashMap<u64, HashSet<String>>,
+    /// Preallocated inode numbers.
+    inos: std::collections::VecDeque<u64>,
+    /// Open files, with how many opens.
+    open: HashMap<u64, u32>,
+    /// An asynchronous request failed: its errno, reported by the next sync.
+    async_error: Option<Errno>,
+}
+
+/// A mounted file system's client side.
+pub struct FsClient {
+    rados: Client,
+    data: Pool,
+    monc: MonClient,
+    fs_name: String,
+    me: String,
+    messenger: Messenger,
+    state: Mutex<State>,
+    next_tid: AtomicU64,
+    queue: mpsc::UnboundedSender<u64>,
+    /// Poked when the inflight set empties or a request is answered.
+    answered: Notify,
+    /// Poked when the connection broke.
+    broken: Arc<Notify>,
+    timeout: Mutex<Duration>,
+}
+
+impl std::fmt::Debug for FsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsClient")
+            .field("fs", &self.fs_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The file system `name` in the monitors' map: (id, metadata pool, data
+/// pool, the active MDS's address).
+pub fn find_fs(map: &Value, name: Option<&str>) -> Option<(String, String, Option<SocketAddr>)> {
+    let list = map["filesystems"].as_array()?;
+    let f = match name {
+        Some(n) => list.iter().find(|f| f["name"].as_str() == Some(n))?,
+        None => list.first()?,
+    };
+    Some((
+        f["name"].as_str()?.to_string(),
+        f["data_pool"].as_str()?.to_string(),
+        f["active"]["addr"].as_str().and_then(|a| a.parse().ok()),
+    ))
+}
+
+impl FsClient {
+    /// Connects to file system `fs` (`None`: the first) as the rados
+    /// client's entity, whose key is `key`.
+    pub async fn connect(
+        rados: Client,
+        key: Secret,
+        fs: Option<&str>,
+    ) -> Result<Arc<FsClient>, Errno> {
+        let monc = rados.mon_client().clone();
+        let map = monc.command(&Command::FsLs).await.map_err(eio)?;
+        let (fs_name, data_pool, _) = find_fs(&map, fs).ok_or_else(|| {
+            Errno::new(
+                libc::ENOENT,
+                match fs {
+                    Some(n) => format!("no file system {n}"),
+                    None => "no file system: make one with `shoal fs new`".to_string(),
+                },
+            )
+        })?;
+        let data = rados.pool(&data_pool).map_err(eio)?;
+        let name: EntityName = rados.name().clone();
+        let auth = TicketAuth::for_service(name.clone(), key, EntityType::Mds);
+        auth.refresh_ticket(&monc).await.map_err(|e| {
+            Errno::new(
+                libc::EACCES,
+                format!("no ticket for the MDS (does {name} have mds caps?): {e}"),
+            )
+        })?;
+        let renewal = auth.spawn_renewal(monc.clone(), false);
+        let (push_tx, mut push_rx) = mpsc::unbounded_channel::<Incoming>();
+        let messenger = Messenger::new(
+            name.clone(),
+            NetConfig::default(),
+            Arc::new(TcpTransport),
+            Arc::new(auth),
+            Arc::new(move |inc: Incoming| {
+                let _ = push_tx.send(inc);
+            }),
+        );
+        let (qtx, qrx) = mpsc::unbounded_channel();
+        let client = Arc::new(FsClient {
+            rados,
+            data,
+            monc,
+            fs_name,
+            me: format!("{name}@{}", std::process::id()),
+            messenger,
+            state: Mutex::new(State {
+                session: 0,
+                conn: None,
+                inflight: BTreeMap::new(),
+                caps: HashMap::new(),
+                dirty: HashMap::new(),
+                inodes: HashMap::new(),
+                complete: HashMap::new(),
+                inos: Default::default(),
+                open: HashMap::new(),
+                async_error: None,
+            }),
+            next_tid: AtomicU64::new(1),
+            queue: qtx,
+            answered: Notify::new(),
+            broken: Arc::new(Notify::new()),
+            timeout: Mutex::new(Duration::from_secs(30)),
+        });
+        tokio::spawn(sender(Arc::downgrade(&client), qrx, renewal));
+        let weak = Arc::downgrade(&client);
+        tokio::spawn(async move {
+            while let Some(inc) = push_rx.recv().await {
+                let Some(c) = weak.upgrade() else { return };
+                if let Message::MdsPush(p) = &inc.msg
+                    && let Ok(push) = msg::decode::<Push>(&p.body)
+                {
+                    c.on_push(push);
+                }
+            }
+        });
+        let weak = Arc::downgrade(&client);
+        tokio::spawn(async move {
+            loop {
+                let every = match weak.upgrade() {
+                    Some(c) => *lock(&c.timeout) / 4,
+                    None => return,
+                };
+                tokio::time::sleep(every.max(Duration::from_millis(250))).await;
+                let Some(c) = weak.upgrade() else { return };
+                c.send_async(Op::Renew, 0, 0);
+            }
+        });
+        // The first session, at once: errors show at mount.
+        client.request(Op::Sync, 0, 0).await?;
+        Ok(client)
+    }
+
+    /// The file system's name.
+    pub fn fs_name(&self) -> &str {
+        &self.fs_name
+    }
+
+    /// The cluster client.
+    pub fn rados(&self) -> &Client {
+        &self.rados
+    }
+
+    fn enqueue(&self, op: Op, uid: u32, gid: u32, reply: Option<oneshot::Sender<FsResult<Out>>>) {
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        let req = Request {
+            session: 0,
+            tid,
+            uid,
+            gid,
+            op,
+        };
+        lock(&self.state)
+            .inflight
+            .insert(tid, Inflight { req, reply });
+        let _ = self.queue.send(tid);
+    }
+
+    /// Sends a request and waits for its answer.
+    pub async fn request(&self, op: Op, uid: u32, gid: u32) -> FsResult<Out> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(op, uid, gid, Some(tx));
+        rx.await
+            .unwrap_or_else(|_| Err(Errno::new(libc::EIO, "the client stopped")))
+    }
+
+    /// Sends a request without waiting; [`FsClient::sync`] waits for it.
+    pub fn send_async(&self, op: Op, uid: u32, gid: u32) {
+        self.enqueue(op, uid, gid, None);
+    }
+
+    /// Waits until every request sent so far is answered (durable); an
+    /// asynchronous one that failed fails this.
+    pub async fn sync(&self) -> FsResult<()> {
+        self.request(Op::Sync, 0, 0).await?;
+        loop {
+            let notified = self.answered.notified();
+            {
+                let st = lock(&self.state);
+                if st.inflight.is_empty()
+                    || st.inflight.values().all(|i| matches!(i.req.op, Op::Renew))
+                {
+                    break;
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+        match lock(&self.state).async_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn on_push(self: &Arc<Self>, push: Push) {
+        match push {
+            Push::Revoke { ino } => {
+                // Everything done under the capability goes first, then
+                // the acknowledgement, on the same ordered path.
+                let (dirty, _caps) = {
+                    let mut st = lock(&self.state);
+                    st.complete.remove(&ino);
+                    (st.dirty.remove(&ino), st.caps.remove(&ino))
+                };
+                if let Some(set) = dirty {
+                    self.send_async(Op::Flush { ino, set }, 0, 0);
+                }
+                lock(&self.state).inodes.remove(&ino);
+                self.send_async(Op::CapAck { ino }, 0, 0);
+            }
+            Push::Invalidate { ino, .. } => {
+                lock(&self.state).inodes.remove(&ino);
+            }
+        }
+    }
+
+    /// Records what an answer says of an inode.
+    pub fn learn(&self, inode: &Inode, caps: u32) {
+        let mut st = lock(&self.state);
+        let keep_dirty = st.dirty.get(&inode.ino).cloned();
+        let mut inode = inode.clone();
+        if let Some(d) = keep_dirty {
+            overlay(&mut inode, &d);
+        }
+        if caps != 0 {
+            *st.caps.entry(inode.ino).or_insert(0) |= caps;
+        }
+        st.inodes.insert(
+            inode.ino,
+            Cached {
+                inode,
+                fetched: Instant::now(),
+            },
+        );
+    }
+
+    /// Records capabilities the MDS granted on `ino`.
+    pub fn add_caps(&self, ino: u64, caps: u32) {
+        *lock(&self.state).caps.entry(ino).or_insert(0) |= caps;
+    }
+
+    /// Capabilities held on `ino`.
+    pub fn caps(&self, ino: u64) -> u32 {
+        lock(&self.state).caps.get(&ino).copied().unwrap_or(0)
+    }
+
+    /// Grants the client itself CAP_CREATE on a directory it just made
+    /// (the MDS does the same), with no entries known yet.
+    pub fn made_dir(&self, ino: u64) {
+        let mut st = lock(&self.state);
+        *st.caps.entry(ino).or_insert(0) |= CAP_CREATE;
+        st.complete.insert(ino, HashSet::new());
+    }
+
+    /// Whether `name` in `dir` is known absent without asking the MDS.
+    pub fn known_absent(&self, dir: u64, name: &str) -> bool {
+        let st = lock(&self.state);
+        st.caps.get(&dir).is_some_and(|c| c & CAP_CREATE != 0)
+            && st
+                .complete
+                .get(&dir)
+                .is_some_and(|names| !names.contains(name))
+    }
+
+    /// Notes a name added to or removed from a directory the client knows
+    /// whole.
+    pub fn note_entry(&self, dir: u64, name: &str, present: bool) {
+        let mut st = lock(&self.state);
+        if let Some(names) = st.complete.get_mut(&dir) {
+            if present {
+                names.insert(name.to_string());
+            } else {
+                names.remove(name);
+            }
+        }
+    }
+
+    /// The cached inode, if fresh enough (or held exclusively).
+    pub fn cached(&self, ino: u64, fresh: Duration) -> Option<Inode> {
+        let st = lock(&self.state);
+        let c = st.inodes.get(&ino)?;
+        let excl = st.caps.get(&ino).is_some_and(|c| c & CAP_EXCL != 0);
+        (excl || c.fetched.elapsed() < fresh).then(|| c.inode.clone())
+    }
+
+    /// An inode number for an asynchronous create, when the client has
+    /// some left; asks for more in the background when running low.
+    pub fn take_ino(&self) -> Option<u64> {
+        let (ino, low) = {
+            let mut st = lock(&self.state);
+            let ino = match st.inos.front() {
+                Some(&i) if i != 0 => st.inos.pop_front(),
+                _ => None,
+            };
+            (ino, st.inos.iter().filter(|i| **i != 0).count() < 256)
+        };
+        if low {
+            self.refill_inos();
+        }
+        ino
+    }
+
+    fn refill_inos(&self) {
+        // One refill in flight at a time: marked by a zero at the back.
+        {
+            let mut st = lock(&self.state);
+            if st.inos.back() == Some(&0) {
+                return;
+            }
+            st.inos.push_back(0);
+        }
+        // The answer lands in `inos` (see `send_one`); nobody waits.
+        let (tx, _rx) = oneshot::channel();
+        self.enqueue(Op::AllocInos { count: 1024 }, 0, 0, Some(tx));
+    }
+
+    /// Applies a local attribute change under CAP_EXCL (sent later).
+    pub fn set_local(&self, ino: u64, set: &SetAttr) -> Option<Inode> {
+        let mut st = lock(&self.state);
+        if st.caps.get(&ino).is_none_or(|c| c & CAP_EXCL == 0) {
+            return None;
+        }
+        let d = st.dirty.entry(ino).or_default();
+        merge(d, set);
+        let c = st.inodes.get_mut(&ino)?;
+        overlay(&mut c.inode, set);
+        Some(c.inode.clone())
+    }
+
+    /// Sends what was changed locally on `ino` (without waiting).
+    pub fn flush_dirty(&self, ino: u64) {
+        let d = lock(&self.state).dirty.remove(&ino);
+        if let Some(set) = d {
+            self.send_async(Op::Flush { ino, set }, 0, 0);
+        }
+    }
+
+    /// Notes an open of `ino`.
+    pub fn opened(&self, ino: u64) {
+        *lock(&self.state).open.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Notes a close of `ino`; true when it was the last.
+    pub fn closed(&self, ino: u64) -> bool {
+        let mut st = lock(&self.state);
+        match st.open.get_mut(&ino) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                st.open.remove(&ino);
+                true
+            }
+        }
+    }
+
+    /// Forgets what is cached of `ino` (changes made under CAP_EXCL and
+    /// not yet sent stay, and apply again to what the MDS answers next).
+    pub fn forget(&self, ino: u64) {
+        lock(&self.state).inodes.remove(&ino);
+    }
+
+    /// A directory gained an entry made without waiting: its cached times
+    /// (and link count, for a subdirectory) move as the MDS's will.
+    pub fn touch_dir(&self, dir: u64, subdir: bool, now: i64) {
+        if let Some(c) = lock(&self.state).inodes.get_mut(&dir) {
+            c.inode.mtime = now;
+            c.inode.ctime = now;
+            if subdir {
+                c.inode.nlink += 1;
+            }
+        }
+    }
+
+    /// Reads `len` bytes at `off` of a file of `size` bytes: holes and
+    /// absent objects read as zeros.
+    pub async fn read(&self, ino: u64, off: u64, len: u64, size: u64) -> FsResult<Bytes> {
+        if off >= size {
+            return Ok(Bytes::new());
+        }
+        let end = off.saturating_add(len).min(size);
+        let mut out = BytesMut::with_capacity((end - off) as usize);
+        let mut at = off;
+        let mut reads = Vec::new();
+        while at < end {
+            let objno = at / OBJECT_SIZE;
+            let in_obj = at % OBJECT_SIZE;
+            let n = (OBJECT_SIZE - in_obj).min(end - at);
+            reads.push((objno, in_obj, n));
+            at += n;
+        }
+        let futs = reads.iter().map(|(objno, in_obj, n)| {
+            let pool = self.data.clone();
+            let oid = data_object(ino, *objno);
+            let (in_obj, n) = (*in_obj, *n);
+            async move {
+                match pool.read(&oid, in_obj, n).await {
+                    Ok(b) => Ok((b, n)),
+                    Err(ClientError::NotFound(_)) => Ok((Bytes::new(), n)),
+                    Err(e) => Err(eio(e)),
+                }
+            }
+        });
+        for r in join_all(futs).await {
+            let (b, n) = r?;
+            out.extend_from_slice(&b[..b.len().min(n as usize)]);
+            out.resize(out.len() + (n as usize - b.len().min(n as usize)), 0);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Writes `data` at `off` (straight to the OSDs, durable on return).
+    pub async fn write(&self, ino: u64, off: u64, data: Bytes) -> FsResult<()> {
+        let mut at = 0usize;
+        let mut writes = Vec::new();
+        while at < data.len() {
+            let pos = off + at as u64;
+            let objno = pos / OBJECT_SIZE;
+            let in_obj = pos % OBJECT_SIZE;
+            let n = ((OBJECT_SIZE - in_obj) as usize).min(data.len() - at);
+            writes.push((objno, in_obj, data.slice(at..at + n)));
+            at += n;
+        }
+        let futs = writes.into_iter().map(|(objno, in_obj, chunk)| {
+            let pool = self.data.clone();
+            let oid = data_object(ino, objno);
+            async move { pool.write(&oid, in_obj, chunk).await.map_err(eio) }
+        });
+        for r in join_all(futs).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes (punches) `len` bytes at `off` of the data.
+    pub async fn zero(&self, ino: u64, off: u64, len: u64, size: u64) -> FsResult<()> {
+        let end = off.saturating_add(len).min(size);
+        let mut at = off;
+        while at < end {
+            let objno = at / OBJECT_SIZE;
+            let in_obj = at % OBJECT_SIZE;
+            let n = (OBJECT_SIZE - in_obj).min(end - at);
+            let oid = data_object(ino, objno);
+            let r = if in_obj == 0 && n == OBJECT_SIZE {
+                self.data.remove(&oid).await
+            } else {
+                self.data.zero(&oid, in_obj, n).await
+            };
+            match r {
+                Ok(()) | Err(ClientError::NotFound(_)) => {}
+                Err(e) => return Err(eio(e)),
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Bytes and objects used and available in the data pool (statfs).
+    pub async fn statfs(&self) -> FsResult<(u64, u64, u64)> {
+        let df = self.monc.command(&Command::Df).await.map_err(eio)?;
+        let total = df["stats"]["total_bytes"].as_u64().unwrap_or(0);
+        let avail = df["stats"]["total_avail_bytes"].as_u64().unwrap_or(0);
+        let objects = df["pools"]
+            .as_array()
+            .map(|p| {
+                p.iter()
+                    .filter_map(|p| p["stats"]["objects"].as_u64())
+                    .sum()
+            })
+            .unwrap_or(0);
+        Ok((total, avail, objects))
+    }
+
+    /// Ends the session (capabilities and opens go) and stops.
+    pub async fn close(&self) {
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.sync()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.request(Op::SessionClose, 0, 0))
+            .await;
+        self.messenger.shutdown().await;
+    }
+
+    async fn find_mds(&self) -> Option<SocketAddr> {
+        let map = self.monc.command(&Command::FsLs).await.ok()?;
+        find_fs(&map, Some(&self.fs_name))?.2
+    }
+
+    /// Connects to the active MDS and opens (or reclaims) the session;
+    /// then sends again every request not answered.
+    async fn reconnect(&self) -> Result<(), Errno> {
+        let addr = self
+            .find_mds()
+            .await
+            .ok_or_else(|| Errno::new(libc::EAGAIN, "no active MDS"))?;
+        let conn = self.messenger.connect(addr).await.map_err(eio)?;
+        let (old, open) = {
+            let st = lock(&self.state);
+            (st.session, st.open.keys().copied().collect::<Vec<_>>())
+        };
+        let req = Request {
+            session: 0,
+            tid: 0,
+            uid: 0,
+            gid: 0,
+            op: Op::SessionOpen {
+                client: self.me.clone(),
+                reclaim: old,
+                open,
+            },
+        };
+        let reply = conn
+            .request_with_timeout(
+                MdsRequest {
+                    body: msg::encode(&req),
+                },
+                Bytes::new(),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(eio)?;
+        let Message::MdsReply(r) = reply.msg else {
+            return Err(Errno::new(libc::EIO, "the MDS answered something else"));
+        };
+        let r: Reply = msg::decode(&r.body)?;
+        match r.result? {
+            Out::Session { id, timeout_ms, .. } => {
+                *lock(&self.timeout) = Duration::from_millis(timeout_ms.max(1000));
+                let mut st = lock(&self.state);
+                if old != 0 && id != old {
+                    // A new session: what the old one held is gone.
+                    st.caps.clear();
+                    st.complete.clear();
+                    st.inos.clear();
+                }
+                st.session = id;
+                st.conn = Some(conn);
+                tracing::info!(session = id, %addr, "file-system session open");
+                Ok(())
+            }
+            _ => Err(Errno::new(libc::EIO, "the MDS answered something else")),
+        }
+    }
+}
+
+fn merge(d: &mut SetAttr, s: &SetAttr) {
+    macro_rules! m {
+        ($f:ident) => {
+            if s.$f.is_some() {
+                d.$f = s.$f;
+            }
+        };
+    }
+    m!(perm);
+    m!(uid);
+    m!(gid);
+    m!(size);
+    m!(atime);
+    m!(mtime);
+    m!(ctime);
+}
+
+/// Applies attribute changes to an inode as the MDS will.
+pub fn overlay(i: &mut Inode, s: &SetAttr) {
+    if let Some(v) = s.perm {
+        i.perm = v & 0o7777;
+    }
+    if let Some(v) = s.uid {
+        i.uid = v;
+    }
+    if let Some(v) = s.gid {
+        i.gid = v;
+    }
+    if let Some(v) = s.size {
+        i.size = v;
+    }
+    if let Some(v) = s.atime {
+        i.atime = v;
+    }
+    if let Some(v) = s.mtime {
+        i.mtime = v;
+    }
+    if let Some(v) = s.ctime {
+        i.ctime = v;
+    }
+}
+
+async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        match h.await {
+            Ok(v) => out.push(v),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    out
+}
+
+/// Sends queued requests in order; reconnects (and resends everything
+/// unanswered, in order) when the connection breaks.
+async fn sender(
+    weak: std::sync::Weak<FsClient>,
+    mut rx: mpsc::UnboundedReceiver<u64>,
+    renewal: tokio::task::JoinHandle<()>,
+) {
+    struct Abort(tokio::task::JoinHandle<()>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _renewal = Abort(renewal);
+    let Some(broken) = weak.upgrade().map(|c| Arc::clone(&c.broken)) else {
+        return;
+    };
+    let mut need_resend = false;
+    loop {
+        let tid = tokio::select! {
+            t = rx.recv() => match t { Some(t) => Some(t), None => return },
+            () = broken.notified() => None,
+        };
+        let Some(c) = weak.upgrade() else { return };
+        if tid.is_none() {
+            need_resend = true;
+        }
+        // Connected?
+        let connected = lock(&c.state).conn.as_ref().is_some_and(|k| !k.is_closed());
+        if !connected || need_resend {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match c.reconnect().await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::debug!("mds reconnect: {}", e.message);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+            // Everything unanswered goes again, in order (the tid that
+            // brought us here among them).
+            let tids: Vec<u64> = lock(&c.state).inflight.keys().copied().collect();
+            need_resend = false;
+            for t in tids {
+                send_one(&c, t).await;
+            }
+            continue;
+        }
+        if let Some(t) = tid {
+            send_one(&c, t).await;
+        }
+    }
+}
+
+async fn send_one(c: &Arc<FsClient>, tid: u64) {
+    let (conn, body) = {
+        let mut st = lock(&c.state);
+        let session = st.session;
+        let Some(conn) = st.conn.clone() else { return };
+        let Some(inf) = st.inflight.get_mut(&tid) else {
+            return;
+        };
+        inf.req.session = session;
+        (conn, msg::encode(&inf.req))
+    };
+    let pending = match conn.submit(MdsRequest { body }, Bytes::new()).await {
+        Ok(p) => p,
+        Err(_) => {
+            c.broken.notify_one();
+            return;
+        }
+    };
+    let weak = Arc::downgrade(c);
+    tokio::spawn(async move {
+        let r = pending.wait(Duration::from_secs(600)).await;
+        let Some(c) = weak.upgrade() else { return };
+        let reply = match r {
+            Ok(reply) => match reply.msg {
+                Message::MdsReply(MdsReply { body }) => msg::decode::<Reply>(&body).ok(),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        match reply {
+            Some(Reply { result: Err(e), .. })
+                if e.errno == libc::ESTALE || e.errno == libc::EAGAIN =>
+            {
+                // The MDS does not know the session (failover) or is a
+                // standby: find the active one and send again.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if lock(&c.state)
+                    .conn
+                    .as_ref()
+                    .is_some_and(|k| k.id() == conn.id())
+                {
+                    conn.close();
+                }
+                c.broken.notify_one();
+            }
+            Some(Reply { result, .. }) => {
+                let inf = lock(&c.state).inflight.remove(&tid);
+                if let Some(inf) = inf {
+                    if let Err(e) = &result
+                        && inf.reply.is_none()
+                        && !matches!(inf.req.op, Op::Renew)
+                    {
+                        tracing::warn!("an asynchronous {:?} failed: {}", inf.req.op, e.message);
+                        lock(&c.state).async_error.get_or_insert(e.clone());
+                    }
+                    if let Op::AllocInos { .. } = &inf.req.op {
+                        let mut st = lock(&c.state);
+                        st.inos.retain(|i| *i != 0);
+                        if let Ok(Out::Inos { start, count }) = &result {
+                            st.inos.extend(*start..*start + *count);
+                        }
+                    }
+                    if let Some(tx) = inf.reply {
+                        let _ = tx.send(result);
+                    }
+                }
+                c.answered.notify_waiters();
+            }
+            None => {
+                // Lost connection: resend after reconnecting (unless that
+                // already happened).
+                if lock(&c.state)
+                    .conn
+                    .as_ref()
+                    .is_some_and(|k| k.id() == conn.id())
+                {
+                    conn.close();
+                    c.broken.notify_one();
+                }
+            }
+        }
+    });
+}

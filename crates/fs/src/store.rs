@@ -1,0 +1,230 @@
+//! The metadata's resting place: inodes in the inode-table objects,
+//! directory entries in their directory's fragment objects, the stray set,
+//! and file data objects to purge. The MDS reads what its cache misses
+//! from here and writes journal events here before trimming the journal;
+//! writing the same events twice leaves the same state (replay after a
+//! crash in the middle of a flush is safe).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use shoal_client::{Error as ClientError, Op as RadosOp, Pool};
+
+use crate::journal::{Event, Update};
+use crate::types::{Dentry, Inode, Names, OBJECT_SIZE, data_object, frag_of};
+
+/// The pools and names of one file system.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// The metadata pool.
+    pub meta: Pool,
+    /// The data pool.
+    pub data: Pool,
+    /// Object names.
+    pub names: Names,
+}
+
+fn not_found(e: &ClientError) -> bool {
+    matches!(e, ClientError::NotFound(_))
+}
+
+/// Omap entries read at a time.
+const PAGE: u32 = 1024;
+
+impl Store {
+    /// Inode `ino`, if it exists.
+    pub async fn load_inode(&self, ino: u64) -> Result<Option<Inode>, ClientError> {
+        let key = Names::inode_key(ino);
+        let vals = match self
+            .meta
+            .omap_get_vals_by_keys(&self.names.inode_shard(ino), &[key.as_bytes()])
+            .await
+        {
+            Ok(v) => v,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match vals.values().next() {
+            None => Ok(None),
+            Some(raw) => serde_json::from_slice(raw)
+                .map(Some)
+                .map_err(|e| ClientError::Io(format!("damaged inode {ino:x}: {e}"))),
+        }
+    }
+
+    /// Every entry of directory `ino`.
+    pub async fn load_dir(
+        &self,
+        ino: u64,
+        frag_bits: u8,
+    ) -> Result<BTreeMap<String, Dentry>, ClientError> {
+        let mut out = BTreeMap::new();
+        for frag in 0..(1u32 << frag_bits.min(16)) {
+            let oid = self.names.dir_frag(ino, frag);
+            let mut after: Vec<u8> = Vec::new();
+            loop {
+                let page = match self.meta.omap_get_vals(&oid, &after, b"", PAGE).await {
+                    Ok(p) => p,
+                    Err(e) if not_found(&e) => break,
+                    Err(e) => return Err(e),
+                };
+                for (k, v) in &page.entries {
+                    let name = String::from_utf8_lossy(k).into_owned();
+                    let d: Dentry = serde_json::from_slice(v).map_err(|e| {
+                        ClientError::Io(format!("damaged entry {name:?} of directory {ino:x}: {e}"))
+                    })?;
+                    out.insert(name, d);
+                }
+                match page.entries.last() {
+                    Some((k, _)) if page.more => after = k.to_vec(),
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stray set.
+    pub async fn load_strays(&self) -> Result<BTreeSet<u64>, ClientError> {
+        let mut out = BTreeSet::new();
+        let mut after: Vec<u8> = Vec::new();
+        loop {
+            let page = match self
+                .meta
+                .omap_get_keys(&self.names.stray(), &after, b"", PAGE)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) if not_found(&e) => return Ok(out),
+                Err(e) => return Err(e),
+            };
+            for (k, _) in &page.entries {
+                if let Ok(ino) = u64::from_str_radix(&String::from_utf8_lossy(k), 16) {
+                    out.insert(ino);
+                }
+            }
+            match page.entries.last() {
+                Some((k, _)) if page.more => after = k.to_vec(),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Writes `events` into the inode, directory and stray objects: the
+    /// newest state of each key wins. `frag_bits` tells each directory's
+    /// fragmentation.
+    pub async fn apply(
+        &self,
+        events: &[Event],
+        frag_bits: &(dyn Fn(u64) -> u8 + Sync),
+    ) -> Result<(), ClientError> {
+        // object -> key -> Some(value) | None (removed)
+        let mut objects: HashMap<String, BTreeMap<String, Option<Vec<u8>>>> = HashMap::new();
+        for ev in events {
+            for u in &ev.updates {
+                match u {
+                    Update::Inode { inode } => {
+                        let v = serde_json::to_vec(inode).unwrap_or_default();
+                        objects
+                            .entry(self.names.inode_shard(inode.ino))
+                            .or_default()
+                            .insert(Names::inode_key(inode.ino), Some(v));
+                    }
+                    Update::Forget { ino } => {
+                        objects
+                            .entry(self.names.inode_shard(*ino))
+                            .or_default()
+                            .insert(Names::inode_key(*ino), None);
+                    }
+                    Update::Link { dir, name, dentry } => {
+                        let oid = self.names.dir_frag(*dir, frag_of(name, frag_bits(*dir)));
+                        let v = dentry.map(|d| serde_json::to_vec(&d).unwrap_or_default());
+                        objects.entry(oid).or_default().insert(name.clone(), v);
+                    }
+                    Update::Stray { ino, on } => {
+                        objects
+                            .entry(self.names.stray())
+                            .or_default()
+                            .insert(format!("{ino:016x}"), on.then(Vec::new));
+                    }
+                    Update::NextIno { .. } => {}
+                }
+            }
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (oid, keys) in objects {
+            let pool = self.meta.clone();
+            tasks.spawn(async move {
+                let set: Vec<(&String, &Vec<u8>)> = keys
+                    .iter()
+                    .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+                    .collect();
+                let rm: Vec<&String> = keys
+                    .iter()
+                    .filter(|(_, v)| v.is_none())
+                    .map(|(k, _)| k)
+                    .collect();
+                let mut op = RadosOp::new().create(false);
+                if !set.is_empty() {
+                    op = op.omap_set(&set);
+                }
+                if !rm.is_empty() {
+                    op = op.omap_rm_keys(&rm);
+                }
+                pool.operate(&oid, op)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.error)
+            });
+            // Bounded fan-out.
+            while tasks.len() >= 32 {
+                if let Some(r) = tasks.join_next().await {
+                    r.map_err(|e| ClientError::Internal(e.to_string()))??;
+                }
+            }
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.map_err(|e| ClientError::Internal(e.to_string()))??;
+        }
+        Ok(())
+    }
+
+    /// Removes file data past `size` (a truncate): the objects wholly past
+    /// it go, the one it ends in is cut. `old_size` bounds the search.
+    pub async fn truncate_data(
+        &self,
+        ino: u64,
+        old_size: u64,
+        size: u64,
+    ) -> Result<(), ClientError> {
+        if size >= old_size {
+            return Ok(());
+        }
+        let first_gone = size.div_ceil(OBJECT_SIZE);
+        let last = old_size.div_ceil(OBJECT_SIZE);
+        for objno in first_gone..last {
+            match self.data.remove(&data_object(ino, objno)).await {
+                Ok(()) => {}
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if size % OBJECT_SIZE != 0 {
+            let objno = size / OBJECT_SIZE;
+            match self
+                .data
+                .truncate(&data_object(ino, objno), size % OBJECT_SIZE)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every data object of a file of `size` bytes.
+    pub async fn purge_data(&self, ino: u64, size: u64) -> Result<(), ClientError> {
+        self.truncate_data(ino, size.max(1), 0).await
+    }
+}

@@ -299,7 +299,9 @@ impl FsClient {
         let keep_dirty = st.dirty.get(&inode.ino).cloned();
         let mut inode = inode.clone();
         if let Some(d) = keep_dirty {
+            let ctime = inode.ctime;
             overlay(&mut inode, &d);
+            inode.ctime = inode.ctime.max(ctime);
         }
         if caps != 0 {
             *st.caps.entry(inode.ino).or_insert(0) |= caps;
@@ -311,6 +313,21 @@ impl FsClient {
                 fetched: Instant::now(),
             },
         );
+    }
+
+    /// Records what an unlink or rename answered: inodes changed or gone.
+    pub fn learn_changed(&self, out: &Out) {
+        if let Out::Changed { inodes, gone } = out {
+            for i in inodes {
+                self.learn(i, 0);
+            }
+            let mut st = lock(&self.state);
+            for ino in gone {
+                st.inodes.remove(ino);
+                st.caps.remove(ino);
+                st.dirty.remove(ino);
+            }
+        }
     }
 
     /// Records capabilities the MDS granted on `ino`.
@@ -663,9 +680,9 @@ pub fn overlay(i: &mut Inode, s: &SetAttr) {
     }
 }
 
-async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();

@@ -28,12 +28,15 @@ use crate::types::{Dentry, FILE_SIZE_MAX, Inode, Kind, NAME_MAX, PATH_MAX, now_n
 /// How long the kernel may cache attributes and entries.
 pub const TTL: Duration = Duration::from_secs(1);
 
+/// A directory's entries as one `opendir` read them: (inode, type, name).
+type Listing = Vec<(u64, FileType, String)>;
+
 /// The FUSE file system.
 pub struct ShoalFuse {
     c: Arc<FsClient>,
     rt: tokio::runtime::Handle,
     next_fh: AtomicU64,
-    listings: Arc<Mutex<HashMap<u64, Vec<(u64, FileType, String)>>>>,
+    listings: Arc<Mutex<HashMap<u64, Listing>>>,
 }
 
 impl std::fmt::Debug for ShoalFuse {
@@ -474,7 +477,8 @@ impl Filesystem for ShoalFuse {
                     noreplace,
                     exchange,
                 };
-                c.request(op, 0, 0).await?;
+                let out = c.request(op, 0, 0).await?;
+                c.learn_changed(&out);
                 if !exchange {
                     c.note_entry(parent, &name, false);
                 }
@@ -1042,16 +1046,18 @@ impl ShoalFuse {
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
                 let name = name?;
-                c.request(
-                    Op::Unlink {
-                        parent,
-                        name: name.clone(),
-                        dir,
-                    },
-                    0,
-                    0,
-                )
-                .await?;
+                let out = c
+                    .request(
+                        Op::Unlink {
+                            parent,
+                            name: name.clone(),
+                            dir,
+                        },
+                        0,
+                        0,
+                    )
+                    .await?;
+                c.learn_changed(&out);
                 c.note_entry(parent, &name, false);
                 c.forget(parent);
                 Ok(())

@@ -180,12 +180,14 @@ async fn beacon_loop(
     state: Arc<std::sync::Mutex<String>>,
     map_tx: tokio::sync::watch::Sender<Value>,
 ) {
+    let nonce = shoal_net::runtime::random_u64();
     loop {
         let st = state.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let cmd = Command::MdsBeacon {
             name: opts.name.clone(),
             addr: addr.to_string(),
             state: st,
+            nonce,
         };
         match monc.command(&cmd).await {
             Ok(map) => {
@@ -790,6 +792,12 @@ impl Engine {
                 updates,
                 purge,
             } => {
+                // An unlink or rename tells the client what it did to the
+                // inodes involved, so its cached attributes stay true.
+                let result = match (&req.op, result) {
+                    (Op::Unlink { .. } | Op::Rename { .. }, Ok(Out::Done)) => Ok(changed(&updates)),
+                    (_, r) => r,
+                };
                 let mutating = !updates.is_empty();
                 let event = mutating.then(|| Event {
                     updates,
@@ -1092,7 +1100,11 @@ impl Engine {
                         i.mtime = now;
                     }
                 }
-                apply_set(&mut i, set, now, flush);
+                // The holder of CAP_EXCL says what the times are (a
+                // utimens it made locally may set them back); another
+                // writer's data only moves them forward.
+                let exact = !flush || self.caps_of(me, *ino) & CAP_EXCL != 0;
+                apply_set(&mut i, set, now, !exact);
                 let u = self.put(i.clone());
                 Handled::Done {
                     result: Ok(Out::Inode {
@@ -1579,6 +1591,20 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The inodes `updates` change and forget, for an answer.
+fn changed(updates: &[Update]) -> Out {
+    let mut inodes = Vec::new();
+    let mut gone = Vec::new();
+    for u in updates {
+        match u {
+            Update::Inode { inode } => inodes.push(inode.clone()),
+            Update::Forget { ino } => gone.push(*ino),
+            _ => {}
+        }
+    }
+    Out::Changed { inodes, gone }
 }
 
 fn check_name(name: &str) -> Result<(), Errno> {

@@ -264,6 +264,14 @@ pub enum Out {
     },
     /// Done, nothing to say.
     Done,
+    /// Done; these inodes changed (an unlink's or a rename's: link counts
+    /// and change times) and these are gone.
+    Changed {
+        /// Their new state.
+        inodes: Vec<Inode>,
+        /// Forgotten inodes.
+        gone: Vec<u64>,
+    },
 }
 
 /// An answer.

@@ -56,6 +56,10 @@ pub struct MdsEntry {
     pub incarnation: u64,
     /// When it got the rank (ms since the Unix epoch, the leader's clock).
     pub since_ms: u64,
+    /// The process instance (random at its start): a restarted MDS of the
+    /// same name is another instance and gets a new incarnation.
+    #[serde(default)]
+    pub nonce: u64,
 }
 
 impl FsMap {
@@ -95,28 +99,30 @@ impl FsInfo {
     }
 }
 
+/// A fresh beacon: the MDS's address and process instance.
+pub type Fresh = BTreeMap<String, (String, u64)>;
+
 /// The map the leader should propose, given the metadata servers whose
-/// beacons are fresh (name → address) and one an operator failed: `None`
-/// when the current map already says the right thing.
+/// beacons are fresh (name → address, instance) and one an operator
+/// failed: `None` when the current map already says the right thing.
 ///
 /// An active MDS keeps its rank while its beacons are fresh; a file system
 /// whose MDS is silent or failed (or that has none) gets the first free
 /// fresh standby by name, with the new epoch as its incarnation. A failed
 /// MDS is left out until its next beacon after the change.
-pub fn next(
-    map: &FsMap,
-    fresh: &BTreeMap<String, String>,
-    failed: Option<&str>,
-    now_ms: u64,
-) -> Option<FsMap> {
+pub fn next(map: &FsMap, fresh: &Fresh, failed: Option<&str>, now_ms: u64) -> Option<FsMap> {
     let keep = |name: &str| fresh.contains_key(name) && failed != Some(name);
     let mut out = map.clone();
     out.epoch = map.epoch + 1;
     // Keep live actives (their address may have moved).
     for fs in out.filesystems.values_mut() {
         fs.active = match fs.active.take() {
-            Some(a) if keep(&a.name) => {
-                let addr = fresh.get(&a.name).cloned().unwrap_or(a.addr.clone());
+            // The same instance keeps its rank; a restarted one (another
+            // nonce) takes it again below, with a new incarnation.
+            Some(a) if keep(&a.name) && fresh.get(&a.name).is_some_and(|(_, n)| *n == a.nonce) => {
+                let addr = fresh
+                    .get(&a.name)
+                    .map_or(a.addr.clone(), |(ad, _)| ad.clone());
                 Some(MdsEntry { addr, ..a })
             }
             _ => None,
@@ -132,19 +138,20 @@ pub fn next(
             .iter()
             .find(|(n, _)| keep(n) && !busy(&out, n))
             .map(|(n, a)| (n.clone(), a.clone()));
-        if let (Some((name, addr)), Some(fs)) = (pick, out.filesystems.get_mut(&fs_name)) {
+        if let (Some((name, (addr, nonce))), Some(fs)) = (pick, out.filesystems.get_mut(&fs_name)) {
             fs.active = Some(MdsEntry {
                 name,
                 addr,
                 incarnation: out.epoch,
                 since_ms: now_ms,
+                nonce,
             });
         }
     }
     out.standbys = fresh
         .iter()
         .filter(|(n, _)| keep(n) && !busy(&out, n))
-        .map(|(n, a)| (n.clone(), a.clone()))
+        .map(|(n, (a, _))| (n.clone(), a.clone()))
         .collect();
     let same = out.filesystems == map.filesystems && out.standbys == map.standbys;
     (!same).then_some(out)
@@ -154,10 +161,10 @@ pub fn next(
 mod tests {
     use super::*;
 
-    fn fresh(names: &[&str]) -> BTreeMap<String, String> {
+    fn fresh(names: &[&str]) -> Fresh {
         names
             .iter()
-            .map(|n| (n.to_string(), format!("127.0.0.1:{}", n.len())))
+            .map(|n| (n.to_string(), (format!("127.0.0.1:{}", n.len()), 7)))
             .collect()
     }
 
@@ -215,6 +222,17 @@ mod tests {
             "b"
         );
         assert!(back.standbys.contains_key("a"));
+    }
+
+    #[test]
+    fn a_restarted_mds_gets_a_new_incarnation() {
+        let m = next(&with_fs(), &fresh(&["a"]), None, 9).unwrap();
+        let mut again = fresh(&["a"]);
+        again.insert("a".into(), ("127.0.0.1:9".into(), 8));
+        let r = next(&m, &again, None, 20).unwrap();
+        let a = r.filesystems["cephfs"].active.clone().unwrap();
+        assert_eq!((a.name.as_str(), a.nonce), ("a", 8));
+        assert!(a.incarnation > m.filesystems["cephfs"].active.as_ref().unwrap().incarnation);
     }
 
     #[test]

@@ -122,8 +122,9 @@ struct Liveness {
 struct MgrSoft {
     /// name -> (when, HTTP address)
     beacons: BTreeMap<String, (Instant, String)>,
-    /// Metadata servers: name -> (when, client address, its own state)
-    mds_beacons: BTreeMap<String, (Instant, String, String)>,
+    /// Metadata servers: name -> (when, client address, its own state,
+    /// its instance)
+    mds_beacons: BTreeMap<String, (Instant, String, String, u64)>,
     /// daemon -> (when, its newest report)
     reports: BTreeMap<String, (Instant, shoal_monclient::DaemonReport)>,
 }
@@ -849,10 +850,16 @@ impl Core {
                     Ok(Ok(read_state(&self.state).mgrmap.to_json()))
                 }
                 Command::MgrFail { name } => self.mgr_fail(name).await,
-                Command::MdsBeacon { name, addr, state } => {
-                    self.mgr_lock()
-                        .mds_beacons
-                        .insert(name.clone(), (Instant::now(), addr.clone(), state.clone()));
+                Command::MdsBeacon {
+                    name,
+                    addr,
+                    state,
+                    nonce,
+                } => {
+                    self.mgr_lock().mds_beacons.insert(
+                        name.clone(),
+                        (Instant::now(), addr.clone(), state.clone(), *nonce),
+                    );
                     Ok(Ok(read_state(&self.state).fsmap.to_json()))
                 }
                 Command::MdsFail { name } => self.mds_fail(name).await,
@@ -1182,7 +1189,7 @@ impl Core {
                 let soft = self.mgr_lock();
                 let now = Instant::now();
                 let st = |n: &str| {
-                    soft.mds_beacons.get(n).map(|(at, _, st)| {
+                    soft.mds_beacons.get(n).map(|(at, _, st, _)| {
                         json!({ "state": st, "beacon_age_ms": now.duration_since(*at).as_millis() as u64 })
                     })
                 };
@@ -1462,13 +1469,13 @@ impl Core {
     }
 
     /// The metadata servers heard from within the grace, with addresses.
-    fn fresh_mds(&self, now: Instant) -> BTreeMap<String, String> {
+    fn fresh_mds(&self, now: Instant) -> crate::fsmap::Fresh {
         let grace = self.opts.mds_beacon_grace;
         self.mgr_lock()
             .mds_beacons
             .iter()
-            .filter(|(_, (at, _, _))| now.duration_since(*at) <= grace)
-            .map(|(n, (_, a, _))| (n.clone(), a.clone()))
+            .filter(|(_, (at, _, _, _))| now.duration_since(*at) <= grace)
+            .map(|(n, (_, a, _, nonce))| (n.clone(), (a.clone(), *nonce)))
             .collect()
     }
 
@@ -1494,10 +1501,10 @@ impl Core {
             for a in map.filesystems.values().filter_map(|f| f.active.as_ref()) {
                 fresh
                     .entry(a.name.clone())
-                    .or_insert_with(|| a.addr.clone());
+                    .or_insert_with(|| (a.addr.clone(), a.nonce));
             }
             for (n, a) in &map.standbys {
-                fresh.entry(n.clone()).or_insert_with(|| a.clone());
+                fresh.entry(n.clone()).or_insert_with(|| (a.clone(), 0));
             }
         }
         if let Some(m) = crate::fsmap::next(&map, &fresh, None, now_ms())

@@ -417,6 +417,9 @@ pub enum Command {
         addr: String,
         /// Its own state.
         state: String,
+        /// Its process instance (random at start).
+        #[serde(default)]
+        nonce: u64,
     },
     /// Makes an MDS give up its rank: a standby takes over (`mds fail`).
     MdsFail {

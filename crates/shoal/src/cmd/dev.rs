@@ -84,6 +84,11 @@ pub struct UpArgs {
     /// Start no manager.
     #[arg(long)]
     no_mgr: bool,
+    /// Make the file system `shoalfs` (pools `shoalfs.meta` and
+    /// `shoalfs.data`) and start its metadata servers `mds.a` (active) and
+    /// `mds.b` (standby); `shoal fs mount DIR` mounts it.
+    #[arg(long)]
+    fs: bool,
 }
 
 const CONF: &str = "shoal.conf";
@@ -94,6 +99,9 @@ const GATEWAY_POOL: &str = ".shoal.gateway";
 const MON_NAMES: [&str; 3] = ["a", "b", "c"];
 /// The manager's directory (its keyring, its address) and name.
 const MGR: &str = "mgr.x";
+/// The dev file system, and its metadata servers.
+const DEV_FS: &str = "shoalfs";
+const MDS_NAMES: [&str; 2] = ["a", "b"];
 
 /// Runs `shoal dev ...`.
 pub fn run(cmd: DevCmd, set: &[String]) -> anyhow::Result<()> {
@@ -263,13 +271,18 @@ fn stop_all(dir: &Path) -> anyhow::Result<usize> {
         .into_iter()
         .filter_map(|(n, p)| p.filter(|p| alive(*p)).map(|p| (n, p)))
         .collect();
-    // The gateway first (a client of the others), then the OSDs, so the
+    // The gateway, manager and metadata servers first (clients of the
+    // others), then the OSDs, so the
     // monitors see them go.
-    for (_, pid) in pids.iter().filter(|(n, _)| n == GATEWAY || n == MGR) {
+    for (_, pid) in pids
+        .iter()
+        .filter(|(n, _)| n == GATEWAY || n == MGR || n.starts_with("mds."))
+    {
         signal(*pid, "-TERM");
     }
     wait_gone(&pids, GATEWAY, Duration::from_secs(10));
     wait_gone(&pids, MGR, Duration::from_secs(10));
+    wait_gone(&pids, "mds.", Duration::from_secs(10));
     for (_, pid) in pids.iter().filter(|(n, _)| n.starts_with("osd.")) {
         signal(*pid, "-TERM");
     }
@@ -389,6 +402,12 @@ fn up(a: UpArgs, set: &[String]) -> anyhow::Result<()> {
         && let Some(b) = mgr_banner(&dir)
     {
         outln!("{b}");
+    }
+    if a.fs {
+        outln!(
+            "  File system {DEV_FS} (mds.a active, mds.b standby):\n    \
+             mkdir -p /mnt/shoal && shoal fs mount /mnt/shoal &\n"
+        );
     }
     if a.foreground {
         let rt = runtime()?;
@@ -556,6 +575,9 @@ fn up_inner(
     if !a.no_mgr {
         start_mgr(dir, started)?;
     }
+    if a.fs {
+        start_fs(dir, &ctx, started, osds.len().clamp(1, 3) as u32)?;
+    }
     // Every daemon started must still run (a map can look healthy for a
     // moment after a daemon of an earlier run stopped).
     std::thread::sleep(Duration::from_millis(500));
@@ -705,6 +727,87 @@ fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Resul
         |v| v["active"]["name"] == "x",
     )
     .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))
+    .map(|_| ())
+}
+
+/// Makes the file system (once) and starts its metadata servers; waits
+/// until one is active.
+fn start_fs(
+    dir: &Path,
+    ctx: &Ctx,
+    started: &mut BTreeMap<String, Child>,
+    size: u32,
+) -> anyhow::Result<()> {
+    let fs = super::common::mon_command(ctx, &Command::FsLs)?;
+    let exists = fs["filesystems"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|f| f["name"] == DEV_FS));
+    if !exists {
+        for (pool, pg_num) in [("shoalfs.meta", 8), ("shoalfs.data", 16)] {
+            let cmd = Command::PoolCreate {
+                name: pool.into(),
+                pg_num,
+                spec: PoolSpec::Replicated {
+                    size,
+                    min_size: size - size / 2,
+                },
+            };
+            wait_until(
+                ctx,
+                &cmd,
+                pool,
+                Duration::from_secs(30),
+                started,
+                dir,
+                |_| true,
+            )?;
+        }
+        shoal(dir, &["fs", "new", DEV_FS, "shoalfs.meta", "shoalfs.data"])?;
+    }
+    for id in MDS_NAMES {
+        let name = format!("mds.{id}");
+        let mdir = dir.join(&name);
+        let keyring = mdir.join("keyring");
+        if !keyring.exists() {
+            std::fs::create_dir_all(&mdir)?;
+            let section = shoal(
+                dir,
+                &[
+                    "auth",
+                    "get-or-create",
+                    &name,
+                    "mon",
+                    "allow profile mds",
+                    "osd",
+                    "allow *",
+                    "mds",
+                    "allow *",
+                ],
+            )?;
+            std::fs::write(&keyring, section)?;
+        }
+        let ring = format!("keyring={}", std::fs::canonicalize(&keyring)?.display());
+        let child = spawn(
+            dir,
+            &name,
+            &["--set", &ring, "-n", &name, "mds", "--id", id],
+        )?;
+        started.insert(name, child);
+    }
+    wait_until(
+        ctx,
+        &Command::FsLs,
+        "an active metadata server",
+        Duration::from_secs(30),
+        started,
+        dir,
+        |v| {
+            v["filesystems"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|f| f["name"] == DEV_FS && f["active"]["report"]["state"] == "active")
+            })
+        },
+    )
     .map(|_| ())
 }
 

@@ -1,0 +1,449 @@
+//! The file system through the kernel: `shoal dev up --fs` (an active and
+//! a standby MDS) and `shoal fs mount` (FUSE), exercised as users do.
+//!
+//! - a POSIX conformance suite (`clients/posix_suite.py`, pjdfstest's
+//!   cases written here: it must also pass whole on the local disk) and an
+//!   fsx-style exerciser (`clients/fsx.py`), with and without mmap;
+//! - an untar of a source tarball compared entry by entry (type, mode,
+//!   size, mtime, content, link target) with the same untar on local disk;
+//! - two mounts: close-to-open consistency both ways, a writer's
+//!   capability recalled when the other stats its file, and a client
+//!   SIGKILLed while holding a capability: the other proceeds once the
+//!   dead session times out;
+//! - an unlinked open file freed at its last close;
+//! - the active MDS SIGKILLed in the middle of an untar: the standby
+//!   replays the journal and takes over, the client resends what was not
+//!   acknowledged, and the tree ends identical to the local one; an orphan
+//!   whose client died is freed by the next MDS.
+//!
+//! Needs /dev/fuse and root (CI has both); skipped with a message
+//! elsewhere, unless `SHOAL_REQUIRE_TOOLS` says it must run.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Dev, SHOAL, python, until};
+
+const SETS: [&str; 8] = [
+    "--set",
+    "mds_session_timeout_ms=6000",
+    "--set",
+    "mon_mds_beacon_grace_ms=4000",
+    "--set",
+    "mds_beacon_interval_ms=500",
+    "--set",
+    "mds_journal_flush_events=500",
+];
+
+fn clients() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Whether FUSE mounts can work here.
+fn fuse_usable() -> bool {
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
+        && unsafe_free_is_root();
+    if !ok {
+        let m = "no usable /dev/fuse (or not root): the file-system tests need both";
+        assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
+        eprintln!("skipped: {m}");
+    }
+    ok
+}
+
+fn unsafe_free_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(path.to_str().unwrap()))
+}
+
+/// A `shoal fs mount` process; unmounted (lazily, if it died) when dropped.
+struct Mount {
+    child: Child,
+    path: PathBuf,
+}
+
+impl Mount {
+    fn new(d: &Dev, name: &str) -> Mount {
+        let path = d.0.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        let log = std::fs::File::create(d.0.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(SHOAL)
+            .args(["fs", "mount"])
+            .arg(&path)
+            .env("SHOAL_CONF", d.0.join("shoal.conf"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let m = Mount { child, path };
+        until(&format!("{name} mounted"), 30, || mounted(&m.path));
+        m
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if mounted(&self.path) {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}
+
+fn up(tag: &str) -> Dev {
+    let d = Dev::new(tag);
+    let mut extra = vec!["--no-gateway", "--no-mgr", "--fs"];
+    extra.extend(SETS);
+    d.up_mem(&extra);
+    d
+}
+
+/// A tarball of this repository's sources (a few hundred files and
+/// directories, symlinks and all, as `git archive` would give).
+fn source_tarball(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let tar = dir.join("src.tar");
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .args(["--exclude=target", "-cf"])
+        .arg(&tar)
+        .args(["crates", "docs", "scripts", "README.md"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "making the tarball");
+    tar
+}
+
+fn untar(tar: &Path, into: &Path) -> std::process::ExitStatus {
+    std::fs::create_dir_all(into).unwrap();
+    Command::new("tar")
+        .arg("-C")
+        .arg(into)
+        .arg("-xf")
+        .arg(tar)
+        .status()
+        .unwrap()
+}
+
+/// Compares two trees entry by entry: kind, permissions, size, mtime (to
+/// the second), content and link targets. Returns the entries compared.
+fn same_tree(a: &Path, b: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let mut n = 0;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        let (ma, mb) = (
+            std::fs::symlink_metadata(&pa).unwrap(),
+            std::fs::symlink_metadata(&pb).unwrap_or_else(|e| panic!("{}: {e}", pb.display())),
+        );
+        assert_eq!(ma.file_type(), mb.file_type(), "{}", rel.display());
+        if !rel.as_os_str().is_empty() {
+            // (The two roots were made apart, by the test.)
+            assert_eq!(ma.mode(), mb.mode(), "mode of {}", rel.display());
+            assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", rel.display());
+        }
+        if !ma.is_dir() {
+            assert_eq!(ma.len(), mb.len(), "size of {}", rel.display());
+        }
+        n += 1;
+        if ma.is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&pa).unwrap(),
+                std::fs::read_link(&pb).unwrap()
+            );
+        } else if ma.is_file() {
+            assert!(
+                std::fs::read(&pa).unwrap() == std::fs::read(&pb).unwrap(),
+                "content of {}",
+                rel.display()
+            );
+        } else if ma.is_dir() {
+            let names = |p: &Path| {
+                let mut v: Vec<_> = std::fs::read_dir(p)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                v.sort();
+                v
+            };
+            let (na, nb) = (names(&pa), names(&pb));
+            assert_eq!(na, nb, "entries of {}", rel.display());
+            stack.extend(na.into_iter().map(|x| rel.join(x)));
+        }
+    }
+    n
+}
+
+fn data_objects(d: &Dev, ino: u64) -> usize {
+    let out = d.ok(&["rados", "-p", "shoalfs.data", "ls"]);
+    let prefix = format!("{ino:x}.");
+    out.lines().filter(|l| l.starts_with(&prefix)).count()
+}
+
+#[test]
+fn posix_suite_fsx_untar_two_clients_and_caps() {
+    if !fuse_usable() {
+        return;
+    }
+    let d = up("fs");
+    let a = Mount::new(&d, "mnt-a");
+    let b = Mount::new(&d, "mnt-b");
+
+    // POSIX: the suite first proves itself on the local disk, then runs
+    // on the mount.
+    let local = d.0.join("local-posix");
+    std::fs::create_dir_all(&local).unwrap();
+    let suite = clients().join("posix_suite.py");
+    python(
+        300,
+        &[suite.to_str().unwrap(), local.to_str().unwrap()],
+        &[],
+    );
+    std::fs::create_dir(a.p("posix")).unwrap();
+    let report = d.0.join("posix.json");
+    let out = Command::new("timeout")
+        .args(["600", "python3"])
+        .arg(&suite)
+        .arg(a.p("posix"))
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the POSIX suite on the mount:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // fsx, with and without mmap.
+    let fsx = clients().join("fsx.py");
+    for extra in [&[][..], &["--no-mmap"][..]] {
+        let file = a.p(&format!("fsx{}", extra.len()));
+        let mut args = vec![
+            fsx.to_str().unwrap(),
+            file.to_str().unwrap(),
+            "-N",
+            "1500",
+            "-S",
+            "7",
+        ];
+        args.extend(extra);
+        let out = python(600, &args, &[]);
+        eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    // An untar, compared with the same on local disk, and seen whole from
+    // the other mount.
+    let tar = source_tarball(&d.0);
+    assert!(untar(&tar, &d.0.join("local-tree")).success());
+    let t0 = Instant::now();
+    assert!(untar(&tar, &a.p("tree")).success());
+    eprintln!("untar on the mount: {:?}", t0.elapsed());
+    let n = same_tree(&d.0.join("local-tree"), &a.p("tree"));
+    assert!(n > 100, "only {n} entries");
+    assert_eq!(same_tree(&d.0.join("local-tree"), &b.p("tree")), n);
+
+    // Close-to-open, both ways.
+    std::fs::write(a.p("shared"), b"from a").unwrap();
+    assert_eq!(std::fs::read(b.p("shared")).unwrap(), b"from a");
+    std::fs::write(b.p("shared"), b"from b, longer").unwrap();
+    assert_eq!(std::fs::read(a.p("shared")).unwrap(), b"from b, longer");
+
+    // A writer holding its file open (its size known only to it): a stat
+    // from the other mount recalls the capability and sees the size.
+    let holder = Command::new("python3")
+        .args(["-c", "import sys,time\nf=open(sys.argv[1],'wb')\nf.write(b'x'*123457)\nf.flush()\nprint('written',flush=True)\ntime.sleep(30)", a.p("held").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut holder = KillOnDrop(holder);
+    wait_line(&mut holder.0, "written");
+    let t0 = Instant::now();
+    let size = std::fs::metadata(b.p("held")).unwrap().len();
+    assert_eq!(size, 123_457, "the other mount's stat");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the recall took {:?}",
+        t0.elapsed()
+    );
+    drop(holder);
+
+    // An unlinked open file lives until its last close, then its data goes.
+    let big = a.p("orphan");
+    std::fs::write(&big, vec![7u8; 5 << 20]).unwrap();
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&big).unwrap().ino()
+    };
+    let keeper = Command::new("python3")
+        .args(["-c", "import os,sys,time\nfd=os.open(sys.argv[1],os.O_RDONLY)\nos.unlink(sys.argv[1])\nprint('unlinked',flush=True)\nsys.stdin.readline()\nassert os.pread(fd,5,5<<20-5)==b'\\x07'*5\nos.close(fd)\nprint('closed',flush=True)", big.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut keeper = KillOnDrop(keeper);
+    wait_line(&mut keeper.0, "unlinked");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        data_objects(&d, ino),
+        2,
+        "the orphan's data stays while open"
+    );
+    {
+        use std::io::Write;
+        keeper.0.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    }
+    wait_line(&mut keeper.0, "closed");
+    until("the orphan's data freed after its last close", 30, || {
+        data_objects(&d, ino) == 0
+    });
+
+    // A client SIGKILLed while holding a capability: the other waits for
+    // its session to time out (6 s here), then goes on.
+    let mut c = Mount::new(&d, "mnt-c");
+    let writer = Command::new("python3")
+        .args(["-c", "import sys,time\nf=open(sys.argv[1],'wb')\nf.write(b'y'*1000)\nf.flush()\nprint('written',flush=True)\ntime.sleep(60)", c.p("dying").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut writer = KillOnDrop(writer);
+    wait_line(&mut writer.0, "written");
+    c.kill9();
+    let t0 = Instant::now();
+    let st = std::fs::metadata(a.p("dying"));
+    let waited = t0.elapsed();
+    assert!(st.is_ok(), "{st:?}");
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(30),
+        "the stat waited {waited:?} for the dead client's session"
+    );
+    eprintln!("stat after the holder died: {waited:?}");
+    drop(writer);
+    drop(c);
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_line(c: &mut Child, want: &str) {
+    use std::io::BufRead;
+    let out = c.stdout.as_mut().unwrap();
+    let mut r = std::io::BufReader::new(out);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), want);
+}
+
+#[test]
+fn mds_killed_mid_untar_the_standby_takes_over() {
+    if !fuse_usable() {
+        return;
+    }
+    let d = up("fs-failover");
+    let a = Mount::new(&d, "mnt-a");
+    let tar = source_tarball(&d.0);
+    assert!(untar(&tar, &d.0.join("local-tree")).success());
+
+    // An orphan whose client dies: the next MDS frees it.
+    let mut c = Mount::new(&d, "mnt-c");
+    std::fs::write(c.p("orphan"), vec![1u8; 100_000]).unwrap();
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(c.p("orphan")).unwrap().ino()
+    };
+    let keeper = Command::new("python3")
+        .args(["-c", "import os,sys,time\nfd=os.open(sys.argv[1],os.O_RDONLY)\nos.unlink(sys.argv[1])\nprint('unlinked',flush=True)\ntime.sleep(120)", c.p("orphan").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut keeper = KillOnDrop(keeper);
+    wait_line(&mut keeper.0, "unlinked");
+    c.kill9();
+    drop(keeper);
+    drop(c);
+    assert_eq!(data_objects(&d, ino), 1);
+
+    let into = a.p("tree");
+    let tar2 = tar.clone();
+    let untarring = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let s = untar(&tar2, &into);
+        (s, t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = d.json(&["fs", "status"]);
+    assert_eq!(before["filesystems"][0]["active"]["name"], "a");
+    let inc = before["filesystems"][0]["active"]["incarnation"]
+        .as_u64()
+        .unwrap();
+    let killed = Instant::now();
+    d.kill9("mds.a");
+    let (status, took) = untarring.join().unwrap();
+    assert!(status.success(), "tar failed across the failover");
+    eprintln!("untar across the failover: {took:?}");
+    let after = d.json(&["fs", "status"]);
+    let active = &after["filesystems"][0]["active"];
+    assert_eq!(active["name"], "b", "{after}");
+    assert!(active["incarnation"].as_u64().unwrap() > inc);
+    eprintln!(
+        "from the kill to the end of the untar: {:?}",
+        killed.elapsed()
+    );
+    let n = same_tree(&d.0.join("local-tree"), &a.p("tree"));
+    assert!(n > 100);
+    // The dead client's orphan is freed by the new MDS once reconnects
+    // are over.
+    until("the orphan freed by the next MDS", 60, || {
+        data_objects(&d, ino) == 0
+    });
+}

@@ -264,6 +264,8 @@ options! {
     mds_session_timeout_ms: u64 = 30_000u64;
     /// Journal events an MDS keeps before it writes them to the directory and inode objects and trims the journal.
     mds_journal_flush_events: u64 = 4_096u64;
+    /// Entries a directory fragment object holds before the directory splits into twice as many fragments (by a hash of the name).
+    mds_dir_frag_max: u64 = 10_000u64;
     /// The interval between a manager's beacons to the monitors, in milliseconds.
     mgr_beacon_interval_ms: u64 = 2_000u64;
     /// Where a manager serves HTTP: `/metrics` for Prometheus and the dashboard.

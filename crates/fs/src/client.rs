@@ -31,6 +31,9 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::msg::{self, CAP_CREATE, CAP_EXCL, Errno, Op, Out, Push, Reply, Request, SetAttr};
 use crate::types::{Inode, OBJECT_SIZE, data_object};
 
+/// Bytes of file data a client may have written and not yet durable.
+const WRITE_BEHIND_BYTES: usize = 64 << 20;
+
 /// The result of a request: its answer, or an errno.
 pub type FsResult<T> = Result<T, Errno>;
 
@@ -40,6 +43,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn eio(e: impl std::fmt::Display) -> Errno {
     Errno::new(libc::EIO, e.to_string())
+}
+
+/// One data write waiting for its inode's writer.
+type QueuedWrite = (u64, Bytes, tokio::sync::OwnedSemaphorePermit);
+
+/// Data writes in flight (write-behind).
+#[derive(Default)]
+struct Writes {
+    /// Writes queued or in flight, by inode.
+    count: HashMap<u64, u32>,
+    /// The first failure of each inode's writes.
+    errors: HashMap<u64, Errno>,
+    /// Each busy inode's writer: one task applies its writes in order.
+    writers: HashMap<u64, mpsc::UnboundedSender<QueuedWrite>>,
 }
 
 /// A request not yet answered.
@@ -64,6 +81,12 @@ struct State {
     caps: HashMap<u64, u32>,
     /// Attribute changes made under CAP_EXCL not yet sent.
     dirty: HashMap<u64, SetAttr>,
+    /// Changes sent (`Flush`) and not yet answered: (the newest Flush's
+    /// tid, all of them merged). Answers the MDS gives meanwhile do not
+    /// have them yet.
+    flushing: HashMap<u64, (u64, SetAttr)>,
+    /// The newest inode version seen of each inode.
+    versions: HashMap<u64, u64>,
     inodes: HashMap<u64, Cached>,
     /// Directories whose every entry the client knows (it made them and
     /// holds CAP_CREATE): names in them.
@@ -91,6 +114,13 @@ pub struct FsClient {
     answered: Notify,
     /// Poked when the connection broke.
     broken: Arc<Notify>,
+    /// Data writes sent and not yet durable, by inode, and the first
+    /// error of each inode's (reported by its next fsync).
+    writes: Mutex<Writes>,
+    /// Poked when a data write ends.
+    write_done: Notify,
+    /// Bytes of data writes in flight at most (write-behind).
+    write_budget: Arc<tokio::sync::Semaphore>,
     timeout: Mutex<Duration>,
 }
 
@@ -170,6 +200,8 @@ impl FsClient {
                 inflight: BTreeMap::new(),
                 caps: HashMap::new(),
                 dirty: HashMap::new(),
+                flushing: HashMap::new(),
+                versions: HashMap::new(),
                 inodes: HashMap::new(),
                 complete: HashMap::new(),
                 inos: Default::default(),
@@ -180,6 +212,9 @@ impl FsClient {
             queue: qtx,
             answered: Notify::new(),
             broken: Arc::new(Notify::new()),
+            writes: Mutex::new(Writes::default()),
+            write_done: Notify::new(),
+            write_budget: Arc::new(tokio::sync::Semaphore::new(WRITE_BEHIND_BYTES)),
             timeout: Mutex::new(Duration::from_secs(30)),
         });
         tokio::spawn(sender(Arc::downgrade(&client), qrx, renewal));
@@ -204,6 +239,15 @@ impl FsClient {
                 tokio::time::sleep(every.max(Duration::from_millis(250))).await;
                 let Some(c) = weak.upgrade() else { return };
                 c.send_async(Op::Renew, 0, 0);
+                // Attributes changed under CAP_EXCL reach the MDS within a
+                // few seconds even if nobody asks (Ceph's periodic cap
+                // flush), once the data they describe is written.
+                let dirty: Vec<u64> = lock(&c.state).dirty.keys().copied().collect();
+                for ino in dirty {
+                    if c.writes_pending(ino) == 0 {
+                        c.flush_dirty(ino);
+                    }
+                }
             }
         });
         // The first session, at once: errors show at mount.
@@ -252,7 +296,20 @@ impl FsClient {
     /// Waits until every request sent so far is answered (durable); an
     /// asynchronous one that failed fails this.
     pub async fn sync(&self) -> FsResult<()> {
+        self.wait_writes(None).await;
+        let dirty: Vec<u64> = lock(&self.state).dirty.keys().copied().collect();
+        for ino in dirty {
+            self.flush_dirty(ino);
+        }
         self.request(Op::Sync, 0, 0).await?;
+        let failed = {
+            let mut w = lock(&self.writes);
+            let first = w.errors.keys().next().copied();
+            first.and_then(|i| w.errors.remove(&i))
+        };
+        if let Some(e) = failed {
+            return Err(e);
+        }
         loop {
             let notified = self.answered.notified();
             {
@@ -274,18 +331,24 @@ impl FsClient {
     fn on_push(self: &Arc<Self>, push: Push) {
         match push {
             Push::Revoke { ino } => {
-                // Everything done under the capability goes first, then
-                // the acknowledgement, on the same ordered path.
-                let (dirty, _caps) = {
-                    let mut st = lock(&self.state);
-                    st.complete.remove(&ino);
-                    (st.dirty.remove(&ino), st.caps.remove(&ino))
-                };
-                if let Some(set) = dirty {
-                    self.send_async(Op::Flush { ino, set }, 0, 0);
-                }
-                lock(&self.state).inodes.remove(&ino);
-                self.send_async(Op::CapAck { ino }, 0, 0);
+                // The data written under the capability lands first, then
+                // what changed goes, then the acknowledgement, on the same
+                // ordered path.
+                let c = Arc::clone(self);
+                tokio::spawn(async move {
+                    c.wait_writes(Some(ino)).await;
+                    let dirty = {
+                        let mut st = lock(&c.state);
+                        st.complete.remove(&ino);
+                        st.caps.remove(&ino);
+                        st.inodes.remove(&ino);
+                        st.dirty.remove(&ino)
+                    };
+                    if let Some(set) = dirty {
+                        c.send_flush(ino, set);
+                    }
+                    c.send_async(Op::CapAck { ino }, 0, 0);
+                });
             }
             Push::Invalidate { ino, .. } => {
                 lock(&self.state).inodes.remove(&ino);
@@ -296,15 +359,25 @@ impl FsClient {
     /// Records what an answer says of an inode.
     pub fn learn(&self, inode: &Inode, caps: u32) {
         let mut st = lock(&self.state);
-        let keep_dirty = st.dirty.get(&inode.ino).cloned();
+        if caps != 0 {
+            *st.caps.entry(inode.ino).or_insert(0) |= caps;
+        }
+        // Answers are handled concurrently: one older than what is known
+        // (a lower version: the MDS bumps it with every change) is dropped.
+        let seen = st.versions.entry(inode.ino).or_insert(0);
+        if inode.version < *seen {
+            return;
+        }
+        *seen = inode.version;
+        let mut keep_dirty = st.flushing.get(&inode.ino).map(|f| f.1.clone());
+        if let Some(d) = st.dirty.get(&inode.ino) {
+            merge(keep_dirty.get_or_insert_with(SetAttr::default), d);
+        }
         let mut inode = inode.clone();
         if let Some(d) = keep_dirty {
             let ctime = inode.ctime;
             overlay(&mut inode, &d);
             inode.ctime = inode.ctime.max(ctime);
-        }
-        if caps != 0 {
-            *st.caps.entry(inode.ino).or_insert(0) |= caps;
         }
         st.inodes.insert(
             inode.ino,
@@ -326,6 +399,7 @@ impl FsClient {
                 st.inodes.remove(ino);
                 st.caps.remove(ino);
                 st.dirty.remove(ino);
+                st.versions.remove(ino);
             }
         }
     }
@@ -427,8 +501,29 @@ impl FsClient {
     pub fn flush_dirty(&self, ino: u64) {
         let d = lock(&self.state).dirty.remove(&ino);
         if let Some(set) = d {
-            self.send_async(Op::Flush { ino, set }, 0, 0);
+            self.send_flush(ino, set);
         }
+    }
+
+    /// Sends changes made under CAP_EXCL, remembered as in flight until
+    /// answered.
+    fn send_flush(&self, ino: u64, set: SetAttr) {
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut st = lock(&self.state);
+            let f = st.flushing.entry(ino).or_insert((tid, SetAttr::default()));
+            f.0 = tid;
+            merge(&mut f.1, &set);
+            let req = Request {
+                session: 0,
+                tid,
+                uid: 0,
+                gid: 0,
+                op: Op::Flush { ino, set },
+            };
+            st.inflight.insert(tid, Inflight { req, reply: None });
+        }
+        let _ = self.queue.send(tid);
     }
 
     /// Notes an open of `ino`.
@@ -529,6 +624,83 @@ impl FsClient {
         Ok(())
     }
 
+    /// Sends `data` at `off` to the OSDs without waiting, when the budget
+    /// of bytes in flight allows (false: write it yourself, waiting).
+    /// One task per inode applies its writes in the order given; reads,
+    /// truncates, fsyncs and revokes of the inode wait for them.
+    pub fn write_behind(self: &Arc<Self>, ino: u64, off: u64, data: Bytes) -> bool {
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let Ok(permit) = Arc::clone(&self.write_budget).try_acquire_many_owned(n.max(1)) else {
+            return false;
+        };
+        let mut w = lock(&self.writes);
+        *w.count.entry(ino).or_insert(0) += 1;
+        if let Some(tx) = w.writers.get(&ino) {
+            let _ = tx.send((off, data, permit));
+            return true;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel::<QueuedWrite>();
+        let _ = tx.send((off, data, permit));
+        w.writers.insert(ino, tx);
+        drop(w);
+        let c = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some((off, data, permit)) = rx.recv().await {
+                let r = c.write(ino, off, data).await;
+                drop(permit);
+                let mut w = lock(&c.writes);
+                if let Err(e) = r {
+                    tracing::warn!("a data write of {ino:x} failed: {}", e.message);
+                    w.errors.entry(ino).or_insert(e);
+                }
+                let left = w.count.get_mut(&ino).map_or(0, |k| {
+                    *k = k.saturating_sub(1);
+                    *k
+                });
+                if left == 0 {
+                    // Nothing queued: the next write starts a new writer.
+                    w.count.remove(&ino);
+                    w.writers.remove(&ino);
+                    drop(w);
+                    c.write_done.notify_waiters();
+                    return;
+                }
+                drop(w);
+                c.write_done.notify_waiters();
+            }
+        });
+        true
+    }
+
+    /// Data writes of `ino` in flight.
+    pub fn writes_pending(&self, ino: u64) -> u32 {
+        lock(&self.writes).count.get(&ino).copied().unwrap_or(0)
+    }
+
+    /// Waits until the data writes of `ino` (`None`: of every inode) in
+    /// flight are durable.
+    pub async fn wait_writes(&self, ino: Option<u64>) {
+        loop {
+            let done = self.write_done.notified();
+            {
+                let w = lock(&self.writes);
+                let busy = match ino {
+                    Some(i) => w.count.contains_key(&i),
+                    None => !w.count.is_empty(),
+                };
+                if !busy {
+                    return;
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), done).await;
+        }
+    }
+
+    /// The first failed data write of `ino`, if any (taken).
+    pub fn take_write_error(&self, ino: u64) -> Option<Errno> {
+        lock(&self.writes).errors.remove(&ino)
+    }
+
     /// Zeroes (punches) `len` bytes at `off` of the data.
     pub async fn zero(&self, ino: u64, off: u64, len: u64, size: u64) -> FsResult<()> {
         let end = off.saturating_add(len).min(size);
@@ -589,9 +761,13 @@ impl FsClient {
             .await
             .ok_or_else(|| Errno::new(libc::EAGAIN, "no active MDS"))?;
         let conn = self.messenger.connect(addr).await.map_err(eio)?;
-        let (old, open) = {
+        let (old, open, caps) = {
             let st = lock(&self.state);
-            (st.session, st.open.keys().copied().collect::<Vec<_>>())
+            (
+                st.session,
+                st.open.keys().copied().collect::<Vec<_>>(),
+                st.caps.iter().map(|(i, c)| (*i, *c)).collect::<Vec<_>>(),
+            )
         };
         let req = Request {
             session: 0,
@@ -602,6 +778,7 @@ impl FsClient {
                 client: self.me.clone(),
                 reclaim: old,
                 open,
+                caps,
             },
         };
         let reply = conn
@@ -798,6 +975,21 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
                 c.broken.notify_one();
             }
             Some(Reply { result, .. }) => {
+                // The MDS handles a session's requests in order: an answer
+                // to request `tid` includes every Flush sent before it.
+                {
+                    let mut st = lock(&c.state);
+                    let inos: Vec<u64> = match &result {
+                        Ok(Out::Inode { inode, .. }) => vec![inode.ino],
+                        Ok(Out::Changed { inodes, .. }) => inodes.iter().map(|i| i.ino).collect(),
+                        _ => Vec::new(),
+                    };
+                    for ino in inos {
+                        if st.flushing.get(&ino).is_some_and(|f| f.0 <= tid) {
+                            st.flushing.remove(&ino);
+                        }
+                    }
+                }
                 let inf = lock(&c.state).inflight.remove(&tid);
                 if let Some(inf) = inf {
                     if let Err(e) = &result
@@ -806,6 +998,17 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
                     {
                         tracing::warn!("an asynchronous {:?} failed: {}", inf.req.op, e.message);
                         lock(&c.state).async_error.get_or_insert(e.clone());
+                    }
+                    if let Op::Flush { ino, .. } = &inf.req.op {
+                        {
+                            let mut st = lock(&c.state);
+                            if st.flushing.get(ino).is_some_and(|f| f.0 == tid) {
+                                st.flushing.remove(ino);
+                            }
+                        }
+                        if let Ok(Out::Inode { inode, .. }) = &result {
+                            c.learn(inode, 0);
+                        }
                     }
                     if let Op::AllocInos { .. } = &inf.req.op {
                         let mut st = lock(&c.state);

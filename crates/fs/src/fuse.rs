@@ -145,20 +145,21 @@ async fn getattr(c: &FsClient, ino: u64, fresh: Duration) -> Result<Inode, Errno
     Ok(c.cached(ino, Duration::MAX).unwrap_or(i))
 }
 
-/// Makes an entry: without waiting when the client holds CAP_CREATE on
-/// the directory and has a preallocated inode number, else by asking.
+/// Makes an entry without waiting, when the client holds CAP_CREATE on
+/// the directory, knows the name absent and has a preallocated inode
+/// number; `None` otherwise (ask the MDS: [`make`]).
 #[allow(clippy::too_many_arguments)]
-async fn make(
+fn make_local(
     c: &FsClient,
     uid: u32,
     gid: u32,
     parent: u64,
-    name: String,
+    name: &str,
     kind: Kind,
     perm: u32,
     rdev: u32,
-    target: Option<String>,
-) -> Result<Inode, Errno> {
+    target: Option<&String>,
+) -> Option<Inode> {
     if c.caps(parent) & CAP_CREATE != 0
         && let Some(p) = c.cached(parent, Duration::MAX)
         && c.known_absent(parent, &name)
@@ -176,8 +177,8 @@ async fn make(
         let mut i = Inode::new(ino, kind, perm, uid, gid, now);
         i.rdev = rdev;
         if kind == Kind::Symlink {
-            i.size = target.as_ref().map_or(0, |t| t.len() as u64);
-            i.target = target.clone();
+            i.size = target.map_or(0, |t| t.len() as u64);
+            i.target = target.cloned();
         }
         if kind == Kind::Dir {
             i.parent = parent;
@@ -185,11 +186,11 @@ async fn make(
         c.send_async(
             Op::Make {
                 parent,
-                name: name.clone(),
+                name: name.to_string(),
                 kind,
                 perm,
                 rdev,
-                target,
+                target: target.cloned(),
                 ino: Some(ino),
                 time: Some(now),
             },
@@ -197,11 +198,41 @@ async fn make(
             gid,
         );
         c.learn(&i, if kind == Kind::File { CAP_EXCL } else { 0 });
-        c.note_entry(parent, &name, true);
+        c.note_entry(parent, name, true);
         c.touch_dir(parent, kind == Kind::Dir, now);
         if kind == Kind::Dir {
             c.made_dir(ino);
         }
+        return Some(i);
+    }
+    None
+}
+
+/// Makes an entry: without waiting if it can ([`make_local`]), else by
+/// asking the MDS.
+#[allow(clippy::too_many_arguments)]
+async fn make(
+    c: &FsClient,
+    uid: u32,
+    gid: u32,
+    parent: u64,
+    name: String,
+    kind: Kind,
+    perm: u32,
+    rdev: u32,
+    target: Option<String>,
+) -> Result<Inode, Errno> {
+    if let Some(i) = make_local(
+        c,
+        uid,
+        gid,
+        parent,
+        &name,
+        kind,
+        perm,
+        rdev,
+        target.as_ref(),
+    ) {
         return Ok(i);
     }
     let op = Op::Make {
@@ -244,6 +275,13 @@ impl Filesystem for ShoalFuse {
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_of(name);
+        // Answered here, without a hop to another thread, when it can be.
+        if let Ok(n) = &name
+            && self.c.known_absent(parent, n)
+        {
+            reply.error(libc::ENOENT);
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -268,6 +306,10 @@ impl Filesystem for ShoalFuse {
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        if let Some(i) = self.c.cached(ino, TTL) {
+            reply.attr(&TTL, &attr(&i));
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             match getattr(&c, ino, TTL).await {
@@ -305,6 +347,16 @@ impl Filesystem for ShoalFuse {
             ctime: ctime.map(ns_of),
         };
         let (ruid, rgid) = (req.uid(), req.gid());
+        if set.size.is_none() {
+            let mut local = set.clone();
+            if local.ctime.is_none() {
+                local.ctime = Some(now_ns());
+            }
+            if let Some(i) = self.c.set_local(ino, &local) {
+                reply.attr(&TTL, &attr(&i));
+                return;
+            }
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -320,6 +372,7 @@ impl Filesystem for ShoalFuse {
                         return Ok(i);
                     }
                 }
+                c.wait_writes(Some(ino)).await;
                 c.flush_dirty(ino);
                 let (i, caps, _) =
                     inode_of(c.request(Op::Setattr { ino, set }, ruid, rgid).await?)?;
@@ -391,6 +444,12 @@ impl Filesystem for ShoalFuse {
     ) {
         let name = name_of(name);
         let (uid, gid) = (req.uid(), req.gid());
+        if let Ok(n) = &name
+            && let Some(i) = make_local(&self.c, uid, gid, parent, n, Kind::Dir, mode, 0, None)
+        {
+            reply.entry(&TTL, &attr(&i), 0);
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> =
@@ -537,6 +596,13 @@ impl Filesystem for ShoalFuse {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if self.c.caps(ino) & CAP_EXCL != 0 {
+            // Ours alone: the MDS counts the open when it comes.
+            self.c.opened(ino);
+            self.c.send_async(Op::Open { ino, write }, 0, 0);
+            reply.opened(0, 0);
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -583,6 +649,7 @@ impl Filesystem for ShoalFuse {
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
+                c.wait_writes(Some(ino)).await;
                 let i = getattr(&c, ino, Duration::from_secs(3600)).await?;
                 c.read(ino, offset.max(0) as u64, u64::from(size), i.size)
                     .await
@@ -608,6 +675,45 @@ impl Filesystem for ShoalFuse {
         reply: ReplyWrite,
     ) {
         let data = Bytes::copy_from_slice(data);
+        // A file this client holds alone: the data goes to the OSDs in the
+        // background (reads, truncates, fsync and revokes wait for it).
+        let off = offset.max(0) as u64;
+        let end = off.saturating_add(data.len() as u64);
+        if self.c.caps(ino) & CAP_EXCL != 0
+            && end <= FILE_SIZE_MAX
+            && let Some(i) = self.c.cached(ino, Duration::MAX)
+        {
+            let n = data.len() as u32;
+            let _guard = self.rt.enter();
+            if self.c.write_behind(ino, off, data.clone()) {
+                let now = now_ns();
+                let set = SetAttr {
+                    size: (end > i.size).then_some(end),
+                    mtime: Some(now),
+                    ctime: Some(now),
+                    ..SetAttr::default()
+                };
+                if self.c.set_local(ino, &set).is_some() {
+                    reply.written(n);
+                    return;
+                }
+                // The capability went meanwhile: wait for the data, tell
+                // the MDS.
+                let c = Arc::clone(&self.c);
+                self.rt.spawn(async move {
+                    c.wait_writes(Some(ino)).await;
+                    let r = match c.take_write_error(ino) {
+                        Some(e) => Err(e),
+                        None => c.request(Op::Flush { ino, set }, 0, 0).await.map(|_| ()),
+                    };
+                    match r {
+                        Ok(()) => reply.written(n),
+                        Err(e) => reply.error(e.errno),
+                    }
+                });
+                return;
+            }
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -649,8 +755,13 @@ impl Filesystem for ShoalFuse {
         _lock_owner: u64,
         reply: ReplyEmpty,
     ) {
-        // Close does not mean fsync: what changed goes to the MDS, unawaited.
-        self.c.flush_dirty(ino);
+        // Close does not mean fsync: once the data written is durable, what
+        // changed goes to the MDS, unawaited.
+        let c = Arc::clone(&self.c);
+        self.rt.spawn(async move {
+            c.wait_writes(Some(ino)).await;
+            c.flush_dirty(ino);
+        });
         reply.ok();
     }
 
@@ -664,10 +775,15 @@ impl Filesystem for ShoalFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.c.flush_dirty(ino);
-        if self.c.closed(ino) {
-            self.c.send_async(Op::Release { ino }, 0, 0);
-        }
+        let last = self.c.closed(ino);
+        let c = Arc::clone(&self.c);
+        self.rt.spawn(async move {
+            c.wait_writes(Some(ino)).await;
+            c.flush_dirty(ino);
+            if last {
+                c.send_async(Op::Release { ino }, 0, 0);
+            }
+        });
         reply.ok();
     }
 
@@ -875,6 +991,15 @@ impl Filesystem for ShoalFuse {
         reply: ReplyXattr,
     ) {
         let name = name.to_str().map(str::to_string);
+        if let (Some(n), Some(i)) = (name.as_deref(), self.c.cached(ino, TTL)) {
+            match i.xattrs.get(n) {
+                None => reply.error(libc::ENODATA),
+                Some(v) if size == 0 => reply.size(v.len() as u32),
+                Some(v) if v.len() > size as usize => reply.error(libc::ERANGE),
+                Some(v) => reply.data(v),
+            }
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -955,6 +1080,14 @@ impl Filesystem for ShoalFuse {
         let name = name_of(name);
         let (uid, gid) = (req.uid(), req.gid());
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if let Ok(n) = &name
+            && let Some(i) = make_local(&self.c, uid, gid, parent, n, Kind::File, mode, 0, None)
+        {
+            self.c.opened(i.ino);
+            self.c.send_async(Op::Open { ino: i.ino, write }, 0, 0);
+            reply.created(&TTL, &attr(&i), 0, 0, 0);
+            return;
+        }
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
@@ -992,6 +1125,7 @@ impl Filesystem for ShoalFuse {
                 if end > FILE_SIZE_MAX {
                     return Err(Errno::new(libc::EFBIG, "too large"));
                 }
+                c.wait_writes(Some(ino)).await;
                 let i = getattr(&c, ino, Duration::from_secs(3600)).await?;
                 let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
                 if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {

@@ -51,6 +51,17 @@ pub enum Update {
         /// The next free one.
         next: u64,
     },
+    /// A directory grew past its fragments' bound: from now on its
+    /// entries are spread over 2^bits fragments; `entries` is all of it
+    /// at that point (the fragments are rewritten whole).
+    Split {
+        /// The directory.
+        dir: u64,
+        /// Its new fragment bits.
+        bits: u8,
+        /// Every entry.
+        entries: Vec<(String, Dentry)>,
+    },
     /// An inode unlinked while open joins (or leaves) the stray set.
     Stray {
         /// The inode.

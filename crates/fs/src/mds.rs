@@ -54,6 +54,8 @@ pub struct MdsOptions {
     pub session_timeout: Duration,
     /// Journal events kept before a flush and trim.
     pub flush_events: usize,
+    /// Entries a directory fragment holds before the directory splits.
+    pub dir_frag_max: usize,
 }
 
 /// Why an MDS stopped.
@@ -261,10 +263,7 @@ async fn serve(
     }
     tracing::info!(events = events.len(), "journal replayed");
     // Write the replayed events out and start a fresh segment.
-    let dir_bits = engine.frag_bits_table();
-    store
-        .apply(&events, &|d| dir_bits.get(&d).copied().unwrap_or(0))
-        .await?;
+    store.apply(&events).await?;
     let mut jstate = JournalState {
         store: store.clone(),
         inc,
@@ -362,19 +361,7 @@ impl JournalState {
             .max()
             .unwrap_or(self.head.next_ino)
             .max(self.head.next_ino);
-        let bits: HashMap<u64, u8> = events
-            .iter()
-            .flat_map(|e| &e.updates)
-            .filter_map(|u| match u {
-                Update::Inode { inode } if inode.kind == Kind::Dir => {
-                    Some((inode.ino, inode.frag_bits))
-                }
-                _ => None,
-            })
-            .collect();
-        self.store
-            .apply(&events, &|d| bits.get(&d).copied().unwrap_or(0))
-            .await?;
+        self.store.apply(&events).await?;
         self.segment += 1;
         self.seg_len = 0;
         self.trim(next_ino).await
@@ -599,22 +586,15 @@ impl Engine {
         }
     }
 
-    fn frag_bits_table(&self) -> HashMap<u64, u8> {
-        HashMap::new()
-    }
-
     async fn ensure_root(&mut self) -> Result<(), ClientError> {
         if self.store.load_inode(ROOT_INO).await?.is_none() {
             let mut root = Inode::new(ROOT_INO, Kind::Dir, 0o755, 0, 0, now_ns());
             root.parent = ROOT_INO;
             self.store
-                .apply(
-                    &[Event {
-                        updates: vec![Update::Inode { inode: root }],
-                        req: None,
-                    }],
-                    &|_| 0,
-                )
+                .apply(&[Event {
+                    updates: vec![Update::Inode { inode: root }],
+                    req: None,
+                }])
                 .await?;
         }
         Ok(())
@@ -701,6 +681,7 @@ impl Engine {
             client,
             reclaim,
             open,
+            caps,
         } = &req.op
         {
             // The same client coming back (a new connection, or a new MDS)
@@ -726,6 +707,15 @@ impl Engine {
             } else {
                 for ino in open {
                     *s.open.entry(*ino).or_insert(0) += 1;
+                }
+                // A client back after a failover keeps the capabilities it
+                // held, unless another session got the inode meanwhile.
+                if *reclaim == id {
+                    for (ino, c) in caps {
+                        if self.sessions.values().all(|o| !o.caps.contains_key(ino)) {
+                            s.caps.insert(*ino, *c);
+                        }
+                    }
                 }
             }
             tracing::info!(session = id, client = %client, reclaim = *reclaim, "client session open");
@@ -1200,6 +1190,7 @@ impl Engine {
                     }),
                 ));
                 updates.push(self.put(p));
+                self.maybe_split(*parent, &mut updates);
                 match kind {
                     Kind::File => self.grant(me, new_ino, CAP_EXCL),
                     // Nobody else knows the new directory yet.
@@ -1258,6 +1249,7 @@ impl Engine {
                     }),
                 ));
                 updates.push(self.put(p));
+                self.maybe_split(*parent, &mut updates);
                 let i = self.inodes.get(ino).cloned().unwrap_or(i);
                 Handled::Done {
                     result: Ok(Out::Inode {
@@ -1415,6 +1407,32 @@ impl Engine {
         })
     }
 
+    /// A directory past its fragments' bound splits: twice the fragments
+    /// (or more), recorded in its inode, the whole directory in the event.
+    fn maybe_split(&mut self, dir: u64, updates: &mut Vec<Update>) {
+        let count = self.dirs.get(&dir).map_or(0, BTreeMap::len);
+        let Some(mut d) = self.inodes.get(&dir).cloned() else {
+            return;
+        };
+        let max = self.opts.dir_frag_max.max(1);
+        let old = d.frag_bits;
+        while d.frag_bits < 16 && count > max << d.frag_bits {
+            d.frag_bits += 1;
+        }
+        if d.frag_bits == old {
+            return;
+        }
+        tracing::info!(dir = %format!("{dir:x}"), entries = count, bits = d.frag_bits, "directory split");
+        let bits = d.frag_bits;
+        updates.push(self.put(d));
+        let entries = self
+            .dirs
+            .get(&dir)
+            .map(|e| e.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default();
+        updates.push(Update::Split { dir, bits, entries });
+    }
+
     /// Another session's CAP_CREATE on the directory must come back first.
     fn dir_conflict(&self, me: u64, dir: u64) -> Option<Handled> {
         self.exclusive(me, dir)
@@ -1568,6 +1586,7 @@ impl Engine {
             self.adjust_nlink(newparent, i64::from(moved_dir), now, &mut updates)
                 .await?;
         }
+        self.maybe_split(newparent, &mut updates);
         Ok(Handled::Done {
             result: Ok(Out::Done),
             updates,

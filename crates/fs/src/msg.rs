@@ -65,6 +65,10 @@ pub enum Op {
         reclaim: u64,
         /// Inodes it has open.
         open: Vec<u64>,
+        /// Capabilities it holds (after a failover: the new MDS knows
+        /// none, and nobody else can have been granted them).
+        #[serde(default)]
+        caps: Vec<(u64, u32)>,
     },
     /// Keeps the session alive.
     Renew,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use shoal_client::{Error as ClientError, Op as RadosOp, Pool};
 
 use crate::journal::{Event, Update};
-use crate::types::{Dentry, Inode, Names, OBJECT_SIZE, data_object, frag_of};
+use crate::types::{Dentry, Inode, Kind, Names, OBJECT_SIZE, data_object, frag_of};
 
 /// The pools and names of one file system.
 #[derive(Debug, Clone)]
@@ -110,15 +110,44 @@ impl Store {
     }
 
     /// Writes `events` into the inode, directory and stray objects: the
-    /// newest state of each key wins. `frag_bits` tells each directory's
-    /// fragmentation.
-    pub async fn apply(
-        &self,
-        events: &[Event],
-        frag_bits: &(dyn Fn(u64) -> u8 + Sync),
-    ) -> Result<(), ClientError> {
-        // object -> key -> Some(value) | None (removed)
-        let mut objects: HashMap<String, BTreeMap<String, Option<Vec<u8>>>> = HashMap::new();
+    /// newest state of each key wins. A directory's entries go to the
+    /// fragment its inode's `frag_bits` say (the newest inode state in
+    /// `events`, else the stored one); a split rewrites every fragment of
+    /// the directory whole (clear, then every entry it holds).
+    pub async fn apply(&self, events: &[Event]) -> Result<(), ClientError> {
+        // Fragment bits of every directory the events touch.
+        let mut bits: HashMap<u64, u8> = HashMap::new();
+        for ev in events {
+            for u in &ev.updates {
+                match u {
+                    Update::Inode { inode } if inode.kind == Kind::Dir => {
+                        bits.insert(inode.ino, inode.frag_bits);
+                    }
+                    Update::Split { dir, bits: b, .. } => {
+                        bits.insert(*dir, *b);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut missing: Vec<u64> = Vec::new();
+        for ev in events {
+            for u in &ev.updates {
+                if let Update::Link { dir, .. } = u
+                    && !bits.contains_key(dir)
+                    && !missing.contains(dir)
+                {
+                    missing.push(*dir);
+                }
+            }
+        }
+        for dir in missing {
+            let b = self.load_inode(dir).await?.map_or(0, |i| i.frag_bits);
+            bits.insert(dir, b);
+        }
+        // object -> (cleared first, key -> Some(value) | None (removed))
+        let mut objects: HashMap<String, (bool, BTreeMap<String, Option<Vec<u8>>>)> =
+            HashMap::new();
         for ev in events {
             for u in &ev.updates {
                 match u {
@@ -127,23 +156,49 @@ impl Store {
                         objects
                             .entry(self.names.inode_shard(inode.ino))
                             .or_default()
+                            .1
                             .insert(Names::inode_key(inode.ino), Some(v));
                     }
                     Update::Forget { ino } => {
                         objects
                             .entry(self.names.inode_shard(*ino))
                             .or_default()
+                            .1
                             .insert(Names::inode_key(*ino), None);
                     }
                     Update::Link { dir, name, dentry } => {
-                        let oid = self.names.dir_frag(*dir, frag_of(name, frag_bits(*dir)));
+                        let b = bits.get(dir).copied().unwrap_or(0);
+                        let oid = self.names.dir_frag(*dir, frag_of(name, b));
                         let v = dentry.map(|d| serde_json::to_vec(&d).unwrap_or_default());
-                        objects.entry(oid).or_default().insert(name.clone(), v);
+                        objects.entry(oid).or_default().1.insert(name.clone(), v);
+                    }
+                    Update::Split {
+                        dir,
+                        bits: b,
+                        entries,
+                    } => {
+                        // The whole directory as it was at the split: what
+                        // came before in this batch is in it.
+                        for frag in 0..(1u32 << (*b).min(16)) {
+                            objects
+                                .insert(self.names.dir_frag(*dir, frag), (true, BTreeMap::new()));
+                        }
+                        let final_bits = bits.get(dir).copied().unwrap_or(*b);
+                        for (name, d) in entries {
+                            let oid = self.names.dir_frag(*dir, frag_of(name, final_bits));
+                            let v = serde_json::to_vec(d).unwrap_or_default();
+                            objects
+                                .entry(oid)
+                                .or_default()
+                                .1
+                                .insert(name.clone(), Some(v));
+                        }
                     }
                     Update::Stray { ino, on } => {
                         objects
                             .entry(self.names.stray())
                             .or_default()
+                            .1
                             .insert(format!("{ino:016x}"), on.then(Vec::new));
                     }
                     Update::NextIno { .. } => {}
@@ -151,7 +206,7 @@ impl Store {
             }
         }
         let mut tasks = tokio::task::JoinSet::new();
-        for (oid, keys) in objects {
+        for (oid, (clear, keys)) in objects {
             let pool = self.meta.clone();
             tasks.spawn(async move {
                 let set: Vec<(&String, &Vec<u8>)> = keys
@@ -164,6 +219,9 @@ impl Store {
                     .map(|(k, _)| k)
                     .collect();
                 let mut op = RadosOp::new().create(false);
+                if clear {
+                    op = op.omap_clear();
+                }
                 if !set.is_empty() {
                     op = op.omap_set(&set);
                 }

@@ -5,7 +5,7 @@
 //! [`INODE_SHARDS`] objects), `fs<N>.dir.<ino>.<frag>` hold a directory's
 //! entries in their omap (key: the name; a directory is split into
 //! 2^`frag_bits` fragments by a hash of the name once it grows past
-//! [`DIR_FRAG_MAX`] entries a fragment), `fs<N>.journal.*` the journal,
+//! `mds_dir_frag_max` entries a fragment), `fs<N>.journal.*` the journal,
 //! `fs<N>.stray` the inodes unlinked while open (freed at last close, or by
 //! the next MDS). File data: objects `<ino>.<objno>` (hex, the object
 //! number 8 digits) of [`OBJECT_SIZE`] bytes in the data pool; an absent
@@ -23,8 +23,6 @@ pub const FIRST_INO: u64 = 0x1000;
 pub const OBJECT_SIZE: u64 = 4 << 20;
 /// Objects holding the inode table.
 pub const INODE_SHARDS: u64 = 64;
-/// Entries a directory fragment holds before the directory splits.
-pub const DIR_FRAG_MAX: usize = 10_000;
 /// Longest name (bytes).
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target and path (bytes).

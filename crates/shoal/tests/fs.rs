@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use common::{Dev, SHOAL, python, until};
 
-const SETS: [&str; 8] = [
+const SETS: [&str; 10] = [
+    "--set",
+    "mds_dir_frag_max=200",
     "--set",
     "mds_session_timeout_ms=6000",
     "--set",
@@ -413,6 +415,21 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     drop(c);
     assert_eq!(data_objects(&d, ino), 1);
 
+    // A directory past its fragments' bound (200 entries here) splits.
+    python(
+        120,
+        &[
+            "-c",
+            "import os,sys\nos.mkdir(sys.argv[1])\nfor i in range(700): open(os.path.join(sys.argv[1], f'f{i:03d}'), 'w').close()",
+            a.p("big").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let big_ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(a.p("big")).unwrap().ino()
+    };
+
     let into = a.p("tree");
     let tar2 = tar.clone();
     let untarring = std::thread::spawn(move || {
@@ -441,6 +458,14 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     );
     let n = same_tree(&d.0.join("local-tree"), &a.p("tree"));
     assert!(n > 100);
+    // The split directory, as the new MDS reads it from its fragments.
+    let fresh = Mount::new(&d, "mnt-d");
+    assert_eq!(std::fs::read_dir(fresh.p("big")).unwrap().count(), 700);
+    let frags = d.ok(&["rados", "-p", "shoalfs.meta", "ls"]);
+    let prefix = format!("fs1.dir.{big_ino:x}.");
+    let mut frags: Vec<&str> = frags.lines().filter(|l| l.starts_with(&prefix)).collect();
+    frags.sort();
+    assert_eq!(frags.len(), 4, "fragments of the big directory: {frags:?}");
     // The dead client's orphan is freed by the new MDS once reconnects
     // are over.
     until("the orphan freed by the next MDS", 60, || {

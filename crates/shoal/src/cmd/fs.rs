@@ -248,6 +248,7 @@ fn mds_daemon(
         beacon_interval: Duration::from_millis(o.mds_beacon_interval_ms.max(100)),
         session_timeout: Duration::from_millis(o.mds_session_timeout_ms.max(1000)),
         flush_events: o.mds_journal_flush_events.max(1) as usize,
+        dir_frag_max: o.mds_dir_frag_max.max(16) as usize,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -414,11 +414,11 @@ impl FsClient {
         lock(&self.state).caps.get(&ino).copied().unwrap_or(0)
     }
 
-    /// Grants the client itself CAP_CREATE on a directory it just made
-    /// (the MDS does the same), with no entries known yet.
+    /// Grants the client itself CAP_CREATE and CAP_EXCL on a directory it
+    /// just made (the MDS does the same), with no entries known yet.
     pub fn made_dir(&self, ino: u64) {
         let mut st = lock(&self.state);
-        *st.caps.entry(ino).or_insert(0) |= CAP_CREATE;
+        *st.caps.entry(ino).or_insert(0) |= CAP_CREATE | CAP_EXCL;
         st.complete.insert(ino, HashSet::new());
     }
 
@@ -555,11 +555,21 @@ impl FsClient {
     /// A directory gained an entry made without waiting: its cached times
     /// (and link count, for a subdirectory) move as the MDS's will.
     pub fn touch_dir(&self, dir: u64, subdir: bool, now: i64) {
-        if let Some(c) = lock(&self.state).inodes.get_mut(&dir) {
+        let mut st = lock(&self.state);
+        if let Some(c) = st.inodes.get_mut(&dir) {
             c.inode.mtime = now;
             c.inode.ctime = now;
             if subdir {
                 c.inode.nlink += 1;
+            }
+        }
+        // Times set earlier and not yet sent are older than this change.
+        if let Some(d) = st.dirty.get_mut(&dir) {
+            if d.mtime.is_some() {
+                d.mtime = Some(now);
+            }
+            if d.ctime.is_some() {
+                d.ctime = Some(now);
             }
         }
     }

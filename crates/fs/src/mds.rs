@@ -1062,7 +1062,19 @@ impl Engine {
             }
             Op::Setattr { ino, set } | Op::Flush { ino, set } => {
                 let flush = matches!(req.op, Op::Flush { .. });
-                let mut i = tryh!(self.inode(*ino).await?);
+                let mut i = match self.inode(*ino).await? {
+                    Ok(i) => i,
+                    // What a client changed of a file since removed: nothing
+                    // left to change.
+                    Err(_) if flush => return Ok(done(Out::Done)),
+                    Err(e) => {
+                        return Ok(Handled::Done {
+                            result: Err(e),
+                            updates: Vec::new(),
+                            purge: None,
+                        });
+                    }
+                };
                 if !flush && let Some(w) = self.exclusive(me, *ino) {
                     return Ok(w);
                 }
@@ -1194,7 +1206,9 @@ impl Engine {
                 match kind {
                     Kind::File => self.grant(me, new_ino, CAP_EXCL),
                     // Nobody else knows the new directory yet.
-                    Kind::Dir => self.grant(me, new_ino, CAP_CREATE),
+                    // Nobody else knows the new directory: its maker
+                    // creates in it and changes its attributes itself.
+                    Kind::Dir => self.grant(me, new_ino, CAP_CREATE | CAP_EXCL),
                     _ => {}
                 }
                 // Alone in the directory: creates there may go ahead

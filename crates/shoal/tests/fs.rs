@@ -437,7 +437,24 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
         let s = untar(&tar2, &into);
         (s, t0.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    // The kill lands once part of the tree is there.
+    let entries = |p: &Path| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("find '{}' 2>/dev/null | wc -l", p.display()))
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<usize>()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while entries(&a.p("tree")) < 60 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let before = d.json(&["fs", "status"]);
     assert_eq!(before["filesystems"][0]["active"]["name"], "a");
     let inc = before["filesystems"][0]["active"]["incarnation"]
@@ -448,18 +465,31 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     let (status, took) = untarring.join().unwrap();
     assert!(status.success(), "tar failed across the failover");
     eprintln!("untar across the failover: {took:?}");
+    // Durable: an fsync of the tree's root returns once the new MDS has
+    // every create the client sent without waiting.
+    python(
+        120,
+        &[
+            "-c",
+            "import os,sys\nos.fsync(os.open(sys.argv[1], os.O_RDONLY))",
+            a.p("tree").to_str().unwrap(),
+        ],
+        &[],
+    );
+    eprintln!(
+        "from the kill to the fsync's return: {:?}",
+        killed.elapsed()
+    );
     let after = d.json(&["fs", "status"]);
     let active = &after["filesystems"][0]["active"];
     assert_eq!(active["name"], "b", "{after}");
     assert!(active["incarnation"].as_u64().unwrap() > inc);
-    eprintln!(
-        "from the kill to the end of the untar: {:?}",
-        killed.elapsed()
-    );
     let n = same_tree(&d.0.join("local-tree"), &a.p("tree"));
     assert!(n > 100);
-    // The split directory, as the new MDS reads it from its fragments.
+    // A client that knows nothing yet sees the same tree, and the split
+    // directory, as the new MDS reads them from its journal and objects.
     let fresh = Mount::new(&d, "mnt-d");
+    assert_eq!(same_tree(&d.0.join("local-tree"), &fresh.p("tree")), n);
     assert_eq!(std::fs::read_dir(fresh.p("big")).unwrap().count(), 700);
     let frags = d.ok(&["rados", "-p", "shoalfs.meta", "ls"]);
     let prefix = format!("fs1.dir.{big_ino:x}.");

@@ -162,7 +162,7 @@ fn make_local(
 ) -> Option<Inode> {
     if c.caps(parent) & CAP_CREATE != 0
         && let Some(p) = c.cached(parent, Duration::MAX)
-        && c.known_absent(parent, &name)
+        && c.known_absent(parent, name)
         && let Some(ino) = c.take_ino()
     {
         let now = now_ns();

@@ -27,6 +27,10 @@ fn not_found(e: &ClientError) -> bool {
     matches!(e, ClientError::NotFound(_))
 }
 
+/// What a flush does to one object's omap: clear it first (a directory
+/// split), then set keys (`Some`) and remove them (`None`).
+type ObjectWrite = (bool, BTreeMap<String, Option<Vec<u8>>>);
+
 /// Omap entries read at a time.
 const PAGE: u32 = 1024;
 
@@ -146,8 +150,7 @@ impl Store {
             bits.insert(dir, b);
         }
         // object -> (cleared first, key -> Some(value) | None (removed))
-        let mut objects: HashMap<String, (bool, BTreeMap<String, Option<Vec<u8>>>)> =
-            HashMap::new();
+        let mut objects: HashMap<String, ObjectWrite> = HashMap::new();
         for ev in events {
             for u in &ev.updates {
                 match u {

@@ -85,11 +85,16 @@ struct Mount {
 
 impl Mount {
     fn new(d: &Dev, name: &str) -> Mount {
+        Mount::of_fs(d, name, None)
+    }
+
+    fn of_fs(d: &Dev, name: &str, fs: Option<&str>) -> Mount {
         let path = d.0.join(name);
         std::fs::create_dir_all(&path).unwrap();
         let log = std::fs::File::create(d.0.join(format!("{name}.log"))).unwrap();
         let child = Command::new(SHOAL)
             .args(["fs", "mount"])
+            .args(fs.map(|f| vec!["--fs", f]).unwrap_or_default())
             .arg(&path)
             .env("SHOAL_CONF", d.0.join("shoal.conf"))
             .env("RUST_LOG", "info")
@@ -366,6 +371,63 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
     eprintln!("stat after the holder died: {waited:?}");
     drop(writer);
     drop(c);
+
+    // A second file system with its data in an erasure-coded pool (2+1,
+    // overwrites allowed): mds.b, the standby, takes its rank.
+    d.ok(&[
+        "osd",
+        "erasure-code-profile",
+        "set",
+        "fsec",
+        "k=2",
+        "m=1",
+        "crush-failure-domain=osd",
+    ]);
+    d.ok(&["osd", "pool", "create", "fsec.data", "8", "erasure", "fsec"]);
+    d.ok(&[
+        "osd",
+        "pool",
+        "set",
+        "fsec.data",
+        "allow_ec_overwrites",
+        "true",
+    ]);
+    d.ok(&["osd", "pool", "create", "fsec.meta", "8"]);
+    d.ok(&["fs", "new", "ecfs", "fsec.meta", "fsec.data"]);
+    until("ecfs active", 60, || {
+        let v = d.json(&["fs", "status"]);
+        v["filesystems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "ecfs" && f["active"]["report"]["state"] == "active")
+    });
+    let e = Mount::of_fs(&d, "mnt-ec", Some("ecfs"));
+    let file = e.p("fsx-ec");
+    let out = python(
+        600,
+        &[
+            fsx.to_str().unwrap(),
+            file.to_str().unwrap(),
+            "-N",
+            "800",
+            "-S",
+            "9",
+            "--no-mmap",
+        ],
+        &[],
+    );
+    eprintln!("on the EC pool: {}", String::from_utf8_lossy(&out.stdout));
+    let data: Vec<u8> = (0..(9u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(e.p("big"), &data).unwrap();
+    assert!(
+        std::fs::read(e.p("big")).unwrap() == data,
+        "9 MiB through the EC pool"
+    );
+    assert!(
+        d.ok(&["rados", "-p", "fsec.data", "ls"]).lines().count() >= 3,
+        "the data is in the EC pool"
+    );
 }
 
 struct KillOnDrop(Child);

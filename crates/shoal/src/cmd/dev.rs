@@ -235,7 +235,13 @@ fn daemons(dir: &Path) -> anyhow::Result<Vec<(String, Option<u32>)>> {
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("mon.") || n.starts_with("osd.") || n == GATEWAY || n == MGR)
+        .filter(|n| {
+            n.starts_with("mon.")
+                || n.starts_with("osd.")
+                || n.starts_with("mds.")
+                || n == GATEWAY
+                || n == MGR
+        })
         .collect();
     names.sort_by_key(|n| (n.starts_with("osd."), n.len(), n.clone()));
     for n in names {

@@ -1493,38 +1493,14 @@ impl Engine {
             return Ok(fail(libc::ENOENT, format!("no {newname:?}")));
         }
         // A directory may not move under itself.
-        if src.kind == Kind::Dir {
-            let mut at = newparent;
-            let mut hops = 0;
-            while at != ROOT_INO && hops < 4096 {
-                if at == src.ino {
-                    return Ok(fail(libc::EINVAL, "a directory cannot move into itself"));
-                }
-                at = match self.inode(at).await? {
-                    Ok(i) => i.parent,
-                    Err(_) => break,
-                };
-                hops += 1;
-            }
-            if newparent == src.ino {
+        let moved_in = |d: Dentry, to: u64| (d.kind == Kind::Dir).then_some((d.ino, to));
+        let checks = [
+            moved_in(src, newparent),
+            dst.filter(|_| exchange).and_then(|d| moved_in(d, parent)),
+        ];
+        for (dir, to) in checks.into_iter().flatten() {
+            if self.is_under(to, dir).await? {
                 return Ok(fail(libc::EINVAL, "a directory cannot move into itself"));
-            }
-        }
-        if exchange
-            && let Some(d) = dst
-            && d.kind == Kind::Dir
-        {
-            let mut at = parent;
-            let mut hops = 0;
-            while at != ROOT_INO && hops < 4096 {
-                if at == d.ino {
-                    return Ok(fail(libc::EINVAL, "a directory cannot move into itself"));
-                }
-                at = match self.inode(at).await? {
-                    Ok(i) => i.parent,
-                    Err(_) => break,
-                };
-                hops += 1;
             }
         }
         let mut updates = Vec::new();
@@ -1606,6 +1582,24 @@ impl Engine {
             updates,
             purge,
         })
+    }
+
+    /// Whether directory `at` is `dir` or lies under it (following each
+    /// directory's parent up to the root).
+    async fn is_under(&mut self, mut at: u64, dir: u64) -> Result<bool, ClientError> {
+        for _ in 0..4096 {
+            if at == dir {
+                return Ok(true);
+            }
+            if at == ROOT_INO {
+                return Ok(false);
+            }
+            at = match self.inode(at).await? {
+                Ok(i) => i.parent,
+                Err(_) => return Ok(false),
+            };
+        }
+        Ok(false)
     }
 
     async fn adjust_nlink(

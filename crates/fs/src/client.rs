@@ -582,15 +582,7 @@ impl FsClient {
         }
         let end = off.saturating_add(len).min(size);
         let mut out = BytesMut::with_capacity((end - off) as usize);
-        let mut at = off;
-        let mut reads = Vec::new();
-        while at < end {
-            let objno = at / OBJECT_SIZE;
-            let in_obj = at % OBJECT_SIZE;
-            let n = (OBJECT_SIZE - in_obj).min(end - at);
-            reads.push((objno, in_obj, n));
-            at += n;
-        }
+        let reads = pieces(off, end);
         let futs = reads.iter().map(|(objno, in_obj, n)| {
             let pool = self.data.clone();
             let oid = data_object(ino, *objno);
@@ -613,16 +605,12 @@ impl FsClient {
 
     /// Writes `data` at `off` (straight to the OSDs, durable on return).
     pub async fn write(&self, ino: u64, off: u64, data: Bytes) -> FsResult<()> {
-        let mut at = 0usize;
-        let mut writes = Vec::new();
-        while at < data.len() {
-            let pos = off + at as u64;
-            let objno = pos / OBJECT_SIZE;
-            let in_obj = pos % OBJECT_SIZE;
-            let n = ((OBJECT_SIZE - in_obj) as usize).min(data.len() - at);
-            writes.push((objno, in_obj, data.slice(at..at + n)));
-            at += n;
-        }
+        let writes = pieces(off, off + data.len() as u64)
+            .into_iter()
+            .map(|(objno, in_obj, n)| {
+                let at = (objno * OBJECT_SIZE + in_obj - off) as usize;
+                (objno, in_obj, data.slice(at..at + n as usize))
+            });
         let futs = writes.into_iter().map(|(objno, in_obj, chunk)| {
             let pool = self.data.clone();
             let oid = data_object(ino, objno);
@@ -714,11 +702,7 @@ impl FsClient {
     /// Zeroes (punches) `len` bytes at `off` of the data.
     pub async fn zero(&self, ino: u64, off: u64, len: u64, size: u64) -> FsResult<()> {
         let end = off.saturating_add(len).min(size);
-        let mut at = off;
-        while at < end {
-            let objno = at / OBJECT_SIZE;
-            let in_obj = at % OBJECT_SIZE;
-            let n = (OBJECT_SIZE - in_obj).min(end - at);
+        for (objno, in_obj, n) in pieces(off, end) {
             let oid = data_object(ino, objno);
             let r = if in_obj == 0 && n == OBJECT_SIZE {
                 self.data.remove(&oid).await
@@ -729,7 +713,6 @@ impl FsClient {
                 Ok(()) | Err(ClientError::NotFound(_)) => {}
                 Err(e) => return Err(eio(e)),
             }
-            at += n;
         }
         Ok(())
     }
@@ -823,6 +806,20 @@ impl FsClient {
             _ => Err(Errno::new(libc::EIO, "the MDS answered something else")),
         }
     }
+}
+
+/// The bytes `start..end` of a file as (object number, offset in the
+/// object, length), object by object.
+fn pieces(start: u64, end: u64) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        let in_obj = at % OBJECT_SIZE;
+        let n = (OBJECT_SIZE - in_obj).min(end - at);
+        out.push((at / OBJECT_SIZE, in_obj, n));
+        at += n;
+    }
+    out
 }
 
 fn merge(d: &mut SetAttr, s: &SetAttr) {

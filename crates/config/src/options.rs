@@ -56,6 +56,21 @@ impl OptionValue for bool {
     }
 }
 
+impl OptionValue for f64 {
+    const TYPE_NAME: &'static str = "a number";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_float()
+            .or_else(|| v.as_integer().map(|i| i as f64))
+            .filter(|f| f.is_finite())
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        s.trim().parse::<f64>().ok().filter(|f| f.is_finite())
+    }
+    fn to_toml(&self) -> Value {
+        Value::Float(*self)
+    }
+}
+
 impl OptionValue for String {
     const TYPE_NAME: &'static str = "a string";
     fn from_toml(v: &Value) -> Option<Self> {
@@ -224,6 +239,12 @@ options! {
     osd_peer_timeout_ms: u64 = 30_000u64;
     /// Above this percentage of its store used, an OSD refuses writes (as Ceph's full ratio).
     osd_full_ratio_pct: u32 = 95u32;
+    /// Above this share of its store used, an OSD is reported nearfull (health OSD_NEARFULL, and POOL_NEARFULL for the pools on it), as Ceph's mon_osd_nearfull_ratio.
+    mon_osd_nearfull_ratio: f64 = 0.85f64;
+    /// Above this share of its store used, an OSD is reported backfillfull (health OSD_BACKFILLFULL), as Ceph's mon_osd_backfillfull_ratio.
+    mon_osd_backfillfull_ratio: f64 = 0.90f64;
+    /// Above this share of its store used, an OSD is reported full (health OSD_FULL, an error, and POOL_FULL for the pools on it), as Ceph's mon_osd_full_ratio; the OSD itself refuses writes past osd_full_ratio_pct.
+    mon_osd_full_ratio: f64 = 0.95f64;
     /// Objects an OSD recovers at once, per PG and in all (as Ceph's osd_recovery_max_active).
     osd_recovery_max_active: u32 = 3u32;
     /// PGs of an OSD backfilling at once (as Ceph's osd_max_backfills).
@@ -250,6 +271,8 @@ options! {
     client_op_timeout_ms: u64 = 60_000u64;
     /// A client's watch (an open image's, say) that is not renewed for this long is dropped by the OSD, in milliseconds; the client renews it every sixth of it.
     client_watch_timeout_ms: u64 = 30_000u64;
+    /// The region the S3 gateway enforces: a request signed for another is refused with AuthorizationHeaderMalformed naming this one, as AWS does; empty: requests signed for any region are taken (as radosgw does; s3cmd's default configuration signs for `US`).
+    gateway_region: String = "";
     /// Where daemons without a data directory (the S3 gateway, the NBD server) write crash reports, which they post to the monitors while they run; empty: they write none. Monitors and OSDs use `<data>/crash`.
     crash_dir: String = "";
     /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).

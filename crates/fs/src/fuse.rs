@@ -4,19 +4,23 @@
 //! a tokio task with the reply, so requests run concurrently. The kernel
 //! checks permissions itself (`default_permissions`) from the attributes
 //! given here; attributes and entries are cached by the kernel for
-//! [`TTL`], and every `open` fetches fresh attributes (and drops the
-//! kernel's cached pages), which gives close-to-open consistency between
-//! clients.
+//! [`TTL`], and every `open` fetches fresh attributes, makes the kernel
+//! drop its cached attributes (a notification: the kernel reads up to the
+//! size it holds) and its cached pages, which gives close-to-open
+//! consistency between clients. An open of an inode that is gone or no
+//! longer linked (the name was renamed over or removed by another client
+//! while this kernel cached it) answers `ESTALE`, and the kernel looks the
+//! path up again.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
+    FileAttr, FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow,
 };
@@ -37,6 +41,7 @@ pub struct ShoalFuse {
     rt: tokio::runtime::Handle,
     next_fh: AtomicU64,
     listings: Arc<Mutex<HashMap<u64, Listing>>>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl std::fmt::Debug for ShoalFuse {
@@ -53,7 +58,15 @@ impl ShoalFuse {
             rt,
             next_fh: AtomicU64::new(1),
             listings: Arc::default(),
+            notifier: Arc::default(),
         }
+    }
+
+    /// Where the session's notifier goes once the session exists (the
+    /// session owns this value): opens tell the kernel through it that
+    /// its cached attributes are stale.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        Arc::clone(&self.notifier)
     }
 }
 
@@ -604,6 +617,7 @@ impl Filesystem for ShoalFuse {
             return;
         }
         let c = Arc::clone(&self.c);
+        let notifier = Arc::clone(&self.notifier);
         self.rt.spawn(async move {
             let r: Result<_, Errno> = async {
                 c.opened(ino);
@@ -617,13 +631,31 @@ impl Filesystem for ShoalFuse {
                     .await
                     .and_then(inode_of)
                 {
+                    Ok((i, _, _)) if i.nlink == 0 => {
+                        // Unlinked by another client since this kernel
+                        // looked the name up: have it look again.
+                        c.closed(ino);
+                        c.send_async(Op::Release { ino }, 0, 0);
+                        Err(Errno::new(libc::ESTALE, "no longer linked"))
+                    }
                     Ok((i, caps, _)) => {
                         c.learn(&i, caps);
+                        // The kernel answers reads up to the size it holds:
+                        // make it ask again (ENOENT: it holds nothing).
+                        if let Some(n) = notifier.get()
+                            && let Err(e) = n.inval_inode(ino, -1, 0)
+                        {
+                            tracing::warn!(ino, "attribute invalidation failed: {e}");
+                        }
                         Ok(())
                     }
                     Err(e) => {
                         c.closed(ino);
-                        Err(e)
+                        Err(if e.errno == libc::ENOENT {
+                            Errno::new(libc::ESTALE, "the inode is gone")
+                        } else {
+                            e
+                        })
                     }
                 }
             }

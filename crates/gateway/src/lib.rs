@@ -7,7 +7,9 @@ pub mod cache;
 pub mod checksum;
 pub mod meta;
 pub mod metrics;
+pub mod region;
 pub mod s3;
+pub mod unsupported;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -52,7 +54,13 @@ struct OpsDecide;
 #[async_trait::async_trait]
 impl s3s::access::S3Access for OpsDecide {
     async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
-        metrics::set_operation(cx.s3_op().name());
+        let op = cx.s3_op().name();
+        metrics::set_operation(op);
+        // The two that carry data check for themselves, once they can
+        // drain the body they refuse (the connection stays in step).
+        if !matches!(op, "PutObject" | "UploadPart") {
+            unsupported::check(op, cx.headers())?;
+        }
         Ok(())
     }
 }
@@ -65,17 +73,30 @@ pub async fn serve(
     meta: Meta,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
-    serve_counted(listener, meta, tls, Arc::new(metrics::Metrics::default())).await
+    serve_counted(
+        listener,
+        meta,
+        tls,
+        Arc::new(metrics::Metrics::default()),
+        None,
+    )
+    .await
 }
 
-/// [`serve`], counting every request in `counters` (for the manager).
+/// [`serve`], counting every request in `counters` (for the manager);
+/// with `region`, only requests signed for that region are taken.
 pub async fn serve_counted(
     listener: tokio::net::TcpListener,
     meta: Meta,
     tls: Option<tokio_rustls::TlsAcceptor>,
     counters: Arc<metrics::Metrics>,
+    region: Option<String>,
 ) -> std::io::Result<()> {
     let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
+    let signing = Arc::new(Signing {
+        meta: meta.clone(),
+        region,
+    });
     b.set_auth(ClusterAuth { meta });
     b.set_access(OpsDecide);
     b.set_validation(BucketNames);
@@ -88,11 +109,12 @@ pub async fn serve_counted(
         let service = s3s::service::S3Service::clone(&service);
         let tls = tls.clone();
         let counters = Arc::clone(&counters);
+        let signing = Arc::clone(&signing);
         tokio::spawn(async move {
             let r = match tls {
-                None => serve_conn(stream, service, counters).await,
+                None => serve_conn(stream, service, counters, signing).await,
                 Some(t) => match t.accept(stream).await {
-                    Ok(s) => serve_conn(s, service, counters).await,
+                    Ok(s) => serve_conn(s, service, counters, signing).await,
                     Err(e) => Err(e.to_string()),
                 },
             };
@@ -107,6 +129,7 @@ async fn serve_conn<IO>(
     io: IO,
     service: s3s::service::S3Service,
     counters: Arc<metrics::Metrics>,
+    signing: Arc<Signing>,
 ) -> Result<(), String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -114,10 +137,11 @@ where
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let service = service.clone();
         let counters = Arc::clone(&counters);
+        let signing = Arc::clone(&signing);
         let started = std::time::Instant::now();
         let op = std::cell::RefCell::new(None);
         metrics::OPERATION.scope(op, async move {
-            let resp = answer(service, req).await;
+            let resp = answer(service, req, &signing).await;
             let status = match &resp {
                 Ok(r) => r.status().as_u16(),
                 Err(_) => 500,
@@ -144,14 +168,37 @@ where
 /// One request's answer from s3s, with the gateway's own touches.
 async fn answer(
     service: s3s::service::S3Service,
-    req: hyper::Request<hyper::body::Incoming>,
+    mut req: hyper::Request<hyper::body::Incoming>,
+    signing: &Signing,
 ) -> Result<hyper::Response<s3s::Body>, s3s::HttpError> {
     let id = meta::random_hex(8).to_uppercase();
-    if let Some(e) = bad_presign_expiry(req.uri().query()) {
-        let resp = e
-            .to_http_response()
-            .map_err(|e| s3s::HttpError::new(Box::new(std::io::Error::other(format!("{e:?}")))))?;
-        return Ok(with_request_id(resp, &id));
+    let refused = match bad_presign_expiry(req.uri().query()) {
+        Some(e) => Some(Refusal::S3(e)),
+        None => signing.check(&mut req).await.err(),
+    };
+    if let Some(r) = refused {
+        let resp = match r {
+            Refusal::WrongRegion { got, want } => {
+                let body = region::wrong_region_xml(&got, &want, &id);
+                let mut resp = hyper::Response::new(s3s::Body::from(body));
+                *resp.status_mut() = hyper::http::StatusCode::BAD_REQUEST;
+                resp.headers_mut().insert(
+                    hyper::http::header::CONTENT_TYPE,
+                    hyper::http::HeaderValue::from_static("application/xml"),
+                );
+                resp
+            }
+            Refusal::S3(e) => e.to_http_response().map_err(|e| {
+                s3s::HttpError::new(Box::new(std::io::Error::other(format!("{e:?}"))))
+            })?,
+        };
+        // The body was not read: the connection cannot be reused.
+        let mut resp = with_request_id(resp, &id);
+        resp.headers_mut().insert(
+            hyper::http::header::CONNECTION,
+            hyper::http::HeaderValue::from_static("close"),
+        );
+        return Ok(resp);
     }
     let attributes = req.method() == hyper::Method::GET
         && req.uri().query().is_some_and(|q| {
@@ -175,6 +222,84 @@ async fn answer(
         );
     }
     Ok(with_request_id(resp, &id))
+}
+
+/// The region requests are signed for, checked before s3s sees them
+/// (`region.rs`): one to enforce, or any, signed again where s3s would
+/// refuse the region's spelling.
+#[derive(Debug)]
+struct Signing {
+    meta: Meta,
+    region: Option<String>,
+}
+
+/// Why a request is answered before s3s sees it.
+#[derive(Debug)]
+enum Refusal {
+    S3(s3s::S3Error),
+    /// Signed for `got` where the gateway enforces `want`.
+    WrongRegion {
+        got: String,
+        want: String,
+    },
+}
+
+impl From<s3s::S3Error> for Refusal {
+    fn from(e: s3s::S3Error) -> Self {
+        Refusal::S3(e)
+    }
+}
+
+impl Signing {
+    async fn check<B>(&self, req: &mut hyper::Request<B>) -> Result<(), Refusal> {
+        let Some(got) = region::signed_region(req) else {
+            return Ok(());
+        };
+        if let Some(want) = &self.region
+            && &got != want
+        {
+            return Err(Refusal::WrongRegion {
+                got,
+                want: want.clone(),
+            });
+        }
+        if region::s3s_takes(&got) {
+            return Ok(());
+        }
+        let Some(auth) = req
+            .headers()
+            .get(hyper::http::header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(region::Authorization::parse)
+        else {
+            return Err(Refusal::S3(s3_error!(
+                AuthorizationQueryParametersError,
+                "a presigned URL's region must be lower-case letters, digits and '-', not {got:?}"
+            )));
+        };
+        let user = self
+            .meta
+            .user_by_key(&auth.access_key)
+            .await
+            .map_err(|e| s3_error!(InternalError, "{e}"))?
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        let secret = user
+            .keys
+            .iter()
+            .find(|k| k.access_key == auth.access_key)
+            .map(|k| k.secret_key.clone())
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        Ok(match region::resign(req, &auth, &secret) {
+            Ok(()) => (),
+            Err(region::Resign::Mismatch) => return Err(s3_error!(SignatureDoesNotMatch).into()),
+            Err(region::Resign::Malformed(m)) => return Err(s3_error!(AccessDenied, "{m}").into()),
+            Err(region::Resign::Streaming) => return Err(s3_error!(
+                NotImplemented,
+                "a streaming (chunk-signed) upload signed for region {got:?}: sign for a region of lower-case letters, digits and '-'"
+            )
+            .into()),
+        })
+    }
 }
 
 /// Whether a request carries a body its client sends only on `100 Continue`.

@@ -813,6 +813,7 @@ impl S3 for Gateway {
         let body = req.input.body.take();
         let checked = async {
             let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+            crate::unsupported::check("UploadPart", &req.headers)?;
             let i = &req.input;
             let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
             let number = u32::try_from(i.part_number)
@@ -1218,6 +1219,15 @@ impl S3 for Gateway {
             .as_ref()
             .map(|s| s.as_str().to_string())
             .ok_or_else(|| s3_error!(MalformedXML, "no versioning Status given"))?;
+        if req
+            .input
+            .versioning_configuration
+            .mfa_delete
+            .as_ref()
+            .is_some_and(|m| m.as_str() == "Enabled")
+        {
+            return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+        }
         match self.meta.set_versioning(&b, &status).await {
             Ok(_) => Ok(S3Response::new(
                 s3s::dto::PutBucketVersioningOutput::default(),
@@ -1469,6 +1479,7 @@ impl Gateway {
     async fn put_checks(&self, req: &S3Request<PutObjectInput>) -> S3Result<(Bucket, Entry)> {
         let input = &req.input;
         let (b, user) = self.bucket_as(req, &input.bucket, Need::Write).await?;
+        crate::unsupported::check("PutObject", &req.headers)?;
         // The current entry is read only for a conditional PUT.
         if input.if_match.is_some() || input.if_none_match.is_some() {
             let current = self.meta.entry(&b, &input.key).await.map_err(internal)?;

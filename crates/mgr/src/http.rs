@@ -112,13 +112,16 @@ async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
         return standby(s, &path);
     }
     match (&method, path.as_str()) {
-        (&Method::GET, "/metrics") => match s.snapshot() {
-            Some(snap) => respond(
+        (&Method::GET, "/metrics") => match s.snapshot_now().await {
+            Ok(snap) => respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
                 crate::prom::render(&snap),
             ),
-            None => error(StatusCode::SERVICE_UNAVAILABLE, "no snapshot gathered yet"),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("could not gather the cluster's state: {e}"),
+            ),
         },
         (&Method::GET, "/" | "/index.html") => {
             respond(StatusCode::OK, "text/html; charset=utf-8", INDEX_HTML)

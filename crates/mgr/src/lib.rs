@@ -149,6 +149,21 @@ impl Shared {
     fn snapshot(&self) -> Option<Arc<Snapshot>> {
         read(&self.snap).clone()
     }
+
+    /// The newest snapshot; gathered now when none is yet (a manager
+    /// just made active serves its first scrape, rather than 503).
+    async fn snapshot_now(&self) -> Result<Arc<Snapshot>, shoal_monclient::MonError> {
+        if let Some(snap) = self.snapshot() {
+            return Ok(snap);
+        }
+        let snap = Arc::new(gather::gather(&self.monc).await?);
+        let mut slot = write(&self.snap);
+        if slot.is_none() && self.active() {
+            lock(&self.history).push(&snap);
+            *slot = Some(Arc::clone(&snap));
+        }
+        Ok(snap)
+    }
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

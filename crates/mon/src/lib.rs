@@ -22,6 +22,7 @@ mod store;
 mod types;
 mod views;
 mod views_pg;
+mod views_space;
 
 pub use fsmap::{FsInfo, FsMap, MdsEntry};
 pub use health::{CheckNow, HealthState};
@@ -39,3 +40,4 @@ pub use shoal_monclient::{
 pub use state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 pub use store::MonStore;
 pub use types::{MonRaft, TypeConfig};
+pub use views_space::FullRatios;

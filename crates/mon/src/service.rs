@@ -71,6 +71,8 @@ pub struct MonitorOptions {
     pub mgr_beacon_grace: Duration,
     /// A metadata server silent this long loses its rank to a standby.
     pub mds_beacon_grace: Duration,
+    /// Past which share of used space an OSD is nearfull, backfillfull, full.
+    pub full_ratios: crate::views_space::FullRatios,
 }
 
 /// How the leader decides an OSD is down or out, and how it batches.
@@ -1261,7 +1263,7 @@ impl Core {
                 json!({ "name": name, "addr": info.addr, "in_quorum": quorum.contains(name) })
             })
             .collect();
-        let health = crate::views::health(state, &down, &quorum, now_ms());
+        let health = crate::views::health(state, &down, &quorum, now_ms(), &self.opts.full_ratios);
         let leader = state
             .mons
             .iter()
@@ -1729,7 +1731,8 @@ async fn record_health(core: std::sync::Weak<Core>) {
                 continue;
             }
             let (quorum, down) = core.quorum(&s);
-            let checks = crate::views::checks_now(&s, &down, &quorum, now_ms());
+            let checks =
+                crate::views::checks_now(&s, &down, &quorum, now_ms(), &core.opts.full_ratios);
             if !s.health.differs(&checks) {
                 continue;
             }

@@ -10,6 +10,7 @@ use shoal_net::Secret;
 
 use crate::osdmap::OsdMapState;
 use crate::state::MonState;
+use crate::views_space::FullRatios;
 use shoal_monclient::OsdMapUpdate;
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -253,10 +254,17 @@ pub fn osdmap_update(s: &OsdMapState, have: u64) -> Vec<u8> {
 
 /// The cluster's health: its status from the checks not muted at
 /// `now_ms`, those checks, and the muted ones apart.
-pub fn health(state: &MonState, mons_down: &[String], quorum: &[String], now_ms: u64) -> Value {
-    let (muted, checks): (Vec<Value>, Vec<Value>) = raw_checks(state, mons_down, quorum, now_ms)
-        .into_iter()
-        .partition(|c| state.health.muted(c["code"].as_str().unwrap_or(""), now_ms));
+pub fn health(
+    state: &MonState,
+    mons_down: &[String],
+    quorum: &[String],
+    now_ms: u64,
+    ratios: &FullRatios,
+) -> Value {
+    let (muted, checks): (Vec<Value>, Vec<Value>) =
+        raw_checks(state, mons_down, quorum, now_ms, ratios)
+            .into_iter()
+            .partition(|c| state.health.muted(c["code"].as_str().unwrap_or(""), now_ms));
     let status = if checks.is_empty() {
         "HEALTH_OK"
     } else if checks.iter().any(|c| c["severity"] == "HEALTH_ERR") {
@@ -282,8 +290,9 @@ pub fn checks_now(
     mons_down: &[String],
     quorum: &[String],
     now_ms: u64,
+    ratios: &FullRatios,
 ) -> Vec<crate::health::CheckNow> {
-    raw_checks(state, mons_down, quorum, now_ms)
+    raw_checks(state, mons_down, quorum, now_ms, ratios)
         .iter()
         .map(|c| crate::health::CheckNow {
             code: c["code"].as_str().unwrap_or("").to_string(),
@@ -299,6 +308,7 @@ fn raw_checks(
     mons_down: &[String],
     quorum: &[String],
     now_ms: u64,
+    ratios: &FullRatios,
 ) -> Vec<Value> {
     let mut checks = Vec::new();
     // Crashes not yet archived, of the last two weeks (as Ceph warns).
@@ -358,25 +368,7 @@ fn raw_checks(
         }
     }
     if let Ok(map) = state.osdmap.current() {
-        let full: Vec<String> = map
-            .pools()
-            .values()
-            .filter(|p| p.full_quota())
-            .map(|p| {
-                format!(
-                    "pool '{}' is at its quota (max_bytes {}, max_objects {}; 0: none)",
-                    p.name, p.quota_max_bytes, p.quota_max_objects
-                )
-            })
-            .collect();
-        if !full.is_empty() {
-            checks.push(json!({
-                "code": "POOL_FULL",
-                "severity": "HEALTH_WARN",
-                "summary": format!("{} pool(s) full", full.len()),
-                "detail": full,
-            }));
-        }
+        checks.extend(crate::views_space::space_health(state, map, ratios));
     }
     if !state.osdmap.flags.is_empty() {
         let flags: Vec<&str> = state.osdmap.flags.iter().map(String::as_str).collect();

@@ -779,8 +779,54 @@ mod tests {
                 .unwrap()
                 .starts_with("pg 1.0 is peering")
         );
-        let h = crate::views::health(&s, &[], &[], 0);
+        let h = crate::views::health(&s, &[], &[], 0, &crate::views_space::FullRatios::default());
         assert_eq!(h["status"], "HEALTH_WARN");
+    }
+
+    #[test]
+    fn space_checks_escalate_with_use_and_clear_when_freed() {
+        let ratios = crate::views_space::FullRatios::default();
+        let codes = |s: &MonState| -> Vec<(String, String)> {
+            crate::views::health(s, &[], &[], 0, &ratios)["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let d = c["detail"][0].as_str().unwrap_or("").to_string();
+                    (c["code"].as_str().unwrap().to_string(), d)
+                })
+                .collect()
+        };
+        let mut s = state();
+        let a = primary(&s, "1.0");
+        report(&mut s, a, 9000, &[("1.0", "active+clean", 0)]);
+        assert!(codes(&s).is_empty(), "{:?}", codes(&s));
+        // 86 % used: nearfull, and so is the pool on it.
+        report(&mut s, a, 1400, &[("1.0", "active+clean", 0)]);
+        let c = codes(&s);
+        assert_eq!(c[0].0, "OSD_NEARFULL");
+        assert_eq!(
+            c[0].1,
+            format!("osd.{a} is nearfull: 86.0% used (0.0 MiB of 0.0 MiB)")
+        );
+        assert_eq!(c[1].0, "POOL_NEARFULL");
+        assert!(c[1].1.starts_with("pool 'rbd' is nearfull: osd."), "{c:?}");
+        // 91 %: backfillfull (and no longer nearfull).
+        report(&mut s, a, 900, &[("1.0", "active+clean", 0)]);
+        let c = codes(&s);
+        assert_eq!(c[0].0, "OSD_BACKFILLFULL", "{c:?}");
+        assert!(c.iter().all(|(code, _)| code != "OSD_NEARFULL"));
+        // 96 %: full, an error; the pool is full.
+        report(&mut s, a, 400, &[("1.0", "active+clean", 0)]);
+        let c = codes(&s);
+        assert_eq!(c[0].0, "OSD_FULL", "{c:?}");
+        assert_eq!(c[1].0, "POOL_FULL");
+        assert!(c[1].1.contains("is full (no space)"), "{c:?}");
+        let h = crate::views::health(&s, &[], &[], 0, &ratios);
+        assert_eq!(h["status"], "HEALTH_ERR");
+        // Freed: every space check clears.
+        report(&mut s, a, 9000, &[("1.0", "active+clean", 0)]);
+        assert!(codes(&s).is_empty(), "{:?}", codes(&s));
     }
 
     #[test]
@@ -916,7 +962,7 @@ mod tests {
             checks[1]["summary"],
             "Possible data damage: 1 pg inconsistent"
         );
-        let h = crate::views::health(&s, &[], &[], 0);
+        let h = crate::views::health(&s, &[], &[], 0, &crate::views_space::FullRatios::default());
         assert_eq!(h["status"], "HEALTH_ERR");
     }
 }

@@ -49,6 +49,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         },
         mgr_beacon_grace: Duration::from_secs(10),
         mds_beacon_grace: Duration::from_secs(10),
+        full_ratios: shoal_mon::FullRatios::default(),
     }
 }
 

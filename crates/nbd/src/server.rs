@@ -270,6 +270,20 @@ impl Server {
             e => (rep::ERR_POLICY, e.to_string()),
         })?;
         image.set_exclusive(self.opts.exclusive);
+        if self.opts.exclusive && snap.is_none() && !self.opts.read_only {
+            // Exclusive means held from the start, not from the first write.
+            let policy = |m: String| (rep::ERR_POLICY, m);
+            if image.header().features & shoal_block::format::features::EXCLUSIVE_LOCK == 0 {
+                return Err(policy(format!(
+                    "{canonical} has no exclusive-lock feature: it cannot be held exclusively"
+                )));
+            }
+            if let Err(e) = image.acquire_lock().await {
+                return Err(policy(format!(
+                    "{canonical}: the exclusive lock could not be taken: {e}"
+                )));
+            }
+        }
         let e = Arc::new(Export {
             name: canonical.clone(),
             image,
@@ -277,6 +291,16 @@ impl Server {
         });
         exports.insert(canonical, Arc::clone(&e));
         Ok(e)
+    }
+
+    /// Opens every export named at start (`--export`), so that a missing
+    /// image, or an exclusive lock another client holds, fails the server
+    /// at once rather than its first client.
+    pub async fn open_exports(&self) -> std::result::Result<(), String> {
+        for name in self.opts.allowed.clone().unwrap_or_default() {
+            self.export(&name).await.map_err(|(_, m)| m)?;
+        }
+        Ok(())
     }
 
     /// The names `NBD_OPT_LIST` answers: the allowed exports, or every

@@ -299,6 +299,7 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
     assert_eq!(std::fs::read(b.p("shared")).unwrap(), b"from a");
     std::fs::write(b.p("shared"), b"from b, longer").unwrap();
     assert_eq!(std::fs::read(a.p("shared")).unwrap(), b"from b, longer");
+    close_to_open_rounds(&a, &b);
 
     // A writer holding its file open (its size known only to it): a stat
     // from the other mount recalls the capability and sees the size.
@@ -427,6 +428,60 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
     assert!(
         d.ok(&["rados", "-p", "fsec.data", "ls"]).lines().count() >= 3,
         "the data is in the EC pool"
+    );
+}
+
+/// Close-to-open where the reader's kernel holds the file's attributes
+/// (B stats it, as `ls -l` does, then A changes it and closes, then B
+/// opens and reads): every open on B sees exactly what A closed, through
+/// 50 appends, then a shrink, then a rename over the file.
+fn close_to_open_rounds(a: &Mount, b: &Mount) {
+    use std::io::Write;
+    let mut want: Vec<u8> = b"start\n".to_vec();
+    std::fs::write(a.p("c2o"), &want).unwrap();
+    for round in 0..50u32 {
+        let _ = std::fs::metadata(b.p("c2o")).unwrap();
+        let chunk: Vec<u8> = (0..100u32).map(|i| (round * 7 + i) as u8).collect();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(a.p("c2o"))
+            .unwrap();
+        f.write_all(&chunk).unwrap();
+        drop(f);
+        want.extend_from_slice(&chunk);
+        let got = std::fs::read(b.p("c2o")).unwrap();
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "round {round}: B read {} bytes after A closed {}",
+            got.len(),
+            want.len()
+        );
+        assert!(got == want, "round {round}: B read other bytes");
+    }
+    // A shrink on A, read on B.
+    let _ = std::fs::metadata(b.p("c2o")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.p("c2o"))
+        .unwrap();
+    f.set_len(1234).unwrap();
+    drop(f);
+    want.truncate(1234);
+    let got = std::fs::read(b.p("c2o")).unwrap();
+    assert_eq!(got.len(), 1234, "B after A's truncate");
+    assert!(got == want, "B after A's truncate: other bytes");
+    // A rename over the file on A, read on B (whose kernel still has the
+    // name pointing at the old inode).
+    let _ = std::fs::metadata(b.p("c2o")).unwrap();
+    let _ = std::fs::read(b.p("c2o")).unwrap();
+    let fresh = b"a new file renamed over the old one".to_vec();
+    std::fs::write(a.p("c2o.tmp"), &fresh).unwrap();
+    std::fs::rename(a.p("c2o.tmp"), a.p("c2o")).unwrap();
+    assert_eq!(
+        std::fs::read(b.p("c2o")).unwrap(),
+        fresh,
+        "B after A renamed another file over it"
     );
 }
 

@@ -5,7 +5,11 @@
 //! ranges, listings v1 and v2 with prefixes, delimiters and pagination,
 //! signatures checked (wrong secrets, unknown keys, presigned URLs and
 //! their expiry), owners and canned ACLs, deletes, and versioning (version
-//! ids, delete markers, listings of versions, reads and deletes by version).
+//! ids, delete markers, listings of versions, reads and deletes by version);
+//! every protection the gateway lacks refused and nothing stored
+//! (`clients/s3_refused.py`); s3cmd with its default configuration, which
+//! signs for region `US` (`clients/s3cmd_default.py`), and a gateway that
+//! enforces its region.
 //!
 //! boto3 and awscli come from PyPI (`.ci/run` installs them and sets
 //! `SHOAL_REQUIRE_TOOLS=1`, so CI fails rather than skips without them).
@@ -82,6 +86,68 @@ fn https(d: &Dev, key: &str, secret: &str) {
         &["-c", script],
         &[("E", &endpoint), ("K", key), ("S", secret), ("CA", ca)],
     );
+}
+
+/// Whether s3cmd is installed (Debian's `s3cmd`); CI must have it.
+fn s3cmd_present() -> bool {
+    let ok = Command::new("s3cmd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let m = "missing s3cmd: apt-get install s3cmd";
+        assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
+        eprintln!("skipped: {m}");
+    }
+    ok
+}
+
+/// A gateway that enforces its region (`gateway_region`): a request
+/// signed for another is answered as AWS answers it, naming the region
+/// expected, and one signed for it goes through; s3cmd, signing for `US`,
+/// learns the region from that answer and goes on.
+fn enforced_region(d: &Dev, key: &str, secret: &str) {
+    let gw = common::Background::start(
+        d,
+        &[
+            "--set",
+            "gateway_region=us-east-1",
+            "gateway",
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        "http",
+    );
+    let endpoint = format!("http://{}", gw.addr);
+    let script = "import boto3,botocore.config,os\n\
+        from botocore.exceptions import ClientError\n\
+        def c(r): return boto3.client('s3',endpoint_url=os.environ['E'],aws_access_key_id=os.environ['K'],\
+        aws_secret_access_key=os.environ['S'],region_name=r,\
+        config=botocore.config.Config(retries={'max_attempts': 1}))\n\
+        assert 'Buckets' in c('us-east-1').list_buckets()\n\
+        try:\n    c('eu-west-1').list_buckets(); raise SystemExit('another region was accepted')\n\
+        except ClientError as e:\n\
+        \x20   err = e.response['Error']\n\
+        \x20   assert err['Code'] == 'AuthorizationHeaderMalformed', err\n\
+        \x20   assert err['Region'] == 'us-east-1', err\n\
+        \x20   assert e.response['ResponseMetadata']['HTTPStatusCode'] == 400\n";
+    python(
+        60,
+        &["-c", script],
+        &[("E", &endpoint), ("K", key), ("S", secret)],
+    );
+    if s3cmd_present() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+        python(
+            120,
+            &[&format!("{dir}/s3cmd_default.py"), "--short"],
+            &[
+                ("GW_ENDPOINT", &endpoint),
+                ("GW_KEY", key),
+                ("GW_SECRET", secret),
+            ],
+        );
+    }
 }
 
 fn key(user: &serde_json::Value) -> (String, String) {
@@ -171,6 +237,18 @@ fn s3_clients_use_the_gateway() {
     }
     if clients_present() {
         https(&d, &ak, &asec);
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+        let endpoint = format!("http://{}", gw.addr);
+        let env = [
+            ("GW_ENDPOINT", endpoint.as_str()),
+            ("GW_KEY", ak.as_str()),
+            ("GW_SECRET", asec.as_str()),
+        ];
+        python(300, &[&format!("{dir}/s3_refused.py")], &env);
+        if s3cmd_present() {
+            python(300, &[&format!("{dir}/s3cmd_default.py")], &env);
+        }
+        enforced_region(&d, &ak, &asec);
     }
     // A sweep taking everything recorded, however young (replaced and
     // deleted data waits for one; a removed bucket's goes with it).

@@ -73,7 +73,11 @@ fn a_standby_manager_takes_over_and_metrics_count_the_load() {
         "mgr_stats_period_ms=500",
     ]);
     let x_addr = d.addr_of("mgr.x");
-    until("mgr.x active", 30, || active(&d).as_deref() == Some("x"));
+    // `dev up` said the manager is ready: its first scrape is answered.
+    let (code, _, body) = get(&x_addr, "/metrics");
+    assert_eq!(code, 200, "/metrics right after dev up: {body}");
+    assert!(body.contains("shoal_health_status"), "{body}");
+    assert_eq!(active(&d).as_deref(), Some("x"));
     let status = d.ok(&["status"]);
     assert!(status.contains("mgr: x(active)"), "{status}");
     let services = d.json(&["mgr", "services"]);

@@ -59,6 +59,7 @@ pub fn mon_opts(data: PathBuf) -> MonitorOptions {
         },
         mgr_beacon_grace: Duration::from_secs(10),
         mds_beacon_grace: Duration::from_secs(10),
+        full_ratios: shoal_mon::FullRatios::default(),
     }
 }
 

@@ -70,6 +70,7 @@ fn opts(data: PathBuf) -> MonitorOptions {
         osd: shoal_mon::OsdLiveness::default(),
         mgr_beacon_grace: Duration::from_secs(10),
         mds_beacon_grace: Duration::from_secs(10),
+        full_ratios: shoal_mon::FullRatios::default(),
     }
 }
 

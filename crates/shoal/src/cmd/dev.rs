@@ -732,8 +732,38 @@ fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Resul
         dir,
         |v| v["active"]["name"] == "x",
     )
-    .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))
-    .map(|_| ())
+    .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))?;
+    // Ready means serving: the manager learns it is active from its next
+    // beacon's answer, and only then answers a scrape.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http_ok(&addr, "/metrics") {
+        if Instant::now() > deadline {
+            bail!(
+                "the manager is active but http://{addr}/metrics does not answer; its log:\n{}",
+                tail(&log_path(dir, MGR), 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// Whether `GET path` at `addr` answers 200.
+fn http_ok(addr: &str, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(sa) = addr.parse::<std::net::SocketAddr>() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(2)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
 
 /// Makes the file system (once) and starts its metadata servers; waits

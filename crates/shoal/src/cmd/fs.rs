@@ -54,7 +54,7 @@ pub enum FsCmd {
         fs: Option<String>,
         /// Where.
         mountpoint: PathBuf,
-        /// Once mounted, write `{"pid", "addr"}` here (removed on exit).
+        /// Once mounted, write `{"pid", "mountpoint"}` here (removed on exit).
         #[arg(long)]
         state_file: Option<PathBuf>,
     },
@@ -312,8 +312,10 @@ fn mount(
         fuser::MountOption::Suid,
     ];
     let fuse = shoal_fs::ShoalFuse::new(Arc::clone(&client), rt.handle().clone());
+    let notifier = fuse.notifier_slot();
     let mut session = fuser::Session::new(fuse, &mountpoint, &options)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     let serving = std::thread::spawn(move || session.run());
     if let Some(path) = &state_file {

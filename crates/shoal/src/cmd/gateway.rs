@@ -296,7 +296,10 @@ fn daemon(
         super::common::report_perf(ctx, format!("gateway.{addr}"), "gateway", move || {
             reported.metrics()
         });
-        let serving = tokio::spawn(shoal_gateway::serve_counted(listener, meta, tls, counters));
+        let region = Some(ctx.config.options.gateway_region.clone()).filter(|r| !r.is_empty());
+        let serving = tokio::spawn(shoal_gateway::serve_counted(
+            listener, meta, tls, counters, region,
+        ));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,
             r = serving => r.context("the gateway stopped")??,

@@ -189,6 +189,17 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
     super::crash::install(entity.to_string(), data.join("crash"), true);
     let crash_dir = data.join("crash");
     let inject = o.debug_inject_panic_ms;
+    let (near, back, full) = (
+        o.mon_osd_nearfull_ratio,
+        o.mon_osd_backfillfull_ratio,
+        o.mon_osd_full_ratio,
+    );
+    if !(0.0 < near && near <= back && back <= full && full <= 1.0) {
+        anyhow::bail!(
+            "the full ratios must ascend within (0, 1]: mon_osd_nearfull_ratio {near}, \
+             mon_osd_backfillfull_ratio {back}, mon_osd_full_ratio {full}"
+        );
+    }
     let opts = MonitorOptions {
         data,
         net: NetConfig::from_options(o),
@@ -211,6 +222,11 @@ fn run_daemon(ctx: &Ctx, id: &str, data: Option<PathBuf>) -> anyhow::Result<()> 
         },
         mgr_beacon_grace: Duration::from_millis(o.mon_mgr_beacon_grace_ms),
         mds_beacon_grace: Duration::from_millis(o.mon_mds_beacon_grace_ms),
+        full_ratios: shoal_mon::FullRatios {
+            nearfull: o.mon_osd_nearfull_ratio,
+            backfillfull: o.mon_osd_backfillfull_ratio,
+            full: o.mon_osd_full_ratio,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

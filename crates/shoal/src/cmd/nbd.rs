@@ -32,15 +32,17 @@ enum NbdCmd {
         /// any image by default.
         #[arg(long = "export")]
         exports: Vec<String>,
-        /// Keep each image's exclusive lock when another client asks for it.
-        #[arg(long)]
+        /// Take each image's exclusive lock when it is opened and keep it
+        /// when another client asks for it (images without the
+        /// exclusive-lock feature are refused).
+        #[arg(long, conflicts_with = "read_only")]
         exclusive: bool,
         /// Serve every export read-only.
         #[arg(long)]
         read_only: bool,
-        /// Requests in flight per connection.
-        #[arg(long, default_value_t = 128)]
-        max_inflight: usize,
+        /// Requests in flight per connection (1 to 65536).
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        max_inflight: u32,
         /// TLS certificate chain (PEM): clients may upgrade with STARTTLS.
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<std::path::PathBuf>,
@@ -58,8 +60,8 @@ enum NbdCmd {
         /// Runtime threads. One (the default) runs every connection and
         /// the cluster client on one thread: no wake-ups across threads,
         /// 40 % more 4 KiB reads than two on a 2-core machine.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
         /// Once listening, write `{"pid", "addr"}` here (removed on exit):
         /// how `shoal rbd device map` learns where its server listens.
         #[arg(long)]
@@ -98,7 +100,7 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
-    super::common::with_data_client_on(ctx, threads, |client| async move {
+    super::common::with_data_client_on(ctx, usize::from(threads), |client| async move {
         super::crash::for_front_end(ctx, "nbd");
         let listener = tokio::net::TcpListener::bind(bind)
             .await
@@ -109,12 +111,13 @@ pub fn run(a: NbdArgs, ctx: &Ctx) -> anyhow::Result<()> {
             ServerOptions {
                 default_pool: pool,
                 allowed: (!exports.is_empty()).then_some(exports),
-                max_inflight,
+                max_inflight: max_inflight as usize,
                 exclusive,
                 read_only,
                 tls,
             },
         );
+        server.open_exports().await.map_err(anyhow::Error::msg)?;
         super::common::announce(
             &format!("serving NBD on nbd://{addr}/ (exports: POOL/IMAGE, POOL/IMAGE@SNAP)"),
             addr,

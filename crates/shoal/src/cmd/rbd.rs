@@ -290,16 +290,20 @@ struct BenchArgs {
 /// or a plain number of `default_unit` bytes.
 fn parse_size(s: &str, default_unit: u64) -> anyhow::Result<u64> {
     let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
+    // `B` after a number is bytes; after a unit (`MB`, `MiB`) it is that unit.
+    let (t, bytes) = match t.strip_suffix("iB") {
+        Some(u) => (u, None),
+        None => match t.strip_suffix('B') {
+            Some(u) => (u, Some(1)),
+            None => (t, None),
+        },
+    };
     let (num, mult) = match t.chars().last() {
         Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
         Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
         Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
         Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, default_unit),
+        _ => (t, bytes.unwrap_or(default_unit)),
     };
     let n: u64 = num
         .trim()
@@ -404,9 +408,44 @@ fn pool_of(client: &Client, name: &str) -> anyhow::Result<Pool> {
         .map_err(|_| anyhow::anyhow!("pool {name} does not exist"))
 }
 
+impl RbdCmd {
+    /// Whether the command prints something `--format` shapes.
+    fn prints(&self) -> bool {
+        match self {
+            RbdCmd::Ls { .. }
+            | RbdCmd::Info { .. }
+            | RbdCmd::Du { .. }
+            | RbdCmd::Children { .. }
+            | RbdCmd::Status { .. }
+            | RbdCmd::Bench(_)
+            | RbdCmd::Device { .. }
+            | RbdCmd::Lock {
+                cmd: LockCmd::Ls { .. },
+            }
+            | RbdCmd::Snap {
+                cmd: SnapCmd::Ls { .. },
+            } => true,
+            RbdCmd::Create { .. }
+            | RbdCmd::Resize { .. }
+            | RbdCmd::Rm { .. }
+            | RbdCmd::Mv { .. }
+            | RbdCmd::Import { .. }
+            | RbdCmd::Export { .. }
+            | RbdCmd::Clone { .. }
+            | RbdCmd::Flatten { .. }
+            | RbdCmd::Stamp { .. }
+            | RbdCmd::Lock { .. }
+            | RbdCmd::Snap { .. } => false,
+        }
+    }
+}
+
 async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyhow::Result<()> {
     let mut out = crate::cmd::out::Stdout::new();
     let json = format == Format::Json;
+    if json && !cmd.prints() {
+        bail!("--format json: this rbd command prints nothing to format");
+    }
     match cmd {
         RbdCmd::Create {
             image,
@@ -419,15 +458,21 @@ async fn command(client: &Client, dp: &str, format: Format, cmd: RbdCmd) -> anyh
             let pool = pool_of(client, p)?;
             let features = match image_feature {
                 None => fmt::features::DEFAULT,
-                Some(list) => list
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|f| !f.is_empty())
-                    .try_fold(0, |acc, f| {
+                Some(list) => {
+                    let names: Vec<&str> = list
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|f| !f.is_empty())
+                        .collect();
+                    if names.is_empty() {
+                        bail!("--image-feature names no feature (give e.g. layering)");
+                    }
+                    names.iter().try_fold(0, |acc, f| {
                         fmt::features::parse(f)
                             .map(|b| acc | b)
                             .with_context(|| format!("unknown image feature {f:?}"))
-                    })?,
+                    })?
+                }
             };
             let o = CreateOptions {
                 order: order_of(object_size.as_deref())?,
@@ -1211,6 +1256,13 @@ mod tests {
         assert_eq!(parse_size("10G", 1 << 20).unwrap(), 10 << 30);
         assert_eq!(parse_size("4KiB", 1).unwrap(), 4096);
         assert_eq!(parse_size("1T", 1).unwrap(), 1 << 40);
+        assert_eq!(
+            parse_size("512B", 1 << 20).unwrap(),
+            512,
+            "B after a number: bytes"
+        );
+        assert_eq!(parse_size("1MB", 1).unwrap(), 1 << 20);
+        assert!(parse_size("B", 1).is_err());
         assert!(parse_size("x", 1).is_err());
         assert!(parse_size("99999999999T", 1).is_err());
         assert_eq!(human(10 << 30), "10 GiB");

@@ -34,14 +34,16 @@ pub enum DeviceCmd {
         /// Serve it read-only.
         #[arg(long)]
         read_only: bool,
-        /// Keep the image's exclusive lock against other writers.
-        #[arg(long)]
+        /// Take the image's exclusive lock at once and keep it against
+        /// other writers (refused when another holds it).
+        #[arg(long, conflicts_with = "read_only")]
         exclusive: bool,
         /// Record the mapping so that it is made again at boot.
         #[arg(long)]
         persistent: bool,
-        /// Map every recorded mapping not in force (the boot service).
-        #[arg(long, conflicts_with = "image")]
+        /// Map every recorded mapping not in force (the boot service),
+        /// each with the flags it was recorded with.
+        #[arg(long, conflicts_with_all = ["image", "read_only", "exclusive", "persistent"])]
         persistent_all: bool,
     },
     /// Detach a mapping (by image, device or URI), or all of them.
@@ -342,6 +344,9 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
             all,
             keep_persistent,
         } => {
+            if format == Format::Json {
+                bail!("--format json: rbd device unmap prints nothing to format");
+            }
             let maps = mappings();
             let chosen: Vec<&(PathBuf, Value)> = match (&target, all) {
                 (_, true) => maps.iter().collect(),

@@ -1,0 +1,190 @@
+//! What the gateway refuses rather than pretends: a request header that
+//! asks for protection or a behaviour the gateway does not have
+//! (server-side encryption, object lock, grants to named users, tags,
+//! storage classes other than STANDARD, website redirects, MFA, bucket
+//! ownership controls, a copy source's expected owner) is answered with `NotImplemented` — or the error
+//! AWS documents for the case — before anything is stored, so that no
+//! client believes its data encrypted, locked or tagged when it is not.
+//! The bucket subresources the gateway lacks (policies, public-access
+//! blocks, lifecycle, replication, encryption, object lock, website,
+//! logging, requester-pays, tagging, CORS, notifications) are the S3
+//! trait's operations it does not implement, which s3s answers with
+//! `NotImplemented`.
+
+use hyper::http::HeaderMap;
+use s3s::{S3Result, s3_error};
+
+/// Operations that only read an object: SSE-C headers there ask to
+/// decrypt an object that was never encrypted.
+const READS: [&str; 3] = ["GetObject", "HeadObject", "GetObjectAttributes"];
+
+/// Refuses `op` when its headers ask for what the gateway does not do.
+pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
+    for (name, value) in headers {
+        let n = name.as_str();
+        let v = value.to_str().unwrap_or("").trim();
+        let sse = n.starts_with("x-amz-server-side-encryption")
+            || n.starts_with("x-amz-copy-source-server-side-encryption");
+        if sse && READS.contains(&op) && n.contains("-customer-") {
+            return Err(s3_error!(
+                InvalidRequest,
+                "the encryption parameters are not applicable to this object: it is not encrypted"
+            ));
+        }
+        if sse {
+            return Err(s3_error!(
+                NotImplemented,
+                "server-side encryption (SSE-S3, SSE-KMS, SSE-C) is not supported: {n} refused, nothing stored"
+            ));
+        }
+        match n {
+            "x-amz-bucket-object-lock-enabled" if !v.eq_ignore_ascii_case("false") => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object lock is not supported: a bucket with it cannot be made"
+                ));
+            }
+            "x-amz-object-lock-mode" | "x-amz-object-lock-retain-until-date" => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object lock (retention) is not supported: {n} refused, nothing stored"
+                ));
+            }
+            "x-amz-object-lock-legal-hold" if !v.eq_ignore_ascii_case("OFF") => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object lock (legal hold) is not supported: nothing stored"
+                ));
+            }
+            "x-amz-storage-class" if v != "STANDARD" => {
+                return Err(s3_error!(
+                    InvalidStorageClass,
+                    "the storage class {v:?} is not offered: only STANDARD"
+                ));
+            }
+            "x-amz-grant-read"
+            | "x-amz-grant-write"
+            | "x-amz-grant-read-acp"
+            | "x-amz-grant-write-acp"
+            | "x-amz-grant-full-control" => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "grants to named users ({n}) are not supported: use a canned ACL (x-amz-acl)"
+                ));
+            }
+            "x-amz-tagging" if !v.is_empty() => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object tags are not supported: nothing stored"
+                ));
+            }
+            "x-amz-website-redirect-location" => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "static websites (x-amz-website-redirect-location) are not supported"
+                ));
+            }
+            "x-amz-mfa" => {
+                return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+            }
+            "x-amz-object-ownership" if v != "ObjectWriter" => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object ownership {v:?} is not supported: objects belong to their writer (ObjectWriter)"
+                ));
+            }
+            // (x-amz-expected-bucket-owner is checked with the bucket.)
+            "x-amz-source-expected-bucket-owner" => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "{n} is not supported: the copy source's owner is not checked"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, hyper::http::HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn code(op: &str, pairs: &[(&'static str, &'static str)]) -> Option<String> {
+        check(op, &with(pairs))
+            .err()
+            .map(|e| e.code().as_str().to_string())
+    }
+
+    #[test]
+    fn plain_requests_pass() {
+        assert_eq!(code("PutObject", &[]), None);
+        assert_eq!(
+            code(
+                "PutObject",
+                &[
+                    ("x-amz-storage-class", "STANDARD"),
+                    ("x-amz-acl", "public-read"),
+                    ("x-amz-object-lock-legal-hold", "OFF"),
+                    ("x-amz-request-payer", "requester"),
+                    ("content-type", "text/plain"),
+                ]
+            ),
+            None
+        );
+        assert_eq!(
+            code(
+                "CreateBucket",
+                &[("x-amz-bucket-object-lock-enabled", "false")]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn protection_not_given_is_refused() {
+        let ssec = [
+            ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
+            ("x-amz-server-side-encryption-customer-key", "a2V5"),
+            ("x-amz-server-side-encryption-customer-key-md5", "bWQ1"),
+        ];
+        assert_eq!(code("PutObject", &ssec).as_deref(), Some("NotImplemented"));
+        assert_eq!(code("GetObject", &ssec).as_deref(), Some("InvalidRequest"));
+        for h in [
+            ("x-amz-server-side-encryption", "AES256"),
+            ("x-amz-server-side-encryption", "aws:kms"),
+            ("x-amz-server-side-encryption-aws-kms-key-id", "k"),
+            ("x-amz-bucket-object-lock-enabled", "true"),
+            ("x-amz-object-lock-mode", "GOVERNANCE"),
+            (
+                "x-amz-object-lock-retain-until-date",
+                "2030-01-01T00:00:00Z",
+            ),
+            ("x-amz-object-lock-legal-hold", "ON"),
+            ("x-amz-grant-read", "id=someone"),
+            ("x-amz-tagging", "a=b"),
+            ("x-amz-website-redirect-location", "/x"),
+            ("x-amz-mfa", "123 456"),
+            ("x-amz-object-ownership", "BucketOwnerEnforced"),
+            ("x-amz-source-expected-bucket-owner", "123456789012"),
+        ] {
+            assert_eq!(
+                code("PutObject", &[h]).as_deref(),
+                Some("NotImplemented"),
+                "{h:?}"
+            );
+        }
+        assert_eq!(
+            code("PutObject", &[("x-amz-storage-class", "GLACIER")]).as_deref(),
+            Some("InvalidStorageClass")
+        );
+    }
+}

@@ -1,0 +1,185 @@
+"""What the gateway does not do, it refuses: boto3 asks for every kind of
+protection or behaviour the gateway lacks (SSE-C, SSE-S3, SSE-KMS, object
+lock on buckets and objects, bucket policies, public-access blocks,
+lifecycle, replication, storage classes other than STANDARD, requester
+pays, website, logging, tags, grants to named users, MFA delete), and each
+request must fail with NotImplemented (or the error AWS documents for the
+case) and leave nothing stored.
+
+Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET.
+Exits non-zero with the failed check on the first failure.
+"""
+import os
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+EP = os.environ["GW_ENDPOINT"]
+s3 = boto3.client(
+    "s3", endpoint_url=EP, aws_access_key_id=os.environ["GW_KEY"],
+    aws_secret_access_key=os.environ["GW_SECRET"], region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                  signature_version="s3v4"))
+
+B = "refusals"
+s3.create_bucket(Bucket=B)
+s3.put_object(Bucket=B, Key="plain", Body=b"plain")
+
+
+def refused(what, f, want=("NotImplemented",)):
+    try:
+        f()
+    except ClientError as e:
+        got = e.response["Error"]["Code"]
+        assert got in want, f"{what}: answered {got}, not {want}: {e}"
+        return
+    raise SystemExit(f"{what}: accepted, though the gateway does not do it")
+
+
+def keys():
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=B).get("Contents", []))
+
+
+customer_key = os.urandom(32)
+SSEC = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=customer_key)
+LOCK_UNTIL = "2031-01-01T00:00:00Z"
+
+# Objects: each PUT is refused and nothing is stored under its key.
+puts = {
+    "sse-c": SSEC,
+    "sse-s3": dict(ServerSideEncryption="AES256"),
+    "sse-kms": dict(ServerSideEncryption="aws:kms", SSEKMSKeyId="some-key"),
+    "lock-retention": dict(ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate=LOCK_UNTIL),
+    "lock-legal-hold": dict(ObjectLockLegalHoldStatus="ON"),
+    "tags": dict(Tagging="team=a"),
+    "website-redirect": dict(WebsiteRedirectLocation="/elsewhere"),
+    "grant": dict(GrantRead='id="someone-else"'),
+}
+for name, extra in puts.items():
+    refused(f"PutObject with {name}", lambda: s3.put_object(Bucket=B, Key=name, Body=b"x", **extra))
+for sc in ["GLACIER", "STANDARD_IA", "REDUCED_REDUNDANCY", "DEEP_ARCHIVE"]:
+    refused(f"PutObject with storage class {sc}",
+            lambda: s3.put_object(Bucket=B, Key=sc, Body=b"x", StorageClass=sc),
+            ("InvalidStorageClass",))
+s3.put_object(Bucket=B, Key="standard", Body=b"s", StorageClass="STANDARD")
+assert keys() == ["plain", "standard"], keys()
+
+# The same asked of multipart uploads and copies.
+refused("CreateMultipartUpload with SSE-C",
+        lambda: s3.create_multipart_upload(Bucket=B, Key="mp", **SSEC))
+refused("CreateMultipartUpload with SSE-KMS",
+        lambda: s3.create_multipart_upload(Bucket=B, Key="mp", ServerSideEncryption="aws:kms"))
+refused("CreateMultipartUpload with a retention",
+        lambda: s3.create_multipart_upload(Bucket=B, Key="mp", ObjectLockMode="GOVERNANCE",
+                                           ObjectLockRetainUntilDate=LOCK_UNTIL))
+refused("CreateMultipartUpload in GLACIER",
+        lambda: s3.create_multipart_upload(Bucket=B, Key="mp", StorageClass="GLACIER"),
+        ("InvalidStorageClass",))
+up = s3.create_multipart_upload(Bucket=B, Key="mp")["UploadId"]
+refused("UploadPart with SSE-C",
+        lambda: s3.upload_part(Bucket=B, Key="mp", UploadId=up, PartNumber=1, Body=b"p", **SSEC))
+s3.abort_multipart_upload(Bucket=B, Key="mp", UploadId=up)
+assert s3.list_multipart_uploads(Bucket=B).get("Uploads", []) == []
+refused("CopyObject with SSE-S3",
+        lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
+                               ServerSideEncryption="AES256"))
+refused("CopyObject with a legal hold",
+        lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
+                               ObjectLockLegalHoldStatus="ON"))
+refused("CopyObject into GLACIER",
+        lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
+                               StorageClass="GLACIER"), ("InvalidStorageClass",))
+refused("CopyObject with tags",
+        lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
+                               Tagging="a=b", TaggingDirective="REPLACE"))
+assert keys() == ["plain", "standard"], keys()
+
+# A key to read a plaintext object with: refused, never the plaintext.
+refused("GetObject with an SSE-C key", lambda: s3.get_object(Bucket=B, Key="plain", **SSEC),
+        ("InvalidRequest", "400"))
+refused("HeadObject with an SSE-C key", lambda: s3.head_object(Bucket=B, Key="plain", **SSEC),
+        ("InvalidRequest", "400"))
+
+# Object-level protection requests.
+refused("PutObjectRetention", lambda: s3.put_object_retention(
+    Bucket=B, Key="plain", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": LOCK_UNTIL}))
+refused("PutObjectLegalHold", lambda: s3.put_object_legal_hold(
+    Bucket=B, Key="plain", LegalHold={"Status": "ON"}))
+refused("PutObjectTagging", lambda: s3.put_object_tagging(
+    Bucket=B, Key="plain", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}))
+
+# Buckets: object lock at creation, and every configuration the gateway lacks.
+refused("CreateBucket with object lock",
+        lambda: s3.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True))
+refused("CreateBucket with BucketOwnerEnforced",
+        lambda: s3.create_bucket(Bucket="owned-bucket", ObjectOwnership="BucketOwnerEnforced"))
+names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+assert "locked-bucket" not in names and "owned-bucket" not in names, names
+
+policy = ('{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*",'
+          '"Action":"s3:GetObject","Resource":"arn:aws:s3:::refusals/*"}]}')
+bucket_configs = {
+    "PutBucketPolicy": lambda: s3.put_bucket_policy(Bucket=B, Policy=policy),
+    "PutPublicAccessBlock": lambda: s3.put_public_access_block(
+        Bucket=B, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True, "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True, "RestrictPublicBuckets": True}),
+    "PutBucketLifecycleConfiguration": lambda: s3.put_bucket_lifecycle_configuration(
+        Bucket=B, LifecycleConfiguration={"Rules": [
+            {"ID": "expire", "Status": "Enabled", "Filter": {"Prefix": ""},
+             "Expiration": {"Days": 1}}]}),
+    "PutBucketReplication": lambda: s3.put_bucket_replication(
+        Bucket=B, ReplicationConfiguration={
+            "Role": "arn:aws:iam::123456789012:role/r",
+            "Rules": [{"Status": "Enabled", "Prefix": "",
+                       "Destination": {"Bucket": "arn:aws:s3:::elsewhere"}}]}),
+    "PutBucketEncryption": lambda: s3.put_bucket_encryption(
+        Bucket=B, ServerSideEncryptionConfiguration={"Rules": [
+            {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
+    "PutObjectLockConfiguration": lambda: s3.put_object_lock_configuration(
+        Bucket=B, ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"}),
+    "PutBucketRequestPayment": lambda: s3.put_bucket_request_payment(
+        Bucket=B, RequestPaymentConfiguration={"Payer": "Requester"}),
+    "PutBucketWebsite": lambda: s3.put_bucket_website(
+        Bucket=B, WebsiteConfiguration={"IndexDocument": {"Suffix": "index.html"}}),
+    "PutBucketLogging": lambda: s3.put_bucket_logging(
+        Bucket=B, BucketLoggingStatus={"LoggingEnabled": {
+            "TargetBucket": B, "TargetPrefix": "logs/"}}),
+    "PutBucketTagging": lambda: s3.put_bucket_tagging(
+        Bucket=B, Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
+    "PutBucketCors": lambda: s3.put_bucket_cors(
+        Bucket=B, CORSConfiguration={"CORSRules": [
+            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+    "PutBucketNotificationConfiguration": lambda: s3.put_bucket_notification_configuration(
+        Bucket=B, NotificationConfiguration={"QueueConfigurations": [
+            {"QueueArn": "arn:aws:sqs:us-east-1:123456789012:q", "Events": ["s3:ObjectCreated:*"]}]}),
+    "PutBucketOwnershipControls": lambda: s3.put_bucket_ownership_controls(
+        Bucket=B, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}),
+    "PutBucketAcl with a grant header": lambda: s3.put_bucket_acl(
+        Bucket=B, GrantRead='id="someone-else"'),
+    "PutBucketVersioning with MFA delete": lambda: s3.put_bucket_versioning(
+        Bucket=B, MFA="serial 123456",
+        VersioningConfiguration={"Status": "Enabled", "MFADelete": "Enabled"}),
+}
+for what, f in bucket_configs.items():
+    refused(what, f)
+# Nothing of it took: the bucket is as it was, unversioned and private,
+# and reading its configurations says they are not there to read.
+assert "Status" not in s3.get_bucket_versioning(Bucket=B)
+acl = s3.get_bucket_acl(Bucket=B)["Grants"]
+assert [g["Permission"] for g in acl] == ["FULL_CONTROL"], acl
+for what, f in {
+    "GetBucketPolicy": lambda: s3.get_bucket_policy(Bucket=B),
+    "GetBucketLifecycleConfiguration": lambda: s3.get_bucket_lifecycle_configuration(Bucket=B),
+    "GetBucketEncryption": lambda: s3.get_bucket_encryption(Bucket=B),
+    "GetObjectLockConfiguration": lambda: s3.get_object_lock_configuration(Bucket=B),
+}.items():
+    refused(what, f)
+assert s3.get_object(Bucket=B, Key="plain")["Body"].read() == b"plain"
+assert keys() == ["plain", "standard"], keys()
+
+for k in keys():
+    s3.delete_object(Bucket=B, Key=k)
+s3.delete_bucket(Bucket=B)
+print("s3 refusals: ok")

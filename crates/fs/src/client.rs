@@ -337,15 +337,14 @@ impl FsClient {
                 let c = Arc::clone(self);
                 tokio::spawn(async move {
                     c.wait_writes(Some(ino)).await;
-                    let dirty = {
+                    {
                         let mut st = lock(&c.state);
                         st.complete.remove(&ino);
                         st.caps.remove(&ino);
                         st.inodes.remove(&ino);
-                        st.dirty.remove(&ino)
-                    };
-                    if let Some(set) = dirty {
-                        c.send_flush(ino, set);
+                        if let Some(set) = st.dirty.remove(&ino) {
+                            c.queue_flush(&mut st, ino, set);
+                        }
                     }
                     c.send_async(Op::CapAck { ino }, 0, 0);
                 });
@@ -499,30 +498,30 @@ impl FsClient {
 
     /// Sends what was changed locally on `ino` (without waiting).
     pub fn flush_dirty(&self, ino: u64) {
-        let d = lock(&self.state).dirty.remove(&ino);
-        if let Some(set) = d {
-            self.send_flush(ino, set);
+        let mut st = lock(&self.state);
+        if let Some(set) = st.dirty.remove(&ino) {
+            self.queue_flush(&mut st, ino, set);
         }
     }
 
-    /// Sends changes made under CAP_EXCL, remembered as in flight until
-    /// answered.
-    fn send_flush(&self, ino: u64, set: SetAttr) {
+    /// Queues changes made under CAP_EXCL, remembered as in flight until
+    /// answered. Taken from `dirty` and queued under one hold of the
+    /// state's lock: a revoke that finds nothing dirty then queues its
+    /// CapAck behind this flush, never before it (the MDS would answer
+    /// the waiting request with the size before the flush).
+    fn queue_flush(&self, st: &mut State, ino: u64, set: SetAttr) {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut st = lock(&self.state);
-            let f = st.flushing.entry(ino).or_insert((tid, SetAttr::default()));
-            f.0 = tid;
-            merge(&mut f.1, &set);
-            let req = Request {
-                session: 0,
-                tid,
-                uid: 0,
-                gid: 0,
-                op: Op::Flush { ino, set },
-            };
-            st.inflight.insert(tid, Inflight { req, reply: None });
-        }
+        let f = st.flushing.entry(ino).or_insert((tid, SetAttr::default()));
+        f.0 = tid;
+        merge(&mut f.1, &set);
+        let req = Request {
+            session: 0,
+            tid,
+            uid: 0,
+            gid: 0,
+            op: Op::Flush { ino, set },
+        };
+        st.inflight.insert(tid, Inflight { req, reply: None });
         let _ = self.queue.send(tid);
     }
 

@@ -289,15 +289,16 @@ impl Signing {
             .find(|k| k.access_key == auth.access_key)
             .map(|k| k.secret_key.clone())
             .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
-        Ok(match region::resign(req, &auth, &secret) {
-            Ok(()) => (),
-            Err(region::Resign::Mismatch) => return Err(s3_error!(SignatureDoesNotMatch).into()),
-            Err(region::Resign::Malformed(m)) => return Err(s3_error!(AccessDenied, "{m}").into()),
-            Err(region::Resign::Streaming) => return Err(s3_error!(
-                NotImplemented,
-                "a streaming (chunk-signed) upload signed for region {got:?}: sign for a region of lower-case letters, digits and '-'"
-            )
-            .into()),
+        region::resign(req, &auth, &secret).map_err(|e| {
+            Refusal::S3(match e {
+                region::Resign::Mismatch => s3_error!(SignatureDoesNotMatch),
+                region::Resign::Malformed(m) => s3_error!(AccessDenied, "{m}"),
+                region::Resign::Streaming => s3_error!(
+                    NotImplemented,
+                    "a streaming (chunk-signed) upload signed for region {got:?}: \
+                     sign for a region of lower-case letters, digits and '-'"
+                ),
+            })
         })
     }
 }

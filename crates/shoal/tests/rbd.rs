@@ -456,3 +456,107 @@ fn a_killed_writer_keeps_every_acknowledged_write_and_tears_no_sector() {
     killed_writer(&d, "victim", None);
     killed_writer(&d, "ecvictim", Some("ec"));
 }
+
+/// An option that is accepted takes effect, or is refused, saying why:
+/// sizes in bytes, `--format` where nothing prints, an empty feature
+/// list, bench options that would be ignored, and the NBD server's
+/// `--exclusive` (held from the start, refused without the feature or
+/// while another holds the lock) and `--export` of a missing image.
+#[test]
+fn options_take_effect_or_are_refused() {
+    let d = Dev::new("rbd-options");
+    d.up_mem(&["--no-gateway", "--no-mgr"]);
+    d.ok(&["rbd", "create", "bytes", "--size", "8192B"]);
+    let info = d.json(&["rbd", "info", "bytes"]);
+    assert_eq!(info["size"], 8192, "{info}");
+    let e = err(
+        &d,
+        &["rbd", "create", "x", "--size", "1M", "--format", "json"],
+    );
+    assert!(e.contains("prints nothing"), "{e}");
+    let e = err(
+        &d,
+        &["rbd", "create", "x", "--size", "1M", "--image-feature", ""],
+    );
+    assert!(e.contains("names no feature"), "{e}");
+    assert!(
+        !d.ok(&["rbd", "ls"]).contains('x'),
+        "a refused create made x"
+    );
+    let e = err(
+        &d,
+        &[
+            "rbd",
+            "bench",
+            "bytes",
+            "--io-type",
+            "write",
+            "--rw-mix-read",
+            "50",
+        ],
+    );
+    assert!(e.contains("--io-type rw only"), "{e}");
+    let e = err(
+        &d,
+        &[
+            "rbd",
+            "bench",
+            "bytes",
+            "--io-type",
+            "write",
+            "--io-size",
+            "4K",
+            "--io-total",
+            "6K",
+        ],
+    );
+    assert!(e.contains("whole number"), "{e}");
+    let e = err(
+        &d,
+        &["rbd", "device", "map", "--persistent-all", "--read-only"],
+    );
+    assert!(e.contains("cannot be used with"), "{e}");
+    for bad in [
+        &["nbd", "serve", "--exclusive", "--read-only"][..],
+        &["nbd", "serve", "--max-inflight", "0"][..],
+    ] {
+        let e = err(&d, bad);
+        assert!(e.contains("--"), "{bad:?}: {e}");
+    }
+    let bind = ["--bind", "127.0.0.1:0"];
+    let serve = |extra: &[&str]| {
+        let mut a = vec!["nbd", "serve"];
+        a.extend(bind);
+        a.extend(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let args = serve(&["--export", "rbd/missing"]);
+    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(e.contains("missing"), "{e}");
+
+    // --exclusive holds the lock from the start, before any write.
+    d.ok(&["rbd", "create", "held", "--size", "4M"]);
+    let args = serve(&["--exclusive", "--export", "rbd/held"]);
+    let server = common::Background::start(
+        &d,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "nbd",
+    );
+    let locks = d.json(&["rbd", "lock", "ls", "held"]);
+    assert_eq!(locks.as_array().unwrap().len(), 1, "{locks}");
+    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(e.contains("exclusive lock could not be taken"), "{e}");
+    drop(server);
+    d.ok(&[
+        "rbd",
+        "create",
+        "nolock",
+        "--size",
+        "4M",
+        "--image-feature",
+        "layering",
+    ]);
+    let args = serve(&["--exclusive", "--export", "rbd/nolock"]);
+    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(e.contains("no exclusive-lock feature"), "{e}");
+}

@@ -281,9 +281,9 @@ struct BenchArgs {
     /// Offsets in order or at random.
     #[arg(long, value_enum, default_value_t = IoPattern::Seq)]
     io_pattern: IoPattern,
-    /// With --io-type rw: the percentage of reads.
-    #[arg(long, default_value_t = 70)]
-    rw_mix_read: u32,
+    /// With --io-type rw: the percentage of reads (70 unless given).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
+    rw_mix_read: Option<u32>,
 }
 
 /// Parses a size as `rbd` does: K, M, G, T (optionally with `iB` or `B`)
@@ -830,8 +830,14 @@ async fn import(
     let (mut input, size): (Box<dyn Read + Send>, Option<u64>) = if path == "-" {
         (Box::new(std::io::stdin()), None)
     } else {
-        let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
-        let len = f.metadata()?.len();
+        let mut f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+        // A block device's metadata says 0 bytes: its end says its size.
+        let len = {
+            use std::io::{Seek, SeekFrom};
+            let end = f.seek(SeekFrom::End(0))?;
+            f.seek(SeekFrom::Start(0))?;
+            end
+        };
         (Box::new(f), Some(len))
     };
     rbd::create(pool, name, size.unwrap_or(0), o).await?;
@@ -1098,8 +1104,11 @@ async fn bench(client: &Client, dp: &str, format: Format, b: BenchArgs) -> anyho
     if io_size == 0 || b.io_threads == 0 || total < io_size {
         bail!("--io-size and --io-threads must be positive and --io-total at least --io-size");
     }
-    if b.rw_mix_read > 100 {
-        bail!("--rw-mix-read is a percentage");
+    if b.rw_mix_read.is_some() && b.io_type != IoType::Rw {
+        bail!("--rw-mix-read applies to --io-type rw only");
+    }
+    if total % io_size != 0 {
+        bail!("--io-total ({total} bytes) is not a whole number of --io-size ({io_size} bytes)");
     }
     let image = Image::open(&pool, name).await?;
     let size = image.size();
@@ -1140,7 +1149,7 @@ async fn bench(client: &Client, dp: &str, format: Format, b: BenchArgs) -> anyho
             Arc::clone(&done),
             payload.clone(),
         );
-        let (pattern, io_type, mix) = (b.io_pattern, b.io_type, b.rw_mix_read);
+        let (pattern, io_type, mix) = (b.io_pattern, b.io_type, b.rw_mix_read.unwrap_or(70));
         set.spawn(async move {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1).wrapping_mul(0x2545_F491);
             let mut lats = Vec::new();

@@ -31,19 +31,22 @@ struct ClusterAuth {
 #[async_trait::async_trait]
 impl S3Auth for ClusterAuth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        let user = self
-            .meta
-            .user_by_key(access_key)
-            .await
-            .map_err(|e| s3_error!(InternalError, "{e}"))?
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
-        let key = user
-            .keys
-            .iter()
-            .find(|k| k.access_key == access_key)
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
-        Ok(SecretKey::from(key.secret_key.clone()))
+        secret_of(&self.meta, access_key).await.map(SecretKey::from)
     }
+}
+
+/// The secret of `access_key`, from its user's record.
+async fn secret_of(meta: &Meta, access_key: &str) -> S3Result<String> {
+    let user = meta
+        .user_by_key(access_key)
+        .await
+        .map_err(|e| s3_error!(InternalError, "{e}"))?
+        .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+    user.keys
+        .iter()
+        .find(|k| k.access_key == access_key)
+        .map(|k| k.secret_key.clone())
+        .ok_or_else(|| s3_error!(InvalidAccessKeyId))
 }
 
 /// Every request passes s3s's access step: the operations decide from
@@ -277,18 +280,7 @@ impl Signing {
                 "a presigned URL's region must be lower-case letters, digits and '-', not {got:?}"
             )));
         };
-        let user = self
-            .meta
-            .user_by_key(&auth.access_key)
-            .await
-            .map_err(|e| s3_error!(InternalError, "{e}"))?
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
-        let secret = user
-            .keys
-            .iter()
-            .find(|k| k.access_key == auth.access_key)
-            .map(|k| k.secret_key.clone())
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        let secret = secret_of(&self.meta, &auth.access_key).await?;
         region::resign(req, &auth, &secret).map_err(|e| {
             Refusal::S3(match e {
                 region::Resign::Mismatch => s3_error!(SignatureDoesNotMatch),

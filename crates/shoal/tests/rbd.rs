@@ -469,82 +469,73 @@ fn options_take_effect_or_are_refused() {
     d.ok(&["rbd", "create", "bytes", "--size", "8192B"]);
     let info = d.json(&["rbd", "info", "bytes"]);
     assert_eq!(info["size"], 8192, "{info}");
-    let e = err(
-        &d,
-        &["rbd", "create", "x", "--size", "1M", "--format", "json"],
-    );
-    assert!(e.contains("prints nothing"), "{e}");
-    let e = err(
-        &d,
-        &["rbd", "create", "x", "--size", "1M", "--image-feature", ""],
-    );
-    assert!(e.contains("names no feature"), "{e}");
+    // Each refused with a message that says why, and nothing made.
+    let refused: [(&[&str], &str); 7] = [
+        (
+            &["rbd", "create", "x", "--size", "1M", "--format", "json"],
+            "prints nothing",
+        ),
+        (
+            &["rbd", "create", "x", "--size", "1M", "--image-feature", ""],
+            "names no feature",
+        ),
+        (
+            &[
+                "rbd",
+                "bench",
+                "bytes",
+                "--io-type",
+                "write",
+                "--rw-mix-read",
+                "50",
+            ],
+            "--io-type rw only",
+        ),
+        (
+            &[
+                "rbd",
+                "bench",
+                "bytes",
+                "--io-type",
+                "write",
+                "--io-total",
+                "6K",
+            ],
+            "whole number",
+        ),
+        (
+            &["rbd", "device", "map", "--persistent-all", "--read-only"],
+            "cannot be used with",
+        ),
+        (
+            &["nbd", "serve", "--exclusive", "--read-only"],
+            "cannot be used with",
+        ),
+        (&["nbd", "serve", "--max-inflight", "0"], "--max-inflight"),
+    ];
+    for (args, why) in refused {
+        let e = err(&d, args);
+        assert!(e.contains(why), "{args:?}: {e}");
+    }
     assert!(
         !d.ok(&["rbd", "ls"]).contains('x'),
         "a refused create made x"
     );
-    let e = err(
-        &d,
-        &[
-            "rbd",
-            "bench",
-            "bytes",
-            "--io-type",
-            "write",
-            "--rw-mix-read",
-            "50",
-        ],
-    );
-    assert!(e.contains("--io-type rw only"), "{e}");
-    let e = err(
-        &d,
-        &[
-            "rbd",
-            "bench",
-            "bytes",
-            "--io-type",
-            "write",
-            "--io-size",
-            "4K",
-            "--io-total",
-            "6K",
-        ],
-    );
-    assert!(e.contains("whole number"), "{e}");
-    let e = err(
-        &d,
-        &["rbd", "device", "map", "--persistent-all", "--read-only"],
-    );
-    assert!(e.contains("cannot be used with"), "{e}");
-    for bad in [
-        &["nbd", "serve", "--exclusive", "--read-only"][..],
-        &["nbd", "serve", "--max-inflight", "0"][..],
-    ] {
-        let e = err(&d, bad);
-        assert!(e.contains("--"), "{bad:?}: {e}");
-    }
-    let bind = ["--bind", "127.0.0.1:0"];
-    let serve = |extra: &[&str]| {
-        let mut a = vec!["nbd", "serve"];
-        a.extend(bind);
-        a.extend(extra);
-        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    let serve = |extra: &[&'static str]| {
+        let mut a = vec!["nbd", "serve", "--bind", "127.0.0.1:0"];
+        a.extend_from_slice(extra);
+        a
     };
-    let args = serve(&["--export", "rbd/missing"]);
-    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let e = err(&d, &serve(&["--export", "rbd/missing"]));
     assert!(e.contains("missing"), "{e}");
 
     // --exclusive holds the lock from the start, before any write.
     d.ok(&["rbd", "create", "held", "--size", "4M"]);
-    let args = serve(&["--exclusive", "--export", "rbd/held"]);
-    let server = common::Background::start(
-        &d,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "nbd",
-    );
+    let held = serve(&["--exclusive", "--export", "rbd/held"]);
+    let server = common::Background::start(&d, &held, "nbd");
     let locks = d.json(&["rbd", "lock", "ls", "held"]);
     assert_eq!(locks.as_array().unwrap().len(), 1, "{locks}");
-    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let e = err(&d, &held);
     assert!(e.contains("exclusive lock could not be taken"), "{e}");
     drop(server);
     d.ok(&[
@@ -556,7 +547,6 @@ fn options_take_effect_or_are_refused() {
         "--image-feature",
         "layering",
     ]);
-    let args = serve(&["--exclusive", "--export", "rbd/nolock"]);
-    let e = err(&d, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let e = err(&d, &serve(&["--exclusive", "--export", "rbd/nolock"]));
     assert!(e.contains("no exclusive-lock feature"), "{e}");
 }

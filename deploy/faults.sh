@@ -115,8 +115,12 @@ run_partition() {
   # off may be acknowledged.
   ON=h3 "$C" workload minority "$POOL" $((HOLD + 10)) --objects 8 --workers 2 --settle 180
   sleep 8
+  local cutting=$SECONDS
   "$C" cut-host h3 both
   local cut_at=$SECONDS
+  # Cutting is an iptables change in each of h3's containers: seconds on a
+  # loaded machine, counted from when it began.
+  local cut_took=$((cut_at - cutting))
   sleep "$HOLD"
   local cut_s=$((SECONDS - cut_at))
   "$C" heal-host h3
@@ -125,13 +129,14 @@ run_partition() {
   local minority rc=0
   minority="$("$C" workload-wait minority)" || rc=$?
   [ "$rc" -eq 0 ] || fail "partition: the minority client's history check failed: $minority"
-  # Its run began 8 s before the cut; 3 s more for acks already on the way.
+  # Its run began 8 s before the cut began; the cut took cut_took s to be in
+  # place; 3 s more for acks already on the way.
   python3 -c '
 import json, sys
 r, first, last = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 during = r["acks_per_s"][first:last]
 assert sum(during) == 0, f"the cut-off host acknowledged writes in seconds {first}..{last}: {during}"
-' "$minority" 11 $((8 + cut_s)) || fail "partition: a client on the cut-off host: $minority"
+' "$minority" $((11 + cut_took)) $((8 + cut_s)) || fail "partition: a client on the cut-off host: $minority"
   finish partition part "clean_after_s=$heal"
 }
 

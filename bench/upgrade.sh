@@ -78,7 +78,11 @@ for id in 0 1 2; do
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
   t0=$(date +%s.%N)
-  "$NEW" dev up --dir "$DIR" --no-gateway --no-mgr >/dev/null
+  # As `shoal dev up` starts it (its own process group, the same log and
+  # pid file, so that `dev down` stops it), with the new binary.
+  setsid "$NEW" --conf "$DIR/shoal.conf" osd --id "$id" </dev/null >>"$DIR/out/osd.$id.log" 2>&1 &
+  echo $! > "$DIR/run/osd.$id.pid"
+  until "$NEW" osd dump --format json | python3 -c "import json,sys; v=json.load(sys.stdin); sys.exit(0 if any(o['osd']==$id and o['up'] for o in v['osds']) else 1)"; do sleep 0.5; done
   until clean; do sleep 0.5; done
   echo "osd.$id on the new build, active+clean after $(python3 -c "import time; print('%.1f s' % (time.time() - $t0))")"
 done
@@ -94,7 +98,8 @@ for i in $(seq 1 20); do
   "$NEW" rados -p rbd get "o$i" "$OUT/back"
   cmp -s "$OUT/objs/o$i" "$OUT/back" || { echo "FAIL: o$i differs" >&2; exit 1; }
   [ "$("$NEW" rados -p rbd getxattr "o$i" note)" = "object $i" ] || { echo "FAIL: o$i's xattr" >&2; exit 1; }
-  [ "$("$NEW" rados -p rbd getomapval "o$i" key)" = "value $i" ] || { echo "FAIL: o$i's omap" >&2; exit 1; }
+  "$NEW" rados -p rbd getomapval "o$i" key "$OUT/omap"
+  [ "$(cat "$OUT/omap")" = "value $i" ] || { echo "FAIL: o$i's omap" >&2; exit 1; }
 done
 "$NEW" rbd export img@before "$OUT/img.back" --no-progress >/dev/null
 cmp -s "$OUT/img.raw" "$OUT/img.back" || { echo "FAIL: the image's snapshot differs" >&2; exit 1; }

@@ -105,7 +105,7 @@ fn every_path_architecture_names_exists() {
             let rooted =
                 TOP.iter().any(|t| p.starts_with(t)) || p == "README.md" || p == "ARCHITECTURE.md";
             let found = if rooted {
-                all.iter().any(|f| *f == p)
+                all.contains(&p)
             } else if let (true, Some(dir)) = (in_block, &under) {
                 all.iter()
                     .any(|f| f.starts_with(dir.as_str()) && f.ends_with(&format!("/{p}")))

@@ -354,7 +354,8 @@ impl Client {
     }
 
     /// Runs `op` on object `oid` (namespace `nspace`) of pool `pool`, its
-    /// writes with snapshot context `snapc`, its reads at snapshot `read_snap`.
+    /// writes with snapshot context `snapc`, its reads at snapshot
+    /// `read_snap`; with `full_try`, its changes go through on a full OSD.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn operate(
         &self,
@@ -365,6 +366,7 @@ impl Client {
         o: OpOptions,
         snapc: Option<&SnapContext>,
         read_snap: u64,
+        full_try: bool,
     ) -> Result<OpResult, OpError> {
         let whole = |error| OpError { index: 0, error };
         if op.is_empty() {
@@ -405,7 +407,7 @@ impl Client {
             epoch: 0,
             client_inc: self.inner.inc,
             tid,
-            flags: 0,
+            flags: if full_try { OsdOp::FLAG_FULL_TRY } else { 0 },
             ops: op.subs,
             snap_seq: snapc.map_or(0, |s| s.seq),
             snaps: snapc.map(|s| s.snaps.clone()).unwrap_or_default(),

@@ -60,6 +60,7 @@ pub struct Pool {
     nspace: String,
     snapc: Option<std::sync::Arc<crate::SnapContext>>,
     read_snap: u64,
+    full_try: bool,
 }
 
 /// A monitor's refusal as the client's error.
@@ -85,6 +86,18 @@ impl Pool {
             nspace: String::new(),
             snapc: None,
             read_snap: 0,
+            full_try: false,
+        }
+    }
+
+    /// The same pool, its changes taken by a full OSD (Ceph's FULL_TRY):
+    /// for what must work for anyone to free space, as a metadata server's
+    /// journal or a gateway's deletes. The stores' own space checks still
+    /// apply.
+    pub fn full_try(&self) -> Pool {
+        Pool {
+            full_try: true,
+            ..self.clone()
         }
     }
 
@@ -142,7 +155,16 @@ impl Pool {
     pub async fn operate_with(&self, oid: &str, op: Op, o: OpOptions) -> Result<OpResult, OpError> {
         let snapc = self.snapc.as_deref();
         self.client
-            .operate(self.id, &self.nspace, oid, op, o, snapc, self.read_snap)
+            .operate(
+                self.id,
+                &self.nspace,
+                oid,
+                op,
+                o,
+                snapc,
+                self.read_snap,
+                self.full_try,
+            )
             .await
     }
 

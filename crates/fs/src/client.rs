@@ -45,6 +45,15 @@ fn eio(e: impl std::fmt::Display) -> Errno {
     Errno::new(libc::EIO, e.to_string())
 }
 
+/// A data operation's error as the kernel sees it: a full cluster is
+/// ENOSPC, anything else EIO.
+fn data_err(e: ClientError) -> Errno {
+    match e {
+        ClientError::NoSpace(m) => Errno::new(libc::ENOSPC, m),
+        e => eio(e),
+    }
+}
+
 /// One data write waiting for its inode's writer.
 type QueuedWrite = (u64, Bytes, tokio::sync::OwnedSemaphorePermit);
 
@@ -613,7 +622,7 @@ impl FsClient {
         let futs = writes.into_iter().map(|(objno, in_obj, chunk)| {
             let pool = self.data.clone();
             let oid = data_object(ino, objno);
-            async move { pool.write(&oid, in_obj, chunk).await.map_err(eio) }
+            async move { pool.write(&oid, in_obj, chunk).await.map_err(data_err) }
         });
         for r in join_all(futs).await {
             r?;
@@ -710,7 +719,7 @@ impl FsClient {
             };
             match r {
                 Ok(()) | Err(ClientError::NotFound(_)) => {}
-                Err(e) => return Err(eio(e)),
+                Err(e) => return Err(data_err(e)),
             }
         }
         Ok(())

@@ -245,9 +245,12 @@ async fn serve(
     rx: &mut mpsc::UnboundedReceiver<Incoming>,
     map_rx: &mut tokio::sync::watch::Receiver<Value>,
 ) -> Result<(), MdsError> {
+    // The MDS's changes go through on a full cluster (its journal records
+    // the unlinks that free space; its data changes only cut and remove):
+    // clients' data writes are what a full cluster refuses.
     let store = Store {
-        meta: client.pool(&rank.metadata_pool)?,
-        data: client.pool(&rank.data_pool)?,
+        meta: client.pool(&rank.metadata_pool)?.full_try(),
+        data: client.pool(&rank.data_pool)?.full_try(),
         names: Names { fs_id: rank.fs_id },
     };
     let inc = rank.incarnation;

@@ -296,6 +296,16 @@ impl Meta {
         })
     }
 
+    /// The same records, changed even on a full cluster (the pool's
+    /// FULL_TRY): for deletes, which must work for anyone to make room,
+    /// and the sweep that removes what they leave.
+    pub fn freeing(&self) -> Meta {
+        Meta {
+            pool: self.pool.full_try(),
+            cache: self.cache.clone(),
+        }
+    }
+
     /// The pool.
     pub fn pool(&self) -> &Pool {
         &self.pool

@@ -48,6 +48,15 @@ fn internal(e: MetaError) -> S3Error {
     match e {
         MetaError::Missing(m) => s3_error!(NoSuchKey, "{m}"),
         MetaError::BadKey(m) => s3_error!(KeyTooLongError, "{m}"),
+        // A full cluster: 507, as MinIO and radosgw answer it.
+        MetaError::Cluster(shoal_client::Error::NoSpace(m)) => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InsufficientStorage".into()),
+                format!("the cluster is full: {m}; delete objects to make room"),
+            );
+            e.set_status_code(hyper::http::StatusCode::INSUFFICIENT_STORAGE);
+            e
+        }
         other => S3Error::with_message(S3ErrorCode::InternalError, other.to_string()),
     }
 }
@@ -477,7 +486,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
-        match self.meta.bucket_remove(&b).await {
+        match self.meta.freeing().bucket_remove(&b).await {
             Ok(()) => Ok(S3Response::new(DeleteBucketOutput::default())),
             Err(MetaError::NotEmpty(_)) => Err(s3_error!(BucketNotEmpty)),
             Err(e) => Err(internal(e)),
@@ -951,7 +960,11 @@ impl S3 for Gateway {
         let u = self
             .upload_of(&b, &req.input.key, &req.input.upload_id)
             .await?;
-        self.meta.upload_abort(&b, &u).await.map_err(internal)?;
+        self.meta
+            .freeing()
+            .upload_abort(&b, &u)
+            .await
+            .map_err(internal)?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
@@ -1729,6 +1742,7 @@ impl Gateway {
             }
             let gone = self
                 .meta
+                .freeing()
                 .delete_version(b, key, vid)
                 .await
                 .map_err(internal)?;
@@ -1736,11 +1750,12 @@ impl Gateway {
             return Ok((marker, Some(vid.to_string())));
         }
         if b.versioning.is_empty() {
-            self.meta.delete(b, key).await.map_err(internal)?;
+            self.meta.freeing().delete(b, key).await.map_err(internal)?;
             return Ok((false, None));
         }
         let m = self
             .meta
+            .freeing()
             .commit(b, key, Meta::delete_marker())
             .await
             .map_err(internal)?;

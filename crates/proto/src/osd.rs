@@ -55,6 +55,11 @@ pub struct OsdOp {
 impl OsdOp {
     /// The op is a resend of one sent before (a hint; dedup is by request id).
     pub const FLAG_RESEND: u32 = 1;
+    /// A change that may go through on a full OSD (as Ceph's
+    /// FULL_TRY): the metadata server's journal and a gateway's deletes,
+    /// which must work for anyone to free space; the store's own space
+    /// check still applies.
+    pub const FLAG_FULL_TRY: u32 = 2;
 }
 
 /// One sub-operation of an [`OsdOp`]. Which fields count depends on `code`

@@ -4,8 +4,13 @@
 //! (HEALTH_ERR, with POOL_FULL), each naming the OSD or pool and its use,
 //! in `health detail`, `status` and the manager's `/metrics`; the write
 //! past the full ratio is refused with an error that says so, and every
-//! acknowledged object reads back intact. Deleting frees the space: every
-//! check clears and writes resume within a minute.
+//! acknowledged object reads back intact. Each front end answers the full
+//! cluster in its own terms: S3 `507 InsufficientStorage`, the file
+//! system `ENOSPC`, NBD an error reply (qemu-io's "No space left"), while
+//! an S3 DELETE and a file's `rm` still work (their metadata changes go
+//! through a full OSD, Ceph's FULL_TRY). Deleting frees the space: every
+//! check clears and writes resume within a minute, through every front
+//! end.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -14,8 +19,155 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{Dev, http_get, until};
+use common::{Dev, http_get, python, until};
 use serde_json::Value;
+
+/// A `shoal fs mount` of the dev file system, unmounted when dropped.
+struct Mount {
+    child: std::process::Child,
+    path: std::path::PathBuf,
+}
+
+fn mounted(path: &std::path::Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(path.to_str().unwrap()))
+}
+
+impl Mount {
+    fn new(d: &Dev) -> Mount {
+        let path = d.0.join("mnt");
+        std::fs::create_dir_all(&path).unwrap();
+        let log = std::fs::File::create(d.0.join("mnt.log")).unwrap();
+        let child = std::process::Command::new(common::SHOAL)
+            .args(["fs", "mount"])
+            .arg(&path)
+            .env("SHOAL_CONF", d.0.join("shoal.conf"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let m = Mount { child, path };
+        until("the file system mounted", 30, || mounted(&m.path));
+        m
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if mounted(&self.path) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.path)
+                .status();
+        }
+    }
+}
+
+/// Writes `len` bytes to `path` and fsyncs: the errno it fails with, or 0.
+fn fs_write(path: &std::path::Path, len: usize) -> i32 {
+    let code = "import os,sys\n\
+        try:\n\
+        \x20   fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT|os.O_TRUNC)\n\
+        \x20   os.write(fd,os.urandom(int(sys.argv[2])))\n\
+        \x20   os.fsync(fd)\n\
+        \x20   os.close(fd)\n\
+        \x20   print(0)\n\
+        except OSError as e:\n\
+        \x20   print(e.errno)\n";
+    let out = python(
+        120,
+        &["-c", code, path.to_str().unwrap(), &len.to_string()],
+        &[],
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// An S3 request through boto3 against the dev gateway (`MB BUCKET`,
+/// `PUT KEY` or `DELETE KEY` of bucket `full`): the HTTP status it got.
+fn s3(d: &Dev, what: &str, key: &str) -> u16 {
+    let user: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.0.join("gateway/user.json")).unwrap())
+            .unwrap();
+    let k = &user["keys"][0];
+    let code = "import boto3,botocore.config,os,sys\n\
+        from botocore.exceptions import ClientError\n\
+        c=boto3.client('s3',endpoint_url=os.environ['E'],aws_access_key_id=os.environ['K'],\
+        aws_secret_access_key=os.environ['S'],region_name='us-east-1',\
+        config=botocore.config.Config(retries={'max_attempts': 1}))\n\
+        what,key=sys.argv[1],sys.argv[2]\n\
+        try:\n\
+        \x20   if what=='MB': r=c.create_bucket(Bucket=key)\n\
+        \x20   elif what=='PUT': r=c.put_object(Bucket='full',Key=key,Body=os.urandom(1<<20))\n\
+        \x20   else: r=c.delete_object(Bucket='full',Key=key)\n\
+        \x20   print(r['ResponseMetadata']['HTTPStatusCode'])\n\
+        except ClientError as e:\n\
+        \x20   print(e.response['Error']['Code'], file=sys.stderr)\n\
+        \x20   print(e.response['ResponseMetadata']['HTTPStatusCode'])\n";
+    let endpoint = format!("http://{}", d.addr_of("gateway"));
+    let out = python(
+        120,
+        &["-c", code, what, key],
+        &[
+            ("E", &endpoint),
+            ("K", k["access_key"].as_str().unwrap()),
+            ("S", k["secret_key"].as_str().unwrap()),
+        ],
+    );
+    eprintln!(
+        "S3 {what} {key}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// qemu-io writing 4 MiB at `off` of the NBD export `uri`: its output.
+fn nbd_write(uri: &str, off: u64) -> String {
+    let out = std::process::Command::new("timeout")
+        .args(["120", "qemu-io", "-f", "raw", "-c"])
+        .arg(format!("write -P 7 {off} 4M"))
+        .arg(uri)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Whether FUSE, boto3 and qemu-io are here (CI has them all).
+fn front_ends_usable() -> bool {
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
+        && std::process::Command::new("sh")
+            .args([
+                "-c",
+                "[ $(id -u) = 0 ] && python3 -c 'import boto3' && command -v qemu-io",
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        let m = "the front-end part needs root, /dev/fuse, boto3 and qemu-io";
+        assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
+        eprintln!("skipped the front ends: {m}");
+    }
+    ok
+}
 
 const SPACE: [&str; 5] = [
     "OSD_NEARFULL",
@@ -62,7 +214,7 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
         "block",
         "--osd-bytes",
         "335544320",
-        "--no-gateway",
+        "--fs",
         "--set",
         "osd_pg_stats_interval_ms=300",
         "--set",
@@ -73,6 +225,31 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
     });
     let file = d.0.join("obj");
     let path = file.to_str().unwrap();
+
+    // The front ends, before the cluster fills: a file, an object, an
+    // image served over NBD.
+    let fronts = front_ends_usable();
+    let mount = fronts.then(|| Mount::new(&d));
+    let nbd = fronts.then(|| {
+        d.ok(&["rbd", "create", "img", "--size", "64M"]);
+        common::Background::start(
+            &d,
+            &[
+                "nbd",
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--export",
+                "rbd/img",
+            ],
+            "nbd",
+        )
+    });
+    if let Some(m) = &mount {
+        assert_eq!(fs_write(&m.path.join("before"), 1 << 20), 0);
+        assert_eq!(s3(&d, "MB", "full"), 200);
+        assert_eq!(s3(&d, "PUT", "before"), 200);
+    }
 
     // Fill until refused, noting every space check seen on the way.
     let mut seen = BTreeSet::new();
@@ -155,7 +332,27 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
         assert!(std::fs::read(&back).unwrap() == object(i), "o{i} differs");
     }
 
+    // Each front end in its own terms; deletes still work.
+    if let (Some(m), Some(n)) = (&mount, &nbd) {
+        assert_eq!(s3(&d, "PUT", "after-full"), 507, "S3 PUT on a full cluster");
+        assert_eq!(
+            s3(&d, "DELETE", "before"),
+            204,
+            "S3 DELETE on a full cluster"
+        );
+        let errno = fs_write(&m.path.join("after-full"), 4 << 20);
+        assert_eq!(errno, libc_enospc(), "a file written on a full cluster");
+        std::fs::remove_file(m.path.join("before")).unwrap();
+        std::fs::remove_file(m.path.join("after-full")).unwrap();
+        let out = nbd_write(&format!("nbd://{}/rbd/img", n.addr), 0);
+        assert!(
+            out.contains("No space left"),
+            "NBD write on a full cluster: {out}"
+        );
+    }
+
     // Freed: the checks clear and writes resume within a minute.
+
     for i in 0..acked / 2 {
         d.ok(&["rados", "-p", "rbd", "rm", &format!("o{i}")]);
     }
@@ -171,10 +368,24 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
     });
     eprintln!("writes resumed {:?} after the deletes", freed.elapsed());
     assert!(freed.elapsed() < Duration::from_secs(60));
+    if let (Some(m), Some(n)) = (&mount, &nbd) {
+        assert_eq!(s3(&d, "PUT", "after-freed"), 200);
+        assert_eq!(fs_write(&m.path.join("after-freed"), 4 << 20), 0);
+        let out = nbd_write(&format!("nbd://{}/rbd/img", n.addr), 0);
+        assert!(
+            out.contains("wrote 4194304"),
+            "NBD write after freeing: {out}"
+        );
+    }
     until("HEALTH_OK", 60, || {
         d.json(&["health"])["status"] == "HEALTH_OK"
     });
     until("no OSD_FULL in /metrics", 30, || {
         !http_get(&mgr, "/metrics").2.contains("code=\"OSD_FULL\"")
     });
+}
+
+/// ENOSPC, as Linux numbers it.
+fn libc_enospc() -> i32 {
+    28
 }

@@ -275,7 +275,7 @@ fn daemon(
             addr,
             state_file.as_deref(),
         )?;
-        let sweeper = meta.clone();
+        let sweeper = meta.freeing();
         tokio::spawn(async move {
             let every = std::time::Duration::from_secs(sweep_every_secs.max(1));
             loop {

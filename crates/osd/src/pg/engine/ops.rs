@@ -273,8 +273,13 @@ impl PgCore {
             }
         }
         // A full OSD still takes ops that only free space (as Ceph lets
-        // deletes through), or nobody could make room again.
-        if mutating && !frees_only(&msg) && self.full.load(Ordering::Relaxed) {
+        // deletes through), or nobody could make room again, and the
+        // changes that those deletes need (FLAG_FULL_TRY).
+        if mutating
+            && !frees_only(&msg)
+            && msg.flags & OsdOp::FLAG_FULL_TRY == 0
+            && self.full.load(Ordering::Relaxed)
+        {
             let m = format!(
                 "osd.{} is full (over {:.0}% used)",
                 self.whoami,

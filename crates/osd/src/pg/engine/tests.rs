@@ -1045,6 +1045,20 @@ fn a_full_osd_refuses_changes_but_takes_removals() {
 }
 
 #[test]
+fn a_full_osd_takes_a_change_marked_full_try() {
+    let mut p = member(1, &[1]);
+    p.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut w = write_op(1, 1);
+    w.msg.flags |= shoal_proto::OsdOp::FLAG_FULL_TRY;
+    let fx = p.client_op(w);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Apply { then: Then::Local(v), .. } if *v == version(1))),
+        "{fx:?}"
+    );
+}
+
+#[test]
 fn a_malformed_op_is_refused_and_counted() {
     let mut p = member(1, &[1]);
     let mut bad = write_op(1, 1);

@@ -19,61 +19,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{Dev, http_get, python, until};
+use common::{Dev, Mount, http_get, python, until};
 use serde_json::Value;
-
-/// A `shoal fs mount` of the dev file system, unmounted when dropped.
-struct Mount {
-    child: std::process::Child,
-    path: std::path::PathBuf,
-}
-
-fn mounted(path: &std::path::Path) -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(path.to_str().unwrap()))
-}
-
-impl Mount {
-    fn new(d: &Dev) -> Mount {
-        let path = d.0.join("mnt");
-        std::fs::create_dir_all(&path).unwrap();
-        let log = std::fs::File::create(d.0.join("mnt.log")).unwrap();
-        let child = std::process::Command::new(common::SHOAL)
-            .args(["fs", "mount"])
-            .arg(&path)
-            .env("SHOAL_CONF", d.0.join("shoal.conf"))
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let m = Mount { child, path };
-        until("the file system mounted", 30, || mounted(&m.path));
-        m
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if mounted(&self.path) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.path)
-                .status();
-        }
-    }
-}
 
 /// Writes `len` bytes to `path` and fsyncs: the errno it fails with, or 0.
 fn fs_write(path: &std::path::Path, len: usize) -> i32 {
@@ -229,7 +176,7 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
     // The front ends, before the cluster fills: a file, an object, an
     // image served over NBD.
     let fronts = front_ends_usable();
-    let mount = fronts.then(|| Mount::new(&d));
+    let mount = fronts.then(|| Mount::new(&d, "mnt"));
     let nbd = fronts.then(|| {
         d.ok(&["rbd", "create", "img", "--size", "64M"]);
         common::Background::start(

@@ -640,7 +640,8 @@ def main():
         except Exception as e:  # noqa: BLE001 - every failure is reported
             RESULTS.append({"check": fn.__name__, "ok": False, "error": str(e) or type(e).__name__,
                             "trace": traceback.format_exc(limit=2)})
-            print(f"FAIL  {fn.__name__}: {e or type(e).__name__}")
+            line = traceback.extract_tb(e.__traceback__)[-1].lineno
+            print(f"FAIL  {fn.__name__} (line {line}): {e or type(e).__name__}")
         finally:
             globals()["ROOT"] = global_root
     print(f"{passed}/{len(CHECKS)} passed")

@@ -3,8 +3,9 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // Each test binary uses part of it.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -320,4 +321,75 @@ pub fn python(secs: u64, args: &[&str], env: &[(&str, &str)]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Whether `path` is a mount point now.
+pub fn mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(path.to_str().unwrap()))
+}
+
+/// A `shoal fs mount` process; unmounted (lazily, if it died) when dropped.
+pub struct Mount {
+    /// The `shoal fs mount` process.
+    pub child: Child,
+    /// Where it is mounted.
+    pub path: PathBuf,
+}
+
+impl Mount {
+    pub fn new(d: &Dev, name: &str) -> Mount {
+        Mount::of_fs(d, name, None)
+    }
+
+    pub fn of_fs(d: &Dev, name: &str, fs: Option<&str>) -> Mount {
+        let path = d.0.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        let log = std::fs::File::create(d.0.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(SHOAL)
+            .args(["fs", "mount"])
+            .args(fs.map(|f| vec!["--fs", f]).unwrap_or_default())
+            .arg(&path)
+            .env("SHOAL_CONF", d.0.join("shoal.conf"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let m = Mount { child, path };
+        until(&format!("{name} mounted"), 30, || mounted(&m.path));
+        m
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if mounted(&self.path) {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
 }

@@ -1,8 +1,11 @@
 //! Figures for BlockStore next to MemStore from the same run (a benchmark, not a test):
 //!
-//! `cargo run --release -p shoal-objectstore --example bench -- [DIR]`
+//! `cargo run --release -p shoal-objectstore --example bench -- [DIR] [--overwrites SECONDS]`
 //!
-//! DIR (default: the system temp dir) should be on the disk an OSD would use.
+//! DIR (default: the system temp dir) should be on the disk an OSD would use. With
+//! `--overwrites`, only the 16-writer durable 4 KiB overwrite row runs, on BlockStore, for
+//! that long, and the process's CPU per overwrite is printed beside the rate (the row to
+//! profile the commit path with).
 
 #![allow(clippy::unwrap_used)] // A benchmark: failing loudly is fine.
 
@@ -116,9 +119,57 @@ fn run(name: &str, s: Arc<dyn ObjectStore>) {
     );
 }
 
+/// CPU seconds (user and system) this process has used, from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of the line; 12 and 13 after the command's closing parenthesis.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// 16 writers of durable 4 KiB overwrites for `seconds`: ops/s and CPU µs per op.
+fn overwrites_for(s: Arc<dyn ObjectStore>, seconds: f64) -> (f64, f64) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (start, cpu0) = (Instant::now(), cpu_seconds());
+    let hs: Vec<_> = (0..16u32)
+        .map(|th| {
+            let (s, stop, done) = (s.clone(), stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut x = u64::from(th) + 1;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let obj = (x >> 33) as u32 % OBJECTS;
+                    let off = ((x >> 13) % (OBJECT_BYTES as u64 / 4096)) * 4096;
+                    let mut t = Transaction::new();
+                    t.write(C, key(obj), off, Bytes::from(vec![th as u8; 4096]));
+                    s.apply_transaction(t).unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+    let (secs, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+    let n = done.load(Ordering::Relaxed) as f64;
+    (n / secs, cpu / n * 1e6)
+}
+
 fn main() {
-    let base = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--overwrites")
+        .map(|i| args.get(i + 1).and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0));
+    let base = args
+        .iter()
+        .find(|a| !a.starts_with("--") && a.parse::<f64>().is_err())
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("shoal-objectstore-bench-{}", std::process::id()));
@@ -136,8 +187,14 @@ fn main() {
         dir.display(),
         bs.direct_io()
     );
-    run("MemStore", Arc::new(MemStore::new(1 << 30)));
-    run("BlockStore", bs.clone());
+    if let Some(seconds) = only {
+        fill(&*bs);
+        let (rate, cpu) = overwrites_for(bs.clone(), seconds);
+        println!("BlockStore 4KiB overwrite, 16 threads, {seconds} s: {rate:.0}/s, {cpu:.1} µs CPU/op");
+    } else {
+        run("MemStore", Arc::new(MemStore::new(1 << 30)));
+        run("BlockStore", bs.clone());
+    }
     let c = bs.counters();
     println!(
         "BlockStore: {} transactions in {} commits; {} deferred writes, {} copy-on-write writes",

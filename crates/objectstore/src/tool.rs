@@ -139,16 +139,20 @@ pub fn fsck(path: &Path, deep: bool) -> Result<FsckReport> {
 /// Capacity, usage and counts of a store, read without changing it.
 pub fn stat(path: &Path) -> Result<StatReport> {
     let s = open_read_only(path)?;
-    let (report, stored_bytes) = s.read(|s| {
+    let (report, stored_bytes, format_version) = s.read(|s| {
         let report = block::fsck::fsck(&s.dev, &s.files.data, &s.db, false)?;
-        Ok((report, block::stored_bytes(&s.db)?))
+        Ok((
+            report,
+            block::stored_bytes(&s.db)?,
+            block::read_format(&s.db)?,
+        ))
     })?;
     let direct_io =
         FileDevice::open(&path.join(block::DATA_FILE), true).is_ok_and(|d| d.is_direct());
     let b = BLOCK as u64;
     Ok(StatReport {
         path: path.to_path_buf(),
-        format_version: block::FORMAT_VERSION,
+        format_version,
         block_bytes: b,
         capacity_bytes: report.usable_blocks.saturating_mul(b),
         free_bytes: report.free_blocks.saturating_mul(b),

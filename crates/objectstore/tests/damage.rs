@@ -316,7 +316,7 @@ fn a_store_of_the_older_format_is_refused_saying_which_versions() {
         let e = BlockStore::open(&d.0, &OpenOptions::default()).unwrap_err();
         let m = e.to_string();
         assert!(
-            m.contains("version 1") && m.contains("version 3"),
+            m.contains("version 1") && m.contains("versions 3 to 4"),
             "{file}: {m}"
         );
         assert_eq!(snapshot(&d.0), before);

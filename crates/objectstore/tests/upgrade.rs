@@ -183,6 +183,12 @@ fn stores_of_earlier_formats_open_intact_and_take_writes() {
         let store = dir.0.join("store");
         let report = tool::fsck(&store, true).unwrap();
         assert!(report.is_clean(), "{fixture} before opening: {report}");
+        let old: u64 = fixture
+            .trim_start_matches("blockstore-v")
+            .trim_end_matches("-journal")
+            .parse()
+            .unwrap();
+        assert_eq!(tool::stat(&store).unwrap().format_version, old, "{fixture}");
 
         let s = BlockStore::open(&store, &OpenOptions::default()).unwrap();
         testsuite::assert_matches_model(&s, &want, fixture);
@@ -208,6 +214,21 @@ fn stores_of_earlier_formats_open_intact_and_take_writes() {
         drop(s);
         let report = tool::fsck(&store, true).unwrap();
         assert!(report.is_clean(), "{fixture} after: {report}");
+        // Converted to the format of a store this build makes.
+        let fresh = dir.0.join("fresh");
+        BlockStore::mkfs(
+            &fresh,
+            &MkfsOptions {
+                data_bytes: 16 << 20,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            tool::stat(&store).unwrap().format_version,
+            tool::stat(&fresh).unwrap().format_version,
+            "{fixture} converted"
+        );
     }
 }
 

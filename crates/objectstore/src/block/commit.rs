@@ -1,21 +1,29 @@
-//! The committer thread: group commit through the journal (see `journal.rs`).
+//! The committer thread: group commit through the journal (see `journal.rs`), and the
+//! write-back thread behind it.
 //!
-//! It takes every queued batch and appends them as one journal record, made durable by one
-//! device sync (preceded by another when the batches wrote copy-on-write data, which must
-//! be durable before a record pointing at it is); then it acknowledges them.
-//! Afterwards, off the writers' path: their metadata goes into redb in a commit that does
-//! not sync, their deferred blocks are written in place by a pool of I/O threads (one
-//! wave at a time, so two writes of one block never race), and space they freed is handed
-//! out again once no earlier in-place write can land on it. A checkpoint (when the journal
-//! is full, when the store has been idle a moment, at shutdown) waits for the in-place
-//! writes, syncs the device and commits redb durably, after which the journal's region is
-//! reused from its start.
+//! The committer takes every queued batch and appends them as one journal record, made
+//! durable by one device sync (preceded by another when the batches wrote copy-on-write
+//! data, which must be durable before a record pointing at it is); then it acknowledges
+//! them. That is all a write waits for. The record's metadata changes are merged into an
+//! in-memory map of what redb lacks (a key written by many records is written back once),
+//! its deferred blocks into a map of what is not yet in place (a block overwritten many
+//! times goes in place once), and the free-list mirror takes its allocations and frees.
+//!
+//! A checkpoint hands those maps, as they stand after some record, to the write-back
+//! thread and starts new ones; it runs once a quarter of the journal has filled since the
+//! last, when the store has been idle a moment, and at shutdown. The write-back thread
+//! writes the blocks in place (several at once, adjacent ones merged), syncs the device,
+//! commits the metadata to redb durably with the journal's new tail, and retires the
+//! blocks from the overlay; the committer goes on appending records meanwhile, and waits
+//! for it only when the journal has no room. Space a record frees is handed out again
+//! once the record is durable, after the running write-back if that writes to it.
 //!
 //! A batch too large for the journal takes the direct path: a checkpoint, then its data
 //! synced and its metadata (deferred blocks as records of the `deferred` table) committed
 //! durably in redb, then its deferred blocks written in place.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,10 +32,10 @@ use bytes::Bytes;
 use redb::Durability;
 
 use super::alloc::FreeList;
-use super::apply::Batch;
-use super::device::Device;
-use super::journal::{self, KEY_APPLIED, KEY_THROUGH, Position};
-use super::meta::{DEFERRED, me};
+use super::apply::{Batch, KvOp};
+use super::device::{AlignedBuf, Device};
+use super::journal::{self, KEY_APPLIED, KEY_TAIL, KEY_THROUGH, Position};
+use super::meta::{DEFERRED, FREE, me};
 use super::{BLOCK, Shared};
 use crate::error::{Error, Result};
 use crate::ticket::CommitTicket;
@@ -42,8 +50,19 @@ const IO_THREADS: usize = 8;
 /// A checkpoint runs once no batch has come for this long.
 const IDLE_CHECKPOINT: Duration = Duration::from_millis(20);
 
-/// While in-place writes are in flight the committer looks at them this often.
+/// While a write-back runs the committer looks at it this often.
 const POLL: Duration = Duration::from_millis(1);
+
+/// A checkpoint starts once records since the last one take this share of the journal.
+const CHECKPOINT_SHARE: u64 = 4;
+
+/// How long after acknowledging a group the committer waits for its writers to queue
+/// their next transactions, so they join the next record rather than the one after.
+const GATHER: Duration = Duration::from_micros(GATHER_US);
+const GATHER_US: u64 = 200;
+
+/// Most adjacent blocks merged into one in-place write.
+const MERGE_BLOCKS: usize = 64;
 
 /// A batch waiting for the committer, with the ticket to resolve.
 #[derive(Debug)]
@@ -76,22 +95,34 @@ enum Unit {
 /// Committer-owned state.
 pub(crate) struct Committer {
     shared: Arc<Shared>,
-    /// Mirror of redb's free list (the live allocator runs ahead of it).
+    /// Mirror of redb's free list as of the last record journaled (the live allocator
+    /// runs ahead of it); its changed runs go to each checkpoint.
     durable_free: FreeList,
-    /// Direct-path deferred records written in place, to delete after the next sync.
+    /// Direct-path deferred records written in place, to delete at the next checkpoint.
     applied: Vec<u64>,
     journal: Position,
-    /// Bytes of the journal region used since the last checkpoint.
+    /// Records not yet covered by a finished checkpoint: (seq, offset, bytes), oldest
+    /// first.
+    ring: VecDeque<(u64, u64, u64)>,
+    /// Offset in the region for the next record (it wraps to 0 when it does not fit).
     head: u64,
     next_seq: u64,
     /// Largest record payload.
     record_max: usize,
-    /// Journaled deferred blocks not yet handed to the I/O threads: block -> (seq, data).
+    /// The last record a checkpoint was started after.
+    frozen_through: u64,
+    /// Bytes of the records after `frozen_through`.
+    unfrozen_bytes: u64,
+    /// Metadata changes of the records after `frozen_through`, merged: (table id, key)
+    /// -> new value, or `None` to delete.
+    dirty: BTreeMap<(u8, Vec<u8>), Option<Vec<u8>>>,
+    /// Deferred blocks of the records after `frozen_through`: block -> (seq, data).
     pending: BTreeMap<u64, (u64, Bytes)>,
-    /// The wave the I/O threads are writing: (block, seq).
-    wave: Vec<(u64, u64)>,
-    io: InPlace,
+    writeback: WriteBack,
     last_group: Instant,
+    /// Transactions the last group acknowledged, and when.
+    acked: usize,
+    acked_at: Instant,
 }
 
 impl Committer {
@@ -101,61 +132,69 @@ impl Committer {
         journal: Position,
         next_seq: u64,
     ) -> Result<Self> {
-        let io = InPlace::start(shared.dev.clone())?;
+        let writeback = WriteBack::start(shared.clone())?;
         Ok(Self {
             shared,
             durable_free,
             applied: Vec::new(),
             record_max: (journal.bytes() / 2).saturating_sub(BLOCK as u64) as usize,
+            head: journal.tail,
             journal,
-            head: 0,
+            ring: VecDeque::new(),
             next_seq,
+            frozen_through: next_seq - 1,
+            unfrozen_bytes: 0,
+            dirty: BTreeMap::new(),
             pending: BTreeMap::new(),
-            wave: Vec::new(),
-            io,
+            writeback,
             last_group: Instant::now(),
+            acked: 0,
+            acked_at: Instant::now(),
         })
     }
 
     pub fn run(mut self) {
         loop {
-            let busy = !self.wave.is_empty() || !self.pending.is_empty();
-            let unsaved = self.next_seq - 1 > self.journal.through || !self.applied.is_empty();
-            let wait = if busy {
+            let unsaved = self.next_seq - 1 > self.frozen_through || !self.applied.is_empty();
+            let wait = if self.writeback.running.is_some() {
                 Some(POLL)
             } else if unsaved {
                 Some(IDLE_CHECKPOINT)
             } else {
                 None
             };
-            let (group, shutdown) = self.shared.take_queued(wait);
+            let gather = (self.acked > 1).then(|| (self.acked, self.acked_at + GATHER));
+            let (group, shutdown) = self.shared.take_queued(wait, gather);
             if !group.is_empty() {
                 self.last_group = Instant::now();
                 let reserved = group.iter().filter(|q| q.reserved).count() as u64;
+                self.acked = reserved as usize;
                 self.commit_group(group);
+                self.acked_at = Instant::now();
                 self.shared.release(reserved);
             }
             let step = if shutdown && self.shared.poison_reason().is_none() {
                 // Leave nothing to replay behind on a clean shutdown.
                 self.checkpoint()
-            } else if self.last_group.elapsed() >= IDLE_CHECKPOINT
-                && self.shared.poison_reason().is_none()
-            {
-                self.pump().and_then(|()| {
-                    if self.wave.is_empty() && self.pending.is_empty() {
-                        self.checkpoint()
+            } else if self.shared.poison_reason().is_some() {
+                Ok(())
+            } else {
+                self.poll_writeback().and_then(|()| {
+                    let idle = self.last_group.elapsed() >= IDLE_CHECKPOINT;
+                    if idle || self.unfrozen_bytes >= self.journal.bytes() / CHECKPOINT_SHARE {
+                        self.start_checkpoint(false)
                     } else {
                         Ok(())
                     }
                 })
-            } else {
-                self.pump()
             };
             if let Err(e) = step {
                 self.shared.poison(&e);
             }
             if shutdown && self.shared.queue_is_empty() {
-                self.io.stop();
+                // A write-back still running finishes before the thread is joined.
+                let _ = self.wait_writeback();
+                self.writeback.stop();
                 return;
             }
         }
@@ -185,8 +224,8 @@ impl Committer {
                 return;
             }
         };
-        while let Some(unit) = units.next() {
-            let outcome = match &unit {
+        while let Some(mut unit) = units.next() {
+            let outcome = match &mut unit {
                 Unit::Journal(payload, members) => self.journal_unit(payload, members),
                 Unit::Direct(q) => self.direct(q),
             };
@@ -262,20 +301,18 @@ impl Committer {
         Ok(units)
     }
 
-    /// Append one record, sync, acknowledge; then the metadata to redb and the deferred
-    /// blocks towards their places.
-    fn journal_unit(&mut self, payload: &[u8], members: &[Queued]) -> Result<()> {
+    /// Append one record, sync, acknowledge; the metadata and deferred blocks wait for
+    /// the next checkpoint.
+    fn journal_unit(&mut self, payload: &[u8], members: &mut [Queued]) -> Result<()> {
         if payload.is_empty() {
             // Flush markers only: everything queued before them is durable already.
-            for q in members {
+            for q in members.iter() {
                 q.ticket.complete(Ok(()));
             }
             return Ok(());
         }
         let len = journal::record_bytes(payload.len());
-        if self.head + len > self.journal.bytes() {
-            self.checkpoint()?;
-        }
+        let off = self.place(len)?;
         let seq = self.next_seq;
         let rec = journal::seal(seq, payload);
         let sh = self.shared.clone();
@@ -289,41 +326,128 @@ impl Committer {
                 .map_err(|e| Error::io("syncing the data device", e))?;
         }
         sh.dev
-            .write_at(BLOCK as u64 + self.head, rec.as_slice())
+            .write_at(BLOCK as u64 + off, rec.as_slice())
             .map_err(|e| Error::io("writing the journal", e))?;
         sh.dev
             .sync()
             .map_err(|e| Error::io("syncing the data device", e))?;
-        self.head += len;
+        self.ring.push_back((seq, off, len));
+        self.head = off + len;
         self.next_seq += 1;
+        self.unfrozen_bytes += len;
         sh.counters
             .group_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        for q in members {
-            for (s, pb, data) in &q.batch.deferred {
-                self.pending.insert(*pb, (*s, data.clone()));
-            }
+        let mut frees = false;
+        for q in members.iter_mut() {
+            self.absorb(&mut q.batch)?;
+            frees |= !q.batch.frees.is_empty();
         }
-        if members.iter().any(|q| !q.batch.frees.is_empty()) {
+        if frees {
             // Freed space is handed out again before the writers hear back (a writer
-            // that waited for a delete may count on its space). A freed block may still
-            // have an in-place write on its way: it is reused only after that landed.
-            self.drain()?;
+            // that waited for a delete may count on its space), but never while a
+            // write-back may still put older contents on it.
+            self.cancel_freed(members)?;
             self.release_frees(members)?;
         }
-        for q in members {
+        for q in members.iter() {
             q.ticket.complete(Ok(()));
         }
-        // Durable and acknowledged: the rest only moves it to its final places.
-        let mut wtx = sh.db.begin_write().map_err(me("begin write"))?;
-        wtx.set_durability(Durability::None);
-        for q in members {
-            journal::write_meta(&wtx, &q.batch, &mut self.durable_free)?;
+        Ok(())
+    }
+
+    /// Where a record of `len` bytes goes: at the head, or at the region's start when it
+    /// does not fit before the end; waits for checkpoints while the journal is full.
+    fn place(&mut self, len: u64) -> Result<u64> {
+        loop {
+            let end = self.journal.bytes();
+            let spot = match self.ring.front() {
+                None if self.head + len <= end => Some(self.head),
+                None => Some(0),
+                Some(&(_, tail, _)) if tail < self.head => {
+                    if self.head + len <= end {
+                        Some(self.head)
+                    } else if len <= tail {
+                        Some(0)
+                    } else {
+                        None
+                    }
+                }
+                Some(&(_, tail, _)) => (self.head + len <= tail).then_some(self.head),
+            };
+            if let Some(off) = spot {
+                return Ok(off);
+            }
+            if self.writeback.running.is_none() {
+                self.start_checkpoint(false)?;
+            }
+            self.wait_writeback()?;
         }
-        journal::write_free(&wtx, &mut self.durable_free)?;
-        journal::put_seq(&wtx, KEY_APPLIED, seq)?;
-        wtx.commit().map_err(me("commit"))?;
-        self.pump()
+    }
+
+    /// Take a journaled batch's changes into the maps the next checkpoint writes back.
+    fn absorb(&mut self, b: &mut Batch) -> Result<()> {
+        for kv in std::mem::take(&mut b.kv) {
+            let (t, k, v) = match kv {
+                KvOp::Put(t, k, v) => (t, k, Some(v)),
+                KvOp::Del(t, k) => (t, k, None),
+            };
+            let id = journal::table_id(&t).ok_or_else(|| {
+                Error::Corrupt("a metadata change to a table the journal does not carry".into())
+            })?;
+            self.dirty.insert((id, k), v);
+        }
+        for &(s, n) in &b.allocs {
+            if !self.durable_free.remove_range(s, n) {
+                return Err(Error::Corrupt(format!(
+                    "allocated run {s}+{n} is not free in the persisted free list"
+                )));
+            }
+        }
+        for &(s, n) in &b.frees {
+            if !self.durable_free.free(s, n) {
+                return Err(Error::Corrupt(format!("double free of run {s}+{n}")));
+            }
+        }
+        for (s, pb, data) in std::mem::take(&mut b.deferred) {
+            self.pending.insert(pb, (s, data));
+        }
+        Ok(())
+    }
+
+    /// Deferred blocks waiting to go in place inside space the members freed are
+    /// dropped (nothing refers to them now); if the running write-back writes there,
+    /// it finishes first.
+    fn cancel_freed(&mut self, members: &[Queued]) -> Result<()> {
+        let runs: Vec<(u64, u64)> = members
+            .iter()
+            .flat_map(|q| q.batch.frees.iter().copied())
+            .collect();
+        let mut gone = Vec::new();
+        for &(s, n) in &runs {
+            gone.extend(
+                self.pending
+                    .range(s..s.saturating_add(n))
+                    .map(|(pb, (seq, _))| (*pb, *seq)),
+            );
+        }
+        if !gone.is_empty() {
+            let mut st = self.shared.write_state();
+            for (pb, seq) in gone {
+                self.pending.remove(&pb);
+                st.overlay.applied(pb, seq);
+            }
+        }
+        let busy = self.writeback.running.as_ref().is_some_and(|r| {
+            runs.iter().any(|&(s, n)| {
+                let i = r.blocks.partition_point(|b| *b < s);
+                r.blocks.get(i).is_some_and(|b| *b < s.saturating_add(n))
+            })
+        });
+        if busy {
+            self.wait_writeback()?;
+        }
+        Ok(())
     }
 
     /// A batch too large for the journal: straight into redb, durably.
@@ -385,105 +509,269 @@ impl Committer {
         Ok(())
     }
 
-    /// Collect a finished wave; start the next one from what is pending. Never waits:
-    /// while the writers hold the state lock it leaves both for the next call.
-    fn pump(&mut self) -> Result<()> {
-        self.pump_with(false)
-    }
-
-    fn pump_with(&mut self, block: bool) -> Result<()> {
-        let wave_done = !self.wave.is_empty() && !self.io.busy();
-        if !wave_done && (!self.wave.is_empty() || self.pending.is_empty()) {
+    /// Start a checkpoint of every record so far, unless one is running or there is
+    /// nothing to write back. `all`: the journal is empty once it is done, so the next
+    /// record may go to the region's start.
+    fn start_checkpoint(&mut self, all: bool) -> Result<()> {
+        if self.writeback.running.is_some() {
             return Ok(());
         }
-        if wave_done {
-            self.io.wait_idle()?;
-        }
-        let mut st = if block {
-            self.shared.write_state()
-        } else {
-            match self.shared.try_write_state() {
-                Some(st) => st,
-                None => return Ok(()),
-            }
-        };
-        if wave_done {
-            for (pb, s) in self.wave.drain(..) {
-                st.overlay.applied(pb, s);
-            }
-        }
-        if !self.wave.is_empty() {
+        let last = self.next_seq - 1;
+        if last == self.frozen_through && self.applied.is_empty() {
             return Ok(());
         }
-        if self.pending.is_empty() {
-            return Ok(());
+        if all {
+            self.head = 0;
         }
-        // Readers that planned before now and read a block the wave rewrites retry under
-        // the lock instead of reporting a checksum error.
-        st.reuse_gen += 1;
-        drop(st);
-        let jobs: Vec<(u64, u64, Bytes)> = std::mem::take(&mut self.pending)
+        let mut blocks: Vec<(u64, u64, Bytes)> = std::mem::take(&mut self.pending)
             .into_iter()
             .map(|(pb, (s, d))| (pb, s, d))
             .collect();
-        self.wave = jobs.iter().map(|(pb, s, _)| (*pb, *s)).collect();
-        self.io
-            .submit(jobs.into_iter().map(|(pb, _, d)| (pb, d)).collect());
+        blocks.sort_unstable_by_key(|b| b.0);
+        let job = Job {
+            last,
+            tail: self.head,
+            kv: std::mem::take(&mut self.dirty),
+            free: self.durable_free.take_dirty(),
+            retire: std::mem::take(&mut self.applied),
+            blocks,
+        };
+        self.frozen_through = last;
+        self.unfrozen_bytes = 0;
+        self.writeback.submit(job);
         Ok(())
     }
 
-    fn finish_wave(&mut self) -> Result<()> {
-        self.io.wait_idle()?;
-        let mut st = self.shared.write_state();
-        for (pb, s) in self.wave.drain(..) {
-            st.overlay.applied(pb, s);
+    /// Take the running write-back's outcome if it has finished.
+    fn poll_writeback(&mut self) -> Result<()> {
+        match self.writeback.try_done() {
+            Some(done) => self.finished(done),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Every deferred block journaled so far is written in place.
-    fn drain(&mut self) -> Result<()> {
-        if !self.wave.is_empty() {
-            self.finish_wave()?;
+    /// Wait for the running write-back, if any.
+    fn wait_writeback(&mut self) -> Result<()> {
+        match self.writeback.wait_done() {
+            Some(done) => self.finished(done),
+            None => Ok(()),
         }
-        self.pump_with(true)?;
-        if !self.wave.is_empty() {
-            self.finish_wave()?;
+    }
+
+    fn finished(&mut self, (last, outcome): (u64, Result<()>)) -> Result<()> {
+        outcome?;
+        while self.ring.front().is_some_and(|r| r.0 <= last) {
+            self.ring.pop_front();
         }
+        self.journal.through = last;
+        self.journal.applied = last;
         Ok(())
     }
 
     /// Make redb and the in-place blocks hold every record; the journal starts over.
     fn checkpoint(&mut self) -> Result<()> {
-        self.drain()?;
-        let last = self.next_seq - 1;
-        if last == self.journal.through && self.applied.is_empty() {
-            self.head = 0;
-            return Ok(());
-        }
-        let sh = &self.shared;
-        sh.dev
-            .sync()
-            .map_err(|e| Error::io("syncing the data device", e))?;
-        let mut wtx = sh.db.begin_write().map_err(me("begin checkpoint"))?;
-        wtx.set_durability(Durability::Immediate);
+        self.wait_writeback()?;
+        self.start_checkpoint(true)?;
+        self.wait_writeback()
+    }
+}
+
+/// What one checkpoint writes back: everything of the records up to `last`.
+struct Job {
+    last: u64,
+    /// Where replay starts once it is done.
+    tail: u64,
+    kv: BTreeMap<(u8, Vec<u8>), Option<Vec<u8>>>,
+    free: Vec<(u64, Option<u64>)>,
+    /// Records of the `deferred` table already written in place, to delete.
+    retire: Vec<u64>,
+    /// (block, seq, contents), by block.
+    blocks: Vec<(u64, u64, Bytes)>,
+}
+
+/// The write-back running now, as the committer sees it.
+struct Running {
+    /// The blocks it writes in place, sorted.
+    blocks: Vec<u64>,
+}
+
+/// The write-back thread.
+struct WriteBack {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<(u64, Result<()>)>,
+    running: Option<Running>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WriteBack {
+    fn start(shared: Arc<Shared>) -> Result<Self> {
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let (tx, done) = std::sync::mpsc::channel();
+        let io = InPlace::start(shared.dev.clone())?;
+        let thread = std::thread::Builder::new()
+            .name("blockstore-wb".into())
+            .spawn(move || {
+                let mut io = io;
+                while let Ok(job) = rx.recv() {
+                    let outcome = write_back(&shared, &io, &job);
+                    if tx.send((job.last, outcome)).is_err() {
+                        break;
+                    }
+                }
+                io.stop();
+            })
+            .map_err(|e| Error::io("starting the write-back thread", e))?;
+        Ok(Self {
+            jobs: Some(jobs),
+            done,
+            running: None,
+            thread: Some(thread),
+        })
+    }
+
+    fn submit(&mut self, job: Job) {
+        self.running = Some(Running {
+            blocks: job.blocks.iter().map(|b| b.0).collect(),
+        });
+        if let Some(tx) = &self.jobs
+            && let Err(e) = tx.send(job)
         {
-            let mut deferred = wtx.open_table(DEFERRED).map_err(me("open deferred"))?;
-            for seq in &self.applied {
-                deferred
-                    .remove(&seq.to_be_bytes()[..])
-                    .map_err(me("delete deferred"))?;
+            // The thread is gone: report it as the job's outcome.
+            let (_tx, rx) = std::sync::mpsc::channel();
+            let _ = _tx.send((
+                e.0.last,
+                Err(Error::io(
+                    "handing a checkpoint to the write-back thread",
+                    std::io::Error::other("the write-back thread has stopped"),
+                )),
+            ));
+            self.done = rx;
+        }
+    }
+
+    fn try_done(&mut self) -> Option<(u64, Result<()>)> {
+        self.running.as_ref()?;
+        match self.done.try_recv() {
+            Ok(d) => {
+                self.running = None;
+                Some(d)
+            }
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.running = None;
+                Some((0, Err(stopped())))
             }
         }
-        journal::put_seq(&wtx, KEY_APPLIED, last)?;
-        journal::put_seq(&wtx, KEY_THROUGH, last)?;
-        wtx.commit().map_err(me("commit checkpoint"))?;
-        self.applied.clear();
-        self.journal.through = last;
-        self.journal.applied = last;
-        self.head = 0;
-        Ok(())
     }
+
+    fn wait_done(&mut self) -> Option<(u64, Result<()>)> {
+        self.running.as_ref()?;
+        self.running = None;
+        Some(self.done.recv().unwrap_or_else(|_| (0, Err(stopped()))))
+    }
+
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for WriteBack {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn stopped() -> Error {
+    Error::io(
+        "waiting for a checkpoint",
+        std::io::Error::other("the write-back thread has stopped"),
+    )
+}
+
+/// Write one checkpoint back: its blocks in place, a sync, then its metadata and the
+/// journal's new position to redb in one durable transaction.
+fn write_back(shared: &Shared, io: &InPlace, job: &Job) -> Result<()> {
+    if !job.blocks.is_empty() {
+        // Readers that planned before now and read a block this rewrites retry under
+        // the lock instead of reporting a checksum error.
+        shared.write_state().reuse_gen += 1;
+        io.submit(merge_runs(&job.blocks));
+        io.wait_idle()?;
+        let mut st = shared.write_state();
+        for (pb, s, _) in &job.blocks {
+            st.overlay.applied(*pb, *s);
+        }
+    }
+    shared
+        .dev
+        .sync()
+        .map_err(|e| Error::io("syncing the data device", e))?;
+    let mut wtx = shared.db.begin_write().map_err(me("begin checkpoint"))?;
+    wtx.set_durability(Durability::Immediate);
+    let mut kv = job.kv.iter().peekable();
+    while let Some(((id, _), _)) = kv.peek() {
+        let id = *id;
+        let table = journal::table_of(id)
+            .ok_or_else(|| Error::Corrupt(format!("metadata change to table {id}")))?;
+        let mut t = wtx.open_table(table).map_err(me("open table"))?;
+        while let Some(((_, k), v)) = kv.next_if(|((i, _), _)| *i == id) {
+            match v {
+                Some(v) => t.insert(&k[..], &v[..]).map(|_| ()),
+                None => t.remove(&k[..]).map(|_| ()),
+            }
+            .map_err(me("write back metadata"))?;
+        }
+    }
+    if !job.retire.is_empty() {
+        let mut deferred = wtx.open_table(DEFERRED).map_err(me("open deferred"))?;
+        for seq in &job.retire {
+            deferred
+                .remove(&seq.to_be_bytes()[..])
+                .map_err(me("delete deferred"))?;
+        }
+    }
+    {
+        let mut t = wtx.open_table(FREE).map_err(me("open free"))?;
+        for (k, v) in &job.free {
+            let k = k.to_be_bytes();
+            match v {
+                Some(n) => t.insert(&k[..], &n.to_be_bytes()[..]).map(|_| ()),
+                None => t.remove(&k[..]).map(|_| ()),
+            }
+            .map_err(me("put free"))?;
+        }
+    }
+    journal::put_seq(&wtx, KEY_APPLIED, job.last)?;
+    journal::put_seq(&wtx, KEY_THROUGH, job.last)?;
+    journal::put_seq(&wtx, KEY_TAIL, job.tail)?;
+    wtx.commit().map_err(me("commit checkpoint"))
+}
+
+/// In-place writes for blocks sorted by number: runs of adjacent blocks (up to
+/// [`MERGE_BLOCKS`]) become one write.
+fn merge_runs(blocks: &[(u64, u64, Bytes)]) -> Vec<(u64, Bytes)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut j = i + 1;
+        while j < blocks.len() && j - i < MERGE_BLOCKS && blocks[j].0 == blocks[j - 1].0 + 1 {
+            j += 1;
+        }
+        if j - i == 1 {
+            out.push((blocks[i].0, blocks[i].2.clone()));
+        } else {
+            let mut buf = AlignedBuf::new((j - i) * BLOCK);
+            for (n, (_, _, d)) in blocks[i..j].iter().enumerate() {
+                buf.as_mut_slice()[n * BLOCK..(n + 1) * BLOCK].copy_from_slice(d);
+            }
+            out.push((blocks[i].0, buf.into_bytes(0, (j - i) * BLOCK)));
+        }
+        i = j;
+    }
+    out
 }
 
 /// The threads that write deferred blocks in place.
@@ -566,10 +854,6 @@ impl InPlace {
         st.outstanding += jobs.len();
         st.jobs.extend(jobs);
         self.pool.work.notify_all();
-    }
-
-    fn busy(&self) -> bool {
-        self.pool.lock().outstanding > 0
     }
 
     /// Wait for every submitted write; the first failure among them, if any.

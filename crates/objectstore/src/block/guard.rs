@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use super::device::Device;
+use super::meta::FORMAT_OLDEST;
 use super::{BLOCK, FORMAT_VERSION, LABEL_MAGIC};
 use crate::error::{Error, Result};
 
@@ -161,6 +162,7 @@ pub(crate) fn check_meta_header(dev: &dyn Device, len: u64) -> std::result::Resu
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Label {
     pub(crate) total_blocks: u64,
+    pub(crate) version: u64,
 }
 
 /// Decode block 0 of the data device.
@@ -178,13 +180,15 @@ pub(crate) fn parse_label(b: &[u8]) -> std::result::Result<Label, String> {
         u64::from_be_bytes(v)
     };
     let version = u64_at(16);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_OLDEST..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "the data file has format version {version}; this build reads version {FORMAT_VERSION}"
+            "the data file has format version {version}; this build reads versions \
+             {FORMAT_OLDEST} to {FORMAT_VERSION}"
         ));
     }
     Ok(Label {
         total_blocks: u64_at(24),
+        version,
     })
 }
 

@@ -1,18 +1,21 @@
 //! The write-ahead journal: a region of the data device (blocks `1..=journal_blocks`,
 //! right after the label) where the committer appends each group of transactions as one
 //! checksummed record, made durable by the same device sync that covers their
-//! copy-on-write data. A transaction is acknowledged once its record is durable; its
-//! metadata then reaches redb in a commit that does not sync, and its deferred blocks go
-//! in place in the background.
+//! copy-on-write data. A transaction is acknowledged once its record is durable. Its
+//! metadata then waits in memory, merged with the changes of later records, and its
+//! deferred blocks in the overlay, until a checkpoint writes them all back (the blocks in
+//! place, the metadata to redb in one transaction) in the background.
 //!
-//! Two sequence numbers in the format record say how far redb has got: `journal_applied`
-//! (written by every commit of the committer: redb holds the metadata of every record up
-//! to it) and `journal_through` (written only by a checkpoint, after a device sync: the
-//! deferred blocks of every record up to it are in place too). Records are laid out from
-//! the start of the region; once the next record does not fit, a checkpoint makes every
-//! record durable elsewhere and the region is reused from its start. Replay at open reads
-//! records from the start while each is whole and carries the next sequence number: a
-//! torn or stale record ends the journal.
+//! The region is a ring. Records are appended at the head; one that does not fit before
+//! the region's end goes to its start. A checkpoint covers every record up to the one it
+//! was started after and, once durable, records in the format record the sequence it
+//! covers (`journal_through`; `journal_applied` is kept equal to it for stores of format
+//! 3, whose redb also held the metadata of later records) and the offset where the next
+//! record starts (`journal_tail`, absent in format 3, whose records always started at
+//! the region's start). The space of the records it covers is then reused. Replay at open
+//! reads records from the tail while each is whole and carries the next sequence number,
+//! looking at the region's start when the next one is not where the last ended: a torn or
+//! stale record ends the journal.
 //!
 //! Record: a 32-byte header (magic, sequence, payload length, crc32c of the header's first
 //! 24 bytes and the payload), the payload, zeros to the next block. Payload: the batches,
@@ -57,6 +60,9 @@ pub(crate) struct Position {
     pub through: u64,
     /// redb holds the metadata of every record up to this sequence (`>= through`).
     pub applied: u64,
+    /// Byte offset in the region where record `through + 1` starts, or where the record
+    /// after it wrapped from (replay then looks at the region's start).
+    pub tail: u64,
 }
 
 impl Position {
@@ -68,6 +74,7 @@ impl Position {
 pub(crate) const KEY_BLOCKS: &str = "journal_blocks";
 pub(crate) const KEY_THROUGH: &str = "journal_through";
 pub(crate) const KEY_APPLIED: &str = "journal_applied";
+pub(crate) const KEY_TAIL: &str = "journal_tail";
 
 /// Read the journal's position from the format record.
 pub(crate) fn read_position(txn: &redb::ReadTransaction, total_blocks: u64) -> Result<Position> {
@@ -79,15 +86,27 @@ pub(crate) fn read_position(txn: &redb::ReadTransaction, total_blocks: u64) -> R
             .ok_or_else(|| Error::Corrupt(format!("no `{k}` in the format record")))?;
         codec::u64_value(v.value(), k)
     };
+    // Format 3 has no tail: its records always started at the region's start.
+    let tail = match t.get(KEY_TAIL.as_bytes()).map_err(me("read super"))? {
+        Some(v) => codec::u64_value(v.value(), KEY_TAIL)?,
+        None => 0,
+    };
     let p = Position {
         blocks: get(KEY_BLOCKS)?,
         through: get(KEY_THROUGH)?,
         applied: get(KEY_APPLIED)?,
+        tail,
     };
     if p.blocks > total_blocks.saturating_sub(2) || p.applied < p.through {
         return Err(Error::Corrupt(format!(
             "journal of {} blocks (applied {}, through {}) does not fit a device of {total_blocks} blocks",
             p.blocks, p.applied, p.through
+        )));
+    }
+    if p.tail % B != 0 || p.tail > p.bytes() {
+        return Err(Error::Corrupt(format!(
+            "journal tail at byte {} of a journal of {} blocks",
+            p.tail, p.blocks
         )));
     }
     Ok(p)
@@ -102,7 +121,7 @@ pub(crate) fn put_seq(wtx: &redb::WriteTransaction, key: &str, seq: u64) -> Resu
     Ok(())
 }
 
-fn table_id(t: &Table) -> Option<u8> {
+pub(crate) fn table_id(t: &Table) -> Option<u8> {
     use redb::TableHandle;
     [COLLS, OBJECTS, OMAP]
         .iter()
@@ -110,7 +129,7 @@ fn table_id(t: &Table) -> Option<u8> {
         .map(|i| i as u8 + 1)
 }
 
-fn table_of(id: u8) -> Option<Table> {
+pub(crate) fn table_of(id: u8) -> Option<Table> {
     match id {
         1 => Some(COLLS),
         2 => Some(OBJECTS),
@@ -223,88 +242,97 @@ pub(crate) struct Record {
     pub batches: Vec<Batch>,
 }
 
-/// Read the records after `pos.through`, from the start of the region, while each is
-/// whole and next in sequence. Only the last record written can be torn (each is synced
-/// before the next is written): a whole record with a later sequence beyond the end means
-/// a damaged record in the middle, and acknowledged writes would be lost, so that is an
-/// error rather than the end of the journal.
+/// Read the records after `pos.through`, from the tail, while each is whole and next in
+/// sequence (the next record is where the last one ended, or at the region's start when
+/// it wrapped). Only the last record written can be torn (each is synced before the next
+/// is written): a whole record with a later sequence anywhere in the region means a
+/// damaged record before it, and acknowledged writes would be lost, so that is an error
+/// rather than the end of the journal.
 pub(crate) fn scan(dev: &dyn Device, pos: &Position) -> Result<Vec<Record>> {
-    let start = B;
-    let end = pos.bytes();
-    let mut off = 0u64;
+    let mut off = pos.tail;
     let mut expect = pos.through + 1;
     let mut out = Vec::new();
-    let mut head = AlignedBuf::new(BLOCK);
-    while off + B <= end {
-        dev.read_at(start + off, head.as_mut_slice())
-            .map_err(|e| Error::io("reading the journal", e))?;
-        let h = head.as_slice();
-        let word = |i: usize| u64::from_be_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
-        if &h[..8] != MAGIC || word(8) != expect {
-            break;
+    loop {
+        let mut found = read_record(dev, pos, off, expect)?.map(|r| (off, r));
+        if found.is_none() && off != 0 {
+            found = read_record(dev, pos, 0, expect)?.map(|r| (0, r));
         }
-        let len = word(16);
-        if len > end - off - HEADER as u64 {
+        let Some((at, (payload, total))) = found else {
             break;
-        }
-        let total = record_bytes(len as usize);
-        let mut rec = AlignedBuf::new(total as usize);
-        dev.read_at(start + off, rec.as_mut_slice())
-            .map_err(|e| Error::io("reading the journal", e))?;
-        let r = rec.as_slice();
-        let want = u32::from_be_bytes([r[24], r[25], r[26], r[27]]);
-        let payload = &r[HEADER..HEADER + len as usize];
-        if crc32c::crc32c_append(crc32c::crc32c(&r[..24]), payload) != want {
-            // A torn record: the crash came before its sync, so nothing in it was
-            // acknowledged.
-            break;
-        }
-        let batches = decode_payload(payload)
+        };
+        let batches = decode_payload(&payload)
             .map_err(|e| Error::Corrupt(format!("journal record {expect}: {e}")))?;
         out.push(Record {
             seq: expect,
             batches,
         });
-        off += total;
+        off = at + total;
         expect += 1;
     }
-    if let Some((at, seq)) = later_record(dev, pos, off + B, expect)? {
+    if let Some((at, seq)) = later_record(dev, pos, expect)? {
         return Err(Error::Corrupt(format!(
             "the journal's record {expect} (at byte {}) is damaged but record {seq} follows it \
              at byte {}: acknowledged writes would be lost",
-            start + off,
-            start + at
+            B + off,
+            B + at
         )));
     }
     Ok(out)
 }
 
-/// A whole record with a sequence after `expect` anywhere from `from` on: (offset, seq).
-fn later_record(
+/// The whole record with sequence `seq` at byte `off` of the region, if one is there:
+/// its payload and the bytes it takes. `seq: None` accepts any sequence.
+fn record_at(
     dev: &dyn Device,
     pos: &Position,
-    from: u64,
-    expect: u64,
-) -> Result<Option<(u64, u64)>> {
-    let (start, end) = (B, pos.bytes());
+    off: u64,
+    seq: Option<u64>,
+) -> Result<Option<(u64, Vec<u8>, u64)>> {
+    let end = pos.bytes();
+    if off + B > end {
+        return Ok(None);
+    }
     let mut head = AlignedBuf::new(BLOCK);
-    let mut off = from;
-    while off + B <= end {
-        dev.read_at(start + off, head.as_mut_slice())
-            .map_err(|e| Error::io("reading the journal", e))?;
-        let h = head.as_slice();
-        let word = |i: usize| u64::from_be_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
-        let (seq, len) = (word(8), word(16));
-        if &h[..8] == MAGIC && seq > expect && len <= end - off - HEADER as u64 {
-            let mut rec = AlignedBuf::new(record_bytes(len as usize) as usize);
-            dev.read_at(start + off, rec.as_mut_slice())
-                .map_err(|e| Error::io("reading the journal", e))?;
-            let r = rec.as_slice();
-            let want = u32::from_be_bytes([r[24], r[25], r[26], r[27]]);
-            let payload = &r[HEADER..HEADER + len as usize];
-            if crc32c::crc32c_append(crc32c::crc32c(&r[..24]), payload) == want {
-                return Ok(Some((off, seq)));
-            }
+    dev.read_at(B + off, head.as_mut_slice())
+        .map_err(|e| Error::io("reading the journal", e))?;
+    let h = head.as_slice();
+    let word = |i: usize| u64::from_be_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
+    let (got, len) = (word(8), word(16));
+    if &h[..8] != MAGIC || seq.is_some_and(|s| s != got) || len > end - off - HEADER as u64 {
+        return Ok(None);
+    }
+    let total = record_bytes(len as usize);
+    let mut rec = AlignedBuf::new(total as usize);
+    dev.read_at(B + off, rec.as_mut_slice())
+        .map_err(|e| Error::io("reading the journal", e))?;
+    let r = rec.as_slice();
+    let want = u32::from_be_bytes([r[24], r[25], r[26], r[27]]);
+    let payload = &r[HEADER..HEADER + len as usize];
+    if crc32c::crc32c_append(crc32c::crc32c(&r[..24]), payload) != want {
+        // A torn record: the crash came before its sync, so nothing in it was
+        // acknowledged.
+        return Ok(None);
+    }
+    Ok(Some((got, payload.to_vec(), total)))
+}
+
+fn read_record(
+    dev: &dyn Device,
+    pos: &Position,
+    off: u64,
+    seq: u64,
+) -> Result<Option<(Vec<u8>, u64)>> {
+    Ok(record_at(dev, pos, off, Some(seq))?.map(|(_, p, t)| (p, t)))
+}
+
+/// A whole record with a sequence after `expect` anywhere in the region: (offset, seq).
+fn later_record(dev: &dyn Device, pos: &Position, expect: u64) -> Result<Option<(u64, u64)>> {
+    let mut off = 0;
+    while off + B <= pos.bytes() {
+        if let Some((seq, _, _)) = record_at(dev, pos, off, None)?
+            && seq > expect
+        {
+            return Ok(Some((off, seq)));
         }
         off += B;
     }
@@ -474,6 +502,7 @@ pub(crate) fn replay(dev: &dyn Device, db: &redb::Database, data: &Path) -> Resu
     write_free(&wtx, &mut free)?;
     put_seq(&wtx, KEY_APPLIED, last)?;
     put_seq(&wtx, KEY_THROUGH, last)?;
+    put_seq(&wtx, KEY_TAIL, 0)?;
     wtx.commit().map_err(me("commit replay"))?;
     Ok(out)
 }
@@ -528,6 +557,7 @@ mod tests {
             blocks: 16,
             through: 4,
             applied: 4,
+            tail: 0,
         };
         let mut p = Vec::new();
         encode_batch(&mut p, &batch()).unwrap();
@@ -559,6 +589,49 @@ mod tests {
         );
         dev.write_at(B + len, r6.as_slice()).unwrap();
         assert_eq!(scan(&*dev, &pos).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_scan_follows_records_around_the_ring() {
+        use super::super::fault::{FaultController, MemDevice};
+        let dev = MemDevice::new(vec![0; 64 * BLOCK], FaultController::new(0, 1));
+        let mut p = Vec::new();
+        encode_batch(&mut p, &batch()).unwrap();
+        let len = record_bytes(p.len());
+        assert_eq!(len, 2 * B, "the layout below assumes two-block records");
+        // Record 5 at the tail (block 13 of 16); record 6 does not fit after it and went
+        // to the region's start; a stale record of an earlier lap lies where 6 would be.
+        let pos = Position {
+            blocks: 16,
+            through: 4,
+            applied: 4,
+            tail: 13 * B,
+        };
+        dev.write_at(B + 13 * B, seal(5, &p).as_slice()).unwrap();
+        dev.write_at(B + 15 * B, &vec![0xAB; BLOCK]).unwrap();
+        dev.write_at(B, seal(6, &p).as_slice()).unwrap();
+        dev.write_at(B + 2 * B, seal(7, &p).as_slice()).unwrap();
+        dev.write_at(B + 4 * B, seal(2, &p).as_slice()).unwrap();
+        let got = scan(&*dev, &pos).unwrap();
+        assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![5, 6, 7]);
+        // A tail whose record wrapped: replay finds it at the start.
+        let wrapped = Position {
+            through: 5,
+            tail: 15 * B,
+            ..pos
+        };
+        let got = scan(&*dev, &wrapped).unwrap();
+        assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![6, 7]);
+        // Record 6 torn with 7 after it: acknowledged writes would be lost.
+        let mut torn = seal(6, &p).as_slice().to_vec();
+        torn[HEADER + 1] ^= 1;
+        dev.write_at(B, &torn).unwrap();
+        let e = scan(&*dev, &pos).unwrap_err().to_string();
+        assert!(e.contains("record 6") && e.contains("record 7 follows"), "{e}");
+        // Only the last record torn: the journal ends before it.
+        dev.write_at(B + 2 * B, &vec![0; 2 * BLOCK]).unwrap();
+        let got = scan(&*dev, &pos).unwrap();
+        assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]

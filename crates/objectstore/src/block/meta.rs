@@ -14,7 +14,8 @@ use crate::types::{CollectionId, ObjectKey};
 pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
 /// Format facts: `format` (u64), `total_blocks` (u64), the journal's `journal_blocks`,
-/// `journal_through` and `journal_applied` (u64 each, see `journal.rs`); once an OSD owns
+/// `journal_through`, `journal_applied` and (format 4) `journal_tail` (u64 each, see
+/// `journal.rs`); once an OSD owns
 /// the store, `fsid` (its cluster's, UTF-8) and `osd_id` (u64).
 pub(crate) const SUPER: Table = TableDefinition::new("super");
 /// Collection id -> empty.
@@ -32,8 +33,14 @@ pub(crate) const ALL_TABLES: [Table; 6] = [SUPER, COLLS, OBJECTS, OMAP, FREE, DE
 
 /// Current on-disk format version. 1: object keys without snapshot ids, collections
 /// without shards. 2: no write-ahead journal (small writes logged in redb). 3: the
-/// journal at blocks `1..=journal_blocks` of the data device.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+/// journal at blocks `1..=journal_blocks` of the data device. 4: the journal is a ring
+/// (`journal_tail`), and redb holds metadata only up to the last checkpoint.
+pub(crate) const FORMAT_VERSION: u64 = 4;
+
+/// The oldest format this build opens. A store of format 3 is converted at open, after
+/// its journal is replayed (its records start at the region's start, as a format-4
+/// journal whose tail is 0): the format record, then the data device's label, say 4.
+pub(crate) const FORMAT_OLDEST: u64 = 3;
 
 /// Map any redb error type to ours.
 pub(crate) fn me<E: Into<redb::Error>>(context: &'static str) -> impl Fn(E) -> Error {
@@ -85,11 +92,11 @@ pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
         codec::u64_value(v.value(), k)
     };
     let format = get("format")?;
-    if format != FORMAT_VERSION {
+    if !(FORMAT_OLDEST..=FORMAT_VERSION).contains(&format) {
         return Err(Error::NotFormatted(format!(
-            "format version {format}; this build reads version {FORMAT_VERSION} (a store \
-             of an older format cannot be opened: move its OSD's data by recovery to a \
-             store made by this build)"
+            "format version {format}; this build reads versions {FORMAT_OLDEST} to \
+             {FORMAT_VERSION} (a store of another format cannot be opened: move its OSD's \
+             data by recovery to a store made by this build)"
         )));
     }
     let total = get("total_blocks")?;
@@ -98,6 +105,38 @@ pub(crate) fn read_super(txn: &redb::ReadTransaction) -> Result<u64> {
         return Err(Error::Corrupt(format!("total_blocks {total} out of range")));
     }
     Ok(total)
+}
+
+/// The format version the format record holds.
+pub(crate) fn read_format(db: &redb::Database) -> Result<u64> {
+    let txn = db.begin_read().map_err(me("begin read"))?;
+    let t = txn.open_table(SUPER).map_err(me("open super"))?;
+    match t.get(&b"format"[..]).map_err(me("read super"))? {
+        Some(v) => codec::u64_value(v.value(), "format"),
+        None => Err(Error::NotFormatted("no `format` in the format record".into())),
+    }
+}
+
+/// Convert the format record of an older store to this build's format (see
+/// [`FORMAT_OLDEST`]); the journal must have been replayed. Returns whether it did.
+pub(crate) fn upgrade(db: &redb::Database) -> Result<bool> {
+    if read_format(db)? >= FORMAT_VERSION {
+        return Ok(false);
+    }
+    let mut w = db.begin_write().map_err(me("begin upgrade"))?;
+    w.set_durability(redb::Durability::Immediate);
+    {
+        let mut s = w.open_table(SUPER).map_err(me("open super"))?;
+        s.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])
+            .map_err(me("write super"))?;
+        s.insert(
+            super::journal::KEY_TAIL.as_bytes(),
+            &0u64.to_be_bytes()[..],
+        )
+        .map_err(me("write super"))?;
+    }
+    w.commit().map_err(me("commit upgrade"))?;
+    Ok(true)
 }
 
 /// The owner recorded in the format record, if any.

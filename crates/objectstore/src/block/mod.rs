@@ -47,6 +47,7 @@ use self::device::{Device, FileDevice, MetaOnDevice};
 pub use self::guard::LOCK_FILE;
 use self::guard::{StoreFiles, StoreLock, catch_panic, panicked};
 pub(crate) use self::meta::FORMAT_VERSION;
+pub(crate) use self::meta::read_format;
 pub use self::meta::StoreIdentity;
 use self::meta::{ALL_TABLES, DEFERRED, FREE, OBJECTS, Onode, SUPER, me};
 use self::staged::{Staged, StagedHandle};
@@ -145,15 +146,6 @@ impl Shared {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The write lock if nobody holds the state lock now.
-    pub(crate) fn try_write_state(&self) -> Option<RwLockWriteGuard<'_, State>> {
-        match self.state.try_write() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
     pub(crate) fn poison_reason(&self) -> Option<String> {
         self.poisoned
             .lock()
@@ -221,9 +213,14 @@ impl Shared {
         self.queued.notify_one();
     }
 
-    /// Wait for queued batches (or shutdown, or `wait` to pass); returns them all and
-    /// the shutdown flag.
-    pub(crate) fn take_queued(&self, wait: Option<std::time::Duration>) -> (Vec<Queued>, bool) {
+    /// Wait for queued batches (or shutdown, or `wait` to pass); returns the ready ones
+    /// and the shutdown flag. `gather`: once some are ready, wait on until this many are
+    /// (the writers the last group acknowledged, coming back) or the instant passes.
+    pub(crate) fn take_queued(
+        &self,
+        wait: Option<std::time::Duration>,
+        gather: Option<(usize, std::time::Instant)>,
+    ) -> (Vec<Queued>, bool) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let idle = |q: &(Vec<Queued>, bool)| !q.0.first().is_some_and(|e| e.ready) && !q.1;
         match wait {
@@ -240,6 +237,19 @@ impl Shared {
                     .0;
             }
             Some(_) => {}
+        }
+        if let Some((want, until)) = gather {
+            while !idle(&q) && q.0.iter().take_while(|e| e.ready).count() < want {
+                let now = std::time::Instant::now();
+                if now >= until {
+                    break;
+                }
+                q = self
+                    .queued
+                    .wait_timeout(q, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
         }
         // Only the ready prefix: commit order is queue order.
         let n = q.0.iter().position(|e| !e.ready).unwrap_or(q.0.len());
@@ -284,8 +294,8 @@ fn label(total_blocks: u64) -> Vec<u8> {
 }
 
 /// The data device must be labelled for the same number of blocks as the metadata
-/// records, and be at least that long.
-pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<()> {
+/// records, and be at least that long. Returns the label's format version.
+pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<u64> {
     let len = dev
         .len()
         .map_err(|e| Error::io("sizing the data device", e))?;
@@ -297,7 +307,7 @@ pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<()> {
             label.total_blocks
         )));
     }
-    Ok(())
+    Ok(label.version)
 }
 
 fn open_db_on(meta: Arc<dyn Device>) -> Result<redb::Database> {
@@ -453,6 +463,13 @@ impl BlockStore {
             // until every check below has passed).
             let replayed =
                 journal::replay(&*dev, &db, &names.data).map_err(Error::in_file(&names.meta))?;
+            // A store of an older format is converted once its journal is replayed.
+            if meta::upgrade(&db).map_err(Error::in_file(&names.meta))? {
+                tracing::info!(
+                    format = FORMAT_VERSION,
+                    "object store: converted to this build's format"
+                );
+            }
             let loaded = meta::load(&db).map_err(Error::in_file(&names.meta))?;
             Ok::<_, Error>((db, handle, replayed, loaded))
         })
@@ -486,7 +503,8 @@ impl BlockStore {
                 ),
             ));
         }
-        check_label(&*dev, loaded.total_blocks).map_err(Error::in_file(&names.data))?;
+        let label_version =
+            check_label(&*dev, loaded.total_blocks).map_err(Error::in_file(&names.data))?;
         // The replayed deferred blocks go in place and are durable before the metadata
         // that retires their records does.
         if !replayed.blocks.is_empty() {
@@ -503,6 +521,14 @@ impl BlockStore {
         handle
             .commit()
             .map_err(|e| Error::io("writing the metadata staged at open", e))?;
+        if label_version < FORMAT_VERSION {
+            // After the format record: a crash between the two leaves a store this build
+            // opens (and converts the label of) again.
+            dev.write_at(0, &label(loaded.total_blocks))
+                .map_err(|e| Error::io("writing the converted label", e))?;
+            dev.sync()
+                .map_err(|e| Error::io("syncing the converted label", e))?;
+        }
         Self::start(dev, db, loaded, replayed.next_seq)
     }
 

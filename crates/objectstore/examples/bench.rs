@@ -1,11 +1,15 @@
 //! Figures for BlockStore next to MemStore from the same run (a benchmark, not a test):
 //!
-//! `cargo run --release -p shoal-objectstore --example bench -- [DIR] [--overwrites SECONDS]`
+//! `cargo run --release -p shoal-objectstore --example bench -- [DIR] [--overwrites SECONDS]
+//! [--objects N]`
 //!
 //! DIR (default: the system temp dir) should be on the disk an OSD would use. With
 //! `--overwrites`, only the 16-writer durable 4 KiB overwrite row runs, on BlockStore, for
 //! that long, and the process's CPU per overwrite is printed beside the rate (the row to
-//! profile the commit path with).
+//! profile the commit path with). With `--objects`, a store gets N objects (4 KiB of data,
+//! an xattr and an omap key each, as an RBD data object with its PG log entry), is closed,
+//! and the open is timed, with the memory it takes (the process's resident set before
+//! and after).
 
 #![allow(clippy::unwrap_used)] // A benchmark: failing loudly is fine.
 
@@ -161,6 +165,78 @@ fn overwrites_for(s: Arc<dyn ObjectStore>, seconds: f64) -> (f64, f64) {
     (n / secs, cpu / n * 1e6)
 }
 
+/// The process's resident set, in bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Make a store of `n` objects, close it, and time its open.
+fn open_objects(dir: &std::path::Path, n: u32) {
+    let data_bytes = (u64::from(n) * 4096 * 2).max(1 << 30);
+    BlockStore::mkfs(
+        dir,
+        &MkfsOptions {
+            data_bytes,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = BlockStore::open(dir, &OpenOptions::default()).unwrap();
+    let mut t = Transaction::new();
+    t.create_collection(C);
+    s.apply_transaction(t).unwrap();
+    let start = Instant::now();
+    let mut tickets = Vec::new();
+    for chunk in 0..n.div_ceil(1000) {
+        let mut t = Transaction::new();
+        for i in chunk * 1000..(chunk * 1000 + 1000).min(n) {
+            let k = ObjectKey::new(i.wrapping_mul(2_654_435_761), format!("rbd_data.1234.{i:016x}"));
+            t.write(C, k.clone(), 0, Bytes::from(vec![i as u8; 4096]));
+            t.set_xattr(C, k.clone(), "_", Bytes::from(vec![7u8; 64]));
+            t.omap_set_keys(
+                C,
+                k,
+                std::collections::BTreeMap::from([(
+                    Bytes::from(format!("{i:020}")),
+                    Bytes::from(vec![1u8; 96]),
+                )]),
+            );
+        }
+        tickets.push(s.queue_transaction(t).unwrap());
+        if tickets.len() >= 16 {
+            for t in tickets.drain(..) {
+                t.wait().unwrap();
+            }
+        }
+    }
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    let made = start.elapsed();
+    drop(s);
+    let meta = std::fs::metadata(dir.join("meta.redb")).map(|m| m.len()).unwrap_or(0);
+    let before = rss_bytes();
+    let start = Instant::now();
+    let s = BlockStore::open(dir, &OpenOptions::default()).unwrap();
+    let took = start.elapsed();
+    let after = rss_bytes();
+    println!(
+        "{n} objects (made in {:.1} s; metadata file {} MiB): open in {:.2} s, {} MiB resident for the open store ({} bytes per object)",
+        made.as_secs_f64(),
+        meta >> 20,
+        took.as_secs_f64(),
+        after.saturating_sub(before) >> 20,
+        after.saturating_sub(before) / u64::from(n.max(1))
+    );
+    drop(s);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only = args
@@ -173,6 +249,16 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("shoal-objectstore-bench-{}", std::process::id()));
+    if let Some(n) = args
+        .iter()
+        .position(|a| a == "--objects")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        open_objects(&dir, n);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     BlockStore::mkfs(
         &dir,
         &MkfsOptions {

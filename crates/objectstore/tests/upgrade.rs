@@ -10,11 +10,17 @@
 //! (converted in place, or read as it is), hold exactly what the
 //! transactions made, pass a deep fsck, and take writes after.
 //!
-//! When the format changes: first run `make_fixture` with the build
-//! *before* the change (it writes the fixture of the format that build
-//! has), commit it, then change the format and add its name to
-//! [`FIXTURES`]. Never change [`fixture_txns`]: it describes the
-//! fixtures already committed.
+//! `blockstore-v<N>-journal` holds the same, but as a machine that lost
+//! power right after the last transaction was acknowledged leaves it (by
+//! `make_journal_fixture`): its journal's records are not yet checkpointed,
+//! so opening it replays them with the old format's journal layout before
+//! the store is converted.
+//!
+//! When the format changes: first run `make_fixture` and
+//! `make_journal_fixture` with the build *before* the change (they write
+//! the fixtures of the format that build has), commit them, then change the
+//! format and add their names to [`FIXTURES`]. Never change
+//! [`fixture_txns`]: it describes the fixtures already committed.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -30,7 +36,7 @@ use shoal_objectstore::{
 };
 
 /// The fixtures every build must open.
-const FIXTURES: [&str; 1] = ["blockstore-v3"];
+const FIXTURES: [&str; 2] = ["blockstore-v3", "blockstore-v3-journal"];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -188,7 +194,11 @@ fn stores_of_earlier_formats_open_intact_and_take_writes() {
             .trim_end_matches("-journal")
             .parse()
             .unwrap();
-        assert_eq!(tool::stat(&store).unwrap().format_version, old, "{fixture}");
+        let stat = tool::stat(&store).unwrap();
+        assert_eq!(stat.format_version, old, "{fixture}");
+        if fixture.ends_with("-journal") {
+            assert!(stat.journal_records > 0, "{fixture}: nothing to replay");
+        }
 
         let s = BlockStore::open(&store, &OpenOptions::default()).unwrap();
         testsuite::assert_matches_model(&s, &want, fixture);
@@ -256,6 +266,48 @@ fn make_fixture() {
     let format = tool::stat(&store).unwrap().format_version;
     std::fs::create_dir_all(fixtures()).unwrap();
     let archive = fixtures().join(format!("blockstore-v{format}.tar.gz"));
+    let ok = Command::new("tar")
+        .arg("-czSf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&dir.0)
+        .arg("store")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    eprintln!("wrote {}", archive.display());
+}
+
+/// Writes `tests/fixtures/blockstore-v<N>-journal.tar.gz`: the fixture's
+/// transactions, each acknowledged, then a power loss (fault-injecting
+/// devices stop taking writes; the files are what the disks kept).
+#[test]
+#[ignore = "writes a fixture: run by hand before changing the on-disk format"]
+fn make_journal_fixture() {
+    use shoal_objectstore::block::fault::{FaultController, MemDevice};
+    use shoal_objectstore::model::Rng;
+    let dir = TempDir::new("make-journal");
+    let store = dir.0.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let ctl = FaultController::new(0, 0);
+    let data = MemDevice::new(vec![0u8; 16 << 20], ctl.clone());
+    let meta = MemDevice::new(Vec::new(), ctl.clone());
+    BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+    let s = BlockStore::open_on(data.clone(), meta.clone()).unwrap();
+    for t in fixture_txns() {
+        s.queue_transaction(t).unwrap().wait().unwrap();
+    }
+    ctl.stop();
+    let mut rng = Rng::new(7);
+    std::fs::write(store.join("block"), data.crash_image(&mut rng)).unwrap();
+    std::fs::write(store.join("meta.redb"), meta.crash_image(&mut rng)).unwrap();
+    drop(s);
+    let report = tool::fsck(&store, true).unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.journal_records > 0, "nothing left in the journal");
+    let format = tool::stat(&store).unwrap().format_version;
+    let archive = fixtures().join(format!("blockstore-v{format}-journal.tar.gz"));
     let ok = Command::new("tar")
         .arg("-czSf")
         .arg(&archive)

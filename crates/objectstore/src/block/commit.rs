@@ -22,7 +22,7 @@
 //! synced and its metadata (deferred blocks as records of the `deferred` table) committed
 //! durably in redb, then its deferred blocks written in place.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -58,8 +58,7 @@ const CHECKPOINT_SHARE: u64 = 4;
 
 /// How long after acknowledging a group the committer waits for its writers to queue
 /// their next transactions, so they join the next record rather than the one after.
-const GATHER: Duration = Duration::from_micros(GATHER_US);
-const GATHER_US: u64 = 200;
+const GATHER: Duration = Duration::from_micros(200);
 
 /// Most adjacent blocks merged into one in-place write.
 const MERGE_BLOCKS: usize = 64;
@@ -115,7 +114,9 @@ pub(crate) struct Committer {
     unfrozen_bytes: u64,
     /// Metadata changes of the records after `frozen_through`, merged: (table id, key)
     /// -> new value, or `None` to delete.
-    dirty: BTreeMap<(u8, Vec<u8>), Option<Vec<u8>>>,
+    /// (A hash map: keys share long prefixes, which made a B-tree's comparisons the
+    /// committer's largest cost; the write-back thread sorts them.)
+    dirty: HashMap<(u8, Vec<u8>), Option<Vec<u8>>>,
     /// Deferred blocks of the records after `frozen_through`: block -> (seq, data).
     pending: BTreeMap<u64, (u64, Bytes)>,
     writeback: WriteBack,
@@ -123,6 +124,10 @@ pub(crate) struct Committer {
     /// Transactions the last group acknowledged, and when.
     acked: usize,
     acked_at: Instant,
+    /// The last wait for them ran out before they all came: the next group does not
+    /// wait (writers that do not come straight back, as an OSD's, pay it at most every
+    /// other group).
+    gather_missed: bool,
 }
 
 impl Committer {
@@ -144,12 +149,13 @@ impl Committer {
             next_seq,
             frozen_through: next_seq - 1,
             unfrozen_bytes: 0,
-            dirty: BTreeMap::new(),
+            dirty: HashMap::new(),
             pending: BTreeMap::new(),
             writeback,
             last_group: Instant::now(),
             acked: 0,
             acked_at: Instant::now(),
+            gather_missed: false,
         })
     }
 
@@ -163,8 +169,11 @@ impl Committer {
             } else {
                 None
             };
-            let gather = (self.acked > 1).then(|| (self.acked, self.acked_at + GATHER));
+            let gather = (self.acked > 1 && !self.gather_missed)
+                .then(|| (self.acked, self.acked_at + GATHER));
             let (group, shutdown) = self.shared.take_queued(wait, gather);
+            self.gather_missed = gather
+                .is_some_and(|(want, _)| group.iter().filter(|q| q.reserved).count() < want);
             if !group.is_empty() {
                 self.last_group = Instant::now();
                 let reserved = group.iter().filter(|q| q.reserved).count() as u64;
@@ -581,7 +590,7 @@ struct Job {
     last: u64,
     /// Where replay starts once it is done.
     tail: u64,
-    kv: BTreeMap<(u8, Vec<u8>), Option<Vec<u8>>>,
+    kv: HashMap<(u8, Vec<u8>), Option<Vec<u8>>>,
     free: Vec<(u64, Option<u64>)>,
     /// Records of the `deferred` table already written in place, to delete.
     retire: Vec<u64>,
@@ -711,7 +720,10 @@ fn write_back(shared: &Shared, io: &InPlace, job: &Job) -> Result<()> {
         .map_err(|e| Error::io("syncing the data device", e))?;
     let mut wtx = shared.db.begin_write().map_err(me("begin checkpoint"))?;
     wtx.set_durability(Durability::Immediate);
-    let mut kv = job.kv.iter().peekable();
+    // In key order: redb's inserts then walk its B-trees in order.
+    let mut sorted: Vec<_> = job.kv.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut kv = sorted.into_iter().peekable();
     while let Some(((id, _), _)) = kv.peek() {
         let id = *id;
         let table = journal::table_of(id)

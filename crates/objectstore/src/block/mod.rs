@@ -11,12 +11,13 @@
 //! overwrites of allocated blocks become deferred writes (their new contents visible to
 //! reads through an overlay). The metadata changes form one batch, queued to the
 //! committer. Durability (committer thread, `commit.rs`): every queued batch goes into
-//! one record of the write-ahead journal at the start of the data device (`journal.rs`),
-//! and one device sync makes the record and the batches' copy-on-write data durable
-//! (group commit); then the metadata goes into redb without a sync, deferred blocks are
-//! written in place by a pool of I/O threads, and freed blocks are released. Checkpoints
-//! sync the device and commit redb durably so the journal can start over. Blocks freed by
-//! a transaction are reused only after it is durable and no earlier in-place write can
+//! one record of the write-ahead journal, a ring at the start of the data device
+//! (`journal.rs`), and one device sync makes the record and the batches' copy-on-write
+//! data durable (group commit); that is all a write waits for. Metadata changes and
+//! deferred blocks then wait in memory, merged, until a checkpoint on the write-back
+//! thread writes the blocks in place, syncs, and commits the metadata to redb durably,
+//! after which the records' space in the ring is reused. Blocks freed by a transaction
+//! are reused only after it is durable and no earlier in-place write can
 //! land on them, so the durable state never points at overwritten data.
 
 mod alloc;

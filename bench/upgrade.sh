@@ -13,6 +13,8 @@
 #   target/debug/shoal with --debug). The old commit is built in a worktree
 #   with its own target directory (OLD_TARGET to keep it between runs):
 #   a release build, or with --debug a debug one, quicker to build.
+#   OLD_SHOAL=path/to/old/shoal: that commit's binary, built already (no
+#   worktree, no build).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -42,10 +44,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building $OLD_COMMIT ..."
-git -C "$ROOT" worktree add --detach "$WT" "$OLD_COMMIT" >/dev/null
-(cd "$WT" && CARGO_TARGET_DIR="${OLD_TARGET:-$OUT/old-target}" cargo build "${BUILD[@]}" -p shoal --quiet)
-OLD="${OLD_TARGET:-$OUT/old-target}/$PROFILE/shoal"
+if [ -n "${OLD_SHOAL:-}" ]; then
+  OLD="$OLD_SHOAL"
+else
+  echo "building $OLD_COMMIT ..."
+  git -C "$ROOT" worktree add --detach "$WT" "$OLD_COMMIT" >/dev/null
+  (cd "$WT" && CARGO_TARGET_DIR="${OLD_TARGET:-$OUT/old-target}" cargo build "${BUILD[@]}" -p shoal --quiet)
+  OLD="${OLD_TARGET:-$OUT/old-target}/$PROFILE/shoal"
+fi
 echo "old: $("$OLD" --version)"
 echo "new: $("$NEW" --version)"
 

@@ -311,8 +311,15 @@ pub(crate) fn check_label(dev: &dyn Device, total_blocks: u64) -> Result<u64> {
     Ok(label.version)
 }
 
+/// redb's page cache. The whole index lives in memory and reads never go to redb; only
+/// checkpoints (and the load at open) read its pages, and the metadata file is read
+/// through the kernel's page cache. redb's default (1 GiB) would keep every page the
+/// open loaded resident for the store's life.
+const REDB_CACHE_BYTES: usize = 32 << 20;
+
 fn open_db_on(meta: Arc<dyn Device>) -> Result<redb::Database> {
     redb::Builder::new()
+        .set_cache_size(REDB_CACHE_BYTES)
         .create_with_backend(MetaOnDevice(meta))
         .map_err(me("open metadata"))
 }
@@ -322,6 +329,7 @@ fn open_db_staged(meta: Arc<dyn Device>) -> Result<(redb::Database, StagedHandle
     let (backend, handle) =
         Staged::new(meta).map_err(|e| Error::io("sizing the metadata file", e))?;
     let db = redb::Builder::new()
+        .set_cache_size(REDB_CACHE_BYTES)
         .create_with_backend(backend)
         .map_err(me("opening the metadata"))?;
     Ok((db, handle))

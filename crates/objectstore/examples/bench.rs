@@ -47,6 +47,16 @@ fn fill(s: &dyn ObjectStore) -> f64 {
     (OBJECTS as usize * OBJECT_BYTES) as f64 / start.elapsed().as_secs_f64() / 1e6
 }
 
+/// One durable 4 KiB overwrite of writer `th` at a place drawn from `x`.
+fn overwrite_one(s: &dyn ObjectStore, th: u32, x: &mut u64) {
+    *x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let obj = (*x >> 33) as u32 % OBJECTS;
+    let off = ((*x >> 13) % (OBJECT_BYTES as u64 / 4096)) * 4096;
+    let mut t = Transaction::new();
+    t.write(C, key(obj), off, Bytes::from(vec![th as u8; 4096]));
+    s.apply_transaction(t).unwrap();
+}
+
 /// `threads` writers, each doing `per_thread` durable 4 KiB overwrites; returns ops/s.
 fn overwrites(s: Arc<dyn ObjectStore>, threads: u32, per_thread: u32) -> f64 {
     let start = Instant::now();
@@ -54,14 +64,9 @@ fn overwrites(s: Arc<dyn ObjectStore>, threads: u32, per_thread: u32) -> f64 {
         .map(|th| {
             let s = s.clone();
             std::thread::spawn(move || {
-                let mut x = th as u64 + 1;
+                let mut x = u64::from(th) + 1;
                 for _ in 0..per_thread {
-                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                    let obj = (x >> 33) as u32 % OBJECTS;
-                    let off = ((x >> 13) % (OBJECT_BYTES as u64 / 4096)) * 4096;
-                    let mut t = Transaction::new();
-                    t.write(C, key(obj), off, Bytes::from(vec![th as u8; 4096]));
-                    s.apply_transaction(t).unwrap();
+                    overwrite_one(&*s, th, &mut x);
                 }
             })
         })
@@ -144,12 +149,7 @@ fn overwrites_for(s: Arc<dyn ObjectStore>, seconds: f64) -> (f64, f64) {
             std::thread::spawn(move || {
                 let mut x = u64::from(th) + 1;
                 while !stop.load(Ordering::Relaxed) {
-                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                    let obj = (x >> 33) as u32 % OBJECTS;
-                    let off = ((x >> 13) % (OBJECT_BYTES as u64 / 4096)) * 4096;
-                    let mut t = Transaction::new();
-                    t.write(C, key(obj), off, Bytes::from(vec![th as u8; 4096]));
-                    s.apply_transaction(t).unwrap();
+                    overwrite_one(&*s, th, &mut x);
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -196,7 +196,10 @@ fn open_objects(dir: &std::path::Path, n: u32) {
     for chunk in 0..n.div_ceil(1000) {
         let mut t = Transaction::new();
         for i in chunk * 1000..(chunk * 1000 + 1000).min(n) {
-            let k = ObjectKey::new(i.wrapping_mul(2_654_435_761), format!("rbd_data.1234.{i:016x}"));
+            let k = ObjectKey::new(
+                i.wrapping_mul(2_654_435_761),
+                format!("rbd_data.1234.{i:016x}"),
+            );
             t.write(C, k.clone(), 0, Bytes::from(vec![i as u8; 4096]));
             t.set_xattr(C, k, "_", Bytes::from(vec![7u8; 256]));
         }
@@ -212,7 +215,9 @@ fn open_objects(dir: &std::path::Path, n: u32) {
     }
     let made = start.elapsed();
     drop(s);
-    let meta = std::fs::metadata(dir.join("meta.redb")).map(|m| m.len()).unwrap_or(0);
+    let meta = std::fs::metadata(dir.join("meta.redb"))
+        .map(|m| m.len())
+        .unwrap_or(0);
     println!(
         "{n} objects made in {:.1} s; metadata file {} MiB",
         made.as_secs_f64(),
@@ -249,10 +254,11 @@ fn open_only(dir: &std::path::Path, n: u64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let only = args
-        .iter()
-        .position(|a| a == "--overwrites")
-        .map(|i| args.get(i + 1).and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0));
+    let only = args.iter().position(|a| a == "--overwrites").map(|i| {
+        args.get(i + 1)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(10.0)
+    });
     let base = args
         .iter()
         .find(|a| !a.starts_with("--") && a.parse::<f64>().is_err())
@@ -291,7 +297,9 @@ fn main() {
     if let Some(seconds) = only {
         fill(&*bs);
         let (rate, cpu) = overwrites_for(bs.clone(), seconds);
-        println!("BlockStore 4KiB overwrite, 16 threads, {seconds} s: {rate:.0}/s, {cpu:.1} µs CPU/op");
+        println!(
+            "BlockStore 4KiB overwrite, 16 threads, {seconds} s: {rate:.0}/s, {cpu:.1} µs CPU/op"
+        );
     } else {
         run("MemStore", Arc::new(MemStore::new(1 << 30)));
         run("BlockStore", bs.clone());

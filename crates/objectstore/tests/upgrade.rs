@@ -263,14 +263,19 @@ fn make_fixture() {
     }
     testsuite::assert_matches_model(&s, &expected(), "as written");
     drop(s);
-    let format = tool::stat(&store).unwrap().format_version;
+    pack(&dir.0, "");
+}
+
+/// Archive `within/store` as the fixture of its format, `suffix` after the version.
+fn pack(within: &Path, suffix: &str) {
+    let format = tool::stat(&within.join("store")).unwrap().format_version;
     std::fs::create_dir_all(fixtures()).unwrap();
-    let archive = fixtures().join(format!("blockstore-v{format}.tar.gz"));
+    let archive = fixtures().join(format!("blockstore-v{format}{suffix}.tar.gz"));
     let ok = Command::new("tar")
         .arg("-czSf")
         .arg(&archive)
         .arg("-C")
-        .arg(&dir.0)
+        .arg(within)
         .arg("store")
         .status()
         .unwrap()
@@ -306,17 +311,5 @@ fn make_journal_fixture() {
     let report = tool::fsck(&store, true).unwrap();
     assert!(report.is_clean(), "{report}");
     assert!(report.journal_records > 0, "nothing left in the journal");
-    let format = tool::stat(&store).unwrap().format_version;
-    let archive = fixtures().join(format!("blockstore-v{format}-journal.tar.gz"));
-    let ok = Command::new("tar")
-        .arg("-czSf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&dir.0)
-        .arg("store")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    eprintln!("wrote {}", archive.display());
+    pack(&dir.0, "-journal");
 }

@@ -172,8 +172,8 @@ impl Committer {
             let gather = (self.acked > 1 && !self.gather_missed)
                 .then(|| (self.acked, self.acked_at + GATHER));
             let (group, shutdown) = self.shared.take_queued(wait, gather);
-            self.gather_missed = gather
-                .is_some_and(|(want, _)| group.iter().filter(|q| q.reserved).count() < want);
+            self.gather_missed =
+                gather.is_some_and(|(want, _)| group.iter().filter(|q| q.reserved).count() < want);
             if !group.is_empty() {
                 self.last_group = Instant::now();
                 let reserved = group.iter().filter(|q| q.reserved).count() as u64;
@@ -186,6 +186,8 @@ impl Committer {
                 // Leave nothing to replay behind on a clean shutdown.
                 self.checkpoint()
             } else if self.shared.poison_reason().is_some() {
+                // Only to stop looking at a write-back that has ended.
+                let _ = self.poll_writeback();
                 Ok(())
             } else {
                 self.poll_writeback().and_then(|()| {
@@ -569,6 +571,10 @@ impl Committer {
 
     fn finished(&mut self, (last, outcome): (u64, Result<()>)) -> Result<()> {
         outcome?;
+        self.shared
+            .counters
+            .checkpoints
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         while self.ring.front().is_some_and(|r| r.0 <= last) {
             self.ring.pop_front();
         }

@@ -627,7 +627,10 @@ mod tests {
         torn[HEADER + 1] ^= 1;
         dev.write_at(B, &torn).unwrap();
         let e = scan(&*dev, &pos).unwrap_err().to_string();
-        assert!(e.contains("record 6") && e.contains("record 7 follows"), "{e}");
+        assert!(
+            e.contains("record 6") && e.contains("record 7 follows"),
+            "{e}"
+        );
         // Only the last record torn: the journal ends before it.
         dev.write_at(B + 2 * B, &vec![0; 2 * BLOCK]).unwrap();
         let got = scan(&*dev, &pos).unwrap();

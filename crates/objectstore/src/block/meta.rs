@@ -113,7 +113,9 @@ pub(crate) fn read_format(db: &redb::Database) -> Result<u64> {
     let t = txn.open_table(SUPER).map_err(me("open super"))?;
     match t.get(&b"format"[..]).map_err(me("read super"))? {
         Some(v) => codec::u64_value(v.value(), "format"),
-        None => Err(Error::NotFormatted("no `format` in the format record".into())),
+        None => Err(Error::NotFormatted(
+            "no `format` in the format record".into(),
+        )),
     }
 }
 
@@ -129,11 +131,8 @@ pub(crate) fn upgrade(db: &redb::Database) -> Result<bool> {
         let mut s = w.open_table(SUPER).map_err(me("open super"))?;
         s.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])
             .map_err(me("write super"))?;
-        s.insert(
-            super::journal::KEY_TAIL.as_bytes(),
-            &0u64.to_be_bytes()[..],
-        )
-        .map_err(me("write super"))?;
+        s.insert(super::journal::KEY_TAIL.as_bytes(), &0u64.to_be_bytes()[..])
+            .map_err(me("write super"))?;
     }
     w.commit().map_err(me("commit upgrade"))?;
     Ok(true)

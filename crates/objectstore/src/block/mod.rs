@@ -48,8 +48,8 @@ use self::device::{Device, FileDevice, MetaOnDevice};
 pub use self::guard::LOCK_FILE;
 use self::guard::{StoreFiles, StoreLock, catch_panic, panicked};
 pub(crate) use self::meta::FORMAT_VERSION;
-pub(crate) use self::meta::read_format;
 pub use self::meta::StoreIdentity;
+pub(crate) use self::meta::read_format;
 use self::meta::{ALL_TABLES, DEFERRED, FREE, OBJECTS, Onode, SUPER, me};
 use self::staged::{Staged, StagedHandle};
 use crate::error::{Error, Result};
@@ -79,6 +79,8 @@ pub struct Counters {
     pub deferred_writes: AtomicU64,
     /// Metadata commits (each covering one or more transactions).
     pub group_commits: AtomicU64,
+    /// Checkpoints finished (journal records written back to their places and redb).
+    pub checkpoints: AtomicU64,
     /// Transactions queued.
     pub transactions: AtomicU64,
     /// Unlocked reads redone under the lock because blocks changed during their I/O.

@@ -35,7 +35,7 @@ use super::alloc::FreeList;
 use super::apply::{Batch, KvOp};
 use super::device::{AlignedBuf, Device};
 use super::journal::{self, KEY_APPLIED, KEY_TAIL, KEY_THROUGH, Position};
-use super::meta::{DEFERRED, FREE, me};
+use super::meta::{DEFERRED, me};
 use super::{BLOCK, Shared};
 use crate::error::{Error, Result};
 use crate::ticket::CommitTicket;
@@ -99,7 +99,8 @@ pub(crate) struct Committer {
     durable_free: FreeList,
     /// Direct-path deferred records written in place, to delete at the next checkpoint.
     applied: Vec<u64>,
-    journal: Position,
+    /// Bytes of the journal's region.
+    region: u64,
     /// Records not yet covered by a finished checkpoint: (seq, offset, bytes), oldest
     /// first.
     ring: VecDeque<(u64, u64, u64)>,
@@ -144,7 +145,7 @@ impl Committer {
             applied: Vec::new(),
             record_max: (journal.bytes() / 2).saturating_sub(BLOCK as u64) as usize,
             head: journal.tail,
-            journal,
+            region: journal.bytes(),
             ring: VecDeque::new(),
             next_seq,
             frozen_through: next_seq - 1,
@@ -192,7 +193,7 @@ impl Committer {
             } else {
                 self.poll_writeback().and_then(|()| {
                     let idle = self.last_group.elapsed() >= IDLE_CHECKPOINT;
-                    if idle || self.unfrozen_bytes >= self.journal.bytes() / CHECKPOINT_SHARE {
+                    if idle || self.unfrozen_bytes >= self.region / CHECKPOINT_SHARE {
                         self.start_checkpoint(false)
                     } else {
                         Ok(())
@@ -371,7 +372,7 @@ impl Committer {
     /// does not fit before the end; waits for checkpoints while the journal is full.
     fn place(&mut self, len: u64) -> Result<u64> {
         loop {
-            let end = self.journal.bytes();
+            let end = self.region;
             let spot = match self.ring.front() {
                 None if self.head + len <= end => Some(self.head),
                 None => Some(0),
@@ -408,18 +409,7 @@ impl Committer {
             })?;
             self.dirty.insert((id, k), v);
         }
-        for &(s, n) in &b.allocs {
-            if !self.durable_free.remove_range(s, n) {
-                return Err(Error::Corrupt(format!(
-                    "allocated run {s}+{n} is not free in the persisted free list"
-                )));
-            }
-        }
-        for &(s, n) in &b.frees {
-            if !self.durable_free.free(s, n) {
-                return Err(Error::Corrupt(format!("double free of run {s}+{n}")));
-            }
-        }
+        journal::apply_runs(b, &mut self.durable_free)?;
         for (s, pb, data) in std::mem::take(&mut b.deferred) {
             self.pending.insert(pb, (s, data));
         }
@@ -578,8 +568,6 @@ impl Committer {
         while self.ring.front().is_some_and(|r| r.0 <= last) {
             self.ring.pop_front();
         }
-        self.journal.through = last;
-        self.journal.applied = last;
         Ok(())
     }
 
@@ -648,19 +636,9 @@ impl WriteBack {
         self.running = Some(Running {
             blocks: job.blocks.iter().map(|b| b.0).collect(),
         });
-        if let Some(tx) = &self.jobs
-            && let Err(e) = tx.send(job)
-        {
-            // The thread is gone: report it as the job's outcome.
-            let (_tx, rx) = std::sync::mpsc::channel();
-            let _ = _tx.send((
-                e.0.last,
-                Err(Error::io(
-                    "handing a checkpoint to the write-back thread",
-                    std::io::Error::other("the write-back thread has stopped"),
-                )),
-            ));
-            self.done = rx;
+        // If the thread is gone, its end of `done` is too: waiting reports it.
+        if let Some(tx) = &self.jobs {
+            let _ = tx.send(job);
         }
     }
 
@@ -751,17 +729,7 @@ fn write_back(shared: &Shared, io: &InPlace, job: &Job) -> Result<()> {
                 .map_err(me("delete deferred"))?;
         }
     }
-    {
-        let mut t = wtx.open_table(FREE).map_err(me("open free"))?;
-        for (k, v) in &job.free {
-            let k = k.to_be_bytes();
-            match v {
-                Some(n) => t.insert(&k[..], &n.to_be_bytes()[..]).map(|_| ()),
-                None => t.remove(&k[..]).map(|_| ()),
-            }
-            .map_err(me("put free"))?;
-        }
-    }
+    journal::write_free_runs(&wtx, &job.free)?;
     journal::put_seq(&wtx, KEY_APPLIED, job.last)?;
     journal::put_seq(&wtx, KEY_THROUGH, job.last)?;
     journal::put_seq(&wtx, KEY_TAIL, job.tail)?;

@@ -362,6 +362,11 @@ pub(crate) fn write_meta(
             }
         }
     }
+    apply_runs(b, free)
+}
+
+/// Apply a batch's allocated and freed runs to the persisted free list mirror.
+pub(crate) fn apply_runs(b: &Batch, free: &mut FreeList) -> Result<()> {
     for &(s, n) in &b.allocs {
         if !free.remove_range(s, n) {
             return Err(Error::Corrupt(format!(
@@ -379,8 +384,16 @@ pub(crate) fn write_meta(
 
 /// Write the changed runs of the free list mirror.
 pub(crate) fn write_free(wtx: &redb::WriteTransaction, free: &mut FreeList) -> Result<()> {
+    write_free_runs(wtx, &free.take_dirty())
+}
+
+/// Write changed runs of the free list (`None`: the run is gone).
+pub(crate) fn write_free_runs(
+    wtx: &redb::WriteTransaction,
+    runs: &[(u64, Option<u64>)],
+) -> Result<()> {
     let mut t = wtx.open_table(FREE).map_err(me("open free"))?;
-    for (k, v) in free.take_dirty() {
+    for &(k, v) in runs {
         let k = k.to_be_bytes();
         match v {
             Some(n) => t.insert(&k[..], &n.to_be_bytes()[..]).map(|_| ()),

@@ -252,30 +252,41 @@ fn open_only(dir: &std::path::Path, n: u64) {
     drop(s);
 }
 
+fn usage(why: &str) -> ! {
+    eprintln!("bench: {why}\nusage: bench [DIR] [--overwrites SECONDS] [--objects N]");
+    std::process::exit(2)
+}
+
+/// The value after `flag`, if the flag is given; a missing or unparsable value is an
+/// error, never a default.
+fn flag_value<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
+    let i = args.iter().position(|a| a == flag)?;
+    match args.get(i + 1).map(|v| v.parse::<T>()) {
+        Some(Ok(v)) => Some(v),
+        _ => usage(&format!("{flag} takes a number")),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let only = args.iter().position(|a| a == "--overwrites").map(|i| {
-        args.get(i + 1)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(10.0)
-    });
+    let only: Option<f64> = flag_value(&args, "--overwrites");
     let base = args
         .iter()
         .find(|a| !a.starts_with("--") && a.parse::<f64>().is_err())
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     if let Some(i) = args.iter().position(|a| a == "--open") {
-        let dir = std::path::PathBuf::from(&args[i + 1]);
-        open_only(&dir, args[i + 2].parse().unwrap());
+        let (Some(dir), Some(n)) = (
+            args.get(i + 1),
+            args.get(i + 2).and_then(|v| v.parse().ok()),
+        ) else {
+            usage("--open takes a store directory and its object count");
+        };
+        open_only(std::path::Path::new(dir), n);
         return;
     }
     let dir = base.join(format!("shoal-objectstore-bench-{}", std::process::id()));
-    if let Some(n) = args
-        .iter()
-        .position(|a| a == "--objects")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(n) = flag_value::<u32>(&args, "--objects") {
         open_objects(&dir, n);
         let _ = std::fs::remove_dir_all(&dir);
         return;

@@ -366,34 +366,7 @@ impl FsClient {
 
     /// Records what an answer says of an inode.
     pub fn learn(&self, inode: &Inode, caps: u32) {
-        let mut st = lock(&self.state);
-        if caps != 0 {
-            *st.caps.entry(inode.ino).or_insert(0) |= caps;
-        }
-        // Answers are handled concurrently: one older than what is known
-        // (a lower version: the MDS bumps it with every change) is dropped.
-        let seen = st.versions.entry(inode.ino).or_insert(0);
-        if inode.version < *seen {
-            return;
-        }
-        *seen = inode.version;
-        let mut keep_dirty = st.flushing.get(&inode.ino).map(|f| f.1.clone());
-        if let Some(d) = st.dirty.get(&inode.ino) {
-            merge(keep_dirty.get_or_insert_with(SetAttr::default), d);
-        }
-        let mut inode = inode.clone();
-        if let Some(d) = keep_dirty {
-            let ctime = inode.ctime;
-            overlay(&mut inode, &d);
-            inode.ctime = inode.ctime.max(ctime);
-        }
-        st.inodes.insert(
-            inode.ino,
-            Cached {
-                inode,
-                fetched: Instant::now(),
-            },
-        );
+        learn_in(&mut lock(&self.state), inode, caps);
     }
 
     /// Records what an unlink or rename answered: inodes changed or gone.
@@ -539,17 +512,13 @@ impl FsClient {
         *lock(&self.state).open.entry(ino).or_insert(0) += 1;
     }
 
-    /// Notes a close of `ino`; true when it was the last.
-    pub fn closed(&self, ino: u64) -> bool {
+    /// Notes a close of `ino`.
+    pub fn closed(&self, ino: u64) {
         let mut st = lock(&self.state);
-        match st.open.get_mut(&ino) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            _ => {
+        if let Some(n) = st.open.get_mut(&ino) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
                 st.open.remove(&ino);
-                true
             }
         }
     }
@@ -766,7 +735,11 @@ impl FsClient {
             let st = lock(&self.state);
             (
                 st.session,
-                st.open.keys().copied().collect::<Vec<_>>(),
+                // Once per open: the MDS counts each (and each close).
+                st.open
+                    .iter()
+                    .flat_map(|(i, n)| std::iter::repeat_n(*i, *n as usize))
+                    .collect::<Vec<_>>(),
                 st.caps.iter().map(|(i, c)| (*i, *c)).collect::<Vec<_>>(),
             )
         };
@@ -814,6 +787,37 @@ impl FsClient {
             _ => Err(Errno::new(libc::EIO, "the MDS answered something else")),
         }
     }
+}
+
+/// [`FsClient::learn`] under a hold of the state's lock the caller has.
+fn learn_in(st: &mut State, inode: &Inode, caps: u32) {
+    if caps != 0 {
+        *st.caps.entry(inode.ino).or_insert(0) |= caps;
+    }
+    // Answers are handled concurrently: one older than what is known
+    // (a lower version: the MDS bumps it with every change) is dropped.
+    let seen = st.versions.entry(inode.ino).or_insert(0);
+    if inode.version < *seen {
+        return;
+    }
+    *seen = inode.version;
+    let mut keep_dirty = st.flushing.get(&inode.ino).map(|f| f.1.clone());
+    if let Some(d) = st.dirty.get(&inode.ino) {
+        merge(keep_dirty.get_or_insert_with(SetAttr::default), d);
+    }
+    let mut inode = inode.clone();
+    if let Some(d) = keep_dirty {
+        let ctime = inode.ctime;
+        overlay(&mut inode, &d);
+        inode.ctime = inode.ctime.max(ctime);
+    }
+    st.inodes.insert(
+        inode.ino,
+        Cached {
+            inode,
+            fetched: Instant::now(),
+        },
+    );
 }
 
 /// The bytes `start..end` of a file as (object number, offset in the
@@ -991,21 +995,40 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
             }
             Some(Reply { result, .. }) => {
                 // The MDS handles a session's requests in order: an answer
-                // to request `tid` includes every Flush sent before it.
-                {
+                // to request `tid` includes every Flush sent before it. What
+                // was flushed stops overlaying the cache in the same hold of
+                // the lock that learns the answer: in between, an older
+                // answer handled concurrently would be learned bare (an
+                // unlink's, from before the flush, with the size before it).
+                let inf = {
                     let mut st = lock(&c.state);
-                    let inos: Vec<u64> = match &result {
-                        Ok(Out::Inode { inode, .. }) => vec![inode.ino],
-                        Ok(Out::Changed { inodes, .. }) => inodes.iter().map(|i| i.ino).collect(),
-                        _ => Vec::new(),
+                    let answered: &[Inode] = match &result {
+                        Ok(Out::Inode { inode, .. }) => std::slice::from_ref(inode),
+                        Ok(Out::Changed { inodes, .. }) => inodes,
+                        _ => &[],
                     };
-                    for ino in inos {
-                        if st.flushing.get(&ino).is_some_and(|f| f.0 <= tid) {
-                            st.flushing.remove(&ino);
+                    for inode in answered {
+                        if st.flushing.get(&inode.ino).is_some_and(|f| f.0 <= tid) {
+                            st.flushing.remove(&inode.ino);
                         }
+                        learn_in(&mut st, inode, 0);
                     }
-                }
-                let inf = lock(&c.state).inflight.remove(&tid);
+                    let inf = st.inflight.remove(&tid);
+                    if let Some(Inflight {
+                        req:
+                            Request {
+                                op: Op::Flush { ino, .. },
+                                ..
+                            },
+                        ..
+                    }) = &inf
+                        && st.flushing.get(ino).is_some_and(|f| f.0 == tid)
+                    {
+                        // A flush that failed: nothing more to overlay.
+                        st.flushing.remove(ino);
+                    }
+                    inf
+                };
                 if let Some(inf) = inf {
                     if let Err(e) = &result
                         && inf.reply.is_none()
@@ -1013,17 +1036,6 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
                     {
                         tracing::warn!("an asynchronous {:?} failed: {}", inf.req.op, e.message);
                         lock(&c.state).async_error.get_or_insert(e.clone());
-                    }
-                    if let Op::Flush { ino, .. } = &inf.req.op {
-                        {
-                            let mut st = lock(&c.state);
-                            if st.flushing.get(ino).is_some_and(|f| f.0 == tid) {
-                                st.flushing.remove(ino);
-                            }
-                        }
-                        if let Ok(Out::Inode { inode, .. }) = &result {
-                            c.learn(inode, 0);
-                        }
                     }
                     if let Op::AllocInos { .. } = &inf.req.op {
                         let mut st = lock(&c.state);

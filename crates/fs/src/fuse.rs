@@ -807,14 +807,15 @@ impl Filesystem for ShoalFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let last = self.c.closed(ino);
+        // Every open was counted by the MDS, so every close is: an inode
+        // unlinked while open is freed when its last open goes, however
+        // the opens and closes interleave.
+        self.c.closed(ino);
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
             c.wait_writes(Some(ino)).await;
             c.flush_dirty(ino);
-            if last {
-                c.send_async(Op::Release { ino }, 0, 0);
-            }
+            c.send_async(Op::Release { ino }, 0, 0);
         });
         reply.ok();
     }

@@ -1111,6 +1111,10 @@ impl Engine {
                 let exact = !flush || self.caps_of(me, *ino) & CAP_EXCL != 0;
                 apply_set(&mut i, set, now, !exact);
                 let u = self.put(i.clone());
+                // The answer carries the version stored: a client orders the
+                // answers it handles concurrently by it (an older one, such
+                // as an unlink's sent before this flush, must not win).
+                let i = self.inodes.get(ino).cloned().unwrap_or(i);
                 Handled::Done {
                     result: Ok(Out::Inode {
                         caps: self.caps_of(me, *ino),

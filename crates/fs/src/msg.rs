@@ -63,7 +63,7 @@ pub enum Op {
         client: String,
         /// The session it had, if any.
         reclaim: u64,
-        /// Inodes it has open.
+        /// Inodes it has open, each once per open.
         open: Vec<u64>,
         /// Capabilities it holds (after a failover: the new MDS knows
         /// none, and nobody else can have been granted them).

@@ -252,7 +252,8 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
     );
     drop(holder);
 
-    // An unlinked open file lives until its last close, then its data goes.
+    // An unlinked open file lives until its last close (of two opens by
+    // one process here), then its data goes.
     let big = a.p("orphan");
     std::fs::write(&big, vec![7u8; 5 << 20]).unwrap();
     let ino = {
@@ -260,7 +261,7 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
         std::fs::metadata(&big).unwrap().ino()
     };
     let keeper = Command::new("python3")
-        .args(["-c", "import os,sys,time\nfd=os.open(sys.argv[1],os.O_RDONLY)\nos.unlink(sys.argv[1])\nprint('unlinked',flush=True)\nsys.stdin.readline()\nassert os.pread(fd,5,5<<20-5)==b'\\x07'*5\nos.close(fd)\nprint('closed',flush=True)", big.to_str().unwrap()])
+        .args(["-c", "import os,sys,time\nfd=os.open(sys.argv[1],os.O_RDONLY)\nfd2=os.open(sys.argv[1],os.O_RDONLY)\nos.unlink(sys.argv[1])\nprint('unlinked',flush=True)\nsys.stdin.readline()\nos.close(fd2)\ntime.sleep(0.5)\nassert os.pread(fd,5,5<<20-5)==b'\\x07'*5\nos.close(fd)\nprint('closed',flush=True)", big.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

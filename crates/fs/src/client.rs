@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use serde_json::Value;
 use shoal_client::{Client, Error as ClientError, Pool};
+use shoal_monclient::replies::FsMapReply;
 use shoal_monclient::{Command, MonClient, TicketAuth};
 use shoal_net::{Connection, Incoming, Messenger, NetConfig, Secret, TcpTransport};
 use shoal_proto::{MdsReply, MdsRequest, Message};
@@ -141,21 +141,6 @@ impl std::fmt::Debug for FsClient {
     }
 }
 
-/// The file system `name` in the monitors' map: (id, metadata pool, data
-/// pool, the active MDS's address).
-pub fn find_fs(map: &Value, name: Option<&str>) -> Option<(String, String, Option<SocketAddr>)> {
-    let list = map["filesystems"].as_array()?;
-    let f = match name {
-        Some(n) => list.iter().find(|f| f["name"].as_str() == Some(n))?,
-        None => list.first()?,
-    };
-    Some((
-        f["name"].as_str()?.to_string(),
-        f["data_pool"].as_str()?.to_string(),
-        f["active"]["addr"].as_str().and_then(|a| a.parse().ok()),
-    ))
-}
-
 impl FsClient {
     /// Connects to file system `fs` (`None`: the first) as the rados
     /// client's entity, whose key is `key`.
@@ -165,8 +150,8 @@ impl FsClient {
         fs: Option<&str>,
     ) -> Result<Arc<FsClient>, Errno> {
         let monc = rados.mon_client().clone();
-        let map = monc.command(&Command::FsLs).await.map_err(eio)?;
-        let (fs_name, data_pool, _) = find_fs(&map, fs).ok_or_else(|| {
+        let map: FsMapReply = monc.command_as(&Command::FsLs).await.map_err(eio)?;
+        let f = map.fs(fs).ok_or_else(|| {
             Errno::new(
                 libc::ENOENT,
                 match fs {
@@ -175,6 +160,7 @@ impl FsClient {
                 },
             )
         })?;
+        let (fs_name, data_pool) = (f.name.clone(), f.data_pool.clone());
         let data = rados.pool(&data_pool).map_err(eio)?;
         let name: EntityName = rados.name().clone();
         let auth = TicketAuth::for_service(name.clone(), key, EntityType::Mds);
@@ -719,8 +705,13 @@ impl FsClient {
     }
 
     async fn find_mds(&self) -> Option<SocketAddr> {
-        let map = self.monc.command(&Command::FsLs).await.ok()?;
-        find_fs(&map, Some(&self.fs_name))?.2
+        let map: FsMapReply = self.monc.command_as(&Command::FsLs).await.ok()?;
+        map.fs(Some(&self.fs_name))?
+            .active
+            .as_ref()?
+            .addr
+            .parse()
+            .ok()
     }
 
     /// Connects to the active MDS and opens (or reclaims) the session;

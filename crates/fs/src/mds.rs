@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::Value;
 use shoal_client::{Client, Error as ClientError};
+use shoal_monclient::replies::FsMapReply;
 use shoal_monclient::{Command, MonClient, TicketAuth};
 use shoal_net::{Connection, Incoming, Messenger, NetConfig, Responder, TcpTransport};
 use shoal_proto::{MdsPush, MdsReply, Message};
@@ -81,14 +81,13 @@ struct Rank {
     incarnation: u64,
 }
 
-fn rank_of(map: &Value, me: &str) -> Option<Rank> {
-    map["filesystems"].as_array()?.iter().find_map(|f| {
-        (f["active"]["name"].as_str() == Some(me)).then(|| Rank {
-            fs_id: f["id"].as_u64().unwrap_or(0),
-            metadata_pool: f["metadata_pool"].as_str().unwrap_or("").to_string(),
-            data_pool: f["data_pool"].as_str().unwrap_or("").to_string(),
-            incarnation: f["active"]["incarnation"].as_u64().unwrap_or(0),
-        })
+fn rank_of(map: &FsMapReply, me: &str) -> Option<Rank> {
+    let f = map.fs_of_mds(me)?;
+    Some(Rank {
+        fs_id: f.id,
+        metadata_pool: f.metadata_pool.clone(),
+        data_pool: f.data_pool.clone(),
+        incarnation: f.active.as_ref()?.incarnation,
     })
 }
 
@@ -120,7 +119,7 @@ pub async fn run(
     tracing::info!(mds = %opts.name, %addr, "mds listening");
     listening(addr);
     let state = Arc::new(std::sync::Mutex::new(String::from("standby")));
-    let (map_tx, mut map_rx) = tokio::sync::watch::channel(Value::Null);
+    let (map_tx, mut map_rx) = tokio::sync::watch::channel(FsMapReply::default());
     let beacons = tokio::spawn(beacon_loop(
         monc.clone(),
         opts.clone(),
@@ -180,7 +179,7 @@ async fn beacon_loop(
     opts: MdsOptions,
     addr: SocketAddr,
     state: Arc<std::sync::Mutex<String>>,
-    map_tx: tokio::sync::watch::Sender<Value>,
+    map_tx: tokio::sync::watch::Sender<FsMapReply>,
 ) {
     let nonce = shoal_net::runtime::random_u64();
     loop {
@@ -191,7 +190,7 @@ async fn beacon_loop(
             state: st,
             nonce,
         };
-        match monc.command(&cmd).await {
+        match monc.command_as::<FsMapReply>(&cmd).await {
             Ok(map) => {
                 map_tx.send_if_modified(|m| {
                     let changed = *m != map;
@@ -243,7 +242,7 @@ async fn serve(
     rank: &Rank,
     state: &std::sync::Mutex<String>,
     rx: &mut mpsc::UnboundedReceiver<Incoming>,
-    map_rx: &mut tokio::sync::watch::Receiver<Value>,
+    map_rx: &mut tokio::sync::watch::Receiver<FsMapReply>,
 ) -> Result<(), MdsError> {
     // The MDS's changes go through on a full cluster (its journal records
     // the unlinks that free space; its data changes only cut and remove):
@@ -1686,13 +1685,16 @@ mod tests {
 
     #[test]
     fn the_rank_comes_from_the_map() {
-        let map = serde_json::json!({
+        let map: FsMapReply = serde_json::from_value(serde_json::json!({
+            "epoch": 4,
             "filesystems": [{
                 "name": "fs", "id": 2, "metadata_pool": "m", "data_pool": "d",
-                "active": { "name": "a", "incarnation": 7 }
+                "created_ms": 1,
+                "active": { "name": "a", "addr": "127.0.0.1:1", "incarnation": 7, "since_ms": 1 }
             }],
-            "standbys": [{ "name": "b" }]
-        });
+            "standbys": [{ "name": "b", "addr": "127.0.0.1:2" }]
+        }))
+        .unwrap();
         assert_eq!(
             rank_of(&map, "a"),
             Some(Rank {
@@ -1703,7 +1705,7 @@ mod tests {
             })
         );
         assert_eq!(rank_of(&map, "b"), None);
-        assert_eq!(rank_of(&Value::Null, "a"), None);
+        assert_eq!(rank_of(&FsMapReply::default(), "a"), None);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
+use shoal_monclient::replies::{ActiveMds, FsMapReply, FsReply, MdsStandby};
 
 /// The file-system map, as the monitors agree on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,14 +65,24 @@ pub struct MdsEntry {
 
 impl FsMap {
     /// The map as commands show it.
+    pub fn reply(&self) -> FsMapReply {
+        FsMapReply {
+            epoch: self.epoch,
+            filesystems: self.filesystems.iter().map(|(n, f)| f.reply(n)).collect(),
+            standbys: self
+                .standbys
+                .iter()
+                .map(|(n, a)| MdsStandby {
+                    name: n.clone(),
+                    addr: a.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// [`FsMap::reply`] as JSON.
     pub fn to_json(&self) -> Value {
-        json!({
-            "epoch": self.epoch,
-            "filesystems": self.filesystems.iter().map(|(n, f)| f.to_json(n)).collect::<Vec<_>>(),
-            "standbys": self.standbys.iter()
-                .map(|(n, a)| json!({ "name": n, "addr": a }))
-                .collect::<Vec<_>>(),
-        })
+        serde_json::to_value(self.reply()).unwrap_or(Value::Null)
     }
 
     /// The file system `name` holds, if any, and its MDS.
@@ -84,18 +95,21 @@ impl FsMap {
 
 impl FsInfo {
     /// One file system as commands show it.
-    pub fn to_json(&self, name: &str) -> Value {
-        json!({
-            "name": name,
-            "id": self.id,
-            "metadata_pool": self.metadata_pool,
-            "data_pool": self.data_pool,
-            "created_ms": self.created_ms,
-            "active": self.active.as_ref().map(|a| json!({
-                "name": a.name, "addr": a.addr,
-                "incarnation": a.incarnation, "since_ms": a.since_ms,
-            })),
-        })
+    pub fn reply(&self, name: &str) -> FsReply {
+        FsReply {
+            name: name.to_string(),
+            id: self.id,
+            metadata_pool: self.metadata_pool.clone(),
+            data_pool: self.data_pool.clone(),
+            created_ms: self.created_ms,
+            active: self.active.as_ref().map(|a| ActiveMds {
+                name: a.name.clone(),
+                addr: a.addr.clone(),
+                incarnation: a.incarnation,
+                since_ms: a.since_ms,
+                report: None,
+            }),
+        }
     }
 }
 

@@ -1187,22 +1187,19 @@ impl Core {
             Command::Df => crate::views_pg::df(&state),
             Command::MgrStat => Ok(state.mgrmap.to_json()),
             Command::FsLs => {
-                let mut v = state.fsmap.to_json();
+                let mut map = state.fsmap.reply();
                 let soft = self.mgr_lock();
                 let now = Instant::now();
-                let st = |n: &str| {
-                    soft.mds_beacons.get(n).map(|(at, _, st, _)| {
-                        json!({ "state": st, "beacon_age_ms": now.duration_since(*at).as_millis() as u64 })
-                    })
-                };
-                if let Some(list) = v["filesystems"].as_array_mut() {
-                    for f in list {
-                        if let Some(n) = f["active"]["name"].as_str().map(str::to_string) {
-                            f["active"]["report"] = st(&n).unwrap_or(Value::Null);
+                for a in map.filesystems.iter_mut().filter_map(|f| f.active.as_mut()) {
+                    a.report = soft.mds_beacons.get(&a.name).map(|(at, _, st, _)| {
+                        shoal_monclient::replies::MdsReport {
+                            state: st.clone(),
+                            beacon_age_ms: now.duration_since(*at).as_millis() as u64,
                         }
-                    }
+                    });
                 }
-                Ok(v)
+                serde_json::to_value(map)
+                    .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))
             }
             Command::DaemonReports => {
                 let now = Instant::now();

@@ -583,7 +583,8 @@ impl MonState {
                     active: None,
                 };
                 m.next_id += 1;
-                let out = info.to_json(name);
+                let out = serde_json::to_value(info.reply(name))
+                    .map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
                 m.filesystems.insert(name.clone(), info);
                 Ok(Applied::Changed(out))
             }

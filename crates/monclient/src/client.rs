@@ -169,6 +169,18 @@ impl MonClient {
         }
     }
 
+    /// Runs `cmd` and decodes its answer into its typed reply
+    /// ([`crate::replies`]): a field missing or renamed is an error.
+    pub async fn command_as<T: serde::de::DeserializeOwned>(
+        &self,
+        cmd: &Command,
+    ) -> Result<T, MonError> {
+        let v = self.command(cmd).await?;
+        let debug = format!("{cmd:?}");
+        let name = debug.split([' ', '{', '(']).next().unwrap_or_default();
+        crate::replies::decode(name, v)
+    }
+
     /// PG `pg`'s past intervals since `since`, from a monitor whose map has
     /// reached `epoch` (the caller's): for peering.
     pub async fn past_intervals(

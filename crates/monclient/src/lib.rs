@@ -6,13 +6,15 @@
 //! [`Command`]s with their wire errors, the capability grammar ([`MonCaps`],
 //! [`OsdCaps`]), [`TicketAuth`] (the authentication provider of everything
 //! that talks to OSDs), and the data types commands carry (pool specs, PG
-//! statistics, performance reports). `shoal-mon` builds on it and re-exports it.
+//! statistics, performance reports) and the typed
+//! [`replies`] of its commands. `shoal-mon` builds on it and re-exports it.
 
 mod client;
 mod command;
 mod error;
 mod hunt;
 mod perf;
+pub mod replies;
 mod stats;
 mod ticket_auth;
 mod update;

@@ -23,6 +23,7 @@
 
 mod common;
 
+use shoal_monclient::replies::FsMapReply;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -155,6 +156,12 @@ fn same_tree(a: &Path, b: &Path) -> usize {
         }
     }
     n
+}
+
+/// `fs status --format json`, decoded into its type (a field missing or
+/// renamed fails here).
+fn fs_status(d: &Dev) -> FsMapReply {
+    serde_json::from_value(d.json(&["fs", "status"])).expect("fs status decodes")
 }
 
 fn data_objects(d: &Dev, ino: u64) -> usize {
@@ -329,12 +336,10 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
     d.ok(&["osd", "pool", "create", "fsec.meta", "8"]);
     d.ok(&["fs", "new", "ecfs", "fsec.meta", "fsec.data"]);
     until("ecfs active", 60, || {
-        let v = d.json(&["fs", "status"]);
-        v["filesystems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["name"] == "ecfs" && f["active"]["report"]["state"] == "active")
+        let m = fs_status(&d);
+        m.fs(Some("ecfs"))
+            .and_then(|f| f.active.as_ref()?.report.as_ref())
+            .is_some_and(|r| r.state == "active")
     });
     let e = Mount::of_fs(&d, "mnt-ec", Some("ecfs"));
     let file = e.p("fsx-ec");
@@ -505,11 +510,10 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     while entries(&a.p("tree")) < 60 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let before = d.json(&["fs", "status"]);
-    assert_eq!(before["filesystems"][0]["active"]["name"], "a");
-    let inc = before["filesystems"][0]["active"]["incarnation"]
-        .as_u64()
-        .unwrap();
+    let before = fs_status(&d);
+    let active = before.filesystems[0].active.clone().unwrap();
+    assert_eq!(active.name, "a");
+    let inc = active.incarnation;
     let killed = Instant::now();
     d.kill9("mds.a");
     let (status, took) = untarring.join().unwrap();
@@ -530,10 +534,10 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
         "from the kill to the fsync's return: {:?}",
         killed.elapsed()
     );
-    let after = d.json(&["fs", "status"]);
-    let active = &after["filesystems"][0]["active"];
-    assert_eq!(active["name"], "b", "{after}");
-    assert!(active["incarnation"].as_u64().unwrap() > inc);
+    let after = fs_status(&d);
+    let active = after.filesystems[0].active.as_ref().unwrap();
+    assert_eq!(active.name, "b", "{after:?}");
+    assert!(active.incarnation > inc);
     let n = same_tree(&d.0.join("local-tree"), &a.p("tree"));
     assert!(n > 100);
     // A client that knows nothing yet sees the same tree, and the split

@@ -179,11 +179,20 @@ where
 
 /// Sends one command to the monitors and returns its output.
 pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
+    mon_command_as(ctx, cmd)
+}
+
+/// Runs a monitor command and decodes its reply into `T`: its typed reply
+/// (`shoal_monclient::replies`), or `Value` for a command not typed yet.
+pub fn mon_command_as<T: serde::de::DeserializeOwned>(
+    ctx: &Ctx,
+    cmd: &Command,
+) -> anyhow::Result<T> {
     let rt = runtime()?;
     rt.block_on(async {
         let client = mon_client(ctx)?;
         client
-            .command(cmd)
+            .command_as(cmd)
             .await
             .map_err(|e| anyhow::anyhow!("{:?}: {}", e.code, e.message))
     })
@@ -193,6 +202,15 @@ pub fn mon_command(ctx: &Ctx, cmd: &Command) -> anyhow::Result<Value> {
 pub fn print(format: Format, v: &Value, plain: impl FnOnce(&Value) -> String) {
     match format {
         Format::Json => outln!("{v}"),
+        Format::Plain => out!("{}", plain(v)),
+    }
+}
+
+/// Prints a typed reply as its JSON (its documented schema), or with
+/// `plain` for people.
+pub fn print_typed<T: serde::Serialize>(format: Format, v: &T, plain: impl FnOnce(&T) -> String) {
+    match format {
+        Format::Json => outln!("{}", serde_json::to_value(v).unwrap_or(Value::Null)),
         Format::Plain => out!("{}", plain(v)),
     }
 }

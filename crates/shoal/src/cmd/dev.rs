@@ -3,6 +3,7 @@
 //! loopback ports, with their keys, configuration, data and logs in one
 //! directory. `up` on an existing directory restarts the same cluster.
 
+use shoal_monclient::replies::FsMapReply;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -774,10 +775,8 @@ fn start_fs(
     started: &mut BTreeMap<String, Child>,
     size: u32,
 ) -> anyhow::Result<()> {
-    let fs = super::common::mon_command(ctx, &Command::FsLs)?;
-    let exists = fs["filesystems"]
-        .as_array()
-        .is_some_and(|l| l.iter().any(|f| f["name"] == DEV_FS));
+    let fs: FsMapReply = super::common::mon_command_as(ctx, &Command::FsLs)?;
+    let exists = fs.fs(Some(DEV_FS)).is_some();
     if !exists {
         for (pool, pg_num) in [("shoalfs.meta", 8), ("shoalfs.data", 16)] {
             let cmd = Command::PoolCreate {
@@ -838,10 +837,14 @@ fn start_fs(
         started,
         dir,
         |v| {
-            v["filesystems"].as_array().is_some_and(|l| {
-                l.iter()
-                    .any(|f| f["name"] == DEV_FS && f["active"]["report"]["state"] == "active")
-            })
+            let state = |m: FsMapReply| {
+                let report = m.fs(Some(DEV_FS))?.active.as_ref()?.report.as_ref()?;
+                Some(report.state == "active")
+            };
+            serde_json::from_value(v.clone())
+                .ok()
+                .and_then(state)
+                .unwrap_or(false)
         },
     )
     .map(|_| ())

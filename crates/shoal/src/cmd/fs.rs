@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde_json::Value;
 use shoal_mon::Command;
 use shoal_types::{EntityName, EntityType};
 
-use super::common::{Ctx, Format, mon_command, print};
+use shoal_monclient::replies::{FsMapReply, FsReply};
+
+use super::common::{Ctx, Format, mon_command, mon_command_as, print_typed};
 
 /// `shoal fs`.
 #[derive(Debug, Subcommand)]
@@ -101,7 +102,7 @@ pub fn run(c: FsCmd, ctx: &Ctx) -> anyhow::Result<()> {
             metadata_pool,
             data_pool,
         } => {
-            let v = mon_command(
+            let f: FsReply = mon_command_as(
                 ctx,
                 &Command::FsNew {
                     name,
@@ -109,28 +110,23 @@ pub fn run(c: FsCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     data_pool,
                 },
             )?;
-            print(Format::Plain, &v, |v| {
-                format!(
-                    "new fs {} (id {}) with metadata pool {} and data pool {}\n",
-                    v["name"].as_str().unwrap_or("?"),
-                    v["id"],
-                    v["metadata_pool"].as_str().unwrap_or("?"),
-                    v["data_pool"].as_str().unwrap_or("?"),
-                )
-            });
+            outln!(
+                "new fs {} (id {}) with metadata pool {} and data pool {}",
+                f.name,
+                f.id,
+                f.metadata_pool,
+                f.data_pool
+            );
             Ok(())
         }
         FsCmd::Ls { format } => {
-            let v = mon_command(ctx, &Command::FsLs)?;
-            let list = v["filesystems"].clone();
-            print(format, &list, |l| {
+            let m: FsMapReply = mon_command_as(ctx, &Command::FsLs)?;
+            print_typed(format, &m.filesystems, |l| {
                 let mut s = String::new();
-                for f in l.as_array().into_iter().flatten() {
+                for f in l {
                     s += &format!(
                         "name: {}, metadata pool: {}, data pools: [{}]\n",
-                        f["name"].as_str().unwrap_or("?"),
-                        f["metadata_pool"].as_str().unwrap_or("?"),
-                        f["data_pool"].as_str().unwrap_or("?"),
+                        f.name, f.metadata_pool, f.data_pool
                     );
                 }
                 if s.is_empty() {
@@ -141,8 +137,8 @@ pub fn run(c: FsCmd, ctx: &Ctx) -> anyhow::Result<()> {
             Ok(())
         }
         FsCmd::Status { format } => {
-            let v = mon_command(ctx, &Command::FsLs)?;
-            print(format, &v, status_plain);
+            let m: FsMapReply = mon_command_as(ctx, &Command::FsLs)?;
+            print_typed(format, &m, status_plain);
             Ok(())
         }
         FsCmd::Rm { name, sure } => {
@@ -164,33 +160,28 @@ pub fn run(c: FsCmd, ctx: &Ctx) -> anyhow::Result<()> {
     }
 }
 
-fn status_plain(v: &Value) -> String {
-    let mut s = format!("fsmap epoch {}\n", v["epoch"]);
-    for f in v["filesystems"].as_array().into_iter().flatten() {
-        let active = &f["active"];
+fn status_plain(m: &FsMapReply) -> String {
+    let mut s = format!("fsmap epoch {}\n", m.epoch);
+    for f in &m.filesystems {
         s += &format!(
             "{} (id {}): metadata {}, data {}; rank 0: {}\n",
-            f["name"].as_str().unwrap_or("?"),
-            f["id"],
-            f["metadata_pool"].as_str().unwrap_or("?"),
-            f["data_pool"].as_str().unwrap_or("?"),
-            match active["name"].as_str() {
-                Some(n) => format!(
-                    "mds.{n} at {} ({}, incarnation {})",
-                    active["addr"].as_str().unwrap_or("?"),
-                    active["report"]["state"].as_str().unwrap_or("unknown"),
-                    active["incarnation"]
+            f.name,
+            f.id,
+            f.metadata_pool,
+            f.data_pool,
+            match &f.active {
+                Some(a) => format!(
+                    "mds.{} at {} ({}, incarnation {})",
+                    a.name,
+                    a.addr,
+                    a.report.as_ref().map_or("unknown", |r| r.state.as_str()),
+                    a.incarnation
                 ),
                 None => "none (no MDS)".to_string(),
             }
         );
     }
-    let standbys: Vec<&str> = v["standbys"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["name"].as_str())
-        .collect();
+    let standbys: Vec<&str> = m.standbys.iter().map(|s| s.name.as_str()).collect();
     s += &format!(
         "standby: {}\n",
         if standbys.is_empty() {
@@ -206,14 +197,14 @@ fn status_plain(v: &Value) -> String {
 pub fn run_mds(a: MdsArgs, ctx: &Ctx) -> anyhow::Result<()> {
     match a.cmd {
         Some(MdsCmd::Stat { format }) => {
-            let v = mon_command(ctx, &Command::FsLs)?;
-            print(format, &v, status_plain);
+            let m: FsMapReply = mon_command_as(ctx, &Command::FsLs)?;
+            print_typed(format, &m, status_plain);
             Ok(())
         }
         Some(MdsCmd::Fail { name }) => {
             let name = name.strip_prefix("mds.").unwrap_or(&name).to_string();
-            let v = mon_command(ctx, &Command::MdsFail { name })?;
-            print(Format::Plain, &v, status_plain);
+            let m: FsMapReply = mon_command_as(ctx, &Command::MdsFail { name })?;
+            print_typed(Format::Plain, &m, status_plain);
             Ok(())
         }
         None => {

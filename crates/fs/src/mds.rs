@@ -1686,6 +1686,7 @@ mod tests {
     #[test]
     fn the_rank_comes_from_the_map() {
         let map: FsMapReply = serde_json::from_value(serde_json::json!({
+            "version": 1,
             "epoch": 4,
             "filesystems": [{
                 "name": "fs", "id": 2, "metadata_pool": "m", "data_pool": "d",

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shoal_monclient::replies::{ActiveMds, FsMapReply, FsReply, MdsStandby};
+use shoal_monclient::replies::{ActiveMds, FS_MAP_VERSION, FsMapReply, FsReply, MdsStandby};
 
 /// The file-system map, as the monitors agree on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,7 @@ impl FsMap {
     /// The map as commands show it.
     pub fn reply(&self) -> FsMapReply {
         FsMapReply {
+            version: FS_MAP_VERSION,
             epoch: self.epoch,
             filesystems: self.filesystems.iter().map(|(n, f)| f.reply(n)).collect(),
             standbys: self

@@ -22,10 +22,19 @@ pub fn decode<T: DeserializeOwned>(what: &str, v: Value) -> Result<T, MonError> 
     })
 }
 
+/// The version of the `fs-map` schema this build writes and reads.
+pub const FS_MAP_VERSION: u32 = 1;
+
 /// `fs ls`, and what an MDS beacon is answered with: the file-system map
-/// (schema `fs-map`, version 1).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// (schema `fs-map`, version [`FS_MAP_VERSION`]). A reply of a later
+/// version does not decode: a reader never guesses at what it does not
+/// know (the fencing token among it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsMapReply {
+    /// The schema's version (absent from monitors older than the field:
+    /// version 1).
+    #[serde(default = "fs_map_v1", deserialize_with = "known_fs_map_version")]
+    pub version: u32,
     /// Bumped by every change.
     pub epoch: u64,
     /// File systems, by name.
@@ -87,6 +96,31 @@ pub struct MdsStandby {
     pub addr: String,
 }
 
+impl Default for FsMapReply {
+    fn default() -> Self {
+        FsMapReply {
+            version: FS_MAP_VERSION,
+            epoch: 0,
+            filesystems: Vec::new(),
+            standbys: Vec::new(),
+        }
+    }
+}
+
+fn fs_map_v1() -> u32 {
+    1
+}
+
+fn known_fs_map_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = u32::deserialize(d)?;
+    if v > FS_MAP_VERSION {
+        return Err(serde::de::Error::custom(format!(
+            "fs-map version {v} is newer than this build's {FS_MAP_VERSION}: upgrade it"
+        )));
+    }
+    Ok(v)
+}
+
 impl FsMapReply {
     /// The file system `name` (`None`: the first), if any.
     pub fn fs(&self, name: Option<&str>) -> Option<&FsReply> {
@@ -110,8 +144,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_fs_map_decodes_and_a_missing_incarnation_is_an_error() {
+    fn the_fs_map_decodes_a_later_version_and_a_missing_incarnation_are_errors() {
         let v = json!({
+            "version": 1,
             "epoch": 3,
             "filesystems": [{
                 "name": "fs", "id": 2, "metadata_pool": "m", "data_pool": "d",
@@ -133,6 +168,16 @@ mod tests {
         assert_eq!(m.fs_of_mds("b"), None);
         // What the monitors print is what they were sent.
         assert_eq!(serde_json::to_value(&m).unwrap(), v);
+
+        // A monitor older than the version field: version 1.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("version");
+        assert_eq!(decode::<FsMapReply>("fs ls", old).unwrap(), m);
+        // A later version is refused, not guessed at.
+        let mut newer = v.clone();
+        newer["version"] = json!(2);
+        let e = decode::<FsMapReply>("fs ls", newer).unwrap_err();
+        assert!(e.message.contains("version 2"), "{}", e.message);
 
         let mut bad = v;
         bad["filesystems"][0]["active"]

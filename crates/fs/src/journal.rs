@@ -69,6 +69,17 @@ pub enum Update {
         /// Joins (true) or leaves.
         on: bool,
     },
+    /// A removed file's data joins the purge queue (journaled with its
+    /// `Forget`), or leaves it once every object is gone: a purge an MDS
+    /// crash cut short is resumed by the next one.
+    Purge {
+        /// The inode.
+        ino: u64,
+        /// Its size when removed (which objects to look for).
+        size: u64,
+        /// Joins (true) or leaves.
+        on: bool,
+    },
 }
 
 /// One client request's (or the MDS's own) changes, applied together.

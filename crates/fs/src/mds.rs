@@ -274,6 +274,7 @@ async fn serve(
         head,
         unflushed: Vec::new(),
         flush_events: opts.flush_events,
+        flushed_at: Instant::now(),
     };
     jstate.trim(engine.next_ino).await?;
     engine.ensure_root().await?;
@@ -287,8 +288,21 @@ async fn serve(
     // 2. Serve.
     let (jtx, jrx) = mpsc::unbounded_channel::<Commit>();
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel::<JournalError>();
-    let jtask = tokio::spawn(journal_task(jstate, jrx, fail_tx));
+    let jtask = tokio::spawn(journal_task(jstate, jrx, jtx.downgrade(), fail_tx));
     let _jtask = AbortOnDrop(jtask);
+    // Purges an earlier MDS left unfinished (it crashed, or lost the rank)
+    // go on: removing what is already gone is harmless.
+    let purges = store.load_purges().await?;
+    if !purges.is_empty() {
+        tracing::info!(files = purges.len(), "resuming purges");
+    }
+    for purge in purges {
+        let _ = jtx.send(Commit {
+            event: None,
+            answer: None,
+            purge: Some(purge),
+        });
+    }
     engine.commits = Some(jtx);
     // Sessions from before a failover may reconnect within one timeout;
     // strays are purged after that.
@@ -325,6 +339,8 @@ struct JournalState {
     head: Head,
     unflushed: Vec<Event>,
     flush_events: usize,
+    /// When the events were last written into the objects.
+    flushed_at: Instant,
 }
 
 impl JournalState {
@@ -353,6 +369,7 @@ impl JournalState {
             return Ok(());
         }
         let events = std::mem::take(&mut self.unflushed);
+        self.flushed_at = Instant::now();
         let next_ino = events
             .iter()
             .flat_map(|e| &e.updates)
@@ -370,11 +387,16 @@ impl JournalState {
     }
 }
 
+/// How often a failed purge is tried again (5 s apart) before it is left
+/// in the queue for the next MDS.
+const PURGE_RETRIES: u32 = 12;
+
 /// Appends what the engine hands over, many at a time, and answers once
 /// durable; flushes and trims every `flush_events` events or when idle.
 async fn journal_task(
     mut j: JournalState,
     mut rx: mpsc::UnboundedReceiver<Commit>,
+    again: mpsc::WeakUnboundedSender<Commit>,
     fail: mpsc::UnboundedSender<JournalError>,
 ) {
     let idle_flush = Duration::from_secs(5);
@@ -444,14 +466,45 @@ async fn journal_task(
             }
             if let Some((ino, size)) = c.purge {
                 let store = j.store.clone();
+                let again = again.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = store.purge_data(ino, size).await {
-                        tracing::warn!("purging the data of {ino:x}: {e}");
+                    let mut outcome = store.purge_data(ino, size).await;
+                    for _ in 0..PURGE_RETRIES {
+                        if outcome.is_ok() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        outcome = store.purge_data(ino, size).await;
+                    }
+                    match outcome {
+                        // Done: it leaves the purge queue.
+                        Ok(()) => {
+                            if let Some(tx) = again.upgrade() {
+                                let _ = tx.send(Commit {
+                                    event: Some(Event {
+                                        updates: vec![Update::Purge {
+                                            ino,
+                                            size,
+                                            on: false,
+                                        }],
+                                        req: None,
+                                    }),
+                                    answer: None,
+                                    purge: None,
+                                });
+                            }
+                        }
+                        // Left in the queue: the next MDS tries again.
+                        Err(e) => tracing::warn!("purging the data of {ino:x}: {e}"),
                     }
                 });
             }
         }
-        if j.unflushed.len() >= j.flush_events
+        // Flushed every `flush_events` events, and at least every
+        // `idle_flush` (a client's renewals alone keep this loop from ever
+        // being idle): the objects lag the journal by seconds at most.
+        if (j.unflushed.len() >= j.flush_events
+            || (!j.unflushed.is_empty() && j.flushed_at.elapsed() >= idle_flush))
             && let Err(e) = j.flush().await
         {
             let _ = fail.send(e);
@@ -925,7 +978,15 @@ impl Engine {
         };
         self.inodes.remove(&ino);
         let event = Event {
-            updates: vec![Update::Forget { ino }, Update::Stray { ino, on: false }],
+            updates: vec![
+                Update::Forget { ino },
+                Update::Stray { ino, on: false },
+                Update::Purge {
+                    ino,
+                    size,
+                    on: true,
+                },
+            ],
             req: None,
         };
         self.answer(None, 0, Ok(Out::Done), Some(event), Some((ino, size)));
@@ -989,7 +1050,15 @@ impl Engine {
             s.caps.remove(&inode.ino);
         }
         updates.push(Update::Forget { ino: inode.ino });
-        (inode.kind == Kind::File).then_some((inode.ino, inode.size))
+        let purge = (inode.kind == Kind::File).then_some((inode.ino, inode.size));
+        if let Some((ino, size)) = purge {
+            updates.push(Update::Purge {
+                ino,
+                size,
+                on: true,
+            });
+        }
+        purge
     }
 
     async fn handle(&mut self, me: u64, req: &Request) -> Res {

@@ -12,6 +12,9 @@ use shoal_client::{Error as ClientError, Op as RadosOp, Pool};
 use crate::journal::{Event, Update};
 use crate::types::{Dentry, Inode, Kind, Names, OBJECT_SIZE, data_object, frag_of};
 
+/// How many data objects a truncate or purge removes at once.
+const REMOVE_FANOUT: usize = 32;
+
 /// The pools and names of one file system.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -89,23 +92,38 @@ impl Store {
 
     /// The stray set.
     pub async fn load_strays(&self) -> Result<BTreeSet<u64>, ClientError> {
-        let mut out = BTreeSet::new();
+        let keys = self.omap_keys(&self.names.stray()).await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| u64::from_str_radix(k, 16).ok())
+            .collect())
+    }
+
+    /// The purge queue: (inode, size) of removed files whose data may
+    /// still be there.
+    pub async fn load_purges(&self) -> Result<Vec<(u64, u64)>, ClientError> {
+        let keys = self.omap_keys(&self.names.purge_queue()).await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| Names::parse_purge_key(k))
+            .collect())
+    }
+
+    /// Every omap key of metadata object `oid` (none if it does not exist).
+    async fn omap_keys(&self, oid: &str) -> Result<Vec<String>, ClientError> {
+        let mut out = Vec::new();
         let mut after: Vec<u8> = Vec::new();
         loop {
-            let page = match self
-                .meta
-                .omap_get_keys(&self.names.stray(), &after, b"", PAGE)
-                .await
-            {
+            let page = match self.meta.omap_get_keys(oid, &after, b"", PAGE).await {
                 Ok(p) => p,
                 Err(e) if not_found(&e) => return Ok(out),
                 Err(e) => return Err(e),
             };
-            for (k, _) in &page.entries {
-                if let Ok(ino) = u64::from_str_radix(&String::from_utf8_lossy(k), 16) {
-                    out.insert(ino);
-                }
-            }
+            out.extend(
+                page.entries
+                    .iter()
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned()),
+            );
             match page.entries.last() {
                 Some((k, _)) if page.more => after = k.to_vec(),
                 _ => return Ok(out),
@@ -204,6 +222,13 @@ impl Store {
                             .1
                             .insert(format!("{ino:016x}"), on.then(Vec::new));
                     }
+                    Update::Purge { ino, size, on } => {
+                        objects
+                            .entry(self.names.purge_queue())
+                            .or_default()
+                            .1
+                            .insert(Names::purge_key(*ino, *size), on.then(Vec::new));
+                    }
                     Update::NextIno { .. } => {}
                 }
             }
@@ -262,12 +287,25 @@ impl Store {
         }
         let first_gone = size.div_ceil(OBJECT_SIZE);
         let last = old_size.div_ceil(OBJECT_SIZE);
+        // A sparse file names far more objects than it has: removes go
+        // REMOVE_FANOUT at a time.
+        let mut tasks = tokio::task::JoinSet::new();
         for objno in first_gone..last {
-            match self.data.remove(&data_object(ino, objno)).await {
-                Ok(()) => {}
-                Err(e) if not_found(&e) => {}
-                Err(e) => return Err(e),
+            let pool = self.data.clone();
+            tasks.spawn(async move {
+                match pool.remove(&data_object(ino, objno)).await {
+                    Err(e) if !not_found(&e) => Err(e),
+                    _ => Ok(()),
+                }
+            });
+            while tasks.len() >= REMOVE_FANOUT {
+                if let Some(r) = tasks.join_next().await {
+                    r.map_err(|e| ClientError::Internal(e.to_string()))??;
+                }
             }
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.map_err(|e| ClientError::Internal(e.to_string()))??;
         }
         if size % OBJECT_SIZE != 0 {
             let objno = size / OBJECT_SIZE;

@@ -196,6 +196,25 @@ impl Names {
     pub fn stray(&self) -> String {
         format!("fs{}.stray", self.fs_id)
     }
+
+    /// The purge queue: removed files whose data is being removed.
+    pub fn purge_queue(&self) -> String {
+        format!("fs{}.purge", self.fs_id)
+    }
+
+    /// A purge queue entry's key: the inode and its size.
+    pub fn purge_key(ino: u64, size: u64) -> String {
+        format!("{ino:016x}.{size:016x}")
+    }
+
+    /// The inode and size a purge queue key names.
+    pub fn parse_purge_key(key: &str) -> Option<(u64, u64)> {
+        let (ino, size) = key.split_once('.')?;
+        Some((
+            u64::from_str_radix(ino, 16).ok()?,
+            u64::from_str_radix(size, 16).ok()?,
+        ))
+    }
 }
 
 /// Data object `objno` of file `ino`.

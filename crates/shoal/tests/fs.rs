@@ -485,6 +485,25 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
         std::fs::metadata(a.p("big")).unwrap().ino()
     };
 
+    // A sparse file of 1 TiB (262 144 data objects to look for, two
+    // there), removed just before the kill: its purge, cut short, is
+    // resumed by the next MDS from the journaled purge queue.
+    let sparse = a.p("sparse");
+    python(
+        60,
+        &[
+            "-c",
+            "import os,sys\nfd=os.open(sys.argv[1],os.O_CREAT|os.O_WRONLY)\nos.pwrite(fd,b'x',0)\nos.pwrite(fd,b'y',(1<<40)-1)\nos.fsync(fd)\nos.close(fd)",
+            sparse.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let sparse_ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&sparse).unwrap().ino()
+    };
+    assert_eq!(data_objects(&d, sparse_ino), 2);
+
     let into = a.p("tree");
     let tar2 = tar.clone();
     let untarring = std::thread::spawn(move || {
@@ -514,6 +533,12 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     let active = before.filesystems[0].active.clone().unwrap();
     assert_eq!(active.name, "a");
     let inc = active.incarnation;
+    std::fs::remove_file(&sparse).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        data_objects(&d, sparse_ino) > 0,
+        "the purge ended before the kill: the test shows nothing"
+    );
     let killed = Instant::now();
     d.kill9("mds.a");
     let (status, took) = untarring.join().unwrap();
@@ -554,5 +579,14 @@ fn mds_killed_mid_untar_the_standby_takes_over() {
     // are over.
     until("the orphan freed by the next MDS", 60, || {
         data_objects(&d, ino) == 0
+    });
+    until("the sparse file's purge resumed and finished", 120, || {
+        data_objects(&d, sparse_ino) == 0
+    });
+    // And it leaves the queue (once the journal is flushed to the objects).
+    until("the purge queue empty", 30, || {
+        d.ok(&["rados", "-p", "shoalfs.meta", "listomapkeys", "fs1.purge"])
+            .trim()
+            .is_empty()
     });
 }

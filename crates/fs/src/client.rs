@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use shoal_client::{Client, Error as ClientError, Pool};
-use shoal_monclient::replies::FsMapReply;
+use shoal_monclient::replies::{DfReply, FsMapReply};
 use shoal_monclient::{Command, MonClient, TicketAuth};
 use shoal_net::{Connection, Incoming, Messenger, NetConfig, Secret, TcpTransport};
 use shoal_proto::{MdsReply, MdsRequest, Message};
@@ -682,18 +682,12 @@ impl FsClient {
 
     /// Bytes and objects used and available in the data pool (statfs).
     pub async fn statfs(&self) -> FsResult<(u64, u64, u64)> {
-        let df = self.monc.command(&Command::Df).await.map_err(eio)?;
-        let total = df["stats"]["total_bytes"].as_u64().unwrap_or(0);
-        let avail = df["stats"]["total_avail_bytes"].as_u64().unwrap_or(0);
-        let objects = df["pools"]
-            .as_array()
-            .map(|p| {
-                p.iter()
-                    .filter_map(|p| p["stats"]["objects"].as_u64())
-                    .sum()
-            })
-            .unwrap_or(0);
-        Ok((total, avail, objects))
+        let df: DfReply = self.monc.command_as(&Command::Df).await.map_err(eio)?;
+        Ok((
+            df.stats.total_bytes,
+            df.stats.total_avail_bytes,
+            df.objects(),
+        ))
     }
 
     /// Ends the session (capabilities and opens go) and stops.

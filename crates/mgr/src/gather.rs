@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 use serde_json::Value;
+use shoal_monclient::replies::DfReply;
 use shoal_monclient::{Command, DaemonReport, MetricValue, MonClient, MonError};
 
 /// The cluster at one moment, as the manager serves it.
@@ -21,7 +22,7 @@ pub struct Snapshot {
     /// `shoal osd tree` (with each OSD's space).
     pub tree: Value,
     /// `shoal df`.
-    pub df: Value,
+    pub df: DfReply,
     /// Every daemon's newest report, with its age in ms.
     pub reports: Vec<(u64, DaemonReport)>,
 }
@@ -30,7 +31,7 @@ pub struct Snapshot {
 pub async fn gather(monc: &MonClient) -> Result<Snapshot, MonError> {
     let status = monc.command(&Command::Status).await?;
     let tree = monc.command(&Command::OsdTree).await?;
-    let df = monc.command(&Command::Df).await?;
+    let df = monc.command_as(&Command::Df).await?;
     let reports = monc.command(&Command::DaemonReports).await?;
     let reports = reports["reports"]
         .as_array()

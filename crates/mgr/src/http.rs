@@ -268,17 +268,13 @@ fn summary(s: &Shared, sess: &Session) -> Value {
         return json!({ "ready": false, "user": { "entity": sess.entity, "admin": sess.admin } });
     };
     let history = crate::lock(&s.history);
-    let pools: Vec<Value> = snap.df["pools"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let pools: Vec<Value> = snap
+        .df
+        .pools
+        .iter()
         .map(|p| {
-            let io = p["id"]
-                .as_u64()
-                .and_then(|id| history.pools.get(&id))
-                .copied()
-                .unwrap_or_default();
-            let mut p = p.clone();
+            let io = history.pools.get(&p.id).copied().unwrap_or_default();
+            let mut p = serde_json::to_value(p).unwrap_or(Value::Null);
             p["io"] = json!(io);
             p
         })

@@ -329,56 +329,56 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         "shoal_cluster_total_bytes",
         "Raw space of every OSD's store.",
         &[],
-        f(&df["stats"]["total_bytes"]),
+        df.stats.total_bytes as f64,
     );
     o.gauge(
         "shoal_cluster_used_bytes",
         "Raw space used.",
         &[],
-        f(&df["stats"]["total_used_raw_bytes"]),
+        df.stats.total_used_raw_bytes as f64,
     );
     o.gauge(
         "shoal_cluster_available_bytes",
         "Raw space available.",
         &[],
-        f(&df["stats"]["total_avail_bytes"]),
+        df.stats.total_avail_bytes as f64,
     );
-    for p in df["pools"].as_array().into_iter().flatten() {
-        let name = p["name"].as_str().unwrap_or("");
-        let id = p["id"].to_string();
-        let l = [("pool", name), ("pool_id", id.as_str())];
-        let s = &p["stats"];
+    for p in &df.pools {
+        let id = p.id.to_string();
+        let l = [("pool", p.name.as_str()), ("pool_id", id.as_str())];
+        let s = &p.stats;
         o.gauge(
             "shoal_pool_stored_bytes",
             "Bytes stored in a pool (before redundancy).",
             &l,
-            f(&s["stored"]),
+            s.stored as f64,
         );
         o.gauge(
             "shoal_pool_used_bytes",
             "Raw bytes a pool takes (with redundancy).",
             &l,
-            f(&s["bytes_used"]),
+            s.bytes_used as f64,
         );
         o.gauge(
             "shoal_pool_objects",
             "Objects in a pool.",
             &l,
-            f(&s["objects"]),
+            s.objects as f64,
         );
         o.gauge(
             "shoal_pool_max_avail_bytes",
             "Bytes a pool can still store.",
             &l,
-            f(&s["max_avail"]),
+            s.max_avail as f64,
         );
         o.gauge(
             "shoal_pool_percent_used",
             "The fraction of a pool's possible space used (0 to 1).",
             &l,
-            f(&s["percent_used"]),
+            s.percent_used,
         );
-        if let Some(q) = p["quota"]["max_bytes"].as_u64().filter(|q| *q > 0) {
+        let q = p.quota.max_bytes;
+        if q > 0 {
             o.gauge(
                 "shoal_pool_quota_bytes",
                 "A pool's quota in bytes (absent: none).",
@@ -386,7 +386,8 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
                 q as f64,
             );
         }
-        if let Some(q) = p["quota"]["max_objects"].as_u64().filter(|q| *q > 0) {
+        let q = p.quota.max_objects;
+        if q > 0 {
             o.gauge(
                 "shoal_pool_quota_objects",
                 "A pool's quota in objects (absent: none).",
@@ -472,11 +473,16 @@ mod tests {
                 { "id": 1, "type": "osd", "up": false, "in": true, "crush_weight": 1.0,
                   "reweight": 1.0 }
             ] }),
-            df: json!({ "stats": { "total_bytes": 200, "total_used_raw_bytes": 20,
-                                   "total_avail_bytes": 180 },
-                        "pools": [ { "name": "rbd \"x\"", "id": 1, "stats": {
-                            "stored": 5, "bytes_used": 15, "objects": 2, "max_avail": 60,
-                            "percent_used": 0.2 } } ] }),
+            df: serde_json::from_value(json!({
+                "epoch": 12,
+                "stats": { "total_bytes": 200, "total_used_raw_bytes": 20,
+                           "total_avail_bytes": 180, "total_used_raw_ratio": 0.1,
+                           "num_osds": 2 },
+                "pools": [ { "name": "rbd \"x\"", "id": 1, "pg_num": 8,
+                    "quota": { "max_bytes": 0, "max_objects": 0, "full": false },
+                    "stats": { "stored": 5, "bytes_used": 15, "objects": 2, "max_avail": 60,
+                               "percent_used": 0.2 } } ] }))
+            .unwrap(),
             reports: vec![(
                 1500,
                 DaemonReport {

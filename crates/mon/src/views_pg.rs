@@ -14,6 +14,7 @@ use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
+use shoal_monclient::replies::{DF_VERSION, DfReply, DfStats, PoolDf, PoolQuota, PoolUsage};
 use shoal_monclient::{ErrorCode, MonError};
 
 /// Most items a health check lists in its detail.
@@ -334,11 +335,17 @@ pub fn quota_changes(state: &MonState) -> Vec<(String, bool)> {
 /// `df`: raw space in total (from the OSDs' reports), and per pool what
 /// is stored, the raw space it takes, and what can still be stored.
 pub fn df(state: &MonState) -> Result<Value, MonError> {
+    serde_json::to_value(df_reply(state)?)
+        .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))
+}
+
+/// `df` typed (schema in docs/mon-replies.md).
+pub fn df_reply(state: &MonState) -> Result<DfReply, MonError> {
     let map = state.osdmap.current()?;
     let (total, used, avail) = raw_space(state);
     let raw_avail = projected_raw_avail(state, map);
     let stored = pool_usage(state);
-    let pools: Vec<Value> = map
+    let pools = map
         .pools()
         .values()
         .map(|p| {
@@ -352,36 +359,37 @@ pub fn df(state: &MonState) -> Result<Value, MonError> {
             } else {
                 0.0
             };
-            json!({
-                "name": p.name,
-                "id": p.id,
-                "pg_num": p.pg_num,
-                "quota": {
-                    "max_bytes": p.quota_max_bytes,
-                    "max_objects": p.quota_max_objects,
-                    "full": p.full_quota(),
+            PoolDf {
+                name: p.name.clone(),
+                id: p.id,
+                pg_num: p.pg_num,
+                quota: PoolQuota {
+                    max_bytes: p.quota_max_bytes,
+                    max_objects: p.quota_max_objects,
+                    full: p.full_quota(),
                 },
-                "stats": {
-                    "stored": bytes,
-                    "objects": objects,
-                    "bytes_used": bytes_used,
-                    "percent_used": percent_used,
-                    "max_avail": max_avail,
+                stats: PoolUsage {
+                    stored: bytes,
+                    objects,
+                    bytes_used,
+                    percent_used,
+                    max_avail,
                 },
-            })
+            }
         })
         .collect();
-    Ok(json!({
-        "epoch": map.epoch.0,
-        "stats": {
-            "total_bytes": total,
-            "total_avail_bytes": avail,
-            "total_used_raw_bytes": used,
-            "total_used_raw_ratio": ratio(used, total),
-            "num_osds": state.osd_statfs.len(),
+    Ok(DfReply {
+        version: DF_VERSION,
+        epoch: map.epoch.0,
+        stats: DfStats {
+            total_bytes: total,
+            total_avail_bytes: avail,
+            total_used_raw_bytes: used,
+            total_used_raw_ratio: ratio(used, total),
+            num_osds: state.osd_statfs.len() as u64,
         },
-        "pools": pools,
-    }))
+        pools,
+    })
 }
 
 /// Health checks from the PG reports, as Ceph names them: PGs not active

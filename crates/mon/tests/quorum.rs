@@ -1034,10 +1034,10 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
     let stat = admin.command(&Command::PgStat).await.unwrap();
     assert_eq!(stat["num_pg_by_state"][0]["num"], 4, "{stat}");
     assert_eq!(stat["num_objects"], 12);
-    let df = admin.command(&Command::Df).await.unwrap();
-    assert_eq!(df["stats"]["total_bytes"], 2u64 << 30, "{df}");
-    assert_eq!(df["pools"][0]["stats"]["stored"], 12 << 10);
-    assert_eq!(df["pools"][0]["stats"]["bytes_used"], 24 << 10);
+    let df: shoal_monclient::replies::DfReply = admin.command_as(&Command::Df).await.unwrap();
+    assert_eq!(df.stats.total_bytes, 2u64 << 30, "{df:?}");
+    assert_eq!(df.pools[0].stats.stored, 12 << 10);
+    assert_eq!(df.pools[0].stats.bytes_used, 24 << 10);
     let health = admin.command(&Command::Health).await.unwrap();
     assert_eq!(health["status"], "HEALTH_OK", "{health}");
 

@@ -33,7 +33,10 @@ pub const FS_MAP_VERSION: u32 = 1;
 pub struct FsMapReply {
     /// The schema's version (absent from monitors older than the field:
     /// version 1).
-    #[serde(default = "fs_map_v1", deserialize_with = "known_fs_map_version")]
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<FS_MAP_VERSION, _>"
+    )]
     pub version: u32,
     /// Bumped by every change.
     pub epoch: u64,
@@ -96,6 +99,98 @@ pub struct MdsStandby {
     pub addr: String,
 }
 
+/// The version of the `df` schema this build writes and reads.
+pub const DF_VERSION: u32 = 1;
+
+/// `df`: the cluster's raw space and each pool's use (schema `df`, version
+/// [`DF_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DfReply {
+    /// The schema's version.
+    #[serde(default = "v1", deserialize_with = "known_version::<DF_VERSION, _>")]
+    pub version: u32,
+    /// The OSD map epoch the pools are from.
+    pub epoch: u32,
+    /// Raw space over every OSD that reported.
+    pub stats: DfStats,
+    /// Every pool.
+    pub pools: Vec<PoolDf>,
+}
+
+/// The raw space of [`DfReply`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DfStats {
+    /// Bytes of every OSD's store.
+    pub total_bytes: u64,
+    /// Bytes available.
+    pub total_avail_bytes: u64,
+    /// Bytes used (with redundancy).
+    pub total_used_raw_bytes: u64,
+    /// Used over total (0 to 1).
+    pub total_used_raw_ratio: f64,
+    /// OSDs whose space is counted.
+    pub num_osds: u64,
+}
+
+/// One pool of [`DfReply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolDf {
+    /// Its name.
+    pub name: String,
+    /// Its id.
+    pub id: u64,
+    /// Its placement groups.
+    pub pg_num: u32,
+    /// Its quota.
+    pub quota: PoolQuota,
+    /// What it holds.
+    pub stats: PoolUsage,
+}
+
+/// A pool's quota (0: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolQuota {
+    /// Bytes it may store.
+    pub max_bytes: u64,
+    /// Objects it may hold.
+    pub max_objects: u64,
+    /// Whether it is full by its quota (writes refused).
+    pub full: bool,
+}
+
+/// What a pool holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolUsage {
+    /// Bytes stored (before redundancy).
+    pub stored: u64,
+    /// Objects.
+    pub objects: u64,
+    /// Raw bytes taken (with redundancy).
+    pub bytes_used: u64,
+    /// The fraction of its possible space used (0 to 1).
+    pub percent_used: f64,
+    /// Bytes it can still store, as the fullest OSD allows.
+    pub max_avail: u64,
+}
+
+impl Default for DfReply {
+    fn default() -> Self {
+        DfReply {
+            version: DF_VERSION,
+            epoch: 0,
+            stats: DfStats::default(),
+            pools: Vec::new(),
+        }
+    }
+}
+
+impl DfReply {
+    /// Objects over every pool.
+    pub fn objects(&self) -> u64 {
+        self.pools.iter().map(|p| p.stats.objects).sum()
+    }
+}
+
 impl Default for FsMapReply {
     fn default() -> Self {
         FsMapReply {
@@ -107,15 +202,18 @@ impl Default for FsMapReply {
     }
 }
 
-fn fs_map_v1() -> u32 {
+/// The version of a reply without the field (from monitors older than it).
+fn v1() -> u32 {
     1
 }
 
-fn known_fs_map_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+/// A reply's schema version, refused when later than `MAX` (this build's):
+/// a reader never guesses at fields it does not know.
+fn known_version<'de, const MAX: u32, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let v = u32::deserialize(d)?;
-    if v > FS_MAP_VERSION {
+    if v > MAX {
         return Err(serde::de::Error::custom(format!(
-            "fs-map version {v} is newer than this build's {FS_MAP_VERSION}: upgrade it"
+            "reply schema version {v} is newer than this build's {MAX}: upgrade it"
         )));
     }
     Ok(v)
@@ -186,5 +284,32 @@ mod tests {
             .remove("incarnation");
         let e = decode::<FsMapReply>("fs ls", bad).unwrap_err();
         assert!(e.message.contains("incarnation"), "{}", e.message);
+    }
+
+    #[test]
+    fn df_decodes_and_prints_as_it_came() {
+        let v = json!({
+            "version": 1,
+            "epoch": 9,
+            "stats": { "total_bytes": 100, "total_avail_bytes": 60, "total_used_raw_bytes": 40,
+                       "total_used_raw_ratio": 0.4, "num_osds": 3 },
+            "pools": [
+                { "name": "rbd", "id": 1, "pg_num": 8,
+                  "quota": { "max_bytes": 0, "max_objects": 10, "full": false },
+                  "stats": { "stored": 10, "objects": 2, "bytes_used": 30,
+                             "percent_used": 0.25, "max_avail": 20 } },
+                { "name": "fs", "id": 2, "pg_num": 8,
+                  "quota": { "max_bytes": 0, "max_objects": 0, "full": false },
+                  "stats": { "stored": 1, "objects": 5, "bytes_used": 3,
+                             "percent_used": 0.0, "max_avail": 20 } }
+            ]
+        });
+        let df: DfReply = decode("df", v.clone()).unwrap();
+        assert_eq!((df.stats.total_bytes, df.objects()), (100, 7));
+        assert_eq!(df.pools[0].quota.max_objects, 10);
+        assert_eq!(serde_json::to_value(&df).unwrap(), v);
+        let mut newer = v;
+        newer["version"] = json!(2);
+        assert!(decode::<DfReply>("df", newer).is_err());
     }
 }

@@ -4,8 +4,9 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
+use shoal_monclient::replies::DfReply;
 
-use super::common::{Ctx, Format, mon_command, print};
+use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
 
 /// PG commands.
 #[derive(Debug, Subcommand)]
@@ -274,12 +275,12 @@ fn percent(ratio: f64) -> String {
 }
 
 /// `df` as Ceph's two tables: raw storage, then pools.
-fn df_plain(v: &Value) -> String {
-    let s = &v["stats"];
+fn df_plain(df: &DfReply) -> String {
+    let s = &df.stats;
     let (size, avail, used) = (
-        human_bytes(u(&s["total_bytes"])),
-        human_bytes(u(&s["total_avail_bytes"])),
-        human_bytes(u(&s["total_used_raw_bytes"])),
+        human_bytes(s.total_bytes),
+        human_bytes(s.total_avail_bytes),
+        human_bytes(s.total_used_raw_bytes),
     );
     let mut out = format!(
         "--- RAW STORAGE ---\n{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
@@ -292,13 +293,12 @@ fn df_plain(v: &Value) -> String {
         avail,
         used,
         used,
-        percent(s["total_used_raw_ratio"].as_f64().unwrap_or(0.0))
+        percent(s.total_used_raw_ratio)
     ));
-    let pools: Vec<&Value> = v["pools"].as_array().into_iter().flatten().collect();
-    let width = pools
+    let width = df
+        .pools
         .iter()
-        .filter_map(|p| p["name"].as_str())
-        .map(str::len)
+        .map(|p| p.name.len())
         .max()
         .unwrap_or(0)
         .max(4);
@@ -306,18 +306,18 @@ fn df_plain(v: &Value) -> String {
         "\n--- POOLS ---\n{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
         "POOL", "ID", "PGS", "STORED", "OBJECTS", "USED", "%USED", "MAX AVAIL"
     ));
-    for p in pools {
-        let st = &p["stats"];
+    for p in &df.pools {
+        let st = &p.stats;
         out.push_str(&format!(
             "{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
-            p["name"].as_str().unwrap_or(""),
-            u(&p["id"]),
-            u(&p["pg_num"]),
-            human_bytes(u(&st["stored"])),
-            u(&st["objects"]),
-            human_bytes(u(&st["bytes_used"])),
-            percent(st["percent_used"].as_f64().unwrap_or(0.0)),
-            human_bytes(u(&st["max_avail"])),
+            p.name,
+            p.id,
+            p.pg_num,
+            human_bytes(st.stored),
+            st.objects,
+            human_bytes(st.bytes_used),
+            percent(st.percent_used),
+            human_bytes(st.max_avail),
         ));
     }
     out
@@ -342,7 +342,8 @@ pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
 
 /// Runs `shoal df`.
 pub fn run_df(a: DfArgs, ctx: &Ctx) -> anyhow::Result<()> {
-    print(a.format, &mon_command(ctx, &Command::Df)?, df_plain);
+    let df: DfReply = mon_command_as(ctx, &Command::Df)?;
+    print_typed(a.format, &df, df_plain);
     Ok(())
 }
 
@@ -374,13 +375,17 @@ mod tests {
             "64 pgs: 60 active+clean, 4 peering; 1.2 MiB data, 30 objects, \
              30 MiB used, 299 GiB / 300 GiB avail\n"
         );
-        let df = json!({
+        let df: DfReply = serde_json::from_value(json!({
+            "epoch": 3,
             "stats": { "total_bytes": 3u64 << 30, "total_avail_bytes": 2u64 << 30,
-                       "total_used_raw_bytes": 1u64 << 30, "total_used_raw_ratio": 1.0 / 3.0 },
+                       "total_used_raw_bytes": 1u64 << 30, "total_used_raw_ratio": 1.0 / 3.0,
+                       "num_osds": 3 },
             "pools": [{ "name": "rbd", "id": 1, "pg_num": 32,
+                        "quota": { "max_bytes": 0, "max_objects": 0, "full": false },
                         "stats": { "stored": 1024, "objects": 1, "bytes_used": 3072,
                                    "percent_used": 0.0, "max_avail": 700u64 << 20 } }],
-        });
+        }))
+        .unwrap();
         let text = df_plain(&df);
         assert!(
             text.contains("TOTAL       3 GiB      2 GiB      1 GiB      1 GiB      33.33"),

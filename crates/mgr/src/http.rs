@@ -169,9 +169,10 @@ async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
 /// A standby's answer: browsers go to the active manager, Prometheus
 /// gets 503 (it scrapes every manager; only the active one answers).
 fn standby(s: &Shared, path: &str) -> Resp {
-    let active = crate::read(&s.mgrmap)["active"]["addr"]
-        .as_str()
-        .map(str::to_string);
+    let active = crate::read(&s.mgrmap)
+        .active
+        .as_ref()
+        .map(|a| a.addr.clone());
     match active {
         Some(addr) if path != "/metrics" && !path.starts_with("/api/") => {
             let mut r = respond(StatusCode::TEMPORARY_REDIRECT, "text/plain", "");
@@ -287,7 +288,7 @@ fn summary(s: &Shared, sess: &Session) -> Value {
         "ready": true,
         "at_ms": snap.at_ms,
         "user": { "entity": sess.entity, "admin": sess.admin },
-        "mgr": { "name": s.opts.name, "map": *crate::read(&s.mgrmap) },
+        "mgr": { "name": s.opts.name, "map": serde_json::to_value(&*crate::read(&s.mgrmap)).unwrap_or(Value::Null) },
         "status": snap.status,
         "osds": snap.tree["nodes"],
         "pools": pools,

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
+use shoal_monclient::replies::MgrMapReply;
 use shoal_monclient::{Command, MonClient};
 use shoal_net::Secret;
 use shoal_types::EntityName;
@@ -124,7 +125,7 @@ struct Shared {
     monc: MonClient,
     hooks: Hooks,
     /// The manager map as the last beacon's answer gave it.
-    mgrmap: RwLock<Value>,
+    mgrmap: RwLock<MgrMapReply>,
     /// The newest snapshot while active.
     snap: RwLock<Option<Arc<Snapshot>>>,
     history: Mutex<History>,
@@ -143,7 +144,7 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     fn active(&self) -> bool {
-        read(&self.mgrmap)["active"]["name"].as_str() == Some(self.opts.name.as_str())
+        read(&self.mgrmap).is_active(&self.opts.name)
     }
 
     fn snapshot(&self) -> Option<Arc<Snapshot>> {
@@ -204,7 +205,7 @@ impl Mgr {
             addr,
             monc,
             hooks: hooks.clone(),
-            mgrmap: RwLock::new(Value::Null),
+            mgrmap: RwLock::new(MgrMapReply::default()),
             snap: RwLock::new(None),
             history: Mutex::new(History::default()),
             sessions: session::Sessions::default(),
@@ -249,7 +250,7 @@ async fn beacons(s: Arc<Shared>) {
             name: s.opts.name.clone(),
             addr: s.addr.to_string(),
         };
-        match s.monc.command(&cmd).await {
+        match s.monc.command_as::<MgrMapReply>(&cmd).await {
             Ok(map) => {
                 let was = s.active();
                 *write(&s.mgrmap) = map;

@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
+use shoal_monclient::replies::{ActiveMgr, MGR_MAP_VERSION, MgrMapReply, MgrStandby};
 
 /// The manager map, as the monitors agree on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,17 +38,30 @@ pub struct MgrEntry {
 
 impl MgrMap {
     /// The map as commands show it.
+    pub fn reply(&self) -> MgrMapReply {
+        MgrMapReply {
+            version: MGR_MAP_VERSION,
+            epoch: self.epoch,
+            active: self.active.as_ref().map(|a| ActiveMgr {
+                name: a.name.clone(),
+                addr: a.addr.clone(),
+                since_ms: a.since_ms,
+            }),
+            available: self.active.is_some(),
+            standbys: self
+                .standbys
+                .iter()
+                .map(|(n, a)| MgrStandby {
+                    name: n.clone(),
+                    addr: a.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// [`MgrMap::reply`] as JSON.
     pub fn to_json(&self) -> Value {
-        json!({
-            "epoch": self.epoch,
-            "active": self.active.as_ref().map(|a| json!({
-                "name": a.name, "addr": a.addr, "since_ms": a.since_ms,
-            })),
-            "available": self.active.is_some(),
-            "standbys": self.standbys.iter()
-                .map(|(n, a)| json!({ "name": n, "addr": a }))
-                .collect::<Vec<_>>(),
-        })
+        serde_json::to_value(self.reply()).unwrap_or(Value::Null)
     }
 }
 

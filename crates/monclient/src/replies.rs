@@ -99,6 +99,69 @@ pub struct MdsStandby {
     pub addr: String,
 }
 
+/// The version of the `mgr-map` schema this build writes and reads.
+pub const MGR_MAP_VERSION: u32 = 1;
+
+/// `mgr stat`, `mgr fail` and a manager beacon's answer: which manager is
+/// active and which stand by (schema `mgr-map`, version
+/// [`MGR_MAP_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MgrMapReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<MGR_MAP_VERSION, _>"
+    )]
+    pub version: u32,
+    /// Bumped by every change.
+    pub epoch: u64,
+    /// The active manager, if any.
+    pub active: Option<ActiveMgr>,
+    /// Whether one is active (Ceph's `available`).
+    pub available: bool,
+    /// Managers standing by.
+    pub standbys: Vec<MgrStandby>,
+}
+
+/// The active manager of [`MgrMapReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveMgr {
+    /// Its name (`x` for `mgr.x`).
+    pub name: String,
+    /// Where it serves HTTP (`/metrics`, the dashboard).
+    pub addr: String,
+    /// When it became active (ms since the Unix epoch, the leader's clock).
+    pub since_ms: u64,
+}
+
+/// A manager standing by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MgrStandby {
+    /// Its name.
+    pub name: String,
+    /// Where it serves HTTP.
+    pub addr: String,
+}
+
+impl Default for MgrMapReply {
+    fn default() -> Self {
+        MgrMapReply {
+            version: MGR_MAP_VERSION,
+            epoch: 0,
+            active: None,
+            available: false,
+            standbys: Vec::new(),
+        }
+    }
+}
+
+impl MgrMapReply {
+    /// Whether manager `name` is the active one.
+    pub fn is_active(&self, name: &str) -> bool {
+        self.active.as_ref().is_some_and(|a| a.name == name)
+    }
+}
+
 /// The version of the `df` schema this build writes and reads.
 pub const DF_VERSION: u32 = 1;
 
@@ -284,6 +347,19 @@ mod tests {
             .remove("incarnation");
         let e = decode::<FsMapReply>("fs ls", bad).unwrap_err();
         assert!(e.message.contains("incarnation"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_mgr_map_decodes_and_prints_as_it_came() {
+        let v = json!({
+            "version": 1, "epoch": 4, "available": true,
+            "active": { "name": "x", "addr": "127.0.0.1:7000", "since_ms": 9 },
+            "standbys": [{ "name": "y", "addr": "127.0.0.1:7001" }]
+        });
+        let m: MgrMapReply = decode("mgr stat", v.clone()).unwrap();
+        assert!(m.is_active("x") && !m.is_active("y"));
+        assert_eq!(serde_json::to_value(&m).unwrap(), v);
+        assert!(!MgrMapReply::default().is_active("x"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! loopback ports, with their keys, configuration, data and logs in one
 //! directory. `up` on an existing directory restarts the same cluster.
 
-use shoal_monclient::replies::FsMapReply;
+use shoal_monclient::replies::{FsMapReply, MgrMapReply};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -731,7 +731,7 @@ fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Resul
         Duration::from_secs(30),
         started,
         dir,
-        |v| v["active"]["name"] == "x",
+        |v| serde_json::from_value::<MgrMapReply>(v.clone()).is_ok_and(|m| m.is_active("x")),
     )
     .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))?;
     // Ready means serving: the manager learns it is active from its next

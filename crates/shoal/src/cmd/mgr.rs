@@ -10,10 +10,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
+use shoal_monclient::replies::MgrMapReply;
 use shoal_net::{Incoming, KeyringAuth, Messenger, NetConfig, TcpTransport};
 use shoal_types::{EntityName, EntityType};
 
-use super::common::{Ctx, Format, mon_command, print};
+use super::common::{Ctx, Format, mon_command_as, print, print_typed};
 
 /// `shoal mgr`.
 #[derive(Debug, Args)]
@@ -57,13 +58,13 @@ enum MgrCmd {
 pub fn run(a: MgrArgs, ctx: &Ctx) -> anyhow::Result<()> {
     match a.cmd {
         Some(MgrCmd::Stat { format }) => {
-            let v = mon_command(ctx, &Command::MgrStat)?;
-            print(format, &v, stat_plain);
+            let m: MgrMapReply = mon_command_as(ctx, &Command::MgrStat)?;
+            print_typed(format, &m, stat_plain);
             Ok(())
         }
         Some(MgrCmd::Services { format }) => {
-            let v = mon_command(ctx, &Command::MgrStat)?;
-            let services = match v["active"]["addr"].as_str() {
+            let m: MgrMapReply = mon_command_as(ctx, &Command::MgrStat)?;
+            let services = match m.active.as_ref().map(|a| &a.addr) {
                 Some(addr) => serde_json::json!({
                     "dashboard": format!("http://{addr}/"),
                     "prometheus": format!("http://{addr}/metrics"),
@@ -75,8 +76,8 @@ pub fn run(a: MgrArgs, ctx: &Ctx) -> anyhow::Result<()> {
         }
         Some(MgrCmd::Fail { name }) => {
             let name = name.strip_prefix("mgr.").unwrap_or(&name).to_string();
-            let v = mon_command(ctx, &Command::MgrFail { name })?;
-            print(Format::Plain, &v, stat_plain);
+            let m: MgrMapReply = mon_command_as(ctx, &Command::MgrFail { name })?;
+            print_typed(Format::Plain, &m, stat_plain);
             Ok(())
         }
         None => {
@@ -89,18 +90,15 @@ pub fn run(a: MgrArgs, ctx: &Ctx) -> anyhow::Result<()> {
     }
 }
 
-fn stat_plain(v: &Value) -> String {
-    let active = v["active"]["name"].as_str().unwrap_or("none");
-    let addr = v["active"]["addr"].as_str().unwrap_or("-");
-    let standbys: Vec<&str> = v["standbys"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["name"].as_str())
-        .collect();
+fn stat_plain(m: &MgrMapReply) -> String {
+    let (active, addr) = match &m.active {
+        Some(a) => (a.name.as_str(), a.addr.as_str()),
+        None => ("none", "-"),
+    };
+    let standbys: Vec<&str> = m.standbys.iter().map(|s| s.name.as_str()).collect();
     format!(
         "epoch {}: active {active} at {addr}, standbys: {}\n",
-        v["epoch"],
+        m.epoch,
         if standbys.is_empty() {
             "none".to_string()
         } else {

@@ -176,9 +176,7 @@ impl MonClient {
         cmd: &Command,
     ) -> Result<T, MonError> {
         let v = self.command(cmd).await?;
-        let debug = format!("{cmd:?}");
-        let name = debug.split([' ', '{', '(']).next().unwrap_or_default();
-        crate::replies::decode(name, v)
+        crate::replies::decode(CommandName(cmd), v)
     }
 
     /// PG `pg`'s past intervals since `since`, from a monitor whose map has
@@ -708,5 +706,15 @@ fn reply_to_result(r: MonCommandReply) -> Result<Value, MonError> {
             .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))
     } else {
         Err(MonError::new(ErrorCode::from_u32(r.code), r.output))
+    }
+}
+
+/// A command's variant name (`FsLs`), written only when an error names it.
+struct CommandName<'a>(&'a Command);
+
+impl std::fmt::Display for CommandName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let debug = format!("{:?}", self.0);
+        f.write_str(debug.split([' ', '{', '(']).next().unwrap_or_default())
     }
 }

@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use crate::{ErrorCode, MonError};
 
-/// Decodes the reply `v` of command `what` into its type.
-pub fn decode<T: DeserializeOwned>(what: &str, v: Value) -> Result<T, MonError> {
+/// Decodes the reply `v` of command `what` into its type (`what` is only
+/// formatted when the reply does not decode).
+pub fn decode<T: DeserializeOwned>(what: impl std::fmt::Display, v: Value) -> Result<T, MonError> {
     serde_json::from_value(v).map_err(|e| {
         MonError::new(
             ErrorCode::Internal,

@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -229,6 +230,9 @@ fn refuse(inc: Incoming, errno: i32, why: &str) {
 /// answer to send once it (and everything before) is durable.
 struct Commit {
     event: Option<Event>,
+    /// The engine's count of events sent, this one included (0: not the
+    /// engine's, such as a finished purge).
+    seq: u64,
     answer: Option<(Responder, Reply)>,
     /// Data to purge once durable (ino, size).
     purge: Option<(u64, u64)>,
@@ -273,6 +277,8 @@ async fn serve(
         seg_len: 0,
         head,
         unflushed: Vec::new(),
+        unflushed_seq: 0,
+        flushed_seq: Arc::clone(&engine.flushed_seq),
         flush_events: opts.flush_events,
         flushed_at: Instant::now(),
     };
@@ -299,6 +305,7 @@ async fn serve(
     for purge in purges {
         let _ = jtx.send(Commit {
             event: None,
+            seq: 0,
             answer: None,
             purge: Some(purge),
         });
@@ -338,6 +345,11 @@ struct JournalState {
     seg_len: u64,
     head: Head,
     unflushed: Vec<Event>,
+    /// The highest engine sequence among `unflushed`.
+    unflushed_seq: u64,
+    /// Up to which engine sequence the events are in the objects (read by
+    /// the engine to drop its tombstones).
+    flushed_seq: Arc<AtomicU64>,
     flush_events: usize,
     /// When the events were last written into the objects.
     flushed_at: Instant,
@@ -381,6 +393,8 @@ impl JournalState {
             .unwrap_or(self.head.next_ino)
             .max(self.head.next_ino);
         self.store.apply(&events).await?;
+        self.flushed_seq
+            .fetch_max(self.unflushed_seq, Ordering::Release);
         self.segment += 1;
         self.seg_len = 0;
         self.trim(next_ino).await
@@ -450,6 +464,7 @@ async fn journal_task(
             }
             j.seg_len += len;
             j.unflushed.extend(events);
+            j.unflushed_seq = batch.iter().map(|c| c.seq).fold(j.unflushed_seq, u64::max);
             if j.seg_len >= journal::SEGMENT_BYTES {
                 j.segment += 1;
                 j.seg_len = 0;
@@ -489,6 +504,7 @@ async fn journal_task(
                                         }],
                                         req: None,
                                     }),
+                                    seq: 0,
                                     answer: None,
                                     purge: None,
                                 });
@@ -590,6 +606,14 @@ pub struct Engine {
     parked: Vec<Parked>,
     revoking: HashSet<(u64, u64)>,
     commits: Option<mpsc::UnboundedSender<Commit>>,
+    /// Events handed to the journal so far.
+    sent_seq: u64,
+    /// Up to which of them the objects hold (the journal task says).
+    flushed_seq: Arc<AtomicU64>,
+    /// Inodes forgotten (ino -> the sequence of the event that forgot
+    /// them) whose inode table may still hold them until that event is
+    /// flushed: never loaded back from there.
+    forgotten: HashMap<u64, u64>,
     reconnect_until: Instant,
 }
 
@@ -620,6 +644,9 @@ impl Engine {
             parked: Vec::new(),
             revoking: HashSet::new(),
             commits: None,
+            sent_seq: 0,
+            flushed_seq: Arc::new(AtomicU64::new(0)),
+            forgotten: HashMap::new(),
             reconnect_until: Instant::now(),
         }
     }
@@ -658,6 +685,9 @@ impl Engine {
     async fn inode(&mut self, ino: u64) -> Result<Result<Inode, Errno>, ClientError> {
         if let Some(i) = self.inodes.get(&ino) {
             return Ok(Ok(i.clone()));
+        }
+        if self.forgotten.contains_key(&ino) {
+            return Ok(Err(Errno::new(libc::ENOENT, format!("no inode {ino:x}"))));
         }
         match self.store.load_inode(ino).await? {
             Some(i) => {
@@ -902,9 +932,20 @@ impl Engine {
         purge: Option<(u64, u64)>,
     ) {
         let answer = responder.map(|r| (r, Reply { tid, result }));
+        let mut seq = 0;
+        if let Some(ev) = &event {
+            self.sent_seq += 1;
+            seq = self.sent_seq;
+            for u in &ev.updates {
+                if let Update::Forget { ino } = u {
+                    self.forgotten.insert(*ino, seq);
+                }
+            }
+        }
         if let Some(tx) = &self.commits {
             let _ = tx.send(Commit {
                 event,
+                seq,
                 answer,
                 purge,
             });
@@ -914,6 +955,8 @@ impl Engine {
     /// Ends silent sessions (their capabilities and opens go), purges
     /// strays nobody holds open once reconnects are over.
     async fn tick(&mut self) {
+        let flushed = self.flushed_seq.load(Ordering::Acquire);
+        self.forgotten.retain(|_, seq| *seq > flushed);
         let timeout = self.opts.session_timeout;
         let dead: Vec<u64> = self
             .sessions

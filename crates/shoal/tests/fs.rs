@@ -372,7 +372,7 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
 /// Close-to-open where the reader's kernel holds the file's attributes
 /// (B stats it, as `ls -l` does, then A changes it and closes, then B
 /// opens and reads): every open on B sees exactly what A closed, through
-/// 50 appends, then a shrink, then a rename over the file.
+/// 50 appends, then a shrink, then 30 renames over the file.
 fn close_to_open_rounds(a: &Mount, b: &Mount) {
     use std::io::Write;
     let mut want: Vec<u8> = b"start\n".to_vec();
@@ -410,17 +410,28 @@ fn close_to_open_rounds(a: &Mount, b: &Mount) {
     assert_eq!(got.len(), 1234, "B after A's truncate");
     assert!(got == want, "B after A's truncate: other bytes");
     // A rename over the file on A, read on B (whose kernel still has the
-    // name pointing at the old inode).
-    let _ = std::fs::metadata(b.p("c2o")).unwrap();
-    let _ = std::fs::read(b.p("c2o")).unwrap();
-    let fresh = b"a new file renamed over the old one".to_vec();
-    std::fs::write(a.p("c2o.tmp"), &fresh).unwrap();
-    std::fs::rename(a.p("c2o.tmp"), a.p("c2o")).unwrap();
-    assert_eq!(
-        std::fs::read(b.p("c2o")).unwrap(),
-        fresh,
-        "B after A renamed another file over it"
-    );
+    // name pointing at the old inode, which the MDS forgot but its inode
+    // table still holds until the next flush: it must not be loaded back).
+    // The MDS writes its journal into the inode tables at least every 5 s:
+    // once this has passed, the first old inode is in its table.
+    std::thread::sleep(Duration::from_secs(6));
+    for round in 0..30 {
+        let _ = std::fs::metadata(b.p("c2o")).unwrap();
+        assert_eq!(
+            std::fs::read(b.p("c2o")).unwrap(),
+            want,
+            "round {round}: B before the rename"
+        );
+        let fresh = format!("a new file renamed over the old one, round {round}").into_bytes();
+        std::fs::write(a.p("c2o.tmp"), &fresh).unwrap();
+        std::fs::rename(a.p("c2o.tmp"), a.p("c2o")).unwrap();
+        assert_eq!(
+            std::fs::read(b.p("c2o")).unwrap(),
+            fresh,
+            "round {round}: B after A renamed another file over it"
+        );
+        want = fresh;
+    }
 }
 
 struct KillOnDrop(Child);

@@ -192,6 +192,10 @@ impl ObjectStore for CrashStore {
         self.live.statfs()
     }
 
+    fn space(&self) -> Result<StatFs> {
+        self.live.space()
+    }
+
     fn allocated(
         &self,
         c: &CollectionId,

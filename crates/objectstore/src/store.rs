@@ -118,6 +118,13 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Store-wide space figures.
     fn statfs(&self) -> Result<StatFs>;
 
+    /// Capacity and free space only (`total_bytes` and `free_bytes`; the counts may be
+    /// left at 0): what a fullness check needs, at a cost that does not grow with the
+    /// number of objects. This default gives the whole [`statfs`](Self::statfs).
+    fn space(&self) -> Result<StatFs> {
+        self.statfs()
+    }
+
     /// The allocated ranges of `[offset, offset + len)`, clipped to the object's
     /// size, as `(offset, length)` in order and never touching: what lies outside
     /// them reads as zeros. A store may count zeros as allocated (this default
@@ -203,6 +210,9 @@ impl<S: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<S> {
     }
     fn statfs(&self) -> Result<StatFs> {
         (**self).statfs()
+    }
+    fn space(&self) -> Result<StatFs> {
+        (**self).space()
     }
     fn allocated(
         &self,

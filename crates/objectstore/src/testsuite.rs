@@ -363,6 +363,12 @@ pub fn collections(s: &dyn ObjectStore) {
         (2, 50_000, 1)
     );
     assert!(fs.free_bytes <= fs.total_bytes);
+    let space = ok(s.space(), "space");
+    assert_eq!(
+        (space.total_bytes, space.free_bytes),
+        (fs.total_bytes, fs.free_bytes),
+        "space() gives statfs's capacity and free space"
+    );
     let mut t = Transaction::new();
     t.remove_collection(C).create_collection(C);
     ok(s.apply_transaction(t), "recreate");
@@ -376,6 +382,7 @@ pub fn collections(s: &dyn ObjectStore) {
         after.free_bytes >= fs.free_bytes,
         "space of removed objects is freed"
     );
+    assert_eq!(ok(s.space(), "space").free_bytes, after.free_bytes);
 }
 
 /// Random transactions against the reference model; compares the full state every few.

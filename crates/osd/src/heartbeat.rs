@@ -158,7 +158,7 @@ impl Inner {
             self.ctx
                 .written_since_check
                 .store(0, std::sync::atomic::Ordering::Relaxed);
-            if let Ok(Ok(s)) = shoal_net::runtime::offload(move || store.statfs()).await {
+            if let Ok(Ok(s)) = shoal_net::runtime::offload(move || store.space()).await {
                 let used = s.total_bytes.saturating_sub(s.free_bytes) as f64;
                 let full = used > s.total_bytes as f64 * self.ctx.cfg.full_ratio;
                 let was = self
@@ -225,7 +225,7 @@ impl Inner {
                 continue;
             };
             let store = Arc::clone(&self.ctx.store);
-            let statfs = match shoal_net::runtime::offload(move || store.statfs()).await {
+            let statfs = match shoal_net::runtime::offload(move || store.space()).await {
                 Ok(Ok(s)) => OsdStatfs {
                     total_bytes: s.total_bytes,
                     used_bytes: s.total_bytes.saturating_sub(s.free_bytes),

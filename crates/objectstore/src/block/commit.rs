@@ -129,7 +129,12 @@ pub(crate) struct Committer {
     /// wait (writers that do not come straight back, as an OSD's, pay it at most every
     /// other group).
     gather_missed: bool,
+    /// The last record's buffer, kept for the next (up to [`RECORD_BUF_KEPT`] bytes).
+    record_buf: AlignedBuf,
 }
+
+/// A record buffer up to this size is kept for the next record.
+const RECORD_BUF_KEPT: usize = 1 << 20;
 
 impl Committer {
     pub fn new(
@@ -157,6 +162,7 @@ impl Committer {
             acked: 0,
             acked_at: Instant::now(),
             gather_missed: false,
+            record_buf: AlignedBuf::new(0),
         })
     }
 
@@ -326,7 +332,8 @@ impl Committer {
         let len = journal::record_bytes(payload.len());
         let off = self.place(len)?;
         let seq = self.next_seq;
-        let rec = journal::seal(seq, payload);
+        journal::seal_into(&mut self.record_buf, seq, payload);
+        let rec = &self.record_buf;
         let sh = self.shared.clone();
         if members.iter().any(|q| !q.batch.landed.is_empty()) {
             // Copy-on-write data must be durable before a record that points at it can
@@ -340,6 +347,9 @@ impl Committer {
         sh.dev
             .write_at(BLOCK as u64 + off, rec.as_slice())
             .map_err(|e| Error::io("writing the journal", e))?;
+        if self.record_buf.capacity() > RECORD_BUF_KEPT {
+            self.record_buf = AlignedBuf::new(0);
+        }
         sh.dev
             .sync()
             .map_err(|e| Error::io("syncing the data device", e))?;

@@ -50,6 +50,20 @@ impl AlignedBuf {
         let start = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
         Self { raw, start, len }
     }
+    /// Makes the buffer `len` bytes long, keeping its memory when it has room (its
+    /// contents are then whatever they were: the caller writes every byte it uses).
+    pub(crate) fn reuse(&mut self, len: usize) {
+        if self.raw.len() - self.start >= len {
+            self.len = len;
+        } else {
+            *self = AlignedBuf::new(len.next_power_of_two());
+            self.len = len;
+        }
+    }
+    /// Bytes the buffer can hold without a new allocation.
+    pub(crate) fn capacity(&self) -> usize {
+        self.raw.len() - self.start
+    }
     pub(crate) fn as_slice(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }

@@ -187,8 +187,16 @@ pub(crate) fn record_bytes(payload_len: usize) -> u64 {
 }
 
 /// A whole record (header, `payload`, padding) in a buffer fit for direct I/O.
+#[cfg(test)]
 pub(crate) fn seal(seq: u64, payload: &[u8]) -> AlignedBuf {
-    let mut buf = AlignedBuf::new(record_bytes(payload.len()) as usize);
+    let mut buf = AlignedBuf::new(0);
+    seal_into(&mut buf, seq, payload);
+    buf
+}
+
+/// [`seal`] into a buffer kept from the last record (no fresh pages per record).
+pub(crate) fn seal_into(buf: &mut AlignedBuf, seq: u64, payload: &[u8]) {
+    buf.reuse(record_bytes(payload.len()) as usize);
     let s = buf.as_mut_slice();
     s[..8].copy_from_slice(MAGIC);
     s[8..16].copy_from_slice(&seq.to_be_bytes());
@@ -196,7 +204,7 @@ pub(crate) fn seal(seq: u64, payload: &[u8]) -> AlignedBuf {
     let crc = crc32c::crc32c_append(crc32c::crc32c(&s[..24]), payload);
     s[24..28].copy_from_slice(&crc.to_be_bytes());
     s[HEADER..HEADER + payload.len()].copy_from_slice(payload);
-    buf
+    s[HEADER + payload.len()..].fill(0);
 }
 
 fn runs(c: &mut Reader<'_>) -> Result<Vec<Run>> {

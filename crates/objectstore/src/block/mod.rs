@@ -37,7 +37,7 @@ mod state;
 mod store;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
@@ -128,6 +128,9 @@ pub(crate) struct Shared {
     state: RwLock<State>,
     queue: Mutex<(Vec<Queued>, bool)>,
     queued: Condvar,
+    /// The committer waits on `queued` (read and written under `queue`'s lock): a
+    /// writer wakes it only then, sparing a futex call per transaction while it works.
+    committer_waits: AtomicBool,
     poisoned: Mutex<Option<String>>,
     /// Transactions queued or being committed (bounded by `INFLIGHT_MAX`).
     inflight: Mutex<u64>,
@@ -195,12 +198,11 @@ impl Shared {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         q.id = id;
         let ready = q.ready;
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-            .push(q);
-        if ready {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.0.push(q);
+        let waits = self.committer_waits.load(Ordering::Relaxed);
+        drop(queue);
+        if ready && waits {
             self.queued.notify_one();
         }
         id
@@ -212,8 +214,11 @@ impl Shared {
         if let Some(e) = q.0.iter_mut().find(|e| e.id == id) {
             e.ready = true;
         }
+        let waits = self.committer_waits.load(Ordering::Relaxed);
         drop(q);
-        self.queued.notify_one();
+        if waits {
+            self.queued.notify_one();
+        }
     }
 
     /// Wait for queued batches (or shutdown, or `wait` to pass); returns the ready ones
@@ -226,19 +231,28 @@ impl Shared {
     ) -> (Vec<Queued>, bool) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let idle = |q: &(Vec<Queued>, bool)| !q.0.first().is_some_and(|e| e.ready) && !q.1;
+        // Waits on `queued`, flagged so writers know to wake us.
+        let wait_for = |q, d: Option<std::time::Duration>| {
+            self.committer_waits.store(true, Ordering::Relaxed);
+            let q = match d {
+                None => self.queued.wait(q).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    self.queued
+                        .wait_timeout(q, d)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+            self.committer_waits.store(false, Ordering::Relaxed);
+            q
+        };
         match wait {
             None => {
                 while idle(&q) {
-                    q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    q = wait_for(q, None);
                 }
             }
-            Some(d) if idle(&q) => {
-                q = self
-                    .queued
-                    .wait_timeout(q, d)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-            }
+            Some(d) if idle(&q) => q = wait_for(q, Some(d)),
             Some(_) => {}
         }
         if let Some((want, until)) = gather {
@@ -247,11 +261,7 @@ impl Shared {
                 if now >= until {
                     break;
                 }
-                q = self
-                    .queued
-                    .wait_timeout(q, until - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = wait_for(q, Some(until - now));
             }
         }
         // Only the ready prefix: commit order is queue order.
@@ -565,6 +575,7 @@ impl BlockStore {
             state: RwLock::new(state),
             queue: Mutex::new((Vec::new(), false)),
             queued: Condvar::new(),
+            committer_waits: AtomicBool::new(false),
             poisoned: Mutex::new(None),
             inflight: Mutex::new(0),
             room: Condvar::new(),

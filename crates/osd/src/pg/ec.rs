@@ -304,6 +304,9 @@ impl ObjectStore for LogicalView<'_> {
     fn statfs(&self) -> shoal_objectstore::Result<StatFs> {
         self.store.statfs()
     }
+    fn space(&self) -> shoal_objectstore::Result<StatFs> {
+        self.store.space()
+    }
 }
 
 /// An op's logical transaction, split into its data changes (planned

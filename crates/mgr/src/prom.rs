@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde_json::Value;
+use shoal_monclient::replies::{OsdStatReply, PgStatReply};
 use shoal_monclient::{LATENCY_BOUNDS_S, MetricValue};
 
 use crate::gather::Snapshot;
@@ -229,12 +230,13 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         );
     }
     // OSDs.
-    let osdmap = &st["osdmap"];
+    // The map sections are typed replies of their own (`osd stat`, `pg stat`).
+    let osdmap: OsdStatReply = serde_json::from_value(st["osdmap"].clone()).unwrap_or_default();
     o.gauge(
         "shoal_osdmap_epoch",
         "The OSD map's epoch.",
         &[],
-        f(&osdmap["epoch"]),
+        f64::from(osdmap.epoch),
     );
     for n in snap.tree["nodes"].as_array().into_iter().flatten() {
         if n["type"] != "osd" {
@@ -272,56 +274,56 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         }
     }
     // PGs and objects.
-    let pg = &st["pgmap"];
+    let pg: PgStatReply = serde_json::from_value(st["pgmap"].clone()).unwrap_or_default();
     o.gauge(
         "shoal_pg_total",
         "PGs in every pool.",
         &[],
-        f(&pg["num_pgs"]),
+        pg.num_pgs as f64,
     );
-    for s in pg["num_pg_by_state"].as_array().into_iter().flatten() {
+    for s in &pg.num_pg_by_state {
         o.gauge(
             "shoal_pg_states",
             "PGs in each state (as reported: active+clean, active+degraded, ...).",
-            &[("state", s["name"].as_str().unwrap_or(""))],
-            f(&s["num"]),
+            &[("state", s.name.as_str())],
+            s.num as f64,
         );
     }
     o.gauge(
         "shoal_objects",
         "Objects stored (each counted once).",
         &[],
-        f(&pg["num_objects"]),
+        pg.num_objects as f64,
     );
     o.gauge(
         "shoal_object_copies",
         "Object copies the pools' redundancy calls for.",
         &[],
-        f(&pg["num_object_copies"]),
+        pg.num_object_copies as f64,
     );
     o.gauge(
         "shoal_objects_degraded",
         "Object copies missing (degraded).",
         &[],
-        f(&pg["num_objects_degraded"]),
+        pg.num_objects_degraded as f64,
     );
     o.gauge(
         "shoal_objects_misplaced",
         "Object copies on the wrong OSD (misplaced).",
         &[],
-        f(&pg["num_objects_misplaced"]),
+        pg.num_objects_misplaced as f64,
     );
     o.gauge(
         "shoal_recovery_objects_left",
         "Objects recovery and backfill have still to copy.",
         &[],
-        f(&pg["recovery_objects_left"]),
+        pg.recovery_objects_left as f64,
     );
     o.gauge(
         "shoal_recovery_objects_per_second",
         "Objects recovered or backfilled per second, as the primaries measure it.",
         &[],
-        f(&pg["recovery_objects_per_s"]),
+        pg.recovery_objects_per_s as f64,
     );
     // Space.
     let df = &snap.df;
@@ -454,9 +456,11 @@ mod tests {
                 "leader": "a",
                 "election_term": 3,
                 "mgrmap": { "active": { "name": "x" }, "standbys": [{ "name": "y" }] },
-                "osdmap": { "epoch": 12 },
+                "osdmap": { "epoch": 12, "num_osds": 2, "num_up_osds": 1, "num_in_osds": 2,
+                            "flags": [], "num_pools": 1, "num_pgs": 8 },
                 "pgmap": {
-                    "num_pgs": 8,
+                    "epoch": 12, "num_pgs": 8, "num_bytes": 5,
+                    "raw_bytes": 200, "raw_bytes_used": 20, "raw_bytes_avail": 180,
                     "num_pg_by_state": [
                         { "name": "active+clean", "num": 6 },
                         { "name": "active+undersized+degraded", "num": 2 }

@@ -1169,7 +1169,7 @@ impl Core {
             Command::ConfigDump => Ok(json!(state.config)),
             Command::OsdTree => crate::views::osd_tree(&state),
             Command::OsdDump => crate::views::osd_dump(&state),
-            Command::OsdStat => crate::views::osd_stat(&state),
+            Command::OsdStat => crate::views::to_reply(crate::views::osd_stat(&state)),
             Command::PoolLs => crate::views::pool_ls(&state),
             Command::PoolGet { name } => crate::views::pool_get(&state, name),
             Command::ErasureCodeProfileGet { name } => crate::views::ec_profile_get(&state, name),
@@ -1183,7 +1183,7 @@ impl Core {
             Command::PgPastIntervals { pgid, since } => {
                 crate::views_pg::past_intervals(&state, pgid, *since)
             }
-            Command::PgStat => crate::views_pg::pg_stat(&state),
+            Command::PgStat => crate::views::to_reply(crate::views_pg::pg_stat(&state)),
             Command::Df => crate::views_pg::df(&state),
             Command::MgrStat => Ok(state.mgrmap.to_json()),
             Command::FsLs => {
@@ -1276,8 +1276,8 @@ impl Core {
             "quorum": quorum,
             "leader": leader,
             "version": state.version,
-            "osdmap": crate::views::osd_stat(state).unwrap_or(Value::Null),
-            "pgmap": crate::views_pg::pg_stat(state).unwrap_or(Value::Null),
+            "osdmap": crate::views::to_reply(crate::views::osd_stat(state)).unwrap_or(Value::Null),
+            "pgmap": crate::views::to_reply(crate::views_pg::pg_stat(state)).unwrap_or(Value::Null),
             "auth": {
                 "entities": state.auth.len(),
                 "service_secret": state.service_secrets.keys().next_back(),

@@ -12,6 +12,7 @@ use crate::osdmap::OsdMapState;
 use crate::state::MonState;
 use crate::views_space::FullRatios;
 use shoal_monclient::OsdMapUpdate;
+use shoal_monclient::replies::{OSD_STAT_VERSION, OsdStatReply};
 use shoal_monclient::{ErrorCode, MonError};
 
 fn fixed(w: u32) -> f64 {
@@ -100,8 +101,13 @@ pub fn osd_dump(state: &MonState) -> Result<Value, MonError> {
     }))
 }
 
-/// `osd stat`.
-pub fn osd_stat(state: &MonState) -> Result<Value, MonError> {
+/// A typed reply as the JSON a command answers.
+pub fn to_reply<T: serde::Serialize>(r: Result<T, MonError>) -> Result<Value, MonError> {
+    serde_json::to_value(r?).map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))
+}
+
+/// `osd stat` typed (schema in docs/mon-replies.md).
+pub fn osd_stat(state: &MonState) -> Result<OsdStatReply, MonError> {
     let map = state.osdmap.current()?;
     let exist: Vec<i32> = map
         .osds()
@@ -113,15 +119,16 @@ pub fn osd_stat(state: &MonState) -> Result<Value, MonError> {
         .iter()
         .filter(|id| map.osd(**id).is_some_and(|o| o.weight > 0))
         .count();
-    Ok(json!({
-        "epoch": map.epoch.0,
-        "num_osds": exist.len(),
-        "num_up_osds": up,
-        "num_in_osds": inn,
-        "flags": state.osdmap.flags,
-        "num_pools": map.pools().len(),
-        "num_pgs": map.pools().values().map(|p| u64::from(p.pg_num)).sum::<u64>(),
-    }))
+    Ok(OsdStatReply {
+        version: OSD_STAT_VERSION,
+        epoch: map.epoch.0,
+        num_osds: exist.len() as u64,
+        num_up_osds: up as u64,
+        num_in_osds: inn as u64,
+        flags: state.osdmap.flags.iter().cloned().collect(),
+        num_pools: map.pools().len() as u64,
+        num_pgs: map.pools().values().map(|p| u64::from(p.pg_num)).sum(),
+    })
 }
 
 /// `osd tree`: the CRUSH hierarchy from each root, then OSDs in no bucket.

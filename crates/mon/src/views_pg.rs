@@ -14,7 +14,10 @@ use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
-use shoal_monclient::replies::{DF_VERSION, DfReply, DfStats, PoolDf, PoolQuota, PoolUsage};
+use shoal_monclient::replies::{
+    DF_VERSION, DfReply, DfStats, PG_STAT_VERSION, PgStatReply, PgStateCount, PoolDf, PoolQuota,
+    PoolUsage,
+};
 use shoal_monclient::{ErrorCode, MonError};
 
 /// Most items a health check lists in its detail.
@@ -151,7 +154,7 @@ pub fn pg_dump(state: &MonState) -> Result<Value, MonError> {
 }
 
 /// `pg stat`: how many PGs are in each state, objects and bytes.
-pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
+pub fn pg_stat(state: &MonState) -> Result<PgStatReply, MonError> {
     let (map, rows) = all_rows(state)?;
     let mut by_state: BTreeMap<&str, u64> = BTreeMap::new();
     for r in &rows {
@@ -179,24 +182,28 @@ pub fn pg_stat(state: &MonState) -> Result<Value, MonError> {
                     p.saturating_add(e.report.recovery_per_s),
                 )
             });
-    Ok(json!({
-        "recovery_objects_left": left,
-        "recovery_objects_per_s": per_s,
-        "epoch": map.epoch.0,
-        "num_pgs": rows.len(),
-        "num_object_copies": copies,
-        "num_objects_degraded": degraded,
-        "num_objects_misplaced": misplaced,
-        "num_pg_by_state": by_state
+    Ok(PgStatReply {
+        version: PG_STAT_VERSION,
+        epoch: map.epoch.0,
+        num_pgs: rows.len() as u64,
+        num_pg_by_state: by_state
             .iter()
-            .map(|(s, n)| json!({ "name": s, "num": n }))
-            .collect::<Vec<_>>(),
-        "num_objects": objects,
-        "num_bytes": bytes,
-        "raw_bytes": total,
-        "raw_bytes_used": used,
-        "raw_bytes_avail": avail,
-    }))
+            .map(|(s, n)| PgStateCount {
+                name: s.to_string(),
+                num: *n,
+            })
+            .collect(),
+        num_objects: objects,
+        num_bytes: bytes,
+        num_object_copies: copies,
+        num_objects_degraded: degraded,
+        num_objects_misplaced: misplaced,
+        raw_bytes: total,
+        raw_bytes_used: used,
+        raw_bytes_avail: avail,
+        recovery_objects_left: left,
+        recovery_objects_per_s: per_s,
+    })
 }
 
 /// A PG's intervals since `since` (`pg past-intervals`): what peering
@@ -693,23 +700,17 @@ mod tests {
         let p = primary(&s, "2.4");
         report(&mut s, p, 9000, &[("2.4", "peering", 1)]);
         let v = pg_stat(&s).unwrap();
-        assert_eq!(v["num_pgs"], 16);
+        assert_eq!(v.num_pgs, 16);
+        let states: Vec<(&str, u64)> = v
+            .num_pg_by_state
+            .iter()
+            .map(|s| (s.name.as_str(), s.num))
+            .collect();
         assert_eq!(
-            v["num_pg_by_state"][0],
-            json!({ "name": "unknown", "num": 14 })
+            states,
+            vec![("unknown", 14), ("active+clean", 1), ("peering", 1)]
         );
-        assert_eq!(
-            v["num_pg_by_state"][1],
-            json!({ "name": "active+clean", "num": 1 })
-        );
-        assert_eq!(
-            v["num_pg_by_state"][2],
-            json!({ "name": "peering", "num": 1 })
-        );
-        assert_eq!(
-            (v["num_objects"].as_u64(), v["num_bytes"].as_u64()),
-            (Some(5), Some(5000))
-        );
+        assert_eq!((v.num_objects, v.num_bytes), (5, 5000));
     }
 
     #[test]
@@ -845,8 +846,8 @@ mod tests {
         let b = primary(&s, "1.5");
         report(&mut s, b, 9000, &[("1.5", "recovering", 3)]);
         let v = pg_stat(&s).unwrap();
-        assert_eq!(v["recovery_objects_left"], 10, "{v}");
-        assert_eq!(v["recovery_objects_per_s"], 4, "{v}");
+        assert_eq!(v.recovery_objects_left, 10, "{v:?}");
+        assert_eq!(v.recovery_objects_per_s, 4, "{v:?}");
     }
 
     #[test]
@@ -865,8 +866,8 @@ mod tests {
             &[("1.2", "active+undersized+degraded", 10)],
         );
         let v = pg_stat(&s).unwrap();
-        assert_eq!(v["num_object_copies"], 30, "{v}");
-        assert_eq!(v["num_objects_degraded"], 10, "{v}");
+        assert_eq!(v.num_object_copies, 30, "{v:?}");
+        assert_eq!(v.num_objects_degraded, 10, "{v:?}");
         let checks = pg_health(&s);
         let deg = checks.iter().find(|c| c["code"] == "PG_DEGRADED").unwrap();
         assert!(
@@ -890,8 +891,8 @@ mod tests {
             &[("1.2", "active+recovering+degraded", 10)],
         );
         let v = pg_stat(&s).unwrap();
-        assert_eq!(v["num_object_copies"], 30, "{v}");
-        assert_eq!(v["num_objects_degraded"], 5, "{v}");
+        assert_eq!(v.num_object_copies, 30, "{v:?}");
+        assert_eq!(v.num_objects_degraded, 5, "{v:?}");
     }
 
     #[test]
@@ -905,8 +906,8 @@ mod tests {
             &[("1.2", "active+remapped+backfilling", 10)],
         );
         let v = pg_stat(&s).unwrap();
-        assert_eq!(v["num_objects_degraded"], 0, "{v}");
-        assert_eq!(v["num_objects_misplaced"], 4, "{v}");
+        assert_eq!(v.num_objects_degraded, 0, "{v:?}");
+        assert_eq!(v.num_objects_misplaced, 4, "{v:?}");
         let checks = pg_health(&s);
         let m = checks
             .iter()

@@ -266,6 +266,137 @@ impl Default for FsMapReply {
     }
 }
 
+/// The version of the `pg-stat` schema this build writes and reads.
+pub const PG_STAT_VERSION: u32 = 1;
+
+/// `pg stat`, and the `pgmap` of `status`: the PGs by state and what they
+/// hold (schema `pg-stat`, version [`PG_STAT_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStatReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<PG_STAT_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The OSD map epoch the PGs are from.
+    pub epoch: u32,
+    /// Every PG of every pool.
+    pub num_pgs: u64,
+    /// How many PGs are in each state, the most common first.
+    pub num_pg_by_state: Vec<PgStateCount>,
+    /// Objects, as the primaries last reported.
+    pub num_objects: u64,
+    /// Bytes stored (before redundancy).
+    pub num_bytes: u64,
+    /// Object copies the pools want (objects times their sizes).
+    pub num_object_copies: u64,
+    /// Copies missing.
+    pub num_objects_degraded: u64,
+    /// Copies in the wrong place.
+    pub num_objects_misplaced: u64,
+    /// Raw bytes of every OSD's store.
+    pub raw_bytes: u64,
+    /// Raw bytes used.
+    pub raw_bytes_used: u64,
+    /// Raw bytes available.
+    pub raw_bytes_avail: u64,
+    /// Object copies recovery has still to make.
+    pub recovery_objects_left: u64,
+    /// Object copies made per second lately.
+    pub recovery_objects_per_s: u64,
+}
+
+/// One state of [`PgStatReply`] and its count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStateCount {
+    /// The state (`active+clean`, `peering`, ...).
+    pub name: String,
+    /// PGs in it.
+    pub num: u64,
+}
+
+impl Default for PgStatReply {
+    fn default() -> Self {
+        PgStatReply {
+            version: PG_STAT_VERSION,
+            epoch: 0,
+            num_pgs: 0,
+            num_pg_by_state: Vec::new(),
+            num_objects: 0,
+            num_bytes: 0,
+            num_object_copies: 0,
+            num_objects_degraded: 0,
+            num_objects_misplaced: 0,
+            raw_bytes: 0,
+            raw_bytes_used: 0,
+            raw_bytes_avail: 0,
+            recovery_objects_left: 0,
+            recovery_objects_per_s: 0,
+        }
+    }
+}
+
+impl Default for OsdStatReply {
+    fn default() -> Self {
+        OsdStatReply {
+            version: OSD_STAT_VERSION,
+            epoch: 0,
+            num_osds: 0,
+            num_up_osds: 0,
+            num_in_osds: 0,
+            flags: Vec::new(),
+            num_pools: 0,
+            num_pgs: 0,
+        }
+    }
+}
+
+impl PgStatReply {
+    /// PGs in exactly `state`.
+    pub fn count(&self, state: &str) -> u64 {
+        self.num_pg_by_state
+            .iter()
+            .filter(|s| s.name == state)
+            .map(|s| s.num)
+            .sum()
+    }
+
+    /// Every PG is active+clean (and there is at least one).
+    pub fn all_active_clean(&self) -> bool {
+        self.num_pgs > 0 && self.count("active+clean") == self.num_pgs
+    }
+}
+
+/// The version of the `osd-stat` schema this build writes and reads.
+pub const OSD_STAT_VERSION: u32 = 1;
+
+/// `osd stat`, and the `osdmap` of `status`: the OSDs' counts (schema
+/// `osd-stat`, version [`OSD_STAT_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdStatReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<OSD_STAT_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The OSD map epoch.
+    pub epoch: u32,
+    /// OSDs that exist.
+    pub num_osds: u64,
+    /// Of them, up.
+    pub num_up_osds: u64,
+    /// Of them, in (weight above 0).
+    pub num_in_osds: u64,
+    /// Cluster flags set (`noout`, ...).
+    pub flags: Vec<String>,
+    /// Pools.
+    pub num_pools: u64,
+    /// PGs over every pool.
+    pub num_pgs: u64,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

@@ -443,9 +443,14 @@ fn action_commands_print_json_and_pg_views_read_the_monitors() {
     assert_eq!(plain(&["config", "rm", "osd", "log_level"]), "");
 
     // PG views: no OSD has reported, so every PG is unknown.
-    let stat = json(&["pg", "stat", "--format", "json"]);
-    assert_eq!(stat["num_pgs"], 8, "{stat}");
-    assert_eq!(stat["num_pg_by_state"][0]["name"], "unknown");
+    // `pg stat` and `osd stat` decode into their typed replies.
+    let stat: shoal_monclient::replies::PgStatReply =
+        serde_json::from_value(json(&["pg", "stat", "--format", "json"])).unwrap();
+    assert_eq!(stat.num_pgs, 8, "{stat:?}");
+    assert_eq!(stat.count("unknown"), 8, "{stat:?}");
+    let osds: shoal_monclient::replies::OsdStatReply =
+        serde_json::from_value(json(&["osd", "stat", "--format", "json"])).unwrap();
+    assert_eq!(osds.num_pgs, 8, "{osds:?}");
     assert_eq!(
         plain(&["pg", "stat"]),
         "8 pgs: 8 unknown; 0 B data, 0 objects, 0 B used, 0 B / 0 B avail\n"

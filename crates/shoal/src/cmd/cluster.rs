@@ -27,6 +27,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
+use shoal_monclient::replies::PgStatReply;
 
 /// How a host's daemons are started.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -674,18 +675,15 @@ fn remove_host(dirs: &HostDirs, drain_secs: u64, purge: bool) -> anyhow::Result<
         shoal(&dirs.etc, &args)?;
         outln!("draining osd.{}", osds.join(", osd."));
         until(drain_secs, "the drain (every PG active+clean)", || {
-            let v = shoal_json(&dirs.etc, &["pg", "stat"])?;
-            let clean: u64 = v["num_pg_by_state"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|s| s["name"] == "active+clean")
-                .filter_map(|s| s["num"].as_u64())
-                .sum();
-            if clean == v["num_pgs"].as_u64().unwrap_or(u64::MAX) {
+            let v: PgStatReply = serde_json::from_value(shoal_json(&dirs.etc, &["pg", "stat"])?)?;
+            if v.all_active_clean() {
                 Ok(())
             } else {
-                bail!("{clean} of {} PGs active+clean", v["num_pgs"])
+                bail!(
+                    "{} of {} PGs active+clean",
+                    v.count("active+clean"),
+                    v.num_pgs
+                )
             }
         })?;
     }

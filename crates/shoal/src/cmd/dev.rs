@@ -3,7 +3,7 @@
 //! loopback ports, with their keys, configuration, data and logs in one
 //! directory. `up` on an existing directory restarts the same cluster.
 
-use shoal_monclient::replies::{FsMapReply, MgrMapReply};
+use shoal_monclient::replies::{FsMapReply, MgrMapReply, OsdStatReply, PgStatReply};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -330,15 +330,15 @@ fn admin_ctx(dir: &Path) -> anyhow::Result<Ctx> {
 
 /// Polls `cmd` until `done` holds for its output, failing early when a
 /// started daemon has exited.
-fn wait_until(
+fn wait_until<T: serde::de::DeserializeOwned + std::fmt::Debug>(
     ctx: &Ctx,
     cmd: &Command,
     what: &str,
     max: Duration,
     started: &mut BTreeMap<String, Child>,
     dir: &Path,
-    done: impl Fn(&Value) -> bool,
-) -> anyhow::Result<Value> {
+    done: impl Fn(&T) -> bool,
+) -> anyhow::Result<T> {
     let rt = runtime()?;
     let client = super::common::mon_client(ctx)?;
     let deadline = Instant::now() + max;
@@ -353,11 +353,11 @@ fn wait_until(
             }
         }
         let r = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(5), client.command(cmd)).await
+            tokio::time::timeout(Duration::from_secs(5), client.command_as::<T>(cmd)).await
         });
         match r {
             Ok(Ok(v)) if done(&v) => return Ok(v),
-            Ok(Ok(v)) => last = v.to_string(),
+            Ok(Ok(v)) => last = format!("{v:?}"),
             Ok(Err(e)) => last = e.to_string(),
             Err(_) => last = "timed out".into(),
         }
@@ -516,7 +516,7 @@ fn up_inner(
         Duration::from_secs(30),
         started,
         dir,
-        |_| true,
+        |_: &Value| true,
     )?;
     let store = match a.store {
         StoreKind::Block => "block",
@@ -545,7 +545,7 @@ fn up_inner(
         Duration::from_secs(60),
         started,
         dir,
-        |v| v["num_up_osds"].as_u64() == Some(n),
+        |v: &OsdStatReply| v.num_up_osds == n,
     )?;
     if fresh {
         let size = osds.len().min(3) as u32;
@@ -564,7 +564,7 @@ fn up_inner(
             Duration::from_secs(30),
             started,
             dir,
-            |_| true,
+            |_: &Value| true,
         )?;
     }
     wait_until(
@@ -574,7 +574,7 @@ fn up_inner(
         Duration::from_secs(120),
         started,
         dir,
-        all_active_clean,
+        PgStatReply::all_active_clean,
     )?;
     if !a.no_gateway {
         start_gateway(dir, fresh, &ctx, started, osds.len().clamp(1, 3) as u32)?;
@@ -628,7 +628,7 @@ fn start_gateway(
             Duration::from_secs(30),
             started,
             dir,
-            |_| true,
+            |_: &Value| true,
         )?;
         let user = shoal(dir, &["gateway", "user", "create", "--uid", "dev"])?;
         std::fs::write(gdir.join("user.json"), user)?;
@@ -731,7 +731,7 @@ fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Resul
         Duration::from_secs(30),
         started,
         dir,
-        |v| serde_json::from_value::<MgrMapReply>(v.clone()).is_ok_and(|m| m.is_active("x")),
+        |m: &MgrMapReply| m.is_active("x"),
     )
     .with_context(|| format!("the manager's log:\n{}", tail(&log_path(dir, MGR), 30)))?;
     // Ready means serving: the manager learns it is active from its next
@@ -794,7 +794,7 @@ fn start_fs(
                 Duration::from_secs(30),
                 started,
                 dir,
-                |_| true,
+                |_: &Value| true,
             )?;
         }
         shoal(dir, &["fs", "new", DEV_FS, "shoalfs.meta", "shoalfs.data"])?;
@@ -836,15 +836,11 @@ fn start_fs(
         Duration::from_secs(30),
         started,
         dir,
-        |v| {
-            let state = |m: FsMapReply| {
-                let report = m.fs(Some(DEV_FS))?.active.as_ref()?.report.as_ref()?;
-                Some(report.state == "active")
-            };
-            serde_json::from_value(v.clone())
-                .ok()
-                .and_then(state)
-                .unwrap_or(false)
+        |m: &FsMapReply| {
+            m.fs(Some(DEV_FS))
+                .and_then(|f| f.active.as_ref())
+                .and_then(|a| a.report.as_ref())
+                .is_some_and(|r| r.state == "active")
         },
     )
     .map(|_| ())
@@ -876,19 +872,6 @@ fn gateway_banner(dir: &Path) -> Option<String> {
         k["secret_key"].as_str()?,
         addr.trim()
     ))
-}
-
-/// Whether `pg stat` reports every PG active+clean.
-pub fn all_active_clean(v: &Value) -> bool {
-    let total = v["num_pgs"].as_u64().unwrap_or(0);
-    let clean: u64 = v["num_pg_by_state"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["name"] == "active+clean")
-        .filter_map(|s| s["num"].as_u64())
-        .sum();
-    total > 0 && clean == total
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {

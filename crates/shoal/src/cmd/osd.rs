@@ -5,8 +5,9 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::{Command, PoolSpec};
+use shoal_monclient::replies::OsdStatReply;
 
-use super::common::{Ctx, Format, mon_command, pretty, print};
+use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
 
 /// OSD map commands.
 #[derive(Debug, Subcommand)]
@@ -431,19 +432,14 @@ fn tree_plain(v: &Value) -> String {
     out
 }
 
-fn stat_plain(v: &Value) -> String {
-    let flags: Vec<&str> = v["flags"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+/// `osd stat` on one line (and the flags on another).
+pub(crate) fn stat_plain(v: &OsdStatReply) -> String {
     let mut s = format!(
         "{} osds: {} up, {} in; epoch: e{}\n",
-        v["num_osds"], v["num_up_osds"], v["num_in_osds"], v["epoch"]
+        v.num_osds, v.num_up_osds, v.num_in_osds, v.epoch
     );
-    if !flags.is_empty() {
-        s.push_str(&format!("flags {}\n", flags.join(",")));
+    if !v.flags.is_empty() {
+        s.push_str(&format!("flags {}\n", v.flags.join(",")));
     }
     s
 }
@@ -479,7 +475,11 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
         OsdCmd::Repair(a) => super::pg::run_osd_scrub(ctx, &a, "repair")?,
         OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
         OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
-        OsdCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::OsdStat)?, stat_plain),
+        OsdCmd::Stat(f) => print_typed(
+            f.format,
+            &mon_command_as::<OsdStatReply>(ctx, &Command::OsdStat)?,
+            stat_plain,
+        ),
         OsdCmd::Create(f) => print(f.format, &mon_command(ctx, &Command::OsdCreate)?, |v| {
             format!("{}\n", v["osd"])
         }),

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
-use shoal_monclient::replies::DfReply;
+use shoal_monclient::replies::{DfReply, PgStatReply};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
 
@@ -247,22 +247,21 @@ fn dump_plain(v: &Value) -> String {
 
 /// `pg stat` on one line: `64 pgs: 64 active+clean; 1.2 MiB data, 30
 /// objects, 3 GiB used, 297 GiB / 300 GiB avail`.
-fn stat_plain(v: &Value) -> String {
-    let states: Vec<String> = v["num_pg_by_state"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| format!("{} {}", u(&s["num"]), s["name"].as_str().unwrap_or("")))
+fn stat_plain(v: &PgStatReply) -> String {
+    let states: Vec<String> = v
+        .num_pg_by_state
+        .iter()
+        .map(|s| format!("{} {}", s.num, s.name))
         .collect();
     format!(
         "{} pgs: {}; {} data, {} objects, {} used, {} / {} avail\n",
-        u(&v["num_pgs"]),
+        v.num_pgs,
         states.join(", "),
-        human_bytes(u(&v["num_bytes"])),
-        u(&v["num_objects"]),
-        human_bytes(u(&v["raw_bytes_used"])),
-        human_bytes(u(&v["raw_bytes_avail"])),
-        human_bytes(u(&v["raw_bytes"])),
+        human_bytes(v.num_bytes),
+        v.num_objects,
+        human_bytes(v.raw_bytes_used),
+        human_bytes(v.raw_bytes_avail),
+        human_bytes(v.raw_bytes),
     )
 }
 
@@ -327,7 +326,11 @@ fn df_plain(df: &DfReply) -> String {
 pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         PgCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::PgDump)?, dump_plain),
-        PgCmd::Stat(f) => print(f.format, &mon_command(ctx, &Command::PgStat)?, stat_plain),
+        PgCmd::Stat(f) => print_typed(
+            f.format,
+            &mon_command_as::<PgStatReply>(ctx, &Command::PgStat)?,
+            stat_plain,
+        ),
         PgCmd::Scrub(a) => print(a.format, &pg_command(ctx, &a, "scrub")?, scrub_plain),
         PgCmd::DeepScrub(a) => print(a.format, &pg_command(ctx, &a, "deep-scrub")?, scrub_plain),
         PgCmd::Repair(a) => print(a.format, &pg_command(ctx, &a, "repair")?, scrub_plain),
@@ -364,12 +367,15 @@ mod tests {
 
     #[test]
     fn plain_tables() {
-        let stat = json!({
-            "num_pgs": 64,
+        let stat: PgStatReply = serde_json::from_value(json!({
+            "epoch": 5, "num_pgs": 64,
             "num_pg_by_state": [{ "name": "active+clean", "num": 60 }, { "name": "peering", "num": 4 }],
             "num_bytes": 1_258_291u64, "num_objects": 30,
+            "num_object_copies": 90, "num_objects_degraded": 0, "num_objects_misplaced": 0,
             "raw_bytes": 300u64 << 30, "raw_bytes_used": 30u64 << 20, "raw_bytes_avail": 299u64 << 30,
-        });
+            "recovery_objects_left": 0, "recovery_objects_per_s": 0,
+        }))
+        .unwrap();
         assert_eq!(
             stat_plain(&stat),
             "64 pgs: 60 active+clean, 4 peering; 1.2 MiB data, 30 objects, \

@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
+use shoal_monclient::replies::{MgrMapReply, OsdStatReply, PgStatReply};
 
 use super::common::{Ctx, Format, mon_command, print};
 
@@ -36,16 +37,14 @@ fn plain(v: &Value) -> String {
         quorum.join(","),
         v["leader"].as_str().unwrap_or("?")
     ));
-    let m = &v["mgrmap"];
-    if m["epoch"].as_u64().unwrap_or(0) > 0 {
-        let standbys: Vec<&str> = m["standbys"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s["name"].as_str())
-            .collect();
-        let active = match m["active"]["name"].as_str() {
-            Some(a) => format!("{a}(active)"),
+    if let Some(m) = v
+        .get("mgrmap")
+        .and_then(|x| serde_json::from_value::<MgrMapReply>(x.clone()).ok())
+        .filter(|m| m.epoch > 0)
+    {
+        let standbys: Vec<&str> = m.standbys.iter().map(|s| s.name.as_str()).collect();
+        let active = match &m.active {
+            Some(a) => format!("{}(active)", a.name),
             None => "no daemons active".to_string(),
         };
         let standbys = match standbys.is_empty() {
@@ -54,58 +53,60 @@ fn plain(v: &Value) -> String {
         };
         out.push_str(&format!("    mgr: {active}{standbys}\n"));
     }
-    let o = &v["osdmap"];
-    if !o.is_null() {
+    // The map sections are typed replies of their own (`osd stat`, `pg stat`).
+    let typed = |key: &str| v.get(key).filter(|x| !x.is_null()).cloned();
+    if let Some(o) = typed("osdmap").and_then(|x| serde_json::from_value::<OsdStatReply>(x).ok()) {
         out.push_str(&format!(
             "    osd: {} osds: {} up, {} in; epoch e{}\n\n  data:\n    pools:   {} pools, {} pgs\n",
-            o["num_osds"],
-            o["num_up_osds"],
-            o["num_in_osds"],
-            o["epoch"],
-            o["num_pools"],
-            o["num_pgs"]
+            o.num_osds, o.num_up_osds, o.num_in_osds, o.epoch, o.num_pools, o.num_pgs
         ));
     }
-    let p = &v["pgmap"];
-    if !p.is_null() {
-        out.push_str(&format!(
-            "    objects: {} objects, {}\n    usage:   {} used, {} / {} avail\n    pgs:     ",
-            p["num_objects"],
-            super::pg::human_bytes(p["num_bytes"].as_u64().unwrap_or(0)),
-            super::pg::human_bytes(p["raw_bytes_used"].as_u64().unwrap_or(0)),
-            super::pg::human_bytes(p["raw_bytes_avail"].as_u64().unwrap_or(0)),
-            super::pg::human_bytes(p["raw_bytes"].as_u64().unwrap_or(0)),
-        ));
-        let states: Vec<String> = p["num_pg_by_state"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| format!("{} {}", s["num"], s["name"].as_str().unwrap_or("?")))
-            .collect();
-        out.push_str(&states.join("\n             "));
-        out.push('\n');
-        let copies = p["num_object_copies"].as_u64().unwrap_or(1).max(1);
-        for what in ["degraded", "misplaced"] {
-            let n = p[format!("num_objects_{what}")].as_u64().unwrap_or(0);
-            if n > 0 {
-                out.push_str(&format!(
-                    "             {n}/{copies} objects {what} ({:.3}%)\n",
-                    n as f64 * 100.0 / copies as f64
-                ));
-            }
-        }
-        let left = p["recovery_objects_left"].as_u64().unwrap_or(0);
-        if left > 0 {
-            let rate = p["recovery_objects_per_s"].as_u64().unwrap_or(0);
-            let eta = if rate > 0 {
-                format!("{} s", left.div_ceil(rate))
-            } else {
-                "unknown".into()
-            };
+    if let Some(p) = typed("pgmap").and_then(|x| serde_json::from_value::<PgStatReply>(x).ok()) {
+        out.push_str(&pgmap_plain(&p));
+    }
+    out
+}
+
+/// The data and progress lines of `status`.
+fn pgmap_plain(p: &PgStatReply) -> String {
+    let mut out = format!(
+        "    objects: {} objects, {}\n    usage:   {} used, {} / {} avail\n    pgs:     ",
+        p.num_objects,
+        super::pg::human_bytes(p.num_bytes),
+        super::pg::human_bytes(p.raw_bytes_used),
+        super::pg::human_bytes(p.raw_bytes_avail),
+        super::pg::human_bytes(p.raw_bytes),
+    );
+    let states: Vec<String> = p
+        .num_pg_by_state
+        .iter()
+        .map(|s| format!("{} {}", s.num, s.name))
+        .collect();
+    out.push_str(&states.join("\n             "));
+    out.push('\n');
+    let copies = p.num_object_copies.max(1);
+    for (what, n) in [
+        ("degraded", p.num_objects_degraded),
+        ("misplaced", p.num_objects_misplaced),
+    ] {
+        if n > 0 {
             out.push_str(&format!(
-                "\n  progress:\n    recovery: {left} object copies left, {rate} objects/s, eta {eta}\n"
+                "             {n}/{copies} objects {what} ({:.3}%)\n",
+                n as f64 * 100.0 / copies as f64
             ));
         }
+    }
+    let left = p.recovery_objects_left;
+    if left > 0 {
+        let rate = p.recovery_objects_per_s;
+        let eta = if rate > 0 {
+            format!("{} s", left.div_ceil(rate))
+        } else {
+            "unknown".into()
+        };
+        out.push_str(&format!(
+            "\n  progress:\n    recovery: {left} object copies left, {rate} objects/s, eta {eta}\n"
+        ));
     }
     out
 }

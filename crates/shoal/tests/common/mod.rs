@@ -113,16 +113,8 @@ impl Dev {
         if !out.status.success() {
             return false;
         }
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let total = v["num_pgs"].as_u64().unwrap_or(0);
-        let clean: u64 = v["num_pg_by_state"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|s| s["name"] == "active+clean")
-            .filter_map(|s| s["num"].as_u64())
-            .sum();
-        total > 0 && clean == total
+        let v: shoal_monclient::replies::PgStatReply = serde_json::from_slice(&out.stdout).unwrap();
+        v.all_active_clean()
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 use serde_json::Value;
-use shoal_monclient::replies::DfReply;
+use shoal_monclient::replies::{DfReply, StatusReply};
 use shoal_monclient::{Command, DaemonReport, MetricValue, MonClient, MonError};
 
 /// The cluster at one moment, as the manager serves it.
@@ -18,7 +18,7 @@ pub struct Snapshot {
     /// When it was gathered (ms since the Unix epoch).
     pub at_ms: u64,
     /// `shoal status`.
-    pub status: Value,
+    pub status: StatusReply,
     /// `shoal osd tree` (with each OSD's space).
     pub tree: Value,
     /// `shoal df`.
@@ -29,7 +29,7 @@ pub struct Snapshot {
 
 /// Asks the monitors for everything a snapshot holds.
 pub async fn gather(monc: &MonClient) -> Result<Snapshot, MonError> {
-    let status = monc.command(&Command::Status).await?;
+    let status = monc.command_as(&Command::Status).await?;
     let tree = monc.command(&Command::OsdTree).await?;
     let df = monc.command_as(&Command::Df).await?;
     let reports = monc.command(&Command::DaemonReports).await?;
@@ -215,13 +215,13 @@ impl History {
             }
         }
         self.pools = pools;
-        let pg = &snap.status["pgmap"];
+        let pg = snap.status.pgmap.clone().unwrap_or_default();
         self.points.push_back(Point {
             at_ms: snap.at_ms,
             io,
-            degraded: pg["num_objects_degraded"].as_u64().unwrap_or(0),
-            misplaced: pg["num_objects_misplaced"].as_u64().unwrap_or(0),
-            recovery_left: pg["recovery_objects_left"].as_u64().unwrap_or(0),
+            degraded: pg.num_objects_degraded,
+            misplaced: pg.num_objects_misplaced,
+            recovery_left: pg.recovery_objects_left,
         });
         let oldest = snap.at_ms.saturating_sub(HISTORY_SECS * 1000);
         while self.points.front().is_some_and(|p| p.at_ms < oldest) {
@@ -266,7 +266,11 @@ mod tests {
     fn snap(at_ms: u64, reports: Vec<(u64, DaemonReport)>) -> Snapshot {
         Snapshot {
             at_ms,
-            status: json!({ "pgmap": { "num_objects_degraded": 5 } }),
+            status: crate::prom::tests::status_with(json!({ "pgmap": {
+                "epoch": 1, "num_pgs": 1, "num_pg_by_state": [], "num_objects": 0, "num_bytes": 0,
+                "num_object_copies": 0, "num_objects_degraded": 5, "num_objects_misplaced": 0,
+                "raw_bytes": 0, "raw_bytes_used": 0, "raw_bytes_avail": 0,
+                "recovery_objects_left": 0, "recovery_objects_per_s": 0 } })),
             reports,
             ..Snapshot::default()
         }

@@ -280,9 +280,9 @@ fn summary(s: &Shared, sess: &Session) -> Value {
             p
         })
         .collect();
-    let pg = &snap.status["pgmap"];
-    let left = pg["recovery_objects_left"].as_u64().unwrap_or(0);
-    let rate = pg["recovery_objects_per_s"].as_u64().unwrap_or(0);
+    let pg = snap.status.pgmap.clone().unwrap_or_default();
+    let left = pg.recovery_objects_left;
+    let rate = pg.recovery_objects_per_s;
     let eta = (left > 0 && rate > 0).then(|| left.div_ceil(rate));
     json!({
         "ready": true,
@@ -295,9 +295,9 @@ fn summary(s: &Shared, sess: &Session) -> Value {
         "recovery": {
             "objects_left": left,
             "objects_per_s": rate,
-            "degraded": pg["num_objects_degraded"],
-            "misplaced": pg["num_objects_misplaced"],
-            "copies": pg["num_object_copies"],
+            "degraded": pg.num_objects_degraded,
+            "misplaced": pg.num_objects_misplaced,
+            "copies": pg.num_object_copies,
             "eta_secs": eta,
         },
         "history": history.points.iter().collect::<Vec<_>>(),

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde_json::Value;
-use shoal_monclient::replies::{OsdStatReply, PgStatReply};
 use shoal_monclient::{LATENCY_BOUNDS_S, MetricValue};
 
 use crate::gather::Snapshot;
@@ -156,8 +155,7 @@ pub fn render(snap: &Snapshot) -> String {
 /// What the monitors' views say.
 fn cluster(o: &mut Out, snap: &Snapshot) {
     let st = &snap.status;
-    let health = st["health"]["status"].as_str().unwrap_or("");
-    let level = match health {
+    let level = match st.health.status.as_str() {
         "HEALTH_OK" => 0.0,
         "HEALTH_WARN" => 1.0,
         _ => 2.0,
@@ -168,26 +166,23 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         &[],
         level,
     );
-    for c in st["health"]["checks"].as_array().into_iter().flatten() {
-        let code = c["code"].as_str().unwrap_or("");
-        let severity = c["severity"].as_str().unwrap_or("");
+    for c in &st.health.checks {
         o.gauge(
             "shoal_health_check",
             "A health check in force (muted ones apart), by code and severity.",
-            &[("code", code), ("severity", severity)],
+            &[("code", c.code.as_str()), ("severity", c.severity.as_str())],
             1.0,
         );
     }
     // Monitors.
     let mut in_quorum = 0.0;
-    for m in st["monmap"]["mons"].as_array().into_iter().flatten() {
-        let name = m["name"].as_str().unwrap_or("");
-        let q = b(&m["in_quorum"]);
+    for m in &st.monmap.mons {
+        let q = if m.in_quorum { 1.0 } else { 0.0 };
         in_quorum += q;
         o.gauge(
             "shoal_mon_quorum_status",
             "Whether a monitor is in the quorum (1) or not (0).",
-            &[("mon", name)],
+            &[("mon", m.name.as_str())],
             q,
         );
     }
@@ -201,37 +196,35 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         "shoal_mon_elections_total",
         "Elections held since the cluster began (the leader's Raft term).",
         &[],
-        f(&st["election_term"]),
+        st.election_term as f64,
     );
-    if let Some(leader) = st["leader"].as_str() {
+    if let Some(leader) = &st.leader {
         o.gauge(
             "shoal_mon_leader",
             "The monitor that leads the quorum (1).",
-            &[("mon", leader)],
+            &[("mon", leader.as_str())],
             1.0,
         );
     }
     // Managers.
-    let mgr = &st["mgrmap"];
-    if let Some(name) = mgr["active"]["name"].as_str() {
+    if let Some(a) = &st.mgrmap.active {
         o.gauge(
             "shoal_mgr_status",
             "Managers: 1 active, 0 standby.",
-            &[("mgr", name)],
+            &[("mgr", a.name.as_str())],
             1.0,
         );
     }
-    for s in mgr["standbys"].as_array().into_iter().flatten() {
+    for s in &st.mgrmap.standbys {
         o.gauge(
             "shoal_mgr_status",
             "Managers: 1 active, 0 standby.",
-            &[("mgr", s["name"].as_str().unwrap_or(""))],
+            &[("mgr", s.name.as_str())],
             0.0,
         );
     }
     // OSDs.
-    // The map sections are typed replies of their own (`osd stat`, `pg stat`).
-    let osdmap: OsdStatReply = serde_json::from_value(st["osdmap"].clone()).unwrap_or_default();
+    let osdmap = st.osdmap.clone().unwrap_or_default();
     o.gauge(
         "shoal_osdmap_epoch",
         "The OSD map's epoch.",
@@ -274,7 +267,7 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         }
     }
     // PGs and objects.
-    let pg: PgStatReply = serde_json::from_value(st["pgmap"].clone()).unwrap_or_default();
+    let pg = st.pgmap.clone().unwrap_or_default();
     o.gauge(
         "shoal_pg_total",
         "PGs in every pool.",
@@ -434,11 +427,31 @@ fn daemons(o: &mut Out, snap: &Snapshot) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+    use shoal_monclient::replies::StatusReply;
     use shoal_monclient::{DaemonReport, Histogram, Metric};
     use std::time::Duration;
+
+    /// A whole `status` reply of an empty cluster, with the top-level
+    /// fields of `over` in place of its own.
+    pub(crate) fn status_with(over: Value) -> StatusReply {
+        let mut base = json!({
+            "fsid": "f", "election_term": 1, "quorum": ["a"], "leader": "a",
+            "state_version": 1, "osdmap": null, "pgmap": null,
+            "health": { "status": "HEALTH_OK", "checks": [], "muted": [] },
+            "mgrmap": { "epoch": 0, "available": false, "active": null, "standbys": [] },
+            "monmap": { "epoch": 1, "mons": [] },
+            "auth": { "entities": 1, "service_secret": 1 },
+        });
+        if let (Some(b), Some(o)) = (base.as_object_mut(), over.as_object()) {
+            for (k, v) in o {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        serde_json::from_value(base).unwrap()
+    }
 
     fn snapshot() -> Snapshot {
         let h = Histogram::default();
@@ -446,16 +459,20 @@ mod tests {
         h.observe(Duration::from_millis(2));
         Snapshot {
             at_ms: 1,
-            status: json!({
+            status: status_with(json!({
                 "health": { "status": "HEALTH_WARN", "checks": [
-                    { "code": "OSD_DOWN", "severity": "HEALTH_WARN", "summary": "1 osds down" }
-                ] },
-                "monmap": { "mons": [
-                    { "name": "a", "in_quorum": true }, { "name": "b", "in_quorum": false }
+                    { "code": "OSD_DOWN", "severity": "HEALTH_WARN", "summary": "1 osds down",
+                      "detail": ["osd.1 is down"] }
+                ], "muted": [] },
+                "monmap": { "epoch": 1, "mons": [
+                    { "name": "a", "addr": "127.0.0.1:1", "in_quorum": true },
+                    { "name": "b", "addr": "127.0.0.1:2", "in_quorum": false }
                 ] },
                 "leader": "a",
                 "election_term": 3,
-                "mgrmap": { "active": { "name": "x" }, "standbys": [{ "name": "y" }] },
+                "mgrmap": { "epoch": 2, "available": true,
+                            "active": { "name": "x", "addr": "127.0.0.1:3", "since_ms": 1 },
+                            "standbys": [{ "name": "y", "addr": "127.0.0.1:4" }] },
                 "osdmap": { "epoch": 12, "num_osds": 2, "num_up_osds": 1, "num_in_osds": 2,
                             "flags": [], "num_pools": 1, "num_pgs": 8 },
                 "pgmap": {
@@ -469,7 +486,7 @@ mod tests {
                     "num_objects_degraded": 4, "num_objects_misplaced": 0,
                     "recovery_objects_left": 4, "recovery_objects_per_s": 2
                 }
-            }),
+            })),
             tree: json!({ "nodes": [
                 { "id": -1, "type": "root" },
                 { "id": 0, "type": "osd", "up": true, "in": true, "crush_weight": 1.0,

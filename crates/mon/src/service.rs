@@ -34,6 +34,9 @@ use crate::osdmap::{Boot, OsdChange};
 use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_id};
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
+use shoal_monclient::replies::{
+    AuthSummary, MonMapSummary, MonSummary, STATUS_VERSION, StatusReply,
+};
 use shoal_monclient::{Command, parse_mon_caps};
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -1134,8 +1137,10 @@ impl Core {
     async fn read(&self, cmd: &Command) -> Result<Value, MonError> {
         let state = read_state(&self.state).clone();
         match cmd {
-            Command::Status | Command::MonStat => Ok(self.status(&state).await),
-            Command::Health => Ok(self.status(&state).await["health"].clone()),
+            Command::Status | Command::MonStat => {
+                crate::views::to_reply(Ok(self.status(&state).await))
+            }
+            Command::Health => crate::views::to_reply(Ok(self.status(&state).await.health)),
             Command::HealthHistory => Ok(state.health.history_view()),
             Command::CrashLs => {
                 Ok(json!({ "crashes": state.crashes.values().collect::<Vec<_>>() }))
@@ -1251,13 +1256,15 @@ impl Core {
         lease.max(self.opts.heartbeat * 4)
     }
 
-    async fn status(&self, state: &MonState) -> Value {
+    async fn status(&self, state: &MonState) -> StatusReply {
         let (quorum, down) = self.quorum(state);
-        let mons: Vec<Value> = state
+        let mons = state
             .mons
             .iter()
-            .map(|(name, info)| {
-                json!({ "name": name, "addr": info.addr, "in_quorum": quorum.contains(name) })
+            .map(|(name, info)| MonSummary {
+                name: name.clone(),
+                addr: info.addr.clone(),
+                in_quorum: quorum.contains(name),
             })
             .collect();
         let health = crate::views::health(state, &down, &quorum, now_ms(), &self.opts.full_ratios);
@@ -1267,22 +1274,26 @@ impl Core {
             .find(|(_, m)| m.id == self.id)
             .map(|(n, _)| n.clone());
         let term = self.raft.metrics().borrow().current_term;
-        json!({
-            "fsid": state.fsid,
-            "health": health,
-            "election_term": term,
-            "mgrmap": state.mgrmap.to_json(),
-            "monmap": { "epoch": state.monmap_epoch, "mons": mons },
-            "quorum": quorum,
-            "leader": leader,
-            "version": state.version,
-            "osdmap": crate::views::to_reply(crate::views::osd_stat(state)).unwrap_or(Value::Null),
-            "pgmap": crate::views::to_reply(crate::views_pg::pg_stat(state)).unwrap_or(Value::Null),
-            "auth": {
-                "entities": state.auth.len(),
-                "service_secret": state.service_secrets.keys().next_back(),
+        StatusReply {
+            version: STATUS_VERSION,
+            fsid: state.fsid.clone(),
+            health,
+            election_term: term,
+            mgrmap: state.mgrmap.reply(),
+            monmap: MonMapSummary {
+                epoch: state.monmap_epoch,
+                mons,
             },
-        })
+            quorum,
+            leader,
+            state_version: state.version,
+            osdmap: crate::views::osd_stat(state).ok(),
+            pgmap: crate::views_pg::pg_stat(state).ok(),
+            auth: AuthSummary {
+                entities: state.auth.len() as u64,
+                service_secret: state.service_secrets.keys().next_back().copied(),
+            },
+        }
     }
 }
 

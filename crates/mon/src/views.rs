@@ -12,7 +12,9 @@ use crate::osdmap::OsdMapState;
 use crate::state::MonState;
 use crate::views_space::FullRatios;
 use shoal_monclient::OsdMapUpdate;
-use shoal_monclient::replies::{OSD_STAT_VERSION, OsdStatReply};
+use shoal_monclient::replies::{
+    HEALTH_VERSION, HealthCheck, HealthReply, MutedCheck, OSD_STAT_VERSION, OsdStatReply,
+};
 use shoal_monclient::{ErrorCode, MonError};
 
 fn fixed(w: u32) -> f64 {
@@ -267,28 +269,35 @@ pub fn health(
     quorum: &[String],
     now_ms: u64,
     ratios: &FullRatios,
-) -> Value {
-    let (muted, checks): (Vec<Value>, Vec<Value>) =
+) -> HealthReply {
+    let (muted, checks): (Vec<HealthCheck>, Vec<HealthCheck>) =
         raw_checks(state, mons_down, quorum, now_ms, ratios)
             .into_iter()
-            .partition(|c| state.health.muted(c["code"].as_str().unwrap_or(""), now_ms));
+            .partition(|c| state.health.muted(&c.code, now_ms));
     let status = if checks.is_empty() {
         "HEALTH_OK"
-    } else if checks.iter().any(|c| c["severity"] == "HEALTH_ERR") {
+    } else if checks.iter().any(|c| c.severity == "HEALTH_ERR") {
         "HEALTH_ERR"
     } else {
         "HEALTH_WARN"
     };
-    let muted: Vec<Value> = muted
+    let muted = muted
         .into_iter()
-        .map(|mut c| {
-            let m = state.health.mutes.get(c["code"].as_str().unwrap_or(""));
-            c["muted_until_ms"] = json!(m.and_then(|m| m.until_ms));
-            c["sticky"] = json!(m.is_some_and(|m| m.sticky));
-            c
+        .map(|c| {
+            let m = state.health.mutes.get(&c.code);
+            MutedCheck {
+                muted_until_ms: m.and_then(|m| m.until_ms),
+                sticky: m.is_some_and(|m| m.sticky),
+                check: c,
+            }
         })
         .collect();
-    json!({ "status": status, "checks": checks, "muted": muted })
+    HealthReply {
+        version: HEALTH_VERSION,
+        status: status.to_string(),
+        checks,
+        muted,
+    }
 }
 
 /// Every check, muted or not, as the leader records them.
@@ -302,9 +311,9 @@ pub fn checks_now(
     raw_checks(state, mons_down, quorum, now_ms, ratios)
         .iter()
         .map(|c| crate::health::CheckNow {
-            code: c["code"].as_str().unwrap_or("").to_string(),
-            severity: c["severity"].as_str().unwrap_or("").to_string(),
-            summary: c["summary"].as_str().unwrap_or("").to_string(),
+            code: c.code.clone(),
+            severity: c.severity.clone(),
+            summary: c.summary.clone(),
         })
         .collect()
 }
@@ -316,7 +325,7 @@ fn raw_checks(
     quorum: &[String],
     now_ms: u64,
     ratios: &FullRatios,
-) -> Vec<Value> {
+) -> Vec<HealthCheck> {
     let mut checks = Vec::new();
     // Crashes not yet archived, of the last two weeks (as Ceph warns).
     const RECENT_MS: u64 = 14 * 86_400 * 1000;
@@ -332,32 +341,41 @@ fn raw_checks(
         })
         .collect();
     if !recent.is_empty() {
-        checks.push(json!({
-            "code": "RECENT_CRASH",
-            "severity": "HEALTH_WARN",
-            "summary": format!("{} daemons have recently crashed", recent.len()),
-            "detail": recent,
-        }));
+        checks.push(HealthCheck::warn(
+            "RECENT_CRASH",
+            format!("{} daemons have recently crashed", recent.len()),
+            recent,
+        ));
     }
     if !mons_down.is_empty() {
-        checks.push(json!({
-            "code": "MON_DOWN",
-            "severity": "HEALTH_WARN",
-            "summary": format!("{}/{} mons down, quorum {}", mons_down.len(), state.mons.len(), quorum.join(",")),
-            "detail": mons_down.iter().map(|n| {
-                let addr = state.mons.get(n).map(|m| m.addr.clone()).unwrap_or_default();
-                format!("mon.{n} at {addr} is out of quorum")
-            }).collect::<Vec<_>>(),
-        }));
+        checks.push(HealthCheck::warn(
+            "MON_DOWN",
+            format!(
+                "{}/{} mons down, quorum {}",
+                mons_down.len(),
+                state.mons.len(),
+                quorum.join(",")
+            ),
+            mons_down
+                .iter()
+                .map(|n| {
+                    let addr = state
+                        .mons
+                        .get(n)
+                        .map(|m| m.addr.clone())
+                        .unwrap_or_default();
+                    format!("mon.{n} at {addr} is out of quorum")
+                })
+                .collect(),
+        ));
     }
     // Once a manager has run, the cluster expects one (as Ceph's MGR_DOWN).
     if state.mgrmap.epoch > 0 && state.mgrmap.active.is_none() {
-        checks.push(json!({
-            "code": "MGR_DOWN",
-            "severity": "HEALTH_WARN",
-            "summary": "no active mgr",
-            "detail": [format!("{} standby mgr(s)", state.mgrmap.standbys.len())],
-        }));
+        checks.push(HealthCheck::warn(
+            "MGR_DOWN",
+            "no active mgr",
+            vec![format!("{} standby mgr(s)", state.mgrmap.standbys.len())],
+        ));
     }
     if let Ok(map) = state.osdmap.current() {
         let down: Vec<i32> = map
@@ -366,12 +384,11 @@ fn raw_checks(
             .map(|(id, _)| id)
             .collect();
         if !down.is_empty() {
-            checks.push(json!({
-                "code": "OSD_DOWN",
-                "severity": "HEALTH_WARN",
-                "summary": format!("{} osds down", down.len()),
-                "detail": down.iter().map(|id| format!("osd.{id} is down")).collect::<Vec<_>>(),
-            }));
+            checks.push(HealthCheck::warn(
+                "OSD_DOWN",
+                format!("{} osds down", down.len()),
+                down.iter().map(|id| format!("osd.{id} is down")).collect(),
+            ));
         }
     }
     if let Ok(map) = state.osdmap.current() {
@@ -379,12 +396,11 @@ fn raw_checks(
     }
     if !state.osdmap.flags.is_empty() {
         let flags: Vec<&str> = state.osdmap.flags.iter().map(String::as_str).collect();
-        checks.push(json!({
-            "code": "OSDMAP_FLAGS",
-            "severity": "HEALTH_WARN",
-            "summary": format!("{} flag(s) set", flags.join(",")),
-            "detail": [],
-        }));
+        checks.push(HealthCheck::warn(
+            "OSDMAP_FLAGS",
+            format!("{} flag(s) set", flags.join(",")),
+            Vec::new(),
+        ));
     }
     checks.extend(crate::views_pg::pg_health(state));
     checks

@@ -15,8 +15,8 @@ use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
 use shoal_monclient::replies::{
-    DF_VERSION, DfReply, DfStats, PG_STAT_VERSION, PgStatReply, PgStateCount, PoolDf, PoolQuota,
-    PoolUsage,
+    DF_VERSION, DfReply, DfStats, HealthCheck, PG_STAT_VERSION, PgStatReply, PgStateCount, PoolDf,
+    PoolQuota, PoolUsage,
 };
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -403,7 +403,7 @@ pub fn df_reply(state: &MonState) -> Result<DfReply, MonError> {
 /// or stale (`PG_AVAILABILITY`), PGs degraded or undersized
 /// (`PG_DEGRADED`). PGs never reported are not counted: a pool with no
 /// OSD reporting yet is not an error of the monitors' making.
-pub fn pg_health(state: &MonState) -> Vec<Value> {
+pub fn pg_health(state: &MonState) -> Vec<HealthCheck> {
     let Ok(map) = state.osdmap.current() else {
         return Vec::new();
     };
@@ -491,15 +491,15 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
             &format!("{} scrub errors", objects.len().max(damaged.len())),
             &[],
         );
-        errors["severity"] = json!("HEALTH_ERR");
+        errors = errors.error();
         let more = objects.len().saturating_sub(HEALTH_DETAIL_MAX);
         objects.truncate(HEALTH_DETAIL_MAX);
         if more > 0 {
             objects.push(format!("... and {more} more"));
         }
-        errors["detail"] = json!(objects);
+        errors.detail = objects;
         checks.push(errors);
-        let mut pgs = check(
+        let pgs = check(
             "PG_DAMAGED",
             &format!(
                 "Possible data damage: {}",
@@ -507,8 +507,7 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
             ),
             &damaged,
         );
-        pgs["severity"] = json!("HEALTH_ERR");
-        checks.push(pgs);
+        checks.push(pgs.error());
     }
     checks
 }
@@ -516,7 +515,7 @@ pub fn pg_health(state: &MonState) -> Vec<Value> {
 /// `PG_RECOVERY_STALLED`: PGs whose recovery of some object keeps
 /// failing, naming each object and why, so an operator sees what holds a
 /// PG degraded rather than a recovery that never ends.
-fn recovery_stalled(rows: &[PgRow]) -> Option<Value> {
+fn recovery_stalled(rows: &[PgRow]) -> Option<HealthCheck> {
     let mut objects: Vec<String> = Vec::new();
     let mut pgs: Vec<&PgRow> = Vec::new();
     for r in rows {
@@ -541,7 +540,7 @@ fn recovery_stalled(rows: &[PgRow]) -> Option<Value> {
     if more > 0 {
         objects.push(format!("... and {more} more"));
     }
-    c["detail"] = json!(objects);
+    c.detail = objects;
     Some(c)
 }
 
@@ -550,7 +549,7 @@ fn count(n: usize, what: &str) -> String {
     format!("{n} {pgs} {what}")
 }
 
-fn check(code: &str, summary: &str, rows: &[&PgRow]) -> Value {
+fn check(code: &str, summary: &str, rows: &[&PgRow]) -> HealthCheck {
     let mut detail: Vec<String> = rows
         .iter()
         .take(HEALTH_DETAIL_MAX)
@@ -562,12 +561,7 @@ fn check(code: &str, summary: &str, rows: &[&PgRow]) -> Value {
     if rows.len() > HEALTH_DETAIL_MAX {
         detail.push(format!("... and {} more", rows.len() - HEALTH_DETAIL_MAX));
     }
-    json!({
-        "code": code,
-        "severity": "HEALTH_WARN",
-        "summary": summary,
-        "detail": detail,
-    })
+    HealthCheck::warn(code, summary, detail)
 }
 
 #[cfg(test)]
@@ -772,37 +766,35 @@ mod tests {
         report(&mut s, b, 9000, &[("1.1", "active+undersized+degraded", 0)]);
         report(&mut s, c, 9000, &[("1.2", "active+clean", 0)]);
         let checks = pg_health(&s);
-        let codes: Vec<&str> = checks.iter().map(|c| c["code"].as_str().unwrap()).collect();
+        let codes: Vec<&str> = checks.iter().map(|c| c.code.as_str()).collect();
         assert_eq!(codes, ["PG_AVAILABILITY", "PG_DEGRADED"]);
         assert_eq!(
-            checks[0]["summary"],
+            checks[0].summary,
             "Reduced data availability: 1 pg inactive"
         );
         assert_eq!(
-            checks[1]["summary"],
+            checks[1].summary,
             "Degraded data redundancy: 1 pg degraded, 1 pg undersized"
         );
         assert!(
-            checks[0]["detail"][0]
+            checks[0].detail[0]
                 .as_str()
-                .unwrap()
                 .starts_with("pg 1.0 is peering")
         );
         let h = crate::views::health(&s, &[], &[], 0, &crate::views_space::FullRatios::default());
-        assert_eq!(h["status"], "HEALTH_WARN");
+        assert_eq!(h.status, "HEALTH_WARN");
     }
 
     #[test]
     fn space_checks_escalate_with_use_and_clear_when_freed() {
         let ratios = crate::views_space::FullRatios::default();
         let codes = |s: &MonState| -> Vec<(String, String)> {
-            crate::views::health(s, &[], &[], 0, &ratios)["checks"]
-                .as_array()
-                .unwrap()
+            crate::views::health(s, &[], &[], 0, &ratios)
+                .checks
                 .iter()
                 .map(|c| {
-                    let d = c["detail"][0].as_str().unwrap_or("").to_string();
-                    (c["code"].as_str().unwrap().to_string(), d)
+                    let d = c.detail.first().cloned().unwrap_or_default();
+                    (c.code.clone(), d)
                 })
                 .collect()
         };
@@ -832,7 +824,7 @@ mod tests {
         assert_eq!(c[1].0, "POOL_FULL");
         assert!(c[1].1.contains("is full (no space)"), "{c:?}");
         let h = crate::views::health(&s, &[], &[], 0, &ratios);
-        assert_eq!(h["status"], "HEALTH_ERR");
+        assert_eq!(h.status, "HEALTH_ERR");
         // Freed: every space check clears.
         report(&mut s, a, 9000, &[("1.0", "active+clean", 0)]);
         assert!(codes(&s).is_empty(), "{:?}", codes(&s));
@@ -869,13 +861,12 @@ mod tests {
         assert_eq!(v.num_object_copies, 30, "{v:?}");
         assert_eq!(v.num_objects_degraded, 10, "{v:?}");
         let checks = pg_health(&s);
-        let deg = checks.iter().find(|c| c["code"] == "PG_DEGRADED").unwrap();
+        let deg = checks.iter().find(|c| c.code == "PG_DEGRADED").unwrap();
         assert!(
-            deg["summary"]
+            deg.summary
                 .as_str()
-                .unwrap()
                 .starts_with("Degraded data redundancy: 10/30 objects degraded (33.333%)"),
-            "{deg}"
+            "{deg:?}"
         );
     }
 
@@ -911,11 +902,11 @@ mod tests {
         let checks = pg_health(&s);
         let m = checks
             .iter()
-            .find(|c| c["code"] == "OBJECT_MISPLACED")
+            .find(|c| c.code == "OBJECT_MISPLACED")
             .unwrap();
-        assert_eq!(m["summary"], "4/30 objects misplaced (13.333%)", "{m}");
+        assert_eq!(m.summary, "4/30 objects misplaced (13.333%)", "{m:?}");
         assert!(
-            !checks.iter().any(|c| c["code"] == "PG_DEGRADED"),
+            !checks.iter().any(|c| c.code == "PG_DEGRADED"),
             "{checks:?}"
         );
     }
@@ -933,15 +924,15 @@ mod tests {
         let checks = pg_health(&s);
         let stalled = checks
             .iter()
-            .find(|c| c["code"] == "PG_RECOVERY_STALLED")
+            .find(|c| c.code == "PG_RECOVERY_STALLED")
             .unwrap_or_else(|| panic!("{checks:?}"));
-        assert_eq!(stalled["severity"], "HEALTH_WARN");
+        assert_eq!(stalled.severity, "HEALTH_WARN");
         assert_eq!(
-            stalled["summary"],
+            stalled.summary,
             "Recovery stalled: 1 objects failing to recover in 1 pg"
         );
         assert_eq!(
-            stalled["detail"][0],
+            stalled.detail[0],
             "pg 1.3 cannot recover object big-obj: push to osd.2: frame too large (3 failed tries in 7 s)"
         );
         // A recovery that does not fail raises no such check.
@@ -950,7 +941,7 @@ mod tests {
         assert!(
             !pg_health(&s)
                 .iter()
-                .any(|c| c["code"] == "PG_RECOVERY_STALLED")
+                .any(|c| c.code == "PG_RECOVERY_STALLED")
         );
     }
 
@@ -960,18 +951,15 @@ mod tests {
         let a = primary(&s, "1.3");
         report(&mut s, a, 9000, &[("1.3", "active+clean+inconsistent", 2)]);
         let checks = pg_health(&s);
-        let codes: Vec<&str> = checks.iter().map(|c| c["code"].as_str().unwrap()).collect();
+        let codes: Vec<&str> = checks.iter().map(|c| c.code.as_str()).collect();
         assert_eq!(codes, ["OSD_SCRUB_ERRORS", "PG_DAMAGED"]);
-        assert_eq!(checks[0]["summary"], "1 scrub errors");
+        assert_eq!(checks[0].summary, "1 scrub errors");
         assert_eq!(
-            checks[0]["detail"][0],
+            checks[0].detail[0],
             "pg 1.3 has an inconsistent object obj-a"
         );
-        assert_eq!(
-            checks[1]["summary"],
-            "Possible data damage: 1 pg inconsistent"
-        );
+        assert_eq!(checks[1].summary, "Possible data damage: 1 pg inconsistent");
         let h = crate::views::health(&s, &[], &[], 0, &crate::views_space::FullRatios::default());
-        assert_eq!(h["status"], "HEALTH_ERR");
+        assert_eq!(h.status, "HEALTH_ERR");
     }
 }

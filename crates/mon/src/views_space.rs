@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Value, json};
 use shoal_maps::OsdMap;
+use shoal_monclient::replies::HealthCheck;
 
 use crate::state::MonState;
 
@@ -63,7 +63,7 @@ fn mib(b: u64) -> String {
 }
 
 /// The space checks of `state` under `map` (up OSDs that reported space).
-pub fn space_health(state: &MonState, map: &OsdMap, ratios: &FullRatios) -> Vec<Value> {
+pub fn space_health(state: &MonState, map: &OsdMap, ratios: &FullRatios) -> Vec<HealthCheck> {
     let mut osds: BTreeMap<i32, (Level, String)> = BTreeMap::new();
     for (id, s) in &state.osd_statfs {
         if s.total_bytes == 0 || !map.is_up(*id) {
@@ -97,12 +97,12 @@ pub fn space_health(state: &MonState, map: &OsdMap, ratios: &FullRatios) -> Vec<
             .map(|(id, (_, what))| format!("osd.{id} is {word}: {what}"))
             .collect();
         if !detail.is_empty() {
-            checks.push(json!({
-                "code": code,
-                "severity": severity,
-                "summary": format!("{} {word} osd(s)", detail.len()),
-                "detail": detail,
-            }));
+            checks.push(HealthCheck {
+                code: code.to_string(),
+                severity: severity.to_string(),
+                summary: format!("{} {word} osd(s)", detail.len()),
+                detail,
+            });
         }
     }
     checks.extend(pool_checks(state, map, &osds));
@@ -114,7 +114,7 @@ fn pool_checks(
     state: &MonState,
     map: &OsdMap,
     osds: &BTreeMap<i32, (Level, String)>,
-) -> Vec<Value> {
+) -> Vec<HealthCheck> {
     // The OSDs each pool's PGs are on, as their primaries last reported.
     let mut on: BTreeMap<u64, BTreeSet<i32>> = BTreeMap::new();
     for (pgid, e) in &state.pg_stats {
@@ -161,20 +161,18 @@ fn pool_checks(
     }
     let mut checks = Vec::new();
     if !full.is_empty() {
-        checks.push(json!({
-            "code": "POOL_FULL",
-            "severity": "HEALTH_WARN",
-            "summary": format!("{} pool(s) full", full_pools.len()),
-            "detail": full,
-        }));
+        checks.push(HealthCheck::warn(
+            "POOL_FULL",
+            format!("{} pool(s) full", full_pools.len()),
+            full,
+        ));
     }
     if !near.is_empty() {
-        checks.push(json!({
-            "code": "POOL_NEARFULL",
-            "severity": "HEALTH_WARN",
-            "summary": format!("{} pool(s) nearfull", near.len()),
-            "detail": near,
-        }));
+        checks.push(HealthCheck::warn(
+            "POOL_NEARFULL",
+            format!("{} pool(s) nearfull", near.len()),
+            near,
+        ));
     }
     checks
 }

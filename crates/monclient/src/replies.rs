@@ -397,6 +397,178 @@ pub struct OsdStatReply {
     pub num_pgs: u64,
 }
 
+/// The version of the `health` schema this build writes and reads.
+pub const HEALTH_VERSION: u32 = 1;
+
+/// `health` and `health detail`, and the `health` of `status`: the
+/// cluster's status from the checks in force, those checks, and the muted
+/// ones apart (schema `health`, version [`HEALTH_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<HEALTH_VERSION, _>"
+    )]
+    pub version: u32,
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`: the worst check in force.
+    pub status: String,
+    /// The checks in force (not muted).
+    pub checks: Vec<HealthCheck>,
+    /// The checks raised but muted.
+    pub muted: Vec<MutedCheck>,
+}
+
+/// One health check, named as Ceph names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    /// Its code (`OSD_DOWN`, `PG_DEGRADED`, ...).
+    pub code: String,
+    /// `HEALTH_WARN` or `HEALTH_ERR`.
+    pub severity: String,
+    /// One line.
+    pub summary: String,
+    /// The items affected, a line each (bounded; the last may say how many
+    /// more).
+    pub detail: Vec<String>,
+}
+
+impl HealthCheck {
+    /// A `HEALTH_WARN` check.
+    pub fn warn(code: &str, summary: impl Into<String>, detail: Vec<String>) -> Self {
+        HealthCheck {
+            code: code.to_string(),
+            severity: "HEALTH_WARN".to_string(),
+            summary: summary.into(),
+            detail,
+        }
+    }
+
+    /// The same check as `HEALTH_ERR`.
+    pub fn error(mut self) -> Self {
+        self.severity = "HEALTH_ERR".to_string();
+        self
+    }
+}
+
+/// A check raised but muted, with its mute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MutedCheck {
+    /// The check.
+    #[serde(flatten)]
+    pub check: HealthCheck,
+    /// When the mute ends (ms since the Unix epoch; null: when the check
+    /// clears, or never if sticky).
+    pub muted_until_ms: Option<u64>,
+    /// Whether the mute outlives the check.
+    pub sticky: bool,
+}
+
+impl Default for HealthReply {
+    /// Nothing known yet (an empty status, no checks).
+    fn default() -> Self {
+        HealthReply {
+            version: HEALTH_VERSION,
+            status: String::new(),
+            checks: Vec::new(),
+            muted: Vec::new(),
+        }
+    }
+}
+
+impl Default for StatusReply {
+    /// Nothing known yet.
+    fn default() -> Self {
+        StatusReply {
+            version: STATUS_VERSION,
+            fsid: String::new(),
+            health: HealthReply::default(),
+            election_term: 0,
+            mgrmap: MgrMapReply::default(),
+            monmap: MonMapSummary::default(),
+            quorum: Vec::new(),
+            leader: None,
+            state_version: 0,
+            osdmap: None,
+            pgmap: None,
+            auth: AuthSummary::default(),
+        }
+    }
+}
+
+impl HealthReply {
+    /// The check `code` in force, if it is.
+    pub fn check(&self, code: &str) -> Option<&HealthCheck> {
+        self.checks.iter().find(|c| c.code == code)
+    }
+}
+
+/// The version of the `status` schema this build writes and reads.
+pub const STATUS_VERSION: u32 = 1;
+
+/// `status` (and `mon stat`): the cluster at a glance (schema `status`,
+/// version [`STATUS_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<STATUS_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The cluster's id.
+    pub fsid: String,
+    /// Its health.
+    pub health: HealthReply,
+    /// Elections held (the leader's Raft term).
+    pub election_term: u64,
+    /// The manager map.
+    pub mgrmap: MgrMapReply,
+    /// The monitors.
+    pub monmap: MonMapSummary,
+    /// Names of the monitors in the quorum.
+    pub quorum: Vec<String>,
+    /// The answering monitor's name when it leads (as seen by it).
+    pub leader: Option<String>,
+    /// How many changes the monitors' state has applied.
+    pub state_version: u64,
+    /// The OSDs (null before the first OSD map).
+    pub osdmap: Option<OsdStatReply>,
+    /// The PGs (null before the first OSD map).
+    pub pgmap: Option<PgStatReply>,
+    /// The auth database.
+    pub auth: AuthSummary,
+}
+
+/// The monitors of [`StatusReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonMapSummary {
+    /// The monitor map's epoch.
+    pub epoch: u64,
+    /// Every monitor.
+    pub mons: Vec<MonSummary>,
+}
+
+/// One monitor of [`MonMapSummary`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonSummary {
+    /// Its name.
+    pub name: String,
+    /// Where it listens.
+    pub addr: String,
+    /// Whether it is in the quorum.
+    pub in_quorum: bool,
+}
+
+/// The auth database of [`StatusReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthSummary {
+    /// Entities with keys.
+    pub entities: u64,
+    /// The newest service secret's id.
+    pub service_secret: Option<u64>,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

@@ -263,7 +263,7 @@ fn leader_kill_during_a_stream_of_creations_then_restart_then_no_quorum() {
     }
     let after = mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
     assert_eq!(after["fsid"], fsid.as_str());
-    assert_eq!(after["version"], status["version"], "{after}");
+    assert_eq!(after["state_version"], status["state_version"], "{after}");
     assert_eq!(mons.json(&["auth", "ls", "--format", "json"]).unwrap(), ls);
     assert_eq!(
         mons.json(&["osd", "dump", "--format", "json"]).unwrap(),

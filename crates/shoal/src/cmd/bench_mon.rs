@@ -145,10 +145,12 @@ impl Bench {
     async fn wait_ready(client: &MonClient) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(s) = client.command(&Command::Status).await {
-                if s["fsid"].as_str().is_some_and(|f| !f.is_empty()) {
-                    return Ok(());
-                }
+            if let Ok(s) = client
+                .command_as::<shoal_monclient::replies::StatusReply>(&Command::Status)
+                .await
+                && !s.fsid.is_empty()
+            {
+                return Ok(());
             }
             anyhow::ensure!(
                 Instant::now() < deadline,

@@ -27,7 +27,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use shoal_monclient::replies::PgStatReply;
+use shoal_monclient::replies::{PgStatReply, StatusReply};
 
 /// How a host's daemons are started.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -377,12 +377,10 @@ fn token_of(etc: &Path) -> anyhow::Result<Token> {
     let mon_host = conf_value(etc, |o| o.mon_host.clone())?;
     let keyring = std::fs::read_to_string(etc.join("keyring"))
         .with_context(|| format!("reading {}", etc.join("keyring").display()))?;
-    let status = shoal_json(etc, &["status"])?;
-    let fsid = status["fsid"]
-        .as_str()
-        .context("the monitors report no fsid")?;
+    let status: StatusReply = serde_json::from_value(shoal_json(etc, &["status"])?)?;
+    anyhow::ensure!(!status.fsid.is_empty(), "the monitors report no fsid");
     Ok(Token {
-        fsid: fsid.to_string(),
+        fsid: status.fsid,
         mon_host,
         keyring,
     })
@@ -489,7 +487,10 @@ pub fn run_host(cmd: HostCmd) -> anyhow::Result<()> {
             write_conf(&dirs, &t.mon_host, &host, &addr)?;
             std::fs::write(dirs.etc.join("keyring"), &t.keyring)?;
             let status = until(60, "reaching the monitors", || {
-                shoal_json(&dirs.etc, &["status"])
+                Ok(serde_json::from_value::<StatusReply>(shoal_json(
+                    &dirs.etc,
+                    &["status"],
+                )?)?)
             });
             let status = match status {
                 Ok(s) => s,
@@ -498,10 +499,10 @@ pub fn run_host(cmd: HostCmd) -> anyhow::Result<()> {
                     return Err(e);
                 }
             };
-            if status["fsid"] != t.fsid.as_str() {
+            if status.fsid != t.fsid {
                 bail!(
                     "the monitors answer for cluster {}, the token is for {}",
-                    status["fsid"],
+                    status.fsid,
                     t.fsid
                 );
             }

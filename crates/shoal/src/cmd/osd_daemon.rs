@@ -20,7 +20,7 @@ use shoal_osd::daemon::{Osd, OsdOptions};
 use shoal_osd::log::LogLimits;
 use shoal_types::EntityName;
 
-use super::common::{Ctx, mon_addrs, mon_command};
+use super::common::{Ctx, mon_addrs, mon_command, mon_command_as};
 use super::mon::wait_for_signal;
 use super::osd::OsdCmd;
 
@@ -131,12 +131,10 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
         },
     );
     ring.save(&dir.join("keyring"))?;
-    let status = mon_command(ctx, &Command::Status)?;
-    let fsid = status["fsid"]
-        .as_str()
+    let status: shoal_monclient::replies::StatusReply = mon_command_as(ctx, &Command::Status)?;
+    let fsid = Some(status.fsid)
         .filter(|f| !f.is_empty())
-        .context("the monitors report no cluster fsid (not bootstrapped yet?)")?
-        .to_string();
+        .context("the monitors report no cluster fsid (not bootstrapped yet?)")?;
     if args.store == StoreKind::Block {
         let opts = MkfsOptions {
             data_bytes: config.options.osd_store_bytes,

@@ -1,11 +1,10 @@
 //! `shoal status`: the cluster at a glance, as `ceph status` shows it.
 
 use clap::{Args, Subcommand};
-use serde_json::Value;
 use shoal_mon::Command;
-use shoal_monclient::replies::{MgrMapReply, OsdStatReply, PgStatReply};
+use shoal_monclient::replies::{HealthReply, PgStatReply, StatusReply};
 
-use super::common::{Ctx, Format, mon_command, print};
+use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
 
 /// Options of `shoal status`.
 #[derive(Debug, Args)]
@@ -15,33 +14,22 @@ pub struct StatusArgs {
     format: Format,
 }
 
-fn plain(v: &Value) -> String {
-    let quorum: Vec<&str> = v["quorum"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let total = v["monmap"]["mons"].as_array().map(Vec::len).unwrap_or(0);
+fn plain(v: &StatusReply) -> String {
     let mut out = format!(
         "  cluster:\n    id:     {}\n    health: {}\n",
-        v["fsid"].as_str().unwrap_or("?"),
-        v["health"]["status"].as_str().unwrap_or("?")
+        v.fsid, v.health.status
     );
-    for check in v["health"]["checks"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "            {}\n",
-            check["summary"].as_str().unwrap_or("")
-        ));
+    for check in &v.health.checks {
+        out.push_str(&format!("            {}\n", check.summary));
     }
     out.push_str(&format!(
-        "\n  services:\n    mon: {total} daemons, quorum {} (leader {})\n",
-        quorum.join(","),
-        v["leader"].as_str().unwrap_or("?")
+        "\n  services:\n    mon: {} daemons, quorum {} (leader {})\n",
+        v.monmap.mons.len(),
+        v.quorum.join(","),
+        v.leader.as_deref().unwrap_or("?")
     ));
-    if let Some(m) = v
-        .get("mgrmap")
-        .and_then(|x| serde_json::from_value::<MgrMapReply>(x.clone()).ok())
-        .filter(|m| m.epoch > 0)
-    {
+    let m = &v.mgrmap;
+    if m.epoch > 0 {
         let standbys: Vec<&str> = m.standbys.iter().map(|s| s.name.as_str()).collect();
         let active = match &m.active {
             Some(a) => format!("{}(active)", a.name),
@@ -53,16 +41,14 @@ fn plain(v: &Value) -> String {
         };
         out.push_str(&format!("    mgr: {active}{standbys}\n"));
     }
-    // The map sections are typed replies of their own (`osd stat`, `pg stat`).
-    let typed = |key: &str| v.get(key).filter(|x| !x.is_null()).cloned();
-    if let Some(o) = typed("osdmap").and_then(|x| serde_json::from_value::<OsdStatReply>(x).ok()) {
+    if let Some(o) = &v.osdmap {
         out.push_str(&format!(
             "    osd: {} osds: {} up, {} in; epoch e{}\n\n  data:\n    pools:   {} pools, {} pgs\n",
             o.num_osds, o.num_up_osds, o.num_in_osds, o.epoch, o.num_pools, o.num_pgs
         ));
     }
-    if let Some(p) = typed("pgmap").and_then(|x| serde_json::from_value::<PgStatReply>(x).ok()) {
-        out.push_str(&pgmap_plain(&p));
+    if let Some(p) = &v.pgmap {
+        out.push_str(&pgmap_plain(p));
     }
     out
 }
@@ -208,53 +194,44 @@ pub fn run_health(a: HealthArgs, ctx: &Ctx) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let v = mon_command(ctx, &Command::Health)?;
-    print(a.format, &v, |v| {
-        let checks: Vec<&Value> = v["checks"].as_array().into_iter().flatten().collect();
-        let summaries: Vec<&str> = checks
-            .iter()
-            .filter_map(|c| c["summary"].as_str())
-            .collect();
-        let mut out = v["status"].as_str().unwrap_or("?").to_string();
-        if !summaries.is_empty() {
-            out.push(' ');
-            out.push_str(&summaries.join("; "));
-        }
-        let muted: Vec<&str> = v["muted"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c["code"].as_str())
-            .collect();
-        if !muted.is_empty() {
-            out.push_str(&format!(" (muted: {})", muted.join(" ")));
-        }
-        out.push('\n');
-        if detail {
-            for c in checks {
-                out.push_str(&format!(
-                    "[{}] {}: {}\n",
-                    c["severity"]
-                        .as_str()
-                        .unwrap_or("")
-                        .trim_start_matches("HEALTH_"),
-                    c["code"].as_str().unwrap_or(""),
-                    c["summary"].as_str().unwrap_or("")
-                ));
-                for d in c["detail"].as_array().into_iter().flatten() {
-                    out.push_str(&format!("    {}\n", d.as_str().unwrap_or("")));
-                }
+    let v: HealthReply = mon_command_as(ctx, &Command::Health)?;
+    print_typed(a.format, &v, |v| health_plain(v, detail));
+    Ok(())
+}
+
+/// `health` (and with `detail`, each check's items) for people.
+fn health_plain(v: &HealthReply, detail: bool) -> String {
+    let summaries: Vec<&str> = v.checks.iter().map(|c| c.summary.as_str()).collect();
+    let mut out = v.status.clone();
+    if !summaries.is_empty() {
+        out.push(' ');
+        out.push_str(&summaries.join("; "));
+    }
+    let muted: Vec<&str> = v.muted.iter().map(|c| c.check.code.as_str()).collect();
+    if !muted.is_empty() {
+        out.push_str(&format!(" (muted: {})", muted.join(" ")));
+    }
+    out.push('\n');
+    if detail {
+        for c in &v.checks {
+            out.push_str(&format!(
+                "[{}] {}: {}\n",
+                c.severity.trim_start_matches("HEALTH_"),
+                c.code,
+                c.summary
+            ));
+            for d in &c.detail {
+                out.push_str(&format!("    {d}\n"));
             }
         }
-        out
-    });
-    Ok(())
+    }
+    out
 }
 
 /// Runs `shoal status`.
 pub fn run(a: StatusArgs, ctx: &Ctx) -> anyhow::Result<()> {
-    let v = mon_command(ctx, &Command::Status)?;
-    print(a.format, &v, plain);
+    let v: StatusReply = mon_command_as(ctx, &Command::Status)?;
+    print_typed(a.format, &v, plain);
     Ok(())
 }
 

@@ -8,8 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
-use serde_json::Value;
-use shoal_monclient::replies::{DfReply, StatusReply};
+use shoal_monclient::replies::{DfReply, OsdTreeReply, StatusReply};
 use shoal_monclient::{Command, DaemonReport, MetricValue, MonClient, MonError};
 
 /// The cluster at one moment, as the manager serves it.
@@ -20,7 +19,7 @@ pub struct Snapshot {
     /// `shoal status`.
     pub status: StatusReply,
     /// `shoal osd tree` (with each OSD's space).
-    pub tree: Value,
+    pub tree: OsdTreeReply,
     /// `shoal df`.
     pub df: DfReply,
     /// Every daemon's newest report, with its age in ms.
@@ -30,7 +29,7 @@ pub struct Snapshot {
 /// Asks the monitors for everything a snapshot holds.
 pub async fn gather(monc: &MonClient) -> Result<Snapshot, MonError> {
     let status = monc.command_as(&Command::Status).await?;
-    let tree = monc.command(&Command::OsdTree).await?;
+    let tree = monc.command_as(&Command::OsdTree).await?;
     let df = monc.command_as(&Command::Df).await?;
     let reports = monc.command(&Command::DaemonReports).await?;
     let reports = reports["reports"]

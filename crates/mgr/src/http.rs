@@ -290,7 +290,7 @@ fn summary(s: &Shared, sess: &Session) -> Value {
         "user": { "entity": sess.entity, "admin": sess.admin },
         "mgr": { "name": s.opts.name, "map": serde_json::to_value(&*crate::read(&s.mgrmap)).unwrap_or(Value::Null) },
         "status": snap.status,
-        "osds": snap.tree["nodes"],
+        "osds": snap.tree.nodes,
         "pools": pools,
         "recovery": {
             "objects_left": left,

@@ -132,18 +132,6 @@ impl Out {
     }
 }
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(0.0)
-}
-
-fn b(v: &Value) -> f64 {
-    if v.as_bool().unwrap_or(false) {
-        1.0
-    } else {
-        0.0
-    }
-}
-
 /// Renders the snapshot as Prometheus text.
 pub fn render(snap: &Snapshot) -> String {
     let mut o = Out::default();
@@ -231,38 +219,37 @@ fn cluster(o: &mut Out, snap: &Snapshot) {
         &[],
         f64::from(osdmap.epoch),
     );
-    for n in snap.tree["nodes"].as_array().into_iter().flatten() {
-        if n["type"] != "osd" {
-            continue;
-        }
-        let id = n["id"].to_string();
+    let flag = |x: bool| if x { 1.0 } else { 0.0 };
+    for n in snap.tree.osds() {
+        let Some(osd) = &n.osd else { continue };
+        let id = n.id.to_string();
         let l = [("osd", id.as_str())];
-        o.gauge("shoal_osd_up", "Whether an OSD is up.", &l, b(&n["up"]));
-        o.gauge("shoal_osd_in", "Whether an OSD is in.", &l, b(&n["in"]));
+        o.gauge("shoal_osd_up", "Whether an OSD is up.", &l, flag(osd.up));
+        o.gauge("shoal_osd_in", "Whether an OSD is in.", &l, flag(osd.is_in));
         o.gauge(
             "shoal_osd_weight",
             "An OSD's CRUSH weight.",
             &l,
-            f(&n["crush_weight"]),
+            n.crush_weight,
         );
         o.gauge(
             "shoal_osd_reweight",
             "An OSD's reweight (0 when out).",
             &l,
-            f(&n["reweight"]),
+            osd.reweight,
         );
-        if n.get("total_bytes").is_some() {
+        if let (Some(total), Some(used)) = (n.total_bytes, n.used_bytes) {
             o.gauge(
                 "shoal_osd_stat_bytes",
                 "An OSD store's size, as it last reported.",
                 &l,
-                f(&n["total_bytes"]),
+                total as f64,
             );
             o.gauge(
                 "shoal_osd_stat_bytes_used",
                 "Bytes used in an OSD's store, as it last reported.",
                 &l,
-                f(&n["used_bytes"]),
+                used as f64,
             );
         }
     }
@@ -487,13 +474,16 @@ pub(crate) mod tests {
                     "recovery_objects_left": 4, "recovery_objects_per_s": 2
                 }
             })),
-            tree: json!({ "nodes": [
-                { "id": -1, "type": "root" },
-                { "id": 0, "type": "osd", "up": true, "in": true, "crush_weight": 1.0,
-                  "reweight": 1.0, "total_bytes": 100, "used_bytes": 10 },
-                { "id": 1, "type": "osd", "up": false, "in": true, "crush_weight": 1.0,
-                  "reweight": 1.0 }
-            ] }),
+            tree: serde_json::from_value(json!({ "epoch": 12, "stray": [], "nodes": [
+                { "id": -1, "name": "default", "type": "root", "crush_weight": 2.0, "depth": 0 },
+                { "id": 0, "name": "osd.0", "type": "osd", "depth": 1, "crush_weight": 1.0,
+                  "osd": 0, "up": true, "in": true, "reweight": 1.0, "primary_affinity": 1.0,
+                  "addr": null, "total_bytes": 100, "used_bytes": 10 },
+                { "id": 1, "name": "osd.1", "type": "osd", "depth": 1, "crush_weight": 1.0,
+                  "osd": 1, "up": false, "in": true, "reweight": 1.0, "primary_affinity": 1.0,
+                  "addr": null }
+            ] }))
+            .unwrap(),
             df: serde_json::from_value(json!({
                 "epoch": 12,
                 "stats": { "total_bytes": 200, "total_used_raw_bytes": 20,

@@ -1172,7 +1172,7 @@ impl Core {
                 Ok(json!(merged))
             }
             Command::ConfigDump => Ok(json!(state.config)),
-            Command::OsdTree => crate::views::osd_tree(&state),
+            Command::OsdTree => crate::views::to_reply(crate::views::osd_tree(&state)),
             Command::OsdDump => crate::views::osd_dump(&state),
             Command::OsdStat => crate::views::to_reply(crate::views::osd_stat(&state)),
             Command::PoolLs => crate::views::pool_ls(&state),

@@ -13,7 +13,8 @@ use crate::state::MonState;
 use crate::views_space::FullRatios;
 use shoal_monclient::OsdMapUpdate;
 use shoal_monclient::replies::{
-    HEALTH_VERSION, HealthCheck, HealthReply, MutedCheck, OSD_STAT_VERSION, OsdStatReply,
+    HEALTH_VERSION, HealthCheck, HealthReply, MutedCheck, OSD_STAT_VERSION, OSD_TREE_VERSION,
+    OsdEntry, OsdStatReply, OsdTreeReply, TreeNode,
 };
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -68,16 +69,20 @@ pub fn ec_profile_ls(state: &MonState) -> Value {
     json!(state.osdmap.ec_profiles.keys().collect::<Vec<_>>())
 }
 
-fn osd_json(map: &OsdMap, id: i32) -> Value {
+fn osd_entry(map: &OsdMap, id: i32) -> OsdEntry {
     let o = map.osd(id);
-    json!({
-        "osd": id,
-        "up": map.is_up(id),
-        "in": o.is_some_and(|o| o.weight > 0),
-        "reweight": fixed(o.map_or(0, |o| o.weight)),
-        "primary_affinity": fixed(o.map_or(0, |o| o.primary_affinity)),
-        "addr": o.and_then(|o| o.addr.clone()),
-    })
+    OsdEntry {
+        osd: id,
+        up: map.is_up(id),
+        is_in: o.is_some_and(|o| o.weight > 0),
+        reweight: fixed(o.map_or(0, |o| o.weight)),
+        primary_affinity: fixed(o.map_or(0, |o| o.primary_affinity)),
+        addr: o.and_then(|o| o.addr.clone()),
+    }
+}
+
+fn osd_json(map: &OsdMap, id: i32) -> Value {
+    serde_json::to_value(osd_entry(map, id)).unwrap_or(Value::Null)
 }
 
 /// `osd dump`.
@@ -134,7 +139,7 @@ pub fn osd_stat(state: &MonState) -> Result<OsdStatReply, MonError> {
 }
 
 /// `osd tree`: the CRUSH hierarchy from each root, then OSDs in no bucket.
-pub fn osd_tree(state: &MonState) -> Result<Value, MonError> {
+pub fn osd_tree(state: &MonState) -> Result<OsdTreeReply, MonError> {
     let map = state.osdmap.current()?;
     let crush = map.crush();
     let mut nodes = Vec::new();
@@ -145,44 +150,50 @@ pub fn osd_tree(state: &MonState) -> Result<Value, MonError> {
     while let Some((id, weight, depth)) = stack.pop() {
         if id >= 0 {
             placed.insert(id);
-            let mut n = osd_json(map, id);
-            if let Some(o) = n.as_object_mut() {
-                o.insert("id".into(), json!(id));
-                o.insert("name".into(), json!(format!("osd.{id}")));
-                o.insert("type".into(), json!("osd"));
-                o.insert("crush_weight".into(), json!(fixed(weight)));
-                o.insert("depth".into(), json!(depth));
-                let class = crush.device(id).and_then(|d| d.class.clone());
-                o.insert("class".into(), json!(class));
-                if let Some(fs) = state.osd_statfs.get(&id) {
-                    o.insert("total_bytes".into(), json!(fs.total_bytes));
-                    o.insert("used_bytes".into(), json!(fs.used_bytes));
-                }
-            }
-            nodes.push(n);
+            let fs = state.osd_statfs.get(&id);
+            nodes.push(TreeNode {
+                id,
+                name: format!("osd.{id}"),
+                kind: "osd".into(),
+                crush_weight: fixed(weight),
+                depth: depth as u64,
+                class: crush.device(id).and_then(|d| d.class.clone()),
+                osd: Some(osd_entry(map, id)),
+                total_bytes: fs.map(|f| f.total_bytes),
+                used_bytes: fs.map(|f| f.used_bytes),
+            });
             continue;
         }
         let Some(b) = crush.bucket(id) else { continue };
         if b.is_shadow() {
             continue;
         }
-        nodes.push(json!({
-            "id": id,
-            "name": b.name,
-            "type": crush.types().get(&b.type_id).cloned().unwrap_or_default(),
-            "crush_weight": fixed(b.weight()),
-            "depth": depth,
-        }));
+        nodes.push(TreeNode {
+            id,
+            name: b.name.clone(),
+            kind: crush.types().get(&b.type_id).cloned().unwrap_or_default(),
+            crush_weight: fixed(b.weight()),
+            depth: depth as u64,
+            class: None,
+            osd: None,
+            total_bytes: None,
+            used_bytes: None,
+        });
         for (item, w) in b.items.iter().zip(&b.weights).rev() {
             stack.push((*item, *w, depth + 1));
         }
     }
-    let stray: Vec<Value> = map
+    let stray = map
         .osds()
         .filter(|(id, o)| o.exists && !placed.contains(id))
-        .map(|(id, _)| osd_json(map, id))
+        .map(|(id, _)| osd_entry(map, id))
         .collect();
-    Ok(json!({ "epoch": map.epoch.0, "nodes": nodes, "stray": stray }))
+    Ok(OsdTreeReply {
+        version: OSD_TREE_VERSION,
+        epoch: map.epoch.0,
+        nodes,
+        stray,
+    })
 }
 
 /// `osd pool ls`.

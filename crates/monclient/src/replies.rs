@@ -569,6 +569,91 @@ pub struct AuthSummary {
     pub service_secret: Option<u64>,
 }
 
+/// The version of the `osd-tree` schema this build writes and reads.
+pub const OSD_TREE_VERSION: u32 = 1;
+
+/// `osd tree`: the CRUSH hierarchy from each root, depth first, then the
+/// OSDs in no bucket (schema `osd-tree`, version [`OSD_TREE_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsdTreeReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<OSD_TREE_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The OSD map's epoch.
+    pub epoch: u32,
+    /// Buckets and OSDs, each after its parent.
+    pub nodes: Vec<TreeNode>,
+    /// OSDs that exist in no bucket.
+    pub stray: Vec<OsdEntry>,
+}
+
+/// A bucket or an OSD of [`OsdTreeReply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeNode {
+    /// The CRUSH id (negative: a bucket; else the OSD's id).
+    pub id: i32,
+    /// `default`, `host1`, `osd.3`, ...
+    pub name: String,
+    /// The CRUSH type (`root`, `host`, ..., `osd`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its CRUSH weight (1.0 per TiB by convention).
+    pub crush_weight: f64,
+    /// Levels below its root.
+    pub depth: u64,
+    /// The device class (OSDs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// The OSD's state (OSDs only).
+    #[serde(flatten)]
+    pub osd: Option<OsdEntry>,
+    /// The OSD store's size and use, as it last reported (OSDs that did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// Bytes used of `total_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+}
+
+/// One OSD's state in the OSD map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsdEntry {
+    /// Its id.
+    pub osd: i32,
+    /// Whether it is up.
+    pub up: bool,
+    /// Whether it is in (reweight above 0).
+    #[serde(rename = "in")]
+    pub is_in: bool,
+    /// Its reweight (0 to 1).
+    pub reweight: f64,
+    /// Its primary affinity (0 to 1).
+    pub primary_affinity: f64,
+    /// Where it serves, once it booted.
+    pub addr: Option<String>,
+}
+
+impl Default for OsdTreeReply {
+    fn default() -> Self {
+        OsdTreeReply {
+            version: OSD_TREE_VERSION,
+            epoch: 0,
+            nodes: Vec::new(),
+            stray: Vec::new(),
+        }
+    }
+}
+
+impl OsdTreeReply {
+    /// The OSD nodes.
+    pub fn osds(&self) -> impl Iterator<Item = &TreeNode> {
+        self.nodes.iter().filter(|n| n.kind == "osd")
+    }
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

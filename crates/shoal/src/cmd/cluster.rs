@@ -27,7 +27,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use shoal_monclient::replies::{PgStatReply, StatusReply};
+use shoal_monclient::replies::{OsdTreeReply, PgStatReply, StatusReply};
 
 /// How a host's daemons are started.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -452,12 +452,11 @@ fn bootstrap(ip: &str, port: u16, host: String, dirs: &HostDirs) -> anyhow::Resu
 
 /// Adds host `host` under the CRUSH root, if it is not there yet.
 fn add_host_bucket(etc: &Path, host: &str) -> anyhow::Result<()> {
-    let tree = shoal_json(etc, &["osd", "tree"])?;
-    let exists = tree["nodes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|n| n["name"] == host && n["type"] == "host");
+    let tree: OsdTreeReply = serde_json::from_value(shoal_json(etc, &["osd", "tree"])?)?;
+    let exists = tree
+        .nodes
+        .iter()
+        .any(|n| n.name == host && n.kind == "host");
     if !exists {
         shoal(etc, &["osd", "crush", "add-bucket", host, "host"])?;
         shoal(etc, &["osd", "crush", "move", host, "root=default"])?;

@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::{Command, PoolSpec};
-use shoal_monclient::replies::OsdStatReply;
+use shoal_monclient::replies::{OsdStatReply, OsdTreeReply};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
 
@@ -375,58 +375,43 @@ pub enum PoolCmd {
     },
 }
 
-fn tree_plain(v: &Value) -> String {
+fn tree_plain(v: &OsdTreeReply) -> String {
     let mut out = format!(
         "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8} {:>8}\n",
         "ID", "CLASS", "WEIGHT", "TYPE NAME", "STATUS", "REWEIGHT", "PRI-AFF"
     );
-    for n in v["nodes"].as_array().into_iter().flatten() {
-        let depth = n["depth"].as_u64().unwrap_or(0) as usize;
-        let label = format!(
-            "{}{} {}",
-            "    ".repeat(depth),
-            n["type"].as_str().unwrap_or(""),
-            n["name"].as_str().unwrap_or("")
-        );
-        let is_osd = n["type"] == "osd";
-        let status = if !is_osd {
-            String::new()
-        } else if n["up"] == true {
-            "up".into()
-        } else {
-            "down".into()
+    for n in &v.nodes {
+        let label = format!("{}{} {}", "    ".repeat(n.depth as usize), n.kind, n.name);
+        let (status, reweight, affinity) = match &n.osd {
+            Some(o) => (
+                if o.up { "up" } else { "down" },
+                format!("{:.5}", o.reweight),
+                format!("{:.5}", o.primary_affinity),
+            ),
+            None => ("", String::new(), String::new()),
         };
-        let num = |k: &str| n[k].as_f64().map(|x| format!("{x:.5}")).unwrap_or_default();
         out.push_str(&format!(
             "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8} {:>8}\n",
-            n["id"],
-            n["class"].as_str().unwrap_or(""),
-            num("crush_weight"),
+            n.id,
+            n.class.as_deref().unwrap_or(""),
+            format!("{:.5}", n.crush_weight),
             label,
             status,
-            if is_osd {
-                num("reweight")
-            } else {
-                String::new()
-            },
-            if is_osd {
-                num("primary_affinity")
-            } else {
-                String::new()
-            },
+            reweight,
+            affinity,
         ));
     }
-    for o in v["stray"].as_array().into_iter().flatten() {
-        let status = if o["up"] == true { "up" } else { "down" };
+    for o in &v.stray {
+        let status = if o.up { "up" } else { "down" };
         out.push_str(&format!(
             "{:<4} {:<6} {:>9}  {:<24} {:<7} {:>8.5} {:>8.5}   (not in CRUSH)\n",
-            o["osd"],
+            o.osd,
             "",
             "0",
-            format!("osd.{}", o["osd"]),
+            format!("osd.{}", o.osd),
             status,
-            o["reweight"].as_f64().unwrap_or(0.0),
-            o["primary_affinity"].as_f64().unwrap_or(0.0)
+            o.reweight,
+            o.primary_affinity
         ));
     }
     out
@@ -473,7 +458,11 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
         OsdCmd::Scrub(a) => super::pg::run_osd_scrub(ctx, &a, "scrub")?,
         OsdCmd::DeepScrub(a) => super::pg::run_osd_scrub(ctx, &a, "deep-scrub")?,
         OsdCmd::Repair(a) => super::pg::run_osd_scrub(ctx, &a, "repair")?,
-        OsdCmd::Tree(f) => print(f.format, &mon_command(ctx, &Command::OsdTree)?, tree_plain),
+        OsdCmd::Tree(f) => print_typed(
+            f.format,
+            &mon_command_as::<OsdTreeReply>(ctx, &Command::OsdTree)?,
+            tree_plain,
+        ),
         OsdCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::OsdDump)?, pretty),
         OsdCmd::Stat(f) => print_typed(
             f.format,

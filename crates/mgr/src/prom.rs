@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use serde_json::Value;
 use shoal_monclient::{LATENCY_BOUNDS_S, MetricValue};
 
 use crate::gather::Snapshot;
@@ -416,6 +415,7 @@ fn daemons(o: &mut Out, snap: &Snapshot) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use serde_json::Value;
     use serde_json::json;
     use shoal_monclient::replies::StatusReply;
     use shoal_monclient::{DaemonReport, Histogram, Metric};

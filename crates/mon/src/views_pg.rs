@@ -15,8 +15,8 @@ use shoal_maps::{OsdMap, PgId, PgMapping, Pool, PoolKind};
 use crate::pgstats::PgStatEntry;
 use crate::state::MonState;
 use shoal_monclient::replies::{
-    DF_VERSION, DfReply, DfStats, HealthCheck, PG_STAT_VERSION, PgStatReply, PgStateCount, PoolDf,
-    PoolQuota, PoolUsage,
+    DF_VERSION, DfReply, DfStats, HealthCheck, OsdSpace, PG_DUMP_VERSION, PG_STAT_VERSION,
+    PgDumpEntry, PgDumpReply, PgStatReply, PgStateCount, PoolDf, PoolQuota, PoolUsage,
 };
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -36,22 +36,22 @@ struct PgRow {
 }
 
 impl PgRow {
-    fn json(&self) -> Value {
+    fn dump(&self) -> PgDumpEntry {
         let r = self.entry.as_ref().map(|e| &e.report);
-        json!({
-            "pgid": self.pgid.to_string(),
-            "state": self.state,
-            "objects": r.map_or(0, |r| r.objects),
-            "bytes": r.map_or(0, |r| r.bytes),
-            "version": r.map_or("0'0", |r| r.version.as_str()),
-            "log_size": r.map_or(0, |r| r.log_size),
-            "up": r.map_or(&self.up, |r| &r.up),
-            "acting": r.map_or(&self.acting, |r| &r.acting),
-            "up_primary": self.up_primary,
-            "acting_primary": self.acting_primary,
-            "reporter": self.entry.as_ref().map(|e| e.reporter),
-            "reported_epoch": self.entry.as_ref().map(|e| e.epoch),
-        })
+        PgDumpEntry {
+            pgid: self.pgid.to_string(),
+            state: self.state.clone(),
+            objects: r.map_or(0, |r| r.objects),
+            bytes: r.map_or(0, |r| r.bytes),
+            version: r.map_or("0'0", |r| r.version.as_str()).to_string(),
+            log_size: r.map_or(0, |r| r.log_size),
+            up: r.map_or(&self.up, |r| &r.up).clone(),
+            acting: r.map_or(&self.acting, |r| &r.acting).clone(),
+            up_primary: self.up_primary,
+            acting_primary: self.acting_primary,
+            reporter: self.entry.as_ref().map(|e| e.reporter),
+            reported_epoch: self.entry.as_ref().map(|e| e.epoch),
+        }
     }
 }
 
@@ -131,26 +131,25 @@ fn ratio(part: u64, whole: u64) -> f64 {
 }
 
 /// `pg dump`: every PG with its stats, and each OSD's space.
-pub fn pg_dump(state: &MonState) -> Result<Value, MonError> {
+pub fn pg_dump(state: &MonState) -> Result<PgDumpReply, MonError> {
     let (map, rows) = all_rows(state)?;
-    let osds: Vec<Value> = state
+    let osd_stats = state
         .osd_statfs
         .iter()
-        .map(|(id, s)| {
-            json!({
-                "osd": id,
-                "up": map.is_up(*id),
-                "total_bytes": s.total_bytes,
-                "used_bytes": s.used_bytes,
-                "available_bytes": s.available_bytes,
-            })
+        .map(|(id, s)| OsdSpace {
+            osd: *id,
+            up: map.is_up(*id),
+            total_bytes: s.total_bytes,
+            used_bytes: s.used_bytes,
+            available_bytes: s.available_bytes,
         })
         .collect();
-    Ok(json!({
-        "epoch": map.epoch.0,
-        "pg_stats": rows.iter().map(PgRow::json).collect::<Vec<_>>(),
-        "osd_stats": osds,
-    }))
+    Ok(PgDumpReply {
+        version: PG_DUMP_VERSION,
+        epoch: map.epoch.0,
+        pg_stats: rows.iter().map(PgRow::dump).collect(),
+        osd_stats,
+    })
 }
 
 /// `pg stat`: how many PGs are in each state, objects and bytes.
@@ -637,15 +636,10 @@ mod tests {
         record(&mut s.pg_stats, &mut s.osd_statfs, &map, &r).unwrap();
     }
 
-    fn states(dump: &Value) -> BTreeMap<String, String> {
-        dump["pg_stats"]
-            .as_array()
-            .unwrap()
+    fn states(dump: &PgDumpReply) -> BTreeMap<String, String> {
+        dump.pg_stats
             .iter()
-            .map(|p| {
-                let id = p["pgid"].as_str().unwrap().to_string();
-                (id, p["state"].as_str().unwrap().to_string())
-            })
+            .map(|p| (p.pgid.clone(), p.state.clone()))
             .collect()
     }
 
@@ -671,12 +665,9 @@ mod tests {
         assert_eq!(states(&pg_dump(&s2).unwrap())["1.0"], "stale+active+clean");
         assert_eq!(st["1.1"], "stale+active+clean");
         assert_eq!(st["2.7"], "unknown");
-        let first = &d["pg_stats"][0];
-        assert_eq!(
-            (first["objects"].as_u64(), first["bytes"].as_u64()),
-            (Some(2), Some(2000))
-        );
-        assert_eq!(first["reporter"], p0);
+        let first = &d.pg_stats[0];
+        assert_eq!((first.objects, first.bytes), (2, 2000));
+        assert_eq!(first.reporter, Some(p0));
         // Its primary goes down: stale too.
         s.apply(&crate::state::MonRequest::Osd(OsdChange::MarkDown {
             ids: vec![p0],

@@ -654,6 +654,71 @@ impl OsdTreeReply {
     }
 }
 
+/// The version of the `pg-dump` schema this build writes and reads.
+pub const PG_DUMP_VERSION: u32 = 1;
+
+/// `pg dump`: every PG as its primary last reported it, and every OSD's
+/// space (schema `pg-dump`, version [`PG_DUMP_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgDumpReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<PG_DUMP_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The OSD map epoch the PGs map by.
+    pub epoch: u32,
+    /// Every PG of every pool.
+    pub pg_stats: Vec<PgDumpEntry>,
+    /// Every OSD that reported its space.
+    pub osd_stats: Vec<OsdSpace>,
+}
+
+/// One PG of [`PgDumpReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgDumpEntry {
+    /// `1.a`.
+    pub pgid: String,
+    /// Its state (`unknown` until a primary reports it).
+    pub state: String,
+    /// Objects.
+    pub objects: u64,
+    /// Bytes stored.
+    pub bytes: u64,
+    /// Its last change, `epoch'v`.
+    pub version: String,
+    /// Entries in its log.
+    pub log_size: u64,
+    /// Its up set.
+    pub up: Vec<i32>,
+    /// Its acting set.
+    pub acting: Vec<i32>,
+    /// The up set's primary.
+    pub up_primary: i32,
+    /// The acting set's primary.
+    pub acting_primary: i32,
+    /// The OSD whose report this is (null: none yet).
+    pub reporter: Option<i32>,
+    /// The reporter's map epoch then.
+    pub reported_epoch: Option<u32>,
+}
+
+/// One OSD's space of [`PgDumpReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdSpace {
+    /// Its id.
+    pub osd: i32,
+    /// Whether it is up.
+    pub up: bool,
+    /// Its store's size.
+    pub total_bytes: u64,
+    /// Bytes used.
+    pub used_bytes: u64,
+    /// Bytes available.
+    pub available_bytes: u64,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

@@ -4,9 +4,9 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
-use shoal_monclient::replies::{DfReply, PgStatReply};
+use shoal_monclient::replies::{DfReply, PgDumpReply, PgStatReply};
 
-use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
+use super::common::{Ctx, Format, mon_command_as, print, print_typed};
 
 /// PG commands.
 #[derive(Debug, Subcommand)]
@@ -189,18 +189,13 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
-fn ids(v: &Value) -> String {
-    let list: Vec<String> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|x| x.to_string())
-        .collect();
+fn ids(v: &[i32]) -> String {
+    let list: Vec<String> = v.iter().map(|x| x.to_string()).collect();
     format!("[{}]", list.join(","))
 }
 
 /// `pg dump` as a table of PGs, then one of OSDs.
-fn dump_plain(v: &Value) -> String {
+fn dump_plain(v: &PgDumpReply) -> String {
     let mut out = format!(
         "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
         "PG_STAT",
@@ -214,32 +209,32 @@ fn dump_plain(v: &Value) -> String {
         "ACTING",
         "ACTING_PRIMARY"
     );
-    for p in v["pg_stats"].as_array().into_iter().flatten() {
+    for p in &v.pg_stats {
         out.push_str(&format!(
             "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
-            p["pgid"].as_str().unwrap_or(""),
-            u(&p["objects"]),
-            u(&p["bytes"]),
-            u(&p["log_size"]),
-            p["state"].as_str().unwrap_or(""),
-            p["version"].as_str().unwrap_or(""),
-            ids(&p["up"]),
-            p["up_primary"].as_i64().unwrap_or(-1),
-            ids(&p["acting"]),
-            p["acting_primary"].as_i64().unwrap_or(-1),
+            p.pgid,
+            p.objects,
+            p.bytes,
+            p.log_size,
+            p.state,
+            p.version,
+            ids(&p.up),
+            p.up_primary,
+            ids(&p.acting),
+            p.acting_primary,
         ));
     }
     out.push_str(&format!(
         "\n{:<6} {:>10} {:>10} {:>10}\n",
         "OSD", "USED", "AVAIL", "TOTAL"
     ));
-    for o in v["osd_stats"].as_array().into_iter().flatten() {
+    for o in &v.osd_stats {
         out.push_str(&format!(
             "{:<6} {:>10} {:>10} {:>10}\n",
-            u(&o["osd"]),
-            human_bytes(u(&o["used_bytes"])),
-            human_bytes(u(&o["available_bytes"])),
-            human_bytes(u(&o["total_bytes"])),
+            o.osd,
+            human_bytes(o.used_bytes),
+            human_bytes(o.available_bytes),
+            human_bytes(o.total_bytes),
         ));
     }
     out
@@ -325,7 +320,11 @@ fn df_plain(df: &DfReply) -> String {
 /// Runs one `shoal pg` subcommand.
 pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
-        PgCmd::Dump(f) => print(f.format, &mon_command(ctx, &Command::PgDump)?, dump_plain),
+        PgCmd::Dump(f) => print_typed(
+            f.format,
+            &mon_command_as::<PgDumpReply>(ctx, &Command::PgDump)?,
+            dump_plain,
+        ),
         PgCmd::Stat(f) => print_typed(
             f.format,
             &mon_command_as::<PgStatReply>(ctx, &Command::PgStat)?,
@@ -401,12 +400,16 @@ mod tests {
             text.contains("rbd     1    32      1 KiB        1      3 KiB      0    700 MiB"),
             "{text}"
         );
-        let dump = json!({
+        let dump: PgDumpReply = serde_json::from_value(json!({
+            "epoch": 5,
             "pg_stats": [{ "pgid": "1.a", "objects": 2, "bytes": 10, "log_size": 2,
                            "state": "stale+active+clean", "version": "5'2", "up": [0, 1],
-                           "up_primary": 0, "acting": [0, 1], "acting_primary": 0 }],
-            "osd_stats": [{ "osd": 0, "used_bytes": 1024, "available_bytes": 2048, "total_bytes": 3072 }],
-        });
+                           "up_primary": 0, "acting": [0, 1], "acting_primary": 0,
+                           "reporter": 0, "reported_epoch": 5 }],
+            "osd_stats": [{ "osd": 0, "up": true, "used_bytes": 1024, "available_bytes": 2048,
+                            "total_bytes": 3072 }],
+        }))
+        .unwrap();
         let text = dump_plain(&dump);
         assert!(
             text.contains("1.a             2         10      2  stale+active+clean"),

@@ -1183,7 +1183,7 @@ impl Core {
                 pool,
                 object,
                 namespace,
-            } => crate::views::osd_map(&state, pool, object, namespace),
+            } => crate::views::to_reply(crate::views::osd_map(&state, pool, object, namespace)),
             Command::PgDump => crate::views::to_reply(crate::views_pg::pg_dump(&state)),
             Command::PgPastIntervals { pgid, since } => {
                 crate::views_pg::past_intervals(&state, pgid, *since)

@@ -13,8 +13,9 @@ use crate::state::MonState;
 use crate::views_space::FullRatios;
 use shoal_monclient::OsdMapUpdate;
 use shoal_monclient::replies::{
-    HEALTH_VERSION, HealthCheck, HealthReply, MutedCheck, OSD_STAT_VERSION, OSD_TREE_VERSION,
-    OsdEntry, OsdStatReply, OsdTreeReply, TreeNode,
+    HEALTH_VERSION, HealthCheck, HealthReply, MutedCheck, OSD_MAP_VERSION, OSD_STAT_VERSION,
+    OSD_TREE_VERSION, OsdEntry, OsdMapReply, OsdStatReply, OsdTreeReply, POOL_VERSION, PoolReply,
+    TreeNode,
 };
 use shoal_monclient::{ErrorCode, MonError};
 
@@ -22,31 +23,39 @@ fn fixed(w: u32) -> f64 {
     f64::from(w) / 65536.0
 }
 
-fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
+fn pool_reply(p: &Pool, crush: &shoal_crush::CrushMap) -> PoolReply {
     let (kind, k, m) = match p.kind {
         PoolKind::Replicated => ("replicated", None, None),
         PoolKind::Erasure { k, m } => ("erasure", Some(k), Some(m)),
     };
-    json!({
-        "id": p.id,
-        "name": p.name,
-        "type": kind,
-        "size": p.size,
-        "min_size": p.min_size,
-        "k": k,
-        "m": m,
-        "pg_num": p.pg_num,
-        "pgp_num": p.pgp_num,
-        "crush_rule": crush.rule(p.crush_rule).map(|r| r.name.clone()).unwrap_or_else(|| p.crush_rule.to_string()),
-        "erasure_code_profile": (!p.ec_profile.is_empty()).then(|| p.ec_profile.clone()),
-        "stripe_width": p.stripe_width,
-        "snap_seq": p.snap_seq,
-        "removed_snaps": p.removed_snaps.iter().map(|(first, count)| json!([first, count])).collect::<Vec<_>>(),
-        "allow_ec_overwrites": p.is_erasure().then_some(p.flags & FLAG_EC_OVERWRITES != 0),
-        "quota_max_bytes": p.quota_max_bytes,
-        "quota_max_objects": p.quota_max_objects,
-        "full_quota": p.full_quota(),
-    })
+    PoolReply {
+        version: POOL_VERSION,
+        id: p.id,
+        name: p.name.clone(),
+        kind: kind.to_string(),
+        size: p.size,
+        min_size: p.min_size,
+        k,
+        m,
+        pg_num: p.pg_num,
+        pgp_num: p.pgp_num,
+        crush_rule: crush
+            .rule(p.crush_rule)
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| p.crush_rule.to_string()),
+        erasure_code_profile: (!p.ec_profile.is_empty()).then(|| p.ec_profile.clone()),
+        stripe_width: p.stripe_width,
+        snap_seq: p.snap_seq,
+        removed_snaps: p.removed_snaps.clone(),
+        allow_ec_overwrites: p.is_erasure().then_some(p.flags & FLAG_EC_OVERWRITES != 0),
+        quota_max_bytes: p.quota_max_bytes,
+        quota_max_objects: p.quota_max_objects,
+        full_quota: p.full_quota(),
+    }
+}
+
+fn pool_json(p: &Pool, crush: &shoal_crush::CrushMap) -> Value {
+    serde_json::to_value(pool_reply(p, crush)).unwrap_or(Value::Null)
 }
 
 /// `osd erasure-code-profile get NAME`.
@@ -222,7 +231,7 @@ pub fn osd_map(
     pool: &str,
     object: &str,
     namespace: &str,
-) -> Result<Value, MonError> {
+) -> Result<OsdMapReply, MonError> {
     let map = state.osdmap.current()?;
     let p = map
         .pool_by_name(pool)
@@ -232,19 +241,20 @@ pub fn osd_map(
     let m = map
         .pg_to_up_acting(pg)
         .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
-    Ok(json!({
-        "epoch": map.epoch.0,
-        "pool": pool,
-        "pool_id": p.id,
-        "objname": object,
-        "namespace": namespace,
-        "raw_pgid": format!("{}.{:x}", p.id, raw),
-        "pgid": pg.to_string(),
-        "up": m.up,
-        "up_primary": m.up_primary,
-        "acting": m.acting,
-        "acting_primary": m.acting_primary,
-    }))
+    Ok(OsdMapReply {
+        version: OSD_MAP_VERSION,
+        epoch: map.epoch.0,
+        pool: pool.to_string(),
+        pool_id: p.id,
+        objname: object.to_string(),
+        namespace: namespace.to_string(),
+        raw_pgid: format!("{}.{:x}", p.id, raw),
+        pgid: pg.to_string(),
+        up: m.up,
+        up_primary: m.up_primary,
+        acting: m.acting,
+        acting_primary: m.acting_primary,
+    })
 }
 
 /// The `osdmap` subscription payload for a subscriber at epoch `have`:

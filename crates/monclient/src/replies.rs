@@ -719,6 +719,92 @@ pub struct OsdSpace {
     pub available_bytes: u64,
 }
 
+/// The version of the `pool` schema this build writes and reads.
+pub const POOL_VERSION: u32 = 1;
+
+/// A pool, as `osd pool get NAME` answers it and `osd pool ls` and
+/// `osd dump` list them (schema `pool`, version [`POOL_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolReply {
+    /// The schema's version.
+    #[serde(default = "v1", deserialize_with = "known_version::<POOL_VERSION, _>")]
+    pub version: u32,
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// `replicated` or `erasure`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Copies (replicated) or chunks, k + m (erasure).
+    pub size: u32,
+    /// Copies or chunks below which its PGs stop taking writes.
+    pub min_size: u32,
+    /// Data chunks (erasure only).
+    pub k: Option<u32>,
+    /// Coding chunks (erasure only).
+    pub m: Option<u32>,
+    /// Its placement groups.
+    pub pg_num: u32,
+    /// PGs used for placement.
+    pub pgp_num: u32,
+    /// Its CRUSH rule's name.
+    pub crush_rule: String,
+    /// Its erasure-code profile (erasure only).
+    pub erasure_code_profile: Option<String>,
+    /// Bytes of a stripe (erasure: k chunks).
+    pub stripe_width: u32,
+    /// The newest snapshot id.
+    pub snap_seq: u64,
+    /// Removed snapshot ids, as (first, count) runs.
+    pub removed_snaps: Vec<(u64, u64)>,
+    /// Whether partial overwrites are allowed (erasure only).
+    pub allow_ec_overwrites: Option<bool>,
+    /// Its byte quota (0: none).
+    pub quota_max_bytes: u64,
+    /// Its object quota (0: none).
+    pub quota_max_objects: u64,
+    /// Whether it is at its quota (writes refused).
+    pub full_quota: bool,
+}
+
+/// The version of the `osd-map` schema this build writes and reads.
+pub const OSD_MAP_VERSION: u32 = 1;
+
+/// `osd map POOL OBJECT`: where an object goes (schema `osd-map`, version
+/// [`OSD_MAP_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdMapReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<OSD_MAP_VERSION, _>"
+    )]
+    pub version: u32,
+    /// The OSD map's epoch.
+    pub epoch: u32,
+    /// The pool's name.
+    pub pool: String,
+    /// Its id.
+    pub pool_id: u64,
+    /// The object's name.
+    pub objname: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The object's hash as a PG id before folding to `pg_num`.
+    pub raw_pgid: String,
+    /// Its PG.
+    pub pgid: String,
+    /// The PG's up set.
+    pub up: Vec<i32>,
+    /// Its primary.
+    pub up_primary: i32,
+    /// The PG's acting set.
+    pub acting: Vec<i32>,
+    /// Its primary.
+    pub acting_primary: i32,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

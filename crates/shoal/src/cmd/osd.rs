@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::{Command, PoolSpec};
-use shoal_monclient::replies::{OsdStatReply, OsdTreeReply};
+use shoal_monclient::replies::{OsdMapReply, OsdStatReply, OsdTreeReply, PoolReply};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
 
@@ -429,19 +429,20 @@ pub(crate) fn stat_plain(v: &OsdStatReply) -> String {
     s
 }
 
-fn map_plain(v: &Value) -> String {
+fn map_plain(v: &OsdMapReply) -> String {
+    let set = |s: &[i32]| serde_json::to_string(s).unwrap_or_default();
     format!(
         "osdmap e{} pool '{}' ({}) object '{}' -> pg {} ({}) -> up ({}, p{}) acting ({}, p{})\n",
-        v["epoch"],
-        v["pool"].as_str().unwrap_or(""),
-        v["pool_id"],
-        v["objname"].as_str().unwrap_or(""),
-        v["raw_pgid"].as_str().unwrap_or(""),
-        v["pgid"].as_str().unwrap_or(""),
-        v["up"],
-        v["up_primary"],
-        v["acting"],
-        v["acting_primary"]
+        v.epoch,
+        v.pool,
+        v.pool_id,
+        v.objname,
+        v.raw_pgid,
+        v.pgid,
+        set(&v.up),
+        v.up_primary,
+        set(&v.acting),
+        v.acting_primary
     )
 }
 
@@ -524,7 +525,7 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             namespace,
             format,
         } => {
-            let v = mon_command(
+            let v: OsdMapReply = mon_command_as(
                 ctx,
                 &Command::OsdMap {
                     pool,
@@ -532,7 +533,7 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
                     namespace,
                 },
             )?;
-            print(format, &v, map_plain);
+            print_typed(format, &v, map_plain);
         }
     }
     Ok(())
@@ -642,26 +643,20 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             done(format, &v, &format!("pool '{name}' created"));
         }
         PoolCmd::Ls { detail, format } => {
-            let v = mon_command(ctx, &Command::PoolLs)?;
-            print(format, &v, |v| {
+            let v: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
+            print_typed(format, &v, |v| {
                 let mut out = String::new();
-                for p in v.as_array().into_iter().flatten() {
+                for p in v {
                     if detail {
                         out.push_str(&format!(
                             "pool {} '{}' {} size {} min_size {} pg_num {} crush_rule {}",
-                            p["id"],
-                            p["name"].as_str().unwrap_or(""),
-                            p["type"].as_str().unwrap_or(""),
-                            p["size"],
-                            p["min_size"],
-                            p["pg_num"],
-                            p["crush_rule"].as_str().unwrap_or("")
+                            p.id, p.name, p.kind, p.size, p.min_size, p.pg_num, p.crush_rule
                         ));
-                        if let Some(profile) = p["erasure_code_profile"].as_str() {
+                        if let Some(profile) = &p.erasure_code_profile {
                             out.push_str(&format!(
                                 " erasure_code_profile {profile} stripe_width {}{}",
-                                p["stripe_width"],
-                                if p["allow_ec_overwrites"] == true {
+                                p.stripe_width,
+                                if p.allow_ec_overwrites == Some(true) {
                                     " ec_overwrites"
                                 } else {
                                     ""
@@ -670,7 +665,7 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                         }
                         out.push('\n');
                     } else {
-                        out.push_str(&format!("{}\n", p["name"].as_str().unwrap_or("")));
+                        out.push_str(&format!("{}\n", p.name));
                     }
                 }
                 out
@@ -741,23 +736,23 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             );
         }
         PoolCmd::GetQuota { name, format } => {
-            let v = mon_command(ctx, &Command::PoolGet { name: name.clone() })?;
+            let v: PoolReply = mon_command_as(ctx, &Command::PoolGet { name: name.clone() })?;
             let q = serde_json::json!({
                 "pool_name": name,
-                "pool_id": v["id"],
-                "quota_max_objects": v["quota_max_objects"],
-                "quota_max_bytes": v["quota_max_bytes"],
-                "full": v["full_quota"],
+                "pool_id": v.id,
+                "quota_max_objects": v.quota_max_objects,
+                "quota_max_bytes": v.quota_max_bytes,
+                "full": v.full_quota,
             });
-            print(format, &q, |q| {
-                let show = |n: &Value| match n.as_u64() {
-                    Some(0) | None => "N/A".to_string(),
-                    Some(n) => n.to_string(),
-                };
+            let show = |n: u64| match n {
+                0 => "N/A".to_string(),
+                n => n.to_string(),
+            };
+            print(format, &q, |_| {
                 format!(
                     "quotas for pool '{name}':\n  max objects: {}\n  max bytes  : {}\n",
-                    show(&q["quota_max_objects"]),
-                    show(&q["quota_max_bytes"])
+                    show(v.quota_max_objects),
+                    show(v.quota_max_bytes)
                 )
             });
         }

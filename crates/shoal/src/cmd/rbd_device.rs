@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use super::common::{Ctx, Format};
 
@@ -88,8 +88,40 @@ fn state_path(spec: &str) -> PathBuf {
     run_dir().join(format!("{}.json", spec.replace('/', "%")))
 }
 
+/// A mapping's state file: what its NBD server announced (`pid`, `addr`),
+/// then what `map` added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Mapping {
+    /// The NBD server's process.
+    pid: u64,
+    /// Where it listens.
+    addr: String,
+    /// `POOL/IMAGE[@SNAP]`.
+    #[serde(default)]
+    image: String,
+    /// `nbd://ADDR/POOL/IMAGE`.
+    #[serde(default)]
+    uri: String,
+    /// The kernel device, when one is attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    device: Option<String>,
+    /// Why no kernel device is attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+/// A mapping recorded to be made again at boot (`map --persistent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Recorded {
+    image: String,
+    #[serde(default)]
+    read_only: bool,
+    #[serde(default)]
+    exclusive: bool,
+}
+
 /// Every mapping in force, with its state (dead servers' files removed).
-fn mappings() -> Vec<(PathBuf, Value)> {
+fn mappings() -> Vec<(PathBuf, Mapping)> {
     let Ok(dir) = std::fs::read_dir(run_dir()) else {
         return Vec::new();
     };
@@ -100,23 +132,24 @@ fn mappings() -> Vec<(PathBuf, Value)> {
         if path.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        let Ok(v) = std::fs::read(&path).map(|b| serde_json::from_slice::<Value>(&b)) else {
+        let Ok(v) = std::fs::read(&path).map(|b| serde_json::from_slice::<Mapping>(&b)) else {
             continue;
         };
+        // A file not ours, or a server's that map has not finished.
         let Ok(v) = v else {
             continue;
         };
-        if !v.is_object() || v["image"].is_null() {
+        if v.image.is_empty() {
             continue;
         }
-        let alive = v["pid"].as_u64().is_some_and(running);
+        let alive = running(v.pid);
         if alive {
             out.push((path, v));
         } else {
             let _ = std::fs::remove_file(&path);
         }
     }
-    out.sort_by(|a, b| a.1["image"].as_str().cmp(&b.1["image"].as_str()));
+    out.sort_by(|a, b| a.1.image.cmp(&b.1.image));
     out
 }
 
@@ -129,7 +162,7 @@ fn running(pid: u64) -> bool {
     })
 }
 
-fn read_persistent() -> anyhow::Result<Vec<Value>> {
+fn read_persistent() -> anyhow::Result<Vec<Recorded>> {
     let path = persistent_file();
     match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b).with_context(|| format!("reading {}", path.display())),
@@ -138,7 +171,7 @@ fn read_persistent() -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn write_persistent(v: &[Value]) -> anyhow::Result<()> {
+fn write_persistent(v: &[Recorded]) -> anyhow::Result<()> {
     let path = persistent_file();
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -172,12 +205,9 @@ fn free_nbd_device() -> Option<String> {
 }
 
 /// Maps `spec`: starts its server, attaches the kernel device if it can.
-fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::Result<Value> {
-    if let Some((_, v)) = mappings().into_iter().find(|(_, v)| v["image"] == spec) {
-        bail!(
-            "{spec} is mapped already (at {})",
-            v["uri"].as_str().unwrap_or("?")
-        );
+fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::Result<Mapping> {
+    if let Some((_, v)) = mappings().into_iter().find(|(_, v)| v.image == spec) {
+        bail!("{spec} is mapped already (at {})", v.uri);
     }
     std::fs::create_dir_all(run_dir())
         .with_context(|| format!("creating {}", run_dir().display()))?;
@@ -212,7 +242,7 @@ fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::R
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut v = loop {
         if let Ok(b) = std::fs::read(&state)
-            && let Ok(v) = serde_json::from_slice::<Value>(&b)
+            && let Ok(v) = serde_json::from_slice::<Mapping>(&b)
         {
             break v;
         }
@@ -229,10 +259,9 @@ fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::R
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let addr = v["addr"].as_str().unwrap_or_default().to_string();
-    let uri = format!("nbd://{addr}/{spec}");
-    v["image"] = json!(spec);
-    v["uri"] = json!(uri);
+    let addr = v.addr.clone();
+    v.uri = format!("nbd://{addr}/{spec}");
+    v.image = spec.to_string();
     match kernel_nbd() {
         Ok(()) => {
             let dev = free_nbd_device().context("no free /dev/nbdN")?;
@@ -248,9 +277,9 @@ fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::R
                     String::from_utf8_lossy(&out.stderr).trim()
                 );
             }
-            v["device"] = json!(dev);
+            v.device = Some(dev);
         }
-        Err(why) => v["note"] = json!(format!("no kernel device: {why}")),
+        Err(why) => v.note = Some(format!("no kernel device: {why}")),
     }
     std::fs::write(&state, serde_json::to_vec_pretty(&v)?)?;
     Ok(v)
@@ -258,8 +287,8 @@ fn map_one(ctx: &Ctx, spec: &str, read_only: bool, exclusive: bool) -> anyhow::R
 
 /// Detaches one mapping: the kernel device (which flushes), then the
 /// server (which finishes what is in flight and gives the lock up).
-fn unmap_one(path: &Path, v: &Value) -> anyhow::Result<()> {
-    if let Some(dev) = v["device"].as_str() {
+fn unmap_one(path: &Path, v: &Mapping) -> anyhow::Result<()> {
+    if let Some(dev) = &v.device {
         let out = Command::new("nbd-client").args(["-d", dev]).output()?;
         if !out.status.success() {
             bail!(
@@ -268,7 +297,8 @@ fn unmap_one(path: &Path, v: &Value) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some(pid) = v["pid"].as_u64() {
+    if v.pid > 0 {
+        let pid = v.pid;
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status();
@@ -300,13 +330,11 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
             if persistent_all {
                 let mut failed = 0;
                 for rec in read_persistent()? {
-                    let spec = rec["image"].as_str().unwrap_or_default().to_string();
-                    if mappings().iter().any(|(_, v)| v["image"] == spec.as_str()) {
+                    let spec = rec.image;
+                    if mappings().iter().any(|(_, v)| v.image == spec) {
                         continue;
                     }
-                    let ro = rec["read_only"].as_bool().unwrap_or(false);
-                    let ex = rec["exclusive"].as_bool().unwrap_or(false);
-                    match map_one(ctx, &spec, ro, ex) {
+                    match map_one(ctx, &spec, rec.read_only, rec.exclusive) {
                         Ok(v) => writeln!(out, "{spec}: {}", where_(&v))?,
                         Err(e) => {
                             failed += 1;
@@ -326,14 +354,18 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
             let v = map_one(ctx, &spec, read_only || spec.contains('@'), exclusive)?;
             if persistent {
                 let mut recs = read_persistent()?;
-                recs.retain(|r| r["image"] != spec.as_str());
-                recs.push(json!({"image": spec, "read_only": read_only, "exclusive": exclusive}));
+                recs.retain(|r| r.image != spec);
+                recs.push(Recorded {
+                    image: spec.clone(),
+                    read_only,
+                    exclusive,
+                });
                 write_persistent(&recs)?;
             }
             if format == Format::Json {
-                writeln!(out, "{v}")?;
+                writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
-                if let Some(n) = v["note"].as_str() {
+                if let Some(n) = &v.note {
                     writeln!(out, "{n}; attach the URI with qemu, nbdfuse or WNBD")?;
                 }
                 writeln!(out, "{}", where_(&v))?;
@@ -348,16 +380,14 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
                 bail!("--format json: rbd device unmap prints nothing to format");
             }
             let maps = mappings();
-            let chosen: Vec<&(PathBuf, Value)> = match (&target, all) {
+            let chosen: Vec<&(PathBuf, Mapping)> = match (&target, all) {
                 (_, true) => maps.iter().collect(),
                 (Some(t), false) => {
                     let spec = canonical(default_pool, t);
                     let m: Vec<_> = maps
                         .iter()
                         .filter(|(_, v)| {
-                            v["image"] == spec.as_str()
-                                || v["device"] == t.as_str()
-                                || v["uri"] == t.as_str()
+                            v.image == spec || v.device.as_deref() == Some(t) || v.uri == *t
                         })
                         .collect();
                     if m.is_empty() {
@@ -372,7 +402,7 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
             for (path, v) in chosen {
                 unmap_one(path, v)?;
                 if !keep_persistent {
-                    recs.retain(|r| r["image"] != v["image"]);
+                    recs.retain(|r| r.image != v.image);
                 }
             }
             if recs.len() != before {
@@ -382,18 +412,18 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
         DeviceCmd::List => {
             let maps = mappings();
             if format == Format::Json {
-                let v: Vec<&Value> = maps.iter().map(|(_, v)| v).collect();
-                writeln!(out, "{}", json!(v))?;
+                let v: Vec<&Mapping> = maps.iter().map(|(_, v)| v).collect();
+                writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
                 writeln!(out, "{:<8} {:<32} {:<12} URI", "PID", "IMAGE", "DEVICE")?;
                 for (_, v) in maps {
                     writeln!(
                         out,
                         "{:<8} {:<32} {:<12} {}",
-                        v["pid"].as_u64().unwrap_or(0),
-                        v["image"].as_str().unwrap_or("?"),
-                        v["device"].as_str().unwrap_or("-"),
-                        v["uri"].as_str().unwrap_or("?")
+                        v.pid,
+                        v.image,
+                        v.device.as_deref().unwrap_or("-"),
+                        v.uri
                     )?;
                 }
             }
@@ -403,9 +433,6 @@ pub fn run(ctx: &Ctx, default_pool: &str, format: Format, cmd: DeviceCmd) -> any
 }
 
 /// Where a mapping can be reached: its device, else its URI.
-fn where_(v: &Value) -> String {
-    match v["device"].as_str() {
-        Some(d) => d.to_string(),
-        None => v["uri"].as_str().unwrap_or("?").to_string(),
-    }
+fn where_(v: &Mapping) -> String {
+    v.device.clone().unwrap_or_else(|| v.uri.clone())
 }

@@ -12,7 +12,8 @@ use shoal_mon::{Command, Monitor, MonitorOptions, OsdLiveness, mkfs, parse_mon_h
 use shoal_net::{NetConfig, TcpTransport};
 use shoal_types::{EntityName, EntityType};
 
-use super::common::{Ctx, Format, mon_command, print};
+use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
+use shoal_monclient::replies::StatusReply;
 
 /// Run a monitor (`shoal mon --id a`), or manage the monitor quorum.
 #[derive(Debug, Args)]
@@ -148,23 +149,21 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
             Ok(())
         }
         Some(MonSub::Stat { format }) => {
-            let out = mon_command(ctx, &Command::MonStat)?;
-            print(format, &out, |v| {
-                let names: Vec<String> = v["monmap"]["mons"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|m| format!("{}={}", m["name"].as_str().unwrap_or("?"), m["addr"]))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+            let out: StatusReply = mon_command_as(ctx, &Command::MonStat)?;
+            print_typed(format, &out, |v| {
+                let names: Vec<String> = v
+                    .monmap
+                    .mons
+                    .iter()
+                    .map(|m| format!("{}={}", m.name, m.addr))
+                    .collect();
                 format!(
                     "e{}: {} mons at {{{}}}, quorum {}, leader {}\n",
-                    v["monmap"]["epoch"],
+                    v.monmap.epoch,
                     names.len(),
                     names.join(","),
-                    v["quorum"],
-                    v["leader"].as_str().unwrap_or("?")
+                    serde_json::to_string(&v.quorum).unwrap_or_default(),
+                    v.leader.as_deref().unwrap_or("?")
                 )
             });
             Ok(())

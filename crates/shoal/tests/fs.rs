@@ -176,6 +176,7 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
         return;
     }
     let d = up("fs");
+    every_read_command_decodes_into_its_type(&d);
     let a = Mount::new(&d, "mnt-a");
     let b = Mount::new(&d, "mnt-b");
 
@@ -367,6 +368,57 @@ fn posix_suite_fsx_untar_two_clients_and_caps() {
         d.ok(&["rados", "-p", "fsec.data", "ls"]).lines().count() >= 3,
         "the data is in the EC pool"
     );
+}
+
+/// Issue 46's check on a live cluster (OSDs, an MDS and a standby, no
+/// manager): every monitor read command's reply decodes into its type in
+/// `shoal_monclient::replies`, whole (see `Dev::typed`), and says what
+/// this cluster is.
+fn every_read_command_decodes_into_its_type(d: &Dev) {
+    use shoal_monclient::replies::*;
+    let status: StatusReply = d.typed(&["status"]);
+    assert_eq!(status.version, STATUS_VERSION);
+    assert!(
+        !status.fsid.is_empty() && status.quorum.len() == 1,
+        "{status:?}"
+    );
+    let osds = status.osdmap.as_ref().expect("an OSD map");
+    assert_eq!((osds.num_osds, osds.num_up_osds), (3, 3), "{osds:?}");
+    let _: StatusReply = d.typed(&["mon", "stat"]);
+    let health: HealthReply = d.typed(&["health", "detail"]);
+    assert!(
+        health.checks.iter().all(|c| !c.code.is_empty()),
+        "{health:?}"
+    );
+    let _: HealthReply = d.typed(&["health"]);
+    let stat: PgStatReply = d.typed(&["pg", "stat"]);
+    assert!(stat.all_active_clean(), "{stat:?}");
+    let dump: PgDumpReply = d.typed(&["pg", "dump"]);
+    assert_eq!(dump.pg_stats.len() as u64, stat.num_pgs);
+    assert!(
+        dump.pg_stats.iter().all(|p| p.reporter.is_some()),
+        "{dump:?}"
+    );
+    assert_eq!(dump.osd_stats.len(), 3);
+    let _: OsdStatReply = d.typed(&["osd", "stat"]);
+    let tree: OsdTreeReply = d.typed(&["osd", "tree"]);
+    assert_eq!(tree.osds().count(), 3, "{tree:?}");
+    assert!(tree.osds().all(|n| n.osd.as_ref().is_some_and(|o| o.up)));
+    let pools: Vec<PoolReply> = d.typed(&["osd", "pool", "ls"]);
+    assert!(pools.iter().any(|p| p.name == "rbd"), "{pools:?}");
+    let rbd: PoolReply = d.typed(&["osd", "pool", "get", "rbd"]);
+    assert_eq!(rbd.kind, "replicated");
+    let placed: OsdMapReply = d.typed(&["osd", "map", "rbd", "some-object"]);
+    assert_eq!(placed.acting.len() as u32, rbd.size, "{placed:?}");
+    let df: DfReply = d.typed(&["df"]);
+    assert_eq!(df.pools.len(), pools.len());
+    let mgrs: MgrMapReply = d.typed(&["mgr", "stat"]);
+    assert!(
+        mgrs.active.is_none(),
+        "this cluster runs no manager: {mgrs:?}"
+    );
+    let fsmap: FsMapReply = d.typed(&["fs", "status"]);
+    assert_eq!(fsmap.filesystems.len(), 1, "{fsmap:?}");
 }
 
 /// Close-to-open where the reader's kernel holds the file's attributes

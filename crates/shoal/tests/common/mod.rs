@@ -91,6 +91,21 @@ impl Dev {
         serde_json::from_str(&self.ok(&a)).unwrap()
     }
 
+    /// Runs `shoal ARGS --format json` and decodes it into its typed reply,
+    /// checking that the type holds the whole reply: encoded again, it is
+    /// the same JSON (no field dropped, renamed or retyped).
+    pub fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(&self, args: &[&str]) -> T {
+        let raw = self.json(args);
+        let t: T = serde_json::from_value(raw.clone())
+            .unwrap_or_else(|e| panic!("shoal {args:?}: {e}\n{raw}"));
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            raw,
+            "shoal {args:?}: its type does not hold the whole reply"
+        );
+        t
+    }
+
     /// SIGKILLs the daemon `name` (`osd.3`) started in this directory.
     pub fn kill9(&self, name: &str) {
         self.signal(name, "-KILL");

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use bytes::Bytes;
 use clap::Args;
-use serde_json::{Value, json};
 
 use super::common::Format;
 
@@ -405,14 +404,14 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
                 while !stop.exists() {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                run.end_now.store(true, std::sync::atomic::Ordering::Relaxed);
+                run.end_now
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
             });
         }
         for t in tasks {
             t.await?;
         }
-        let ran = lock(&run.timeline).start
-            .elapsed();
+        let ran = lock(&run.timeline).start.elapsed();
         // The final check: every object once more, retrying failures
         // while the cluster heals.
         let settle_end = Instant::now() + Duration::from_secs(a.settle);
@@ -442,67 +441,104 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
             Some(since) => t.max_error_span.max(since.elapsed().min(ran)),
             None => t.max_error_span,
         };
-        anyhow::Ok(json!({
-            "seconds": ran.as_secs_f64(),
-            "objects": names.len(),
-            "objects_acked": h.acked_objects(),
-            "acked_writes": t.acked_writes,
-            "failed_writes": t.failed_writes,
-            "reads": t.reads,
-            "failed_reads": t.failed_reads,
-            "write_latency_s": {
-                "p50": pct(&lat, 0.5),
-                "p99": pct(&lat, 0.99),
-                "max": lat.last().copied().unwrap_or(0.0),
+        anyhow::Ok(HistoryReport {
+            seconds: ran.as_secs_f64(),
+            objects: names.len() as u64,
+            objects_acked: h.acked_objects() as u64,
+            acked_writes: t.acked_writes,
+            failed_writes: t.failed_writes,
+            reads: t.reads,
+            failed_reads: t.failed_reads,
+            write_latency_s: Latency {
+                p50: pct(&lat, 0.5),
+                p99: pct(&lat, 0.99),
+                max: lat.last().copied().unwrap_or(0.0),
             },
-            "acks_per_s": t.acks_per_s,
-            "max_stall_s": t.max_stall.max(t.last_ok.elapsed().min(ran)).as_secs_f64(),
-            "max_error_span_s": max_error_span.as_secs_f64(),
-            "errors": t.errors.iter().map(|(k, n)| json!({"error": k, "count": n})).collect::<Vec<Value>>(),
-            "violations": h.violations,
-            "unread_at_end": unread,
-        }))
+            acks_per_s: t.acks_per_s.clone(),
+            max_stall_s: t.max_stall.max(t.last_ok.elapsed().min(ran)).as_secs_f64(),
+            max_error_span_s: max_error_span.as_secs_f64(),
+            errors: t
+                .errors
+                .iter()
+                .map(|(k, n)| ErrorCount {
+                    error: k.clone(),
+                    count: *n,
+                })
+                .collect(),
+            violations: h.violations.clone(),
+            unread_at_end: unread,
+        })
     })?;
     match a.format {
-        Format::Json => outln!("{report}"),
+        Format::Json => outln!("{}", serde_json::to_string(&report)?),
         Format::Plain => {
             outln!(
-                "{} s: {} writes acknowledged, {} failed; {} reads, {} failed",
-                fmt(&report["seconds"]),
-                report["acked_writes"],
-                report["failed_writes"],
-                report["reads"],
-                report["failed_reads"]
+                "{:.3} s: {} writes acknowledged, {} failed; {} reads, {} failed",
+                report.seconds,
+                report.acked_writes,
+                report.failed_writes,
+                report.reads,
+                report.failed_reads
             );
             outln!(
-                "write latency p50 {} s, p99 {} s, max {} s; longest stall {} s, longest run of errors {} s",
-                fmt(&report["write_latency_s"]["p50"]),
-                fmt(&report["write_latency_s"]["p99"]),
-                fmt(&report["write_latency_s"]["max"]),
-                fmt(&report["max_stall_s"]),
-                fmt(&report["max_error_span_s"])
+                "write latency p50 {:.3} s, p99 {:.3} s, max {:.3} s; longest stall {:.3} s, longest run of errors {:.3} s",
+                report.write_latency_s.p50,
+                report.write_latency_s.p99,
+                report.write_latency_s.max,
+                report.max_stall_s,
+                report.max_error_span_s
             );
-            for e in report["errors"].as_array().into_iter().flatten() {
-                outln!("  {} x {}", e["count"], e["error"].as_str().unwrap_or(""));
+            for e in &report.errors {
+                outln!("  {} x {}", e.count, e.error);
             }
-            for v in report["violations"].as_array().into_iter().flatten() {
-                outln!("VIOLATION {}", v.as_str().unwrap_or(""));
+            for v in &report.violations {
+                outln!("VIOLATION {v}");
             }
-            for v in report["unread_at_end"].as_array().into_iter().flatten() {
-                outln!("UNREAD {}", v.as_str().unwrap_or(""));
+            for v in &report.unread_at_end {
+                outln!("UNREAD {v}");
             }
         }
     }
-    let bad = report["violations"].as_array().map_or(0, Vec::len);
-    let unread = report["unread_at_end"].as_array().map_or(0, Vec::len);
+    let bad = report.violations.len();
+    let unread = report.unread_at_end.len();
     if bad > 0 || unread > 0 {
         bail!("the history check failed: {bad} violations, {unread} objects unreadable at the end");
     }
     Ok(())
 }
 
-fn fmt(v: &Value) -> String {
-    format!("{:.3}", v.as_f64().unwrap_or(0.0))
+/// What `bench history` prints (`--format json`: this, as JSON).
+#[derive(Debug, Clone, serde::Serialize)]
+struct HistoryReport {
+    seconds: f64,
+    objects: u64,
+    objects_acked: u64,
+    acked_writes: u64,
+    failed_writes: u64,
+    reads: u64,
+    failed_reads: u64,
+    write_latency_s: Latency,
+    /// Acknowledged writes in each second of the run.
+    acks_per_s: Vec<u64>,
+    max_stall_s: f64,
+    max_error_span_s: f64,
+    errors: Vec<ErrorCount>,
+    /// Reads that saw what no acknowledged or in-flight write could leave.
+    violations: Vec<String>,
+    unread_at_end: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct ErrorCount {
+    error: String,
+    count: u64,
 }
 
 #[cfg(test)]

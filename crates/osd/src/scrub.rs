@@ -98,6 +98,38 @@ pub struct Inconsistency {
     pub why: String,
 }
 
+/// What `pg scrub|deep-scrub|repair` answers: one PG's pass.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubReport {
+    /// The PG (`1.a`).
+    pub pgid: String,
+    /// Data read and checksummed, not only sizes and metadata.
+    pub deep: bool,
+    /// Inconsistent copies were rewritten from the authoritative one.
+    pub repair: bool,
+    /// Objects compared.
+    pub objects: u64,
+    /// Inconsistent objects found.
+    pub errors: u64,
+    /// Of them, repaired.
+    pub repaired: u64,
+    /// Each inconsistent object.
+    pub inconsistent: Vec<ScrubFinding>,
+}
+
+/// One inconsistent object of a [`ScrubReport`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubFinding {
+    /// The object's name.
+    pub object: String,
+    /// Members whose copy differs, lacks it or cannot be read.
+    pub bad: Vec<i32>,
+    /// The member holding the copy to repair from (null: none readable).
+    pub auth: Option<i32>,
+    /// What differs, for people.
+    pub why: String,
+}
+
 fn fingerprint(o: &ScrubObject) -> (u64, u32, u32) {
     (o.size, o.data_crc, o.meta_crc)
 }

@@ -547,20 +547,25 @@ impl PgCore {
             tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
                 "scrub found inconsistent objects");
         }
-        let out = json!({
-            "pgid": self.id.to_string(),
-            "deep": job.deep,
-            "repair": job.repair,
-            "objects": job.scrubbed,
-            "errors": job.found.len(),
-            "repaired": job.repaired,
-            "inconsistent": job.found.iter().map(|i| json!({
-                "object": key_name(&i.key),
-                "bad": i.bad,
-                "auth": i.auth,
-                "why": i.why,
-            })).collect::<Vec<_>>(),
-        });
+        let out = serde_json::to_value(crate::scrub::ScrubReport {
+            pgid: self.id.to_string(),
+            deep: job.deep,
+            repair: job.repair,
+            objects: job.scrubbed as u64,
+            errors: job.found.len() as u64,
+            repaired: job.repaired as u64,
+            inconsistent: job
+                .found
+                .iter()
+                .map(|i| crate::scrub::ScrubFinding {
+                    object: key_name(&i.key),
+                    bad: i.bad.clone(),
+                    auth: i.auth,
+                    why: i.why.clone(),
+                })
+                .collect(),
+        })
+        .unwrap_or(Value::Null);
         let epoch = self.epoch();
         fx.extend(job.waiters.into_iter().map(|w| {
             answer(

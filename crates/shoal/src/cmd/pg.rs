@@ -5,6 +5,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use shoal_mon::Command;
 use shoal_monclient::replies::{DfReply, PgDumpReply, PgStatReply};
+use shoal_osd::scrub::ScrubReport;
 
 use super::common::{Ctx, Format, mon_command_as, print, print_typed};
 
@@ -114,13 +115,27 @@ fn pg_command(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<Value> {
         .ok_or_else(|| anyhow::anyhow!("pg {pg}: no answer"))
 }
 
+/// A PG's scrub report, as its primary answered it.
+fn scrub_report(v: Value) -> anyhow::Result<ScrubReport> {
+    serde_json::from_value(v)
+        .map_err(|e| anyhow::anyhow!("the OSD's scrub report does not parse: {e}"))
+}
+
+/// Runs `shoal pg scrub|deep-scrub|repair PGID`.
+fn run_pg_scrub(ctx: &Ctx, a: &PgArg, command: &str) -> anyhow::Result<()> {
+    let report = scrub_report(pg_command(ctx, a, command)?)?;
+    print_typed(a.format, &report, scrub_plain);
+    Ok(())
+}
+
 /// Runs `shoal osd scrub|deep-scrub|repair N`.
 pub fn run_osd_scrub(ctx: &Ctx, a: &OsdScrubArg, command: &str) -> anyhow::Result<()> {
-    let results = pg_commands(ctx, None, a.id, command)?;
-    let v = Value::Array(results);
-    print(a.format, &v, |v| {
-        let list = v.as_array().cloned().unwrap_or_default();
-        let errors: u64 = list.iter().map(|r| u(&r["errors"])).sum();
+    let list = pg_commands(ctx, None, a.id, command)?
+        .into_iter()
+        .map(scrub_report)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    print_typed(a.format, &list, |list| {
+        let errors: u64 = list.iter().map(|r| r.errors).sum();
         let mut out: String = list.iter().map(scrub_plain).collect();
         out.push_str(&format!(
             "osd.{}: {} pgs, {errors} errors\n",
@@ -132,27 +147,23 @@ pub fn run_osd_scrub(ctx: &Ctx, a: &OsdScrubArg, command: &str) -> anyhow::Resul
     Ok(())
 }
 
-fn scrub_plain(v: &Value) -> String {
+fn scrub_plain(v: &ScrubReport) -> String {
     let mut out = format!(
         "pg {} {}: {} objects, {} errors, {} repaired\n",
-        v["pgid"].as_str().unwrap_or("?"),
-        if v["repair"].as_bool() == Some(true) {
+        v.pgid,
+        if v.repair {
             "repair"
-        } else if v["deep"].as_bool() == Some(true) {
+        } else if v.deep {
             "deep-scrub"
         } else {
             "scrub"
         },
-        u(&v["objects"]),
-        u(&v["errors"]),
-        u(&v["repaired"]),
+        v.objects,
+        v.errors,
+        v.repaired,
     );
-    for i in v["inconsistent"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "  {}: {}\n",
-            i["object"].as_str().unwrap_or("?"),
-            i["why"].as_str().unwrap_or("")
-        ));
+    for i in &v.inconsistent {
+        out.push_str(&format!("  {}: {}\n", i.object, i.why));
     }
     out
 }
@@ -183,10 +194,6 @@ pub fn human_bytes(n: u64) -> String {
         let s = format!("{v:.1}");
         format!("{} {}", s.trim_end_matches(".0"), UNITS[unit])
     }
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
 }
 
 fn ids(v: &[i32]) -> String {
@@ -330,9 +337,9 @@ pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &mon_command_as::<PgStatReply>(ctx, &Command::PgStat)?,
             stat_plain,
         ),
-        PgCmd::Scrub(a) => print(a.format, &pg_command(ctx, &a, "scrub")?, scrub_plain),
-        PgCmd::DeepScrub(a) => print(a.format, &pg_command(ctx, &a, "deep-scrub")?, scrub_plain),
-        PgCmd::Repair(a) => print(a.format, &pg_command(ctx, &a, "repair")?, scrub_plain),
+        PgCmd::Scrub(a) => run_pg_scrub(ctx, &a, "scrub")?,
+        PgCmd::DeepScrub(a) => run_pg_scrub(ctx, &a, "deep-scrub")?,
+        PgCmd::Repair(a) => run_pg_scrub(ctx, &a, "repair")?,
         PgCmd::Query(a) => print(
             a.format,
             &pg_command(ctx, &a, "query")?,

@@ -551,7 +551,7 @@ impl PgCore {
             pgid: self.id.to_string(),
             deep: job.deep,
             repair: job.repair,
-            objects: job.scrubbed as u64,
+            objects: job.scrubbed,
             errors: job.found.len() as u64,
             repaired: job.repaired as u64,
             inconsistent: job

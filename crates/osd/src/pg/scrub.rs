@@ -553,7 +553,7 @@ impl PgCore {
             repair: job.repair,
             objects: job.scrubbed,
             errors: job.found.len() as u64,
-            repaired: job.repaired as u64,
+            repaired: job.repaired,
             inconsistent: job
                 .found
                 .iter()

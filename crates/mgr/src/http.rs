@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::http::{HeaderValue, Method, StatusCode, header};
 use hyper::{Request, Response};
 use serde_json::{Value, json};
+use shoal_monclient::replies::AuthReply;
 use shoal_monclient::{Command, ErrorCode, PoolSpec, parse_mon_caps};
 use shoal_net::Secret;
 use shoal_types::EntityName;
@@ -236,12 +237,13 @@ async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
     let entity = name.to_string();
     let caps = s
         .monc
-        .command(&Command::AuthGet {
+        .command_as::<AuthReply>(&Command::AuthGet {
             entity: entity.clone(),
         })
         .await
         .ok()
-        .map(|v| v[&entity]["caps"]["mon"].as_str().unwrap_or("").to_string())
+        .and_then(|mut v| v.remove(&entity))
+        .and_then(|mut e| e.caps.remove("mon"))
         .unwrap_or_default();
     let caps = parse_mon_caps(&caps);
     let sess = Session {

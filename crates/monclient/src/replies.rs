@@ -6,6 +6,8 @@
 //! each, are in `docs/mon-replies.md`. Commands not listed here still answer
 //! untyped JSON (issue 46 moves them over one by one).
 
+use std::collections::BTreeMap;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -803,6 +805,30 @@ pub struct OsdMapReply {
     pub acting: Vec<i32>,
     /// Its primary.
     pub acting_primary: i32,
+}
+
+/// `auth get`, `auth add` and `auth get-or-create`: entity name → its key
+/// and capabilities (`auth ls` too, where the CLI hides the keys).
+pub type AuthReply = BTreeMap<String, AuthKey>;
+
+/// One entity of an [`AuthReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthKey {
+    /// Its secret key, base64 (absent where a listing hides it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// Capabilities by service: `mon` → `allow r`.
+    pub caps: BTreeMap<String, String>,
+}
+
+impl AuthKey {
+    /// The key of `entity` in `reply`, if it is there.
+    pub fn of<'a>(reply: &'a AuthReply, entity: &str) -> Option<&'a str> {
+        reply
+            .get(entity)
+            .map(|e| e.key.as_str())
+            .filter(|k| !k.is_empty())
+    }
 }
 
 /// The version of a reply without the field (from monitors older than it).

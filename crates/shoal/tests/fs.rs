@@ -419,6 +419,13 @@ fn every_read_command_decodes_into_its_type(d: &Dev) {
     );
     let fsmap: FsMapReply = d.typed(&["fs", "status"]);
     assert_eq!(fsmap.filesystems.len(), 1, "{fsmap:?}");
+    let admin: AuthReply = d.typed(&["auth", "get", "client.admin"]);
+    assert!(AuthKey::of(&admin, "client.admin").is_some(), "{admin:?}");
+    let listed: AuthReply = d.typed(&["auth", "ls"]);
+    assert!(
+        listed.values().all(|e| e.key.is_empty()),
+        "auth ls shows no key"
+    );
 }
 
 /// Close-to-open where the reader's kernel holds the file's attributes

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use clap::Subcommand;
-use serde_json::Value;
 use shoal_mon::Command;
+use shoal_monclient::replies::AuthReply;
 
-use super::common::{Ctx, Format, mon_command, print};
+use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
 
 /// Auth commands.
 #[derive(Debug, Subcommand)]
@@ -79,22 +79,12 @@ fn caps(pairs: Vec<String>) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 /// One entity as a keyring section.
-fn keyring_section(v: &Value) -> String {
+fn keyring_section(v: &AuthReply) -> String {
     let mut out = String::new();
-    if let Some(map) = v.as_object() {
-        for (name, e) in map {
-            out.push_str(&format!(
-                "[{name}]\n\tkey = {}\n",
-                e["key"].as_str().unwrap_or("")
-            ));
-            if let Some(caps) = e["caps"].as_object() {
-                for (svc, cap) in caps {
-                    out.push_str(&format!(
-                        "\tcaps {svc} = \"{}\"\n",
-                        cap.as_str().unwrap_or("")
-                    ));
-                }
-            }
+    for (name, e) in v {
+        out.push_str(&format!("[{name}]\n\tkey = {}\n", e.key));
+        for (svc, cap) in &e.caps {
+            out.push_str(&format!("\tcaps {svc} = \"{cap}\"\n"));
         }
     }
     out
@@ -104,30 +94,25 @@ fn keyring_section(v: &Value) -> String {
 pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         AuthCmd::Ls { format } => {
-            let v = mon_command(ctx, &Command::AuthLs)?;
+            let mut shown: AuthReply = mon_command_as(ctx, &Command::AuthLs)?;
             // Keys are secrets: the listing shows capabilities only.
-            let mut shown = v.clone();
-            if let Some(m) = shown.as_object_mut() {
-                for e in m.values_mut() {
-                    if let Some(o) = e.as_object_mut() {
-                        o.remove("key");
-                    }
-                }
+            for e in shown.values_mut() {
+                e.key.clear();
             }
-            print(format, &shown, |v| {
+            print_typed(format, &shown, |v| {
                 let mut out = String::new();
-                for (name, e) in v.as_object().into_iter().flatten() {
+                for (name, e) in v {
                     out.push_str(&format!("{name}\n"));
-                    for (svc, cap) in e["caps"].as_object().into_iter().flatten() {
-                        out.push_str(&format!("\tcaps: [{svc}] {}\n", cap.as_str().unwrap_or("")));
+                    for (svc, cap) in &e.caps {
+                        out.push_str(&format!("\tcaps: [{svc}] {cap}\n"));
                     }
                 }
                 out
             });
         }
-        AuthCmd::Get { entity, format } => print(
+        AuthCmd::Get { entity, format } => print_typed(
             format,
-            &mon_command(ctx, &Command::AuthGet { entity })?,
+            &mon_command_as::<AuthReply>(ctx, &Command::AuthGet { entity })?,
             keyring_section,
         ),
         AuthCmd::Add {
@@ -135,28 +120,28 @@ pub fn run(cmd: AuthCmd, ctx: &Ctx) -> anyhow::Result<()> {
             caps: c,
             format,
         } => {
-            let v = mon_command(
+            let v: AuthReply = mon_command_as(
                 ctx,
                 &Command::AuthAdd {
                     entity,
                     caps: caps(c)?,
                 },
             )?;
-            print(format, &v, keyring_section);
+            print_typed(format, &v, keyring_section);
         }
         AuthCmd::GetOrCreate {
             entity,
             caps: c,
             format,
         } => {
-            let v = mon_command(
+            let v: AuthReply = mon_command_as(
                 ctx,
                 &Command::AuthGetOrCreate {
                     entity,
                     caps: caps(c)?,
                 },
             )?;
-            print(format, &v, keyring_section);
+            print_typed(format, &v, keyring_section);
         }
         AuthCmd::Rm { entity, format } => {
             let v = mon_command(

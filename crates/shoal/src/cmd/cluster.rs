@@ -27,7 +27,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use shoal_monclient::replies::{OsdTreeReply, PgStatReply, StatusReply};
+use shoal_monclient::replies::{AuthKey, AuthReply, OsdTreeReply, PgStatReply, StatusReply};
 
 /// How a host's daemons are started.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -567,13 +567,12 @@ fn add_mon(dirs: &HostDirs, port: u16) -> anyhow::Result<()> {
     let mon_host = conf_value(&dirs.etc, |o| o.mon_host.clone())?;
     // The monitor's key, made by the monitors, beside the admin key.
     let entity = format!("mon.{host}");
-    let got = shoal_json(
+    let got: AuthReply = serde_json::from_value(shoal_json(
         &dirs.etc,
         &["auth", "get-or-create", &entity, "mon", "allow *"],
-    )?;
-    let key = got[&entity]["key"]
-        .as_str()
-        .with_context(|| format!("no key for {entity} in {got}"))?;
+    )?)?;
+    let key = AuthKey::of(&got, &entity)
+        .with_context(|| format!("no key for {entity} in the monitors' answer"))?;
     let mut ring = shoal_net::Keyring::load(&dirs.etc.join("keyring"))?;
     let mut add_key = |name: &str, key: &str| -> anyhow::Result<()> {
         ring.insert(
@@ -588,15 +587,12 @@ fn add_mon(dirs: &HostDirs, port: u16) -> anyhow::Result<()> {
     add_key(&entity, key)?;
     // Monitors authenticate one another: the new one needs every
     // current monitor's key.
-    let stat = shoal_json(&dirs.etc, &["mon", "stat"])?;
-    for m in stat["monmap"]["mons"].as_array().into_iter().flatten() {
-        let Some(name) = m["name"].as_str() else {
-            continue;
-        };
-        let other = format!("mon.{name}");
-        let got = shoal_json(&dirs.etc, &["auth", "get", &other])?;
-        let key = got[&other]["key"]
-            .as_str()
+    let stat: StatusReply = serde_json::from_value(shoal_json(&dirs.etc, &["mon", "stat"])?)?;
+    for m in &stat.monmap.mons {
+        let other = format!("mon.{}", m.name);
+        let got: AuthReply =
+            serde_json::from_value(shoal_json(&dirs.etc, &["auth", "get", &other])?)?;
+        let key = AuthKey::of(&got, &other)
             .with_context(|| format!("no key for {other} in the monitors' answer"))?;
         add_key(&other, key)?;
     }
@@ -663,12 +659,8 @@ fn local_osds(dirs: &HostDirs) -> Vec<String> {
 fn remove_host(dirs: &HostDirs, drain_secs: u64, purge: bool) -> anyhow::Result<()> {
     let host = conf_value(&dirs.etc, |o| o.osd_host.clone())?;
     let osds = local_osds(dirs);
-    let status = shoal_json(&dirs.etc, &["mon", "stat"])?;
-    let is_mon = status["monmap"]["mons"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|m| m["name"] == host.as_str());
+    let status: StatusReply = serde_json::from_value(shoal_json(&dirs.etc, &["mon", "stat"])?)?;
+    let is_mon = status.monmap.mons.iter().any(|m| m.name == host);
     if !osds.is_empty() {
         let mut args = vec!["osd", "out"];
         args.extend(osds.iter().map(String::as_str));

@@ -20,7 +20,7 @@ use shoal_osd::daemon::{Osd, OsdOptions};
 use shoal_osd::log::LogLimits;
 use shoal_types::EntityName;
 
-use super::common::{Ctx, mon_addrs, mon_command, mon_command_as};
+use super::common::{Ctx, mon_addrs, mon_command_as};
 use super::mon::wait_for_signal;
 use super::osd::OsdCmd;
 
@@ -112,15 +112,14 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
         ("mon".to_string(), "allow profile osd".to_string()),
         ("osd".to_string(), "allow *".to_string()),
     ]);
-    let out = mon_command(
+    let out: shoal_monclient::replies::AuthReply = mon_command_as(
         ctx,
         &Command::AuthGetOrCreate {
             entity: entity.to_string(),
             caps,
         },
     )?;
-    let key = out[entity.to_string()]["key"]
-        .as_str()
+    let key = shoal_monclient::replies::AuthKey::of(&out, &entity.to_string())
         .context("the monitors' answer has no key")?;
     let mut ring = Keyring::default();
     ring.insert(

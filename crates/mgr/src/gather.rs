@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
-use shoal_monclient::replies::{DfReply, OsdTreeReply, StatusReply};
+use shoal_monclient::replies::{DaemonReportsReply, DfReply, OsdTreeReply, StatusReply};
 use shoal_monclient::{Command, DaemonReport, MetricValue, MonClient, MonError};
 
 /// The cluster at one moment, as the manager serves it.
@@ -31,15 +31,11 @@ pub async fn gather(monc: &MonClient) -> Result<Snapshot, MonError> {
     let status = monc.command_as(&Command::Status).await?;
     let tree = monc.command_as(&Command::OsdTree).await?;
     let df = monc.command_as(&Command::Df).await?;
-    let reports = monc.command(&Command::DaemonReports).await?;
-    let reports = reports["reports"]
-        .as_array()
+    let reports: DaemonReportsReply = monc.command_as(&Command::DaemonReports).await?;
+    let reports = reports
+        .reports
         .into_iter()
-        .flatten()
-        .filter_map(|r| {
-            let report = serde_json::from_value::<DaemonReport>(r["report"].clone()).ok()?;
-            Some((r["age_ms"].as_u64().unwrap_or(0), report))
-        })
+        .map(|r| (r.age_ms, r.report))
         .collect();
     Ok(Snapshot {
         at_ms: shoal_net::now_ms(),

@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 /// Events the history keeps (the oldest go first).
 pub const HISTORY_MAX: usize = 1000;
@@ -164,8 +163,20 @@ impl HealthState {
     }
 
     /// The history as `shoal health history` prints it, newest last.
-    pub fn history_view(&self) -> Value {
-        json!({ "events": self.history })
+    pub fn history_view(&self) -> shoal_monclient::replies::HealthHistoryReply {
+        shoal_monclient::replies::HealthHistoryReply {
+            events: self
+                .history
+                .iter()
+                .map(|e| shoal_monclient::replies::HealthEvent {
+                    at_ms: e.at_ms,
+                    code: e.code.clone(),
+                    what: e.what.clone(),
+                    severity: e.severity.clone(),
+                    summary: e.summary.clone(),
+                })
+                .collect(),
+        }
     }
 }
 

@@ -35,7 +35,8 @@ use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_i
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
 use shoal_monclient::replies::{
-    AuthSummary, MonMapSummary, MonSummary, STATUS_VERSION, StatusReply,
+    AgedReport, AuthSummary, CrashLsReply, DaemonReportsReply, MonMapSummary, MonSummary,
+    STATUS_VERSION, StatusReply,
 };
 use shoal_monclient::{Command, parse_mon_caps};
 use shoal_monclient::{ErrorCode, MonError};
@@ -1141,10 +1142,10 @@ impl Core {
                 crate::views::to_reply(Ok(self.status(&state).await))
             }
             Command::Health => crate::views::to_reply(Ok(self.status(&state).await.health)),
-            Command::HealthHistory => Ok(state.health.history_view()),
-            Command::CrashLs => {
-                Ok(json!({ "crashes": state.crashes.values().collect::<Vec<_>>() }))
-            }
+            Command::HealthHistory => crate::views::to_reply(Ok(state.health.history_view())),
+            Command::CrashLs => crate::views::to_reply(Ok(CrashLsReply {
+                crashes: state.crashes.values().cloned().collect(),
+            })),
             Command::CrashInfo { id } => state
                 .crashes
                 .get(id)
@@ -1209,18 +1210,16 @@ impl Core {
             Command::DaemonReports => {
                 let now = Instant::now();
                 let soft = self.mgr_lock();
-                let reports: Vec<Value> = soft
+                let reports = soft
                     .reports
                     .values()
                     .filter(|(at, _)| now.duration_since(*at) < REPORT_MAX_AGE)
-                    .map(|(at, r)| {
-                        json!({
-                            "age_ms": now.duration_since(*at).as_millis() as u64,
-                            "report": r,
-                        })
+                    .map(|(at, r)| AgedReport {
+                        age_ms: now.duration_since(*at).as_millis() as u64,
+                        report: r.clone(),
                     })
                     .collect();
-                Ok(json!({ "reports": reports }))
+                crate::views::to_reply(Ok(DaemonReportsReply { reports }))
             }
             other => Err(MonError::new(
                 ErrorCode::Internal,

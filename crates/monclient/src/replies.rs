@@ -831,6 +831,52 @@ impl AuthKey {
     }
 }
 
+/// `health history`: checks raised and cleared, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthHistoryReply {
+    /// The events.
+    pub events: Vec<HealthEvent>,
+}
+
+/// One event of [`HealthHistoryReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthEvent {
+    /// When (ms since the Unix epoch, the leader's clock).
+    pub at_ms: u64,
+    /// The check.
+    pub code: String,
+    /// `raised`, `cleared`, or `escalated`/`eased` (severity changed).
+    pub what: String,
+    /// Its severity then.
+    pub severity: String,
+    /// Its summary then.
+    pub summary: String,
+}
+
+/// `crash ls`: every crash report the monitors keep.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashLsReply {
+    /// The reports, by id.
+    pub crashes: Vec<crate::CrashReport>,
+}
+
+/// `daemon reports` (the manager's source): each daemon's newest report
+/// and its age.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonReportsReply {
+    /// The reports younger than the monitors keep.
+    pub reports: Vec<AgedReport>,
+}
+
+/// One report of [`DaemonReportsReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgedReport {
+    /// How long ago the monitor received it.
+    pub age_ms: u64,
+    /// The report.
+    pub report: crate::DaemonReport,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

@@ -426,6 +426,9 @@ fn every_read_command_decodes_into_its_type(d: &Dev) {
         listed.values().all(|e| e.key.is_empty()),
         "auth ls shows no key"
     );
+    let _: HealthHistoryReply = d.typed(&["health", "history"]);
+    let crashes: CrashLsReply = d.typed(&["crash", "ls"]);
+    assert!(crashes.crashes.is_empty(), "{crashes:?}");
 }
 
 /// Close-to-open where the reader's kernel holds the file's attributes

@@ -13,6 +13,7 @@ use clap::Subcommand;
 use serde_json::Value;
 use shoal_mon::Command;
 use shoal_mon::CrashReport;
+use shoal_monclient::replies::CrashLsReply;
 
 use super::common::{Ctx, Format, mon_command, pretty, print};
 
@@ -222,15 +223,15 @@ pub enum CrashCmd {
 pub fn run(cmd: CrashCmd, ctx: &Ctx) -> anyhow::Result<()> {
     match cmd {
         CrashCmd::Ls { format } => {
-            let v = mon_command(ctx, &Command::CrashLs)?;
-            print(format, &v, |v| {
+            let v: CrashLsReply = super::common::mon_command_as(ctx, &Command::CrashLs)?;
+            super::common::print_typed(format, &v, |v| {
                 let mut out = format!("{:<52} {:<12} {}\n", "ID", "ENTITY", "NEW");
-                for c in v["crashes"].as_array().into_iter().flatten() {
+                for c in &v.crashes {
                     out.push_str(&format!(
                         "{:<52} {:<12} {}\n",
-                        c["crash_id"].as_str().unwrap_or(""),
-                        c["entity_name"].as_str().unwrap_or(""),
-                        if c["archived"] == true { "" } else { "*" }
+                        c.crash_id,
+                        c.entity_name,
+                        if c.archived { "" } else { "*" }
                     ));
                 }
                 out

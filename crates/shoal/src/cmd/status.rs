@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use shoal_mon::Command;
-use shoal_monclient::replies::{HealthReply, PgStatReply, StatusReply};
+use shoal_monclient::replies::{HealthHistoryReply, HealthReply, PgStatReply, StatusReply};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
 
@@ -176,17 +176,17 @@ pub fn run_health(a: HealthArgs, ctx: &Ctx) -> anyhow::Result<()> {
             return Ok(());
         }
         Some(HealthCmd::History) => {
-            let v = mon_command(ctx, &Command::HealthHistory)?;
-            print(a.format, &v, |v| {
+            let v: HealthHistoryReply = mon_command_as(ctx, &Command::HealthHistory)?;
+            print_typed(a.format, &v, |v| {
                 let mut out = String::new();
-                for e in v["events"].as_array().into_iter().flatten() {
+                for e in &v.events {
                     out.push_str(&format!(
                         "{}  {:<9} {:<16} {:<11} {}\n",
-                        super::rados::format_ms(e["at_ms"].as_u64().unwrap_or(0)),
-                        e["what"].as_str().unwrap_or(""),
-                        e["code"].as_str().unwrap_or(""),
-                        e["severity"].as_str().unwrap_or(""),
-                        e["summary"].as_str().unwrap_or("")
+                        super::rados::format_ms(e.at_ms),
+                        e.what,
+                        e.code,
+                        e.severity,
+                        e.summary
                     ));
                 }
                 out

@@ -35,8 +35,8 @@ use crate::state::{AuthEntry, MonInfo, MonRequest, MonResponse, MonState, node_i
 use crate::store::MonStore;
 use crate::types::MonRaft as Raft;
 use shoal_monclient::replies::{
-    AgedReport, AuthSummary, CrashLsReply, DaemonReportsReply, MonMapSummary, MonSummary,
-    STATUS_VERSION, StatusReply,
+    AgedReport, AuthSummary, ConfigGetReply, ConfigValue, CrashLsReply, DaemonReportsReply,
+    MonMapSummary, MonSummary, STATUS_VERSION, StatusReply,
 };
 use shoal_monclient::{Command, parse_mon_caps};
 use shoal_monclient::{ErrorCode, MonError};
@@ -1158,7 +1158,7 @@ impl Core {
                 .map(|e| json!({ entity.clone(): e }))
                 .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no entity {entity}"))),
             Command::ConfigGet { who } => {
-                let mut merged = BTreeMap::new();
+                let mut merged = ConfigGetReply::new();
                 let sections: Vec<String> = match who.parse::<EntityName>() {
                     Ok(e) => vec!["global".into(), e.ty().to_string(), e.to_string()],
                     Err(_) => vec![who.clone()],
@@ -1166,11 +1166,17 @@ impl Core {
                 for s in sections {
                     if let Some(kv) = state.config.get(&s) {
                         for (k, v) in kv {
-                            merged.insert(k.clone(), json!({ "value": v, "section": s }));
+                            merged.insert(
+                                k.clone(),
+                                ConfigValue {
+                                    value: v.clone(),
+                                    section: s.clone(),
+                                },
+                            );
                         }
                     }
                 }
-                Ok(json!(merged))
+                crate::views::to_reply(Ok(merged))
             }
             Command::ConfigDump => Ok(json!(state.config)),
             Command::OsdTree => crate::views::to_reply(crate::views::osd_tree(&state)),

@@ -877,6 +877,36 @@ pub struct AgedReport {
     pub report: crate::DaemonReport,
 }
 
+/// `config get WHO`: option → its value and the section it comes from.
+pub type ConfigGetReply = BTreeMap<String, ConfigValue>;
+
+/// One option of [`ConfigGetReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigValue {
+    /// Its value.
+    pub value: String,
+    /// `global`, `osd`, `osd.3`...: the most specific section setting it.
+    pub section: String,
+}
+
+/// The part every map-changing command's answer shares: the epoch of the
+/// map it made (`osd out`, `osd pool create`, `mon add`...; the rest of
+/// each answer is the command's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochReply {
+    /// The new map's epoch.
+    pub epoch: u64,
+}
+
+/// `osd create`: the id given to the new OSD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdCreateReply {
+    /// The new OSD's id.
+    pub osd: i32,
+    /// The OSD map's epoch then.
+    pub epoch: u64,
+}
+
 /// The version of a reply without the field (from monitors older than it).
 fn v1() -> u32 {
     1

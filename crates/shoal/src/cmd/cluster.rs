@@ -27,7 +27,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use shoal_monclient::replies::{AuthKey, AuthReply, OsdTreeReply, PgStatReply, StatusReply};
+use shoal_monclient::replies::{
+    AuthKey, AuthReply, OsdCreateReply, OsdTreeReply, PgStatReply, StatusReply,
+};
 
 /// How a host's daemons are started.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -534,11 +536,10 @@ fn conf_value(etc: &Path, f: impl Fn(&shoal_config::Options) -> String) -> anyho
 
 fn add_osd(dirs: &HostDirs, dir: &Path) -> anyhow::Result<()> {
     let dir = std::path::absolute(dir)?;
-    let created = shoal_json(&dirs.etc, &["osd", "create"])?;
-    let id = created["osd"]
-        .as_u64()
-        .with_context(|| format!("`shoal osd create` answered {created}"))?
-        .to_string();
+    let created: OsdCreateReply =
+        serde_json::from_value(shoal_json(&dirs.etc, &["osd", "create"])?)
+            .context("`shoal osd create` answered no OSD id")?;
+    let id = created.osd.to_string();
     shoal(
         &dirs.etc,
         &["osd", "mkfs", "--id", &id, "--data", &dir.to_string_lossy()],

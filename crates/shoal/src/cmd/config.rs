@@ -5,7 +5,9 @@ use clap::Subcommand;
 use shoal_config::Options;
 use shoal_mon::Command;
 
-use super::common::{Ctx, Format, mon_command, pretty, print};
+use shoal_monclient::replies::ConfigGetReply;
+
+use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
 
 /// Configuration commands.
 #[derive(Debug, Subcommand)]
@@ -73,15 +75,11 @@ pub fn run(cmd: ConfigCmd, ctx: &Ctx) -> anyhow::Result<()> {
             print(format, &v, |_| String::new());
         }
         ConfigCmd::Get { who, format } => {
-            let v = mon_command(ctx, &Command::ConfigGet { who })?;
-            print(format, &v, |v| {
+            let v: ConfigGetReply = mon_command_as(ctx, &Command::ConfigGet { who })?;
+            print_typed(format, &v, |v| {
                 let mut out = String::new();
-                for (k, e) in v.as_object().into_iter().flatten() {
-                    out.push_str(&format!(
-                        "{k} = {}  # [{}]\n",
-                        e["value"].as_str().unwrap_or(""),
-                        e["section"].as_str().unwrap_or("")
-                    ));
+                for (k, e) in v {
+                    out.push_str(&format!("{k} = {}  # [{}]\n", e.value, e.section));
                 }
                 out
             });

@@ -13,7 +13,8 @@ use shoal_net::{NetConfig, TcpTransport};
 use shoal_types::{EntityName, EntityType};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, print, print_typed};
-use shoal_monclient::replies::StatusReply;
+use serde::Deserialize;
+use shoal_monclient::replies::{EpochReply, StatusReply};
 
 /// Run a monitor (`shoal mon --id a`), or manage the monitor quorum.
 #[derive(Debug, Args)]
@@ -137,14 +138,16 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
         Some(MonSub::Add { name, addr, format }) => {
             let out = mon_command(ctx, &Command::MonAdd { name, addr })?;
             print(format, &out, |v| {
-                format!("added; monmap epoch {}\n", v["epoch"])
+                let epoch = EpochReply::deserialize(v).map_or(0, |e| e.epoch);
+                format!("added; monmap epoch {epoch}\n")
             });
             Ok(())
         }
         Some(MonSub::Rm { name, format }) => {
             let out = mon_command(ctx, &Command::MonRm { name })?;
             print(format, &out, |v| {
-                format!("removed; monmap epoch {}\n", v["epoch"])
+                let epoch = EpochReply::deserialize(v).map_or(0, |e| e.epoch);
+                format!("removed; monmap epoch {epoch}\n")
             });
             Ok(())
         }

@@ -3,9 +3,12 @@
 //! lives.
 
 use clap::{Args, Subcommand};
+use serde::Deserialize;
 use serde_json::Value;
 use shoal_mon::{Command, PoolSpec};
-use shoal_monclient::replies::{OsdMapReply, OsdStatReply, OsdTreeReply, PoolReply};
+use shoal_monclient::replies::{
+    EpochReply, OsdCreateReply, OsdMapReply, OsdStatReply, OsdTreeReply, PoolReply,
+};
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
 
@@ -449,7 +452,10 @@ fn map_plain(v: &OsdMapReply) -> String {
 /// The outcome of a change: the monitor's reply as JSON, or `what` and
 /// the new epoch.
 fn done(format: Format, v: &Value, what: &str) {
-    print(format, v, |v| format!("{what} (osdmap e{})\n", v["epoch"]));
+    print(format, v, |v| {
+        let epoch = EpochReply::deserialize(v).map_or(0, |e| e.epoch);
+        format!("{what} (osdmap e{epoch})\n")
+    });
 }
 
 /// Runs one `shoal osd` subcommand.
@@ -470,9 +476,11 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &mon_command_as::<OsdStatReply>(ctx, &Command::OsdStat)?,
             stat_plain,
         ),
-        OsdCmd::Create(f) => print(f.format, &mon_command(ctx, &Command::OsdCreate)?, |v| {
-            format!("{}\n", v["osd"])
-        }),
+        OsdCmd::Create(f) => print_typed(
+            f.format,
+            &mon_command_as::<OsdCreateReply>(ctx, &Command::OsdCreate)?,
+            |v| format!("{}\n", v.osd),
+        ),
         OsdCmd::Out { ids, format } => done(
             format,
             &mon_command(ctx, &Command::OsdOut { ids: ids.clone() })?,

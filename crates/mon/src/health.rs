@@ -47,20 +47,9 @@ pub struct Mute {
     pub sticky: bool,
 }
 
-/// One change of the cluster's health.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    /// When (ms since the Unix epoch, the leader's clock).
-    pub at_ms: u64,
-    /// The check.
-    pub code: String,
-    /// `raised`, `cleared`, or `escalated`/`eased` (severity changed).
-    pub what: String,
-    /// Its severity then.
-    pub severity: String,
-    /// Its summary then.
-    pub summary: String,
-}
+/// One change of the cluster's health: recorded as `health history`
+/// answers it.
+pub use shoal_monclient::replies::HealthEvent as Event;
 
 /// Recorded checks, mutes and history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,17 +154,7 @@ impl HealthState {
     /// The history as `shoal health history` prints it, newest last.
     pub fn history_view(&self) -> shoal_monclient::replies::HealthHistoryReply {
         shoal_monclient::replies::HealthHistoryReply {
-            events: self
-                .history
-                .iter()
-                .map(|e| shoal_monclient::replies::HealthEvent {
-                    at_ms: e.at_ms,
-                    code: e.code.clone(),
-                    what: e.what.clone(),
-                    severity: e.severity.clone(),
-                    summary: e.summary.clone(),
-                })
-                .collect(),
+            events: self.history.iter().cloned().collect(),
         }
     }
 }

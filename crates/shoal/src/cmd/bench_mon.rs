@@ -318,8 +318,9 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
         for (i, (c, _)) in keep.iter().enumerate() {
             maps.push(c.subscribe_osdmap(Arc::clone(&osd_sinks[i])));
         }
-        let booted = admin.command(&Command::OsdStat).await?;
-        let target = booted["epoch"].as_u64().unwrap_or(0);
+        let booted: shoal_monclient::replies::OsdStatReply =
+            admin.command_as(&Command::OsdStat).await?;
+        let target = u64::from(booted.epoch);
         for m in &mut maps {
             while m
                 .borrow()

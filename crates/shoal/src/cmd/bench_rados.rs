@@ -340,7 +340,11 @@ pub async fn run_bench<B: BenchIo>(io: B, spec: &BenchSpec) -> anyhow::Result<Re
     let samples = std::mem::take(&mut *shared.samples.lock().unwrap_or_else(|p| p.into_inner()));
     let written = next.load(Ordering::Relaxed).min(samples.len() as u64);
     if mode == Mode::Write {
-        let meta = json!({ "run_name": run, "objects": written, "size": size });
+        let meta = serde_json::to_value(BenchMeta {
+            run_name: run.to_string(),
+            objects: written,
+            size: size as u64,
+        })?;
         io.put(METADATA_OBJECT.into(), Bytes::from(meta.to_string()))
             .await?;
     }
@@ -419,11 +423,17 @@ pub async fn read_metadata<B: BenchIo>(io: &B) -> anyhow::Result<(u64, usize, St
     let text = io.get(METADATA_OBJECT.into()).await.context(
         "no benchmark data to read: run `shoal bench -p POOL SECONDS write --no-cleanup` first",
     )?;
-    let v: serde_json::Value = serde_json::from_slice(&text)?;
-    let objects = v["objects"].as_u64().context("bad benchmark metadata")?;
-    let size = v["size"].as_u64().context("bad benchmark metadata")? as usize;
-    let run = v["run_name"].as_str().context("bad benchmark metadata")?;
-    Ok((objects, size, run.to_string()))
+    let m: BenchMeta = serde_json::from_slice(&text).context("bad benchmark metadata")?;
+    Ok((m.objects, m.size as usize, m.run_name))
+}
+
+/// What a write run left for later read runs (`--no-cleanup`), in the
+/// pool's metadata object.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct BenchMeta {
+    run_name: String,
+    objects: u64,
+    size: u64,
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {

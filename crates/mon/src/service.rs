@@ -1141,7 +1141,7 @@ impl Core {
             Command::Status | Command::MonStat => {
                 crate::views::to_reply(Ok(self.status(&state).await))
             }
-            Command::Health => crate::views::to_reply(Ok(self.status(&state).await.health)),
+            Command::Health => crate::views::to_reply(Ok(self.health(&state))),
             Command::HealthHistory => crate::views::to_reply(Ok(state.health.history_view())),
             Command::CrashLs => crate::views::to_reply(Ok(CrashLsReply {
                 crashes: state.crashes.values().cloned().collect(),
@@ -1259,6 +1259,12 @@ impl Core {
     fn contact_window(&self) -> Duration {
         let lease = Duration::from_millis(election_timeout_max_ms(&self.opts));
         lease.max(self.opts.heartbeat * 4)
+    }
+
+    /// The cluster's health alone (what `status` embeds).
+    fn health(&self, state: &MonState) -> shoal_monclient::replies::HealthReply {
+        let (quorum, down) = self.quorum(state);
+        crate::views::health(state, &down, &quorum, now_ms(), &self.opts.full_ratios)
     }
 
     async fn status(&self, state: &MonState) -> StatusReply {

@@ -96,14 +96,67 @@ fn token(req: &Request<hyper::body::Incoming>) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-async fn body_json(req: Request<hyper::body::Incoming>) -> Result<Value, Refused> {
+async fn body_json<T: serde::de::DeserializeOwned>(
+    req: Request<hyper::body::Incoming>,
+) -> Result<T, Refused> {
     let body = Limited::new(req.into_body(), BODY_MAX)
         .collect()
         .await
         .map_err(|e| Refused::bad(format!("request body: {e}")))?
         .to_bytes();
-    serde_json::from_slice(&body)
-        .map_err(|e| Refused::bad(format!("request body is not JSON: {e}")))
+    serde_json::from_slice(&body).map_err(|e| Refused::bad(format!("request body: {e}")))
+}
+
+/// `POST /api/login`'s body.
+#[derive(Debug, serde::Deserialize)]
+struct Login {
+    entity: String,
+    key: String,
+}
+
+/// `POST /api/action`'s body: the action's name in `action`, its
+/// arguments beside it (`{"action": "osd-out", "osd": 3}`).
+#[derive(Debug, PartialEq, serde::Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+enum Action {
+    OsdOut {
+        osd: i32,
+    },
+    OsdIn {
+        osd: i32,
+    },
+    OsdScrub {
+        osd: i32,
+    },
+    OsdDeepScrub {
+        osd: i32,
+    },
+    PoolCreate {
+        pool: String,
+        #[serde(default = "default_pg_num")]
+        pg_num: u32,
+        #[serde(default = "default_size")]
+        size: u32,
+    },
+    PoolSet {
+        pool: String,
+        key: String,
+        value: String,
+    },
+    FlagSet {
+        flag: String,
+    },
+    FlagUnset {
+        flag: String,
+    },
+}
+
+fn default_pg_num() -> u32 {
+    32
+}
+
+fn default_size() -> u32 {
+    3
 }
 
 async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
@@ -159,7 +212,7 @@ async fn route(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
                 Err(r) => return r.resp(),
             };
             match body_json(req).await {
-                Ok(v) => action(s, &sess, &v).await,
+                Ok(act) => action(s, &sess, act).await,
                 Err(r) => r.resp(),
             }
         }
@@ -213,12 +266,9 @@ fn session(s: &Shared, req: &Request<hyper::body::Incoming>) -> Result<Arc<Sessi
 /// it); their `mon` caps, read with the manager's own session, say whether
 /// the dashboard offers them actions.
 async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
-    let v = match body_json(req).await {
+    let Login { entity, key } = match body_json(req).await {
         Ok(v) => v,
         Err(r) => return r.resp(),
-    };
-    let (Some(entity), Some(key)) = (v["entity"].as_str(), v["key"].as_str()) else {
-        return error(StatusCode::BAD_REQUEST, "give entity and key");
     };
     let Ok(name) = entity.trim().parse::<EntityName>() else {
         return error(
@@ -265,21 +315,27 @@ async fn login(s: &Shared, req: Request<hyper::body::Incoming>) -> Resp {
     r
 }
 
+/// A pool as the dashboard shows it: its `df` line and its recent I/O.
+#[derive(serde::Serialize)]
+struct PoolView<'a> {
+    #[serde(flatten)]
+    pool: &'a shoal_monclient::replies::PoolDf,
+    io: crate::gather::Io,
+}
+
 /// Everything the dashboard shows, from the newest snapshot.
 fn summary(s: &Shared, sess: &Session) -> Value {
     let Some(snap) = s.snapshot() else {
         return json!({ "ready": false, "user": { "entity": sess.entity, "admin": sess.admin } });
     };
     let history = crate::lock(&s.history);
-    let pools: Vec<Value> = snap
+    let pools: Vec<PoolView> = snap
         .df
         .pools
         .iter()
-        .map(|p| {
-            let io = history.pools.get(&p.id).copied().unwrap_or_default();
-            let mut p = serde_json::to_value(p).unwrap_or(Value::Null);
-            p["io"] = json!(io);
-            p
+        .map(|pool| PoolView {
+            pool,
+            io: history.pools.get(&pool.id).copied().unwrap_or_default(),
         })
         .collect();
     let pg = snap.status.pgmap.clone().unwrap_or_default();
@@ -307,20 +363,12 @@ fn summary(s: &Shared, sess: &Session) -> Value {
     })
 }
 
-fn str_field<'a>(v: &'a Value, k: &str) -> Result<&'a str, Refused> {
-    v[k].as_str()
-        .ok_or_else(|| Refused::bad(format!("missing {k}")))
-}
-
 /// An admin action, as the monitors' ordinary command, run with the
 /// user's own session: the monitors decide whether they may.
-async fn action(s: &Shared, sess: &Session, v: &Value) -> Resp {
-    if let Some(kind @ ("osd-scrub" | "osd-deep-scrub")) = v["action"].as_str() {
-        return scrub(s, sess, v, kind == "osd-deep-scrub").await;
-    }
-    let cmd = match to_command(v) {
-        Ok(c) => c,
-        Err(r) => return r.resp(),
+async fn action(s: &Shared, sess: &Session, act: Action) -> Resp {
+    let cmd = match target(act) {
+        Target::Osd { osd, deep } => return scrub(s, sess, osd, deep).await,
+        Target::Mon(cmd) => cmd,
     };
     match sess.monc.command(&cmd).await {
         Ok(out) => json_resp(StatusCode::OK, &json!({ "ok": true, "output": out })),
@@ -337,15 +385,12 @@ async fn action(s: &Shared, sess: &Session, v: &Value) -> Resp {
 }
 
 /// A scrub of an OSD's PGs, sent to the OSDs as the user.
-async fn scrub(s: &Shared, sess: &Session, v: &Value, deep: bool) -> Resp {
+async fn scrub(s: &Shared, sess: &Session, osd: i32, deep: bool) -> Resp {
     let Some(hook) = &s.hooks.scrub else {
         return error(
             StatusCode::NOT_IMPLEMENTED,
             "this manager cannot reach the OSDs",
         );
-    };
-    let Some(osd) = v["osd"].as_i64().and_then(|i| i32::try_from(i).ok()) else {
-        return Refused::bad("missing osd").resp();
     };
     let Ok(name) = sess.entity.parse::<EntityName>() else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "bad session entity");
@@ -357,41 +402,93 @@ async fn scrub(s: &Shared, sess: &Session, v: &Value, deep: bool) -> Resp {
     }
 }
 
-fn to_command(v: &Value) -> Result<Command, Refused> {
-    let osds = || -> Result<Vec<i32>, Refused> {
-        let id = v["osd"]
-            .as_i64()
-            .and_then(|i| i32::try_from(i).ok())
-            .ok_or_else(|| Refused::bad("missing osd"))?;
-        Ok(vec![id])
-    };
-    match str_field(v, "action")? {
-        "osd-out" => Ok(Command::OsdOut { ids: osds()? }),
-        "osd-in" => Ok(Command::OsdIn { ids: osds()? }),
-        "pool-create" => {
-            let name = str_field(v, "pool")?.to_string();
-            let pg_num = v["pg_num"].as_u64().unwrap_or(32);
-            let pg_num = u32::try_from(pg_num).map_err(|_| Refused::bad("pg_num too large"))?;
-            let size = v["size"].as_u64().unwrap_or(3);
-            let size = u32::try_from(size).map_err(|_| Refused::bad("size too large"))?;
-            Ok(Command::PoolCreate {
-                name,
-                pg_num,
+/// Where an action goes: most are a monitor command; scrubs go to the
+/// OSD itself.
+#[derive(Debug, PartialEq)]
+enum Target {
+    Mon(Command),
+    Osd { osd: i32, deep: bool },
+}
+
+fn target(act: Action) -> Target {
+    Target::Mon(match act {
+        Action::OsdScrub { osd } => return Target::Osd { osd, deep: false },
+        Action::OsdDeepScrub { osd } => return Target::Osd { osd, deep: true },
+        Action::OsdOut { osd } => Command::OsdOut { ids: vec![osd] },
+        Action::OsdIn { osd } => Command::OsdIn { ids: vec![osd] },
+        Action::PoolCreate { pool, pg_num, size } => Command::PoolCreate {
+            name: pool,
+            pg_num,
+            spec: PoolSpec::Replicated {
+                size,
+                min_size: size.div_ceil(2).max(1),
+            },
+        },
+        Action::PoolSet { pool, key, value } => Command::PoolSet {
+            name: pool,
+            key,
+            value,
+        },
+        Action::FlagSet { flag } => Command::OsdFlag { flag, on: true },
+        Action::FlagUnset { flag } => Command::OsdFlag { flag, on: false },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<Target, String> {
+        serde_json::from_str::<Action>(body)
+            .map(target)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn actions_decode_into_their_commands() {
+        assert_eq!(
+            parse(r#"{"action": "osd-out", "osd": 3}"#),
+            Ok(Target::Mon(Command::OsdOut { ids: vec![3] }))
+        );
+        assert_eq!(
+            parse(r#"{"action": "osd-deep-scrub", "osd": 1}"#),
+            Ok(Target::Osd { osd: 1, deep: true })
+        );
+        assert_eq!(
+            parse(r#"{"action": "pool-create", "pool": "p", "size": 2}"#),
+            Ok(Target::Mon(Command::PoolCreate {
+                name: "p".into(),
+                pg_num: 32,
                 spec: PoolSpec::Replicated {
-                    size,
-                    min_size: size.div_ceil(2).max(1),
+                    size: 2,
+                    min_size: 1
                 },
-            })
-        }
-        "pool-set" => Ok(Command::PoolSet {
-            name: str_field(v, "pool")?.to_string(),
-            key: str_field(v, "key")?.to_string(),
-            value: str_field(v, "value")?.to_string(),
-        }),
-        "flag-set" | "flag-unset" => Ok(Command::OsdFlag {
-            flag: str_field(v, "flag")?.to_string(),
-            on: v["action"] == "flag-set",
-        }),
-        other => Err(Refused::bad(format!("unknown action {other:?}"))),
+            }))
+        );
+        assert_eq!(
+            parse(r#"{"action": "flag-unset", "flag": "noout"}"#),
+            Ok(Target::Mon(Command::OsdFlag {
+                flag: "noout".into(),
+                on: false
+            }))
+        );
+    }
+
+    #[test]
+    fn a_bad_action_says_what_is_wrong() {
+        let missing = parse(r#"{"action": "osd-in"}"#).unwrap_err();
+        assert!(missing.contains("missing field `osd`"), "{missing}");
+        let unknown = parse(r#"{"action": "osd-purge", "osd": 1}"#).unwrap_err();
+        assert!(unknown.contains("unknown variant `osd-purge`"), "{unknown}");
+        let big =
+            parse(r#"{"action": "pool-create", "pool": "p", "pg_num": 5000000000}"#).unwrap_err();
+        assert!(big.contains("invalid value"), "{big}");
+        let osd = parse(r#"{"action": "osd-out", "osd": "zero"}"#).unwrap_err();
+        assert!(osd.contains("invalid type"), "{osd}");
+        assert!(
+            parse(r#"{"osd": 1}"#)
+                .unwrap_err()
+                .contains("missing field `action`")
+        );
     }
 }

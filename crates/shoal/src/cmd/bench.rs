@@ -506,6 +506,16 @@ fn msgr_pipelined(
     )
 }
 
+/// What `shoal bench counters` measured: ns of CPU per op.
+#[derive(Debug, serde::Serialize)]
+struct CounterCosts {
+    ops: u64,
+    osd_client_op_ns: f64,
+    osd_subop_ns: f64,
+    gateway_request_ns: f64,
+    nbd_request_ns: f64,
+}
+
 /// `shoal bench counters`: ns of CPU per op spent on performance counters,
 /// on one thread, through the same calls the data paths make: an OSD
 /// client op (its kind and pool counters, the reply hook with its latency
@@ -544,23 +554,19 @@ fn bench_counters(ops: u64, format: super::common::Format) -> anyhow::Result<()>
         let started = Instant::now();
         nbd_m.record((i % 2) as u16, 4096, started.elapsed());
     });
-    let v = serde_json::json!({
-        "ops": ops,
-        "osd_client_op_ns": osd,
-        "osd_subop_ns": subop,
-        "gateway_request_ns": s3,
-        "nbd_request_ns": nbd,
-    });
-    super::common::print(format, &v, |v| {
+    let v = CounterCosts {
+        ops,
+        osd_client_op_ns: osd,
+        osd_subop_ns: subop,
+        gateway_request_ns: s3,
+        nbd_request_ns: nbd,
+    };
+    super::common::print_typed(format, &v, |v| {
         format!(
             "performance counters, ns of CPU per op ({} ops each, one thread):\n  \
              OSD client op  {:>7.1}\n  OSD sub-op     {:>7.1}\n  S3 request     {:>7.1}\n  \
              NBD request    {:>7.1}\n",
-            v["ops"],
-            v["osd_client_op_ns"].as_f64().unwrap_or(0.0),
-            v["osd_subop_ns"].as_f64().unwrap_or(0.0),
-            v["gateway_request_ns"].as_f64().unwrap_or(0.0),
-            v["nbd_request_ns"].as_f64().unwrap_or(0.0)
+            v.ops, v.osd_client_op_ns, v.osd_subop_ns, v.gateway_request_ns, v.nbd_request_ns
         )
     });
     Ok(())

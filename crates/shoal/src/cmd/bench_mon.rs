@@ -176,6 +176,24 @@ fn set(i: u64) -> Command {
     }
 }
 
+/// What `shoal bench mon` measured (`--format json` prints it).
+#[derive(Debug, serde::Serialize)]
+struct MonReport {
+    mons: usize,
+    writers: usize,
+    commits_per_s: f64,
+    change_latency_p50_ms: f64,
+    change_latency_p99_ms: f64,
+    subscribers: usize,
+    fanout_commit_ms: f64,
+    fanout_all_received_ms: f64,
+    pool_create_p50_ms: f64,
+    pool_create_p99_ms: f64,
+    osdmap_osds: usize,
+    osdmap_epoch_commit_ms: f64,
+    osdmap_epoch_all_received_ms: f64,
+}
+
 fn percentile(sorted: &[Duration], q: f64) -> f64 {
     let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
     sorted
@@ -356,60 +374,59 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
             m.shutdown().await;
         }
         b.stop().await;
-        anyhow::Ok(serde_json::json!({
-            "mons": a.mons,
-            "writers": a.writers,
-            "commits_per_s": commits_per_s,
-            "change_latency_p50_ms": percentile(&lat, 0.5),
-            "change_latency_p99_ms": percentile(&lat, 0.99),
-            "subscribers": a.subscribers,
-            "fanout_commit_ms": committed.as_secs_f64() * 1e3,
-            "fanout_all_received_ms": fanout.as_secs_f64() * 1e3,
-            "pool_create_p50_ms": percentile(&pool_lat, 0.5),
-            "pool_create_p99_ms": percentile(&pool_lat, 0.99),
-            "osdmap_osds": a.subscribers,
-            "osdmap_epoch_commit_ms": map_commit.as_secs_f64() * 1e3,
-            "osdmap_epoch_all_received_ms": map_fanout.as_secs_f64() * 1e3,
-        }))
+        anyhow::Ok(MonReport {
+            mons: a.mons,
+            writers: a.writers,
+            commits_per_s,
+            change_latency_p50_ms: percentile(&lat, 0.5),
+            change_latency_p99_ms: percentile(&lat, 0.99),
+            subscribers: a.subscribers,
+            fanout_commit_ms: committed.as_secs_f64() * 1e3,
+            fanout_all_received_ms: fanout.as_secs_f64() * 1e3,
+            pool_create_p50_ms: percentile(&pool_lat, 0.5),
+            pool_create_p99_ms: percentile(&pool_lat, 0.99),
+            osdmap_osds: a.subscribers,
+            osdmap_epoch_commit_ms: map_commit.as_secs_f64() * 1e3,
+            osdmap_epoch_all_received_ms: map_fanout.as_secs_f64() * 1e3,
+        })
     })?;
     let _ = std::fs::remove_dir_all(&base);
     match a.format {
-        Format::Json => outln!("{out}"),
+        Format::Json => outln!("{}", serde_json::to_string(&out)?),
         Format::Plain => {
             outln!(
                 "shoal bench mon: {} monitors, in one process, store fsync'd",
-                out["mons"]
+                out.mons
             );
             outln!(
                 "(a) committed changes/s, {} writers:     {:>10.1}",
-                out["writers"],
-                out["commits_per_s"].as_f64().unwrap_or(0.0)
+                out.writers,
+                out.commits_per_s
             );
             outln!(
                 "(b) one change at a time, latency p50:   {:>10.2} ms",
-                out["change_latency_p50_ms"].as_f64().unwrap_or(0.0)
+                out.change_latency_p50_ms
             );
             outln!(
                 "(b) one change at a time, latency p99:   {:>10.2} ms",
-                out["change_latency_p99_ms"].as_f64().unwrap_or(0.0)
+                out.change_latency_p99_ms
             );
             outln!(
                 "(c) change committed, then seen by all {} subscribers: {:.1} ms (commit {:.1} ms)",
-                out["subscribers"],
-                out["fanout_all_received_ms"].as_f64().unwrap_or(0.0),
-                out["fanout_commit_ms"].as_f64().unwrap_or(0.0)
+                out.subscribers,
+                out.fanout_all_received_ms,
+                out.fanout_commit_ms
             );
-            let f = |k: &str| out[k].as_f64().unwrap_or(0.0);
             outln!(
                 "(d) osd pool create, latency p50 / p99:  {:>10.2} / {:.2} ms",
-                f("pool_create_p50_ms"),
-                f("pool_create_p99_ms")
+                out.pool_create_p50_ms,
+                out.pool_create_p99_ms
             );
             outln!(
                 "(e) one OSD-map epoch of a {n}-OSD cluster reaches all {n} OSDs: {:.1} ms (commit {:.1} ms)",
-                f("osdmap_epoch_all_received_ms"),
-                f("osdmap_epoch_commit_ms"),
-                n = out["osdmap_osds"]
+                out.osdmap_epoch_all_received_ms,
+                out.osdmap_epoch_commit_ms,
+                n = out.osdmap_osds
             );
         }
     }

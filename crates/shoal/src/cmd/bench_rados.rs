@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use serde_json::json;
 
 use super::common::Format;
 
@@ -153,6 +152,58 @@ pub struct Report {
     pub lats: Vec<f64>,
     /// Client CPU seconds used.
     pub cpu_s: f64,
+}
+
+/// A run's figures, as `--format json` prints them (`rados bench`'s
+/// names where it has them).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// `write`, `seq` or `rand`.
+    pub mode: String,
+    /// Seconds it ran.
+    pub seconds: f64,
+    /// Object size, bytes.
+    pub object_size: usize,
+    /// Ops in flight.
+    pub concurrency: usize,
+    /// Ops completed.
+    pub ops: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Average bandwidth over the run, MB/s.
+    pub bandwidth_mb_s: f64,
+    /// Standard deviation of the per-second bandwidth.
+    pub bandwidth_sd: f64,
+    /// Mean of the per-second bandwidth.
+    pub bandwidth_avg_per_s: f64,
+    /// Highest per-second bandwidth.
+    pub bandwidth_max: f64,
+    /// Lowest per-second bandwidth.
+    pub bandwidth_min: f64,
+    /// Ops per second over the run.
+    pub iops: f64,
+    /// Mean of the per-second IOPS.
+    pub iops_avg_per_s: f64,
+    /// Standard deviation of the per-second IOPS.
+    pub iops_sd: f64,
+    /// Highest per-second IOPS.
+    pub iops_max: f64,
+    /// Lowest per-second IOPS.
+    pub iops_min: f64,
+    /// Mean latency, s.
+    pub latency_avg_s: f64,
+    /// Median latency, s.
+    pub latency_p50_s: f64,
+    /// 99th percentile latency, s.
+    pub latency_p99_s: f64,
+    /// 99.9th percentile latency, s.
+    pub latency_p999_s: f64,
+    /// Highest latency, s.
+    pub latency_max_s: f64,
+    /// Client CPU seconds used.
+    pub client_cpu_s: f64,
+    /// Client CPU per op, µs.
+    pub client_cpu_us_per_op: f64,
 }
 
 fn cpu_seconds() -> f64 {
@@ -454,48 +505,53 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl Report {
-    /// The summary as JSON.
-    pub fn json(&self) -> serde_json::Value {
+    /// The run's figures.
+    pub fn summary(&self) -> Summary {
         let (bw_avg, bw_sd) = mean_sd(&self.bw_per_s);
         let (io_avg, io_sd) = mean_sd(&self.iops_per_s);
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let min = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().copied().fold(f64::INFINITY, f64::min)
+            }
+        };
         let lat_avg = if self.lats.is_empty() {
             0.0
         } else {
             self.lats.iter().sum::<f64>() / self.lats.len() as f64
         };
-        json!({
-            "mode": format!("{:?}", self.mode).to_lowercase(),
-            "seconds": self.elapsed_s,
-            "object_size": self.size,
-            "concurrency": self.concurrency,
-            "ops": self.ops,
-            "bytes": self.bytes,
-            "bandwidth_mb_s": self.bytes as f64 / self.elapsed_s.max(1e-9) / 1e6,
-            "bandwidth_sd": bw_sd,
-            "bandwidth_avg_per_s": bw_avg,
-            "bandwidth_max": max(&self.bw_per_s),
-            "bandwidth_min": if self.bw_per_s.is_empty() { 0.0 } else { min(&self.bw_per_s) },
-            "iops": self.ops as f64 / self.elapsed_s.max(1e-9),
-            "iops_avg_per_s": io_avg,
-            "iops_sd": io_sd,
-            "iops_max": max(&self.iops_per_s),
-            "iops_min": if self.iops_per_s.is_empty() { 0.0 } else { min(&self.iops_per_s) },
-            "latency_avg_s": lat_avg,
-            "latency_p50_s": pct(&self.lats, 0.5),
-            "latency_p99_s": pct(&self.lats, 0.99),
-            "latency_p999_s": pct(&self.lats, 0.999),
-            "latency_max_s": self.lats.last().copied().unwrap_or(0.0),
-            "client_cpu_s": self.cpu_s,
-            "client_cpu_us_per_op": self.cpu_s * 1e6 / self.ops.max(1) as f64,
-        })
+        Summary {
+            mode: format!("{:?}", self.mode).to_lowercase(),
+            seconds: self.elapsed_s,
+            object_size: self.size,
+            concurrency: self.concurrency,
+            ops: self.ops,
+            bytes: self.bytes,
+            bandwidth_mb_s: self.bytes as f64 / self.elapsed_s.max(1e-9) / 1e6,
+            bandwidth_sd: bw_sd,
+            bandwidth_avg_per_s: bw_avg,
+            bandwidth_max: max(&self.bw_per_s),
+            bandwidth_min: min(&self.bw_per_s),
+            iops: self.ops as f64 / self.elapsed_s.max(1e-9),
+            iops_avg_per_s: io_avg,
+            iops_sd: io_sd,
+            iops_max: max(&self.iops_per_s),
+            iops_min: min(&self.iops_per_s),
+            latency_avg_s: lat_avg,
+            latency_p50_s: pct(&self.lats, 0.5),
+            latency_p99_s: pct(&self.lats, 0.99),
+            latency_p999_s: pct(&self.lats, 0.999),
+            latency_max_s: self.lats.last().copied().unwrap_or(0.0),
+            client_cpu_s: self.cpu_s,
+            client_cpu_us_per_op: self.cpu_s * 1e6 / self.ops.max(1) as f64,
+        }
     }
 
     /// The summary for people, as rados bench prints it.
     pub fn plain(&self) -> String {
-        let j = self.json();
-        let f = |k: &str| j[k].as_f64().unwrap_or(0.0);
+        let j = self.summary();
         format!(
             "Total time run:         {:.3}\n\
              Total ops:              {}\n\
@@ -517,20 +573,20 @@ impl Report {
             self.elapsed_s,
             self.ops,
             self.size,
-            f("bandwidth_mb_s"),
-            f("bandwidth_sd"),
-            f("bandwidth_max"),
-            f("bandwidth_min"),
-            f("iops"),
-            f("iops_sd"),
-            f("iops_max"),
-            f("iops_min"),
-            f("latency_avg_s"),
-            f("latency_p50_s"),
-            f("latency_p99_s"),
-            f("latency_p999_s"),
-            f("latency_max_s"),
-            f("client_cpu_us_per_op"),
+            j.bandwidth_mb_s,
+            j.bandwidth_sd,
+            j.bandwidth_max,
+            j.bandwidth_min,
+            j.iops,
+            j.iops_sd,
+            j.iops_max,
+            j.iops_min,
+            j.latency_avg_s,
+            j.latency_p50_s,
+            j.latency_p99_s,
+            j.latency_p999_s,
+            j.latency_max_s,
+            j.client_cpu_us_per_op,
         )
     }
 
@@ -605,12 +661,12 @@ mod tests {
             .collect();
         let r = report(Mode::Write, 2.0, 1_000_000, 4, samples, 0.5);
         assert_eq!(r.bw_per_s, vec![50.0, 50.0]);
-        let j = r.json();
-        assert_eq!(j["ops"], 100);
-        assert!((j["bandwidth_mb_s"].as_f64().unwrap() - 50.0).abs() < 1e-9);
-        assert!((j["latency_max_s"].as_f64().unwrap() - 0.1).abs() < 1e-9);
-        assert!((j["latency_p50_s"].as_f64().unwrap() - 0.050).abs() < 0.002);
-        assert!((j["client_cpu_us_per_op"].as_f64().unwrap() - 5000.0).abs() < 1e-6);
+        let j = r.summary();
+        assert_eq!(j.ops, 100);
+        assert!((j.bandwidth_mb_s - 50.0).abs() < 1e-9);
+        assert!((j.latency_max_s - 0.1).abs() < 1e-9);
+        assert!((j.latency_p50_s - 0.050).abs() < 0.002);
+        assert!((j.client_cpu_us_per_op - 5000.0).abs() < 1e-6);
         assert!(r.svg().contains("<polyline"));
         assert!(r.plain().contains("Average IOPS:           50"));
     }
@@ -707,7 +763,7 @@ pub fn run(a: RadosBenchArgs, ctx: &super::common::Ctx) -> anyhow::Result<()> {
     })?;
     match a.format {
         Format::Plain => out!("{}", report.plain()),
-        Format::Json => outln!("{}", report.json()),
+        Format::Json => outln!("{}", serde_json::to_string(&report.summary())?),
     }
     if let Some(path) = &a.plot {
         std::fs::write(path, report.svg())

@@ -88,14 +88,15 @@ pub fn run(a: S3BenchArgs) -> anyhow::Result<()> {
             )
         })?;
         endpoint.get_or_insert(format!("http://{}", addr.trim()));
-        let user: serde_json::Value = serde_json::from_slice(
+        let user: shoal_gateway::User = serde_json::from_slice(
             &std::fs::read(dir.join("gateway/user.json")).context("the dev user's keys")?,
-        )?;
-        let k = &user["keys"][0];
-        keys = k["access_key"]
-            .as_str()
-            .zip(k["secret_key"].as_str())
-            .map(|(a, s)| (a.to_string(), s.to_string()));
+        )
+        .context("the dev user's keys")?;
+        keys = user
+            .keys
+            .into_iter()
+            .next()
+            .map(|k| (k.access_key, k.secret_key));
         if pid.is_none() {
             pid = std::fs::read_to_string(dir.join("run/gateway.pid"))
                 .ok()

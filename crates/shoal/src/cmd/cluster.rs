@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{Value, json};
+use serde_json::Value;
 use shoal_monclient::replies::{
     AuthKey, AuthReply, OsdCreateReply, OsdTreeReply, PgStatReply, StatusReply,
 };
@@ -142,14 +142,18 @@ pub enum HostCmd {
     },
 }
 
-/// The contents of a join token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The contents of a join token. Fields read as empty when missing, so a
+/// damaged token's error names the missing field.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Token {
     /// The cluster id.
+    #[serde(default)]
     pub fsid: String,
     /// The monitors (`name=ip:port,...`).
+    #[serde(default)]
     pub mon_host: String,
     /// The admin keyring's text.
+    #[serde(default)]
     pub keyring: String,
 }
 
@@ -158,8 +162,8 @@ const TOKEN_PREFIX: &str = "shoal1.";
 impl Token {
     /// The token's text.
     pub fn encode(&self) -> String {
-        let v = json!({"fsid": self.fsid, "mon_host": self.mon_host, "keyring": self.keyring});
-        format!("{TOKEN_PREFIX}{}", B64.encode(v.to_string()))
+        let v = serde_json::to_string(self).unwrap_or_default();
+        format!("{TOKEN_PREFIX}{}", B64.encode(v))
     }
 
     /// Reads a token's text.
@@ -171,19 +175,16 @@ impl Token {
         let bytes = B64
             .decode(body)
             .context("the join token is damaged (not base64): copy it whole")?;
-        let v: Value =
+        let t: Token =
             serde_json::from_slice(&bytes).context("the join token is damaged (not JSON)")?;
-        let field = |k: &str| {
-            v[k].as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .with_context(|| format!("the join token has no {k}"))
-        };
-        Ok(Token {
-            fsid: field("fsid")?,
-            mon_host: field("mon_host")?,
-            keyring: field("keyring")?,
-        })
+        for (k, v) in [
+            ("fsid", &t.fsid),
+            ("mon_host", &t.mon_host),
+            ("keyring", &t.keyring),
+        ] {
+            anyhow::ensure!(!v.is_empty(), "the join token has no {k}");
+        }
+        Ok(t)
     }
 }
 

@@ -220,6 +220,15 @@ pub fn pretty(v: &Value) -> String {
     format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default())
 }
 
+/// What a daemon writes to its state file once it listens.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct DaemonState {
+    /// Its process id.
+    pub pid: u32,
+    /// The address it listens on.
+    pub addr: String,
+}
+
 /// A daemon's announcement once it listens: `line` on standard output
 /// (how tests and scripts learn the address), and `{"pid", "addr"}` in
 /// `state_file` if given (written whole, by rename).
@@ -236,9 +245,12 @@ pub fn announce(
         out.flush()?;
     }
     if let Some(path) = state_file {
-        let v = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string()});
+        let v = DaemonState {
+            pid: std::process::id(),
+            addr: addr.to_string(),
+        };
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, v.to_string())?;
+        std::fs::write(&tmp, serde_json::to_string(&v)?)?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

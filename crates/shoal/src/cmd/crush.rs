@@ -257,7 +257,10 @@ fn test(a: &TestArgs) -> anyhow::Result<()> {
         let u = run_rule(&map, rule, a, &weights, |x, out| {
             if a.show_mappings {
                 if json {
-                    mappings.push(json!({ "x": x, "osds": out }));
+                    mappings.push(Mapping {
+                        x,
+                        osds: out.to_vec(),
+                    });
                 } else {
                     let _ = writeln!(text, "{}", format_mapping(rule, x, out));
                 }
@@ -362,38 +365,81 @@ fn utilization_text(
     s
 }
 
-fn rule_json(
-    map: &CrushMap,
+/// One input's placement, as `--show-mappings` gives it in JSON.
+#[derive(Debug, serde::Serialize)]
+struct Mapping {
+    x: i64,
+    osds: Vec<i32>,
+}
+
+/// One rule's test, as `--format json` gives it.
+#[derive(Debug, serde::Serialize)]
+struct RuleTest<'a> {
+    rule: u32,
+    name: &'a str,
+    num_rep: usize,
+    min_x: i64,
+    max_x: i64,
+    result_sizes: Vec<SizeCount>,
+    utilization: Vec<DeviceUse>,
+    stddev_vs_expected: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mappings: Option<Vec<Mapping>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct SizeCount {
+    size: usize,
+    count: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct DeviceUse {
+    device: usize,
+    stored: u64,
+    expected: f32,
+}
+
+fn rule_json<'a>(
+    map: &'a CrushMap,
     u: &Utilization,
     weights: &[u32],
     max_affected: usize,
     a: &TestArgs,
-    mappings: Vec<serde_json::Value>,
-) -> serde_json::Value {
+    mappings: Vec<Mapping>,
+) -> RuleTest<'a> {
     let exp = expected(u, weights, max_affected);
-    let devices: Vec<_> = u
+    let utilization = u
         .per_device
         .iter()
         .zip(&exp)
         .enumerate()
         .filter(|(_, (s, e))| **s > 0 || **e > 0.0)
-        .map(|(i, (s, e))| json!({ "device": i, "stored": s, "expected": e }))
+        .map(|(device, (s, e))| DeviceUse {
+            device,
+            stored: *s,
+            expected: *e,
+        })
         .collect();
     let stored: Vec<f64> = u.per_device.iter().map(|c| *c as f64).collect();
-    let mut v = json!({
-        "rule": u.rule,
-        "name": map.rule(u.rule).map_or("", |r| r.name.as_str()),
-        "num_rep": u.num_rep,
-        "min_x": a.min_x,
-        "max_x": a.max_x,
-        "result_sizes": u.sizes.iter().map(|(k, n)| json!({ "size": k, "count": n })).collect::<Vec<_>>(),
-        "utilization": devices,
-        "stddev_vs_expected": stddev(&stored, &exp),
-    });
-    if a.show_mappings {
-        v["mappings"] = serde_json::Value::Array(mappings);
+    RuleTest {
+        rule: u.rule,
+        name: map.rule(u.rule).map_or("", |r| r.name.as_str()),
+        num_rep: u.num_rep,
+        min_x: a.min_x,
+        max_x: a.max_x,
+        result_sizes: u
+            .sizes
+            .iter()
+            .map(|(k, n)| SizeCount {
+                size: *k,
+                count: *n,
+            })
+            .collect(),
+        utilization,
+        stddev_vs_expected: stddev(&stored, &exp),
+        mappings: a.show_mappings.then_some(mappings),
     }
-    v
 }
 
 /// Standard deviation of stored - expected over devices with weight.

@@ -706,8 +706,8 @@ fn start_mgr(dir: &Path, started: &mut BTreeMap<String, Child>) -> anyhow::Resul
     let addr = loop {
         if let Some(a) = std::fs::read_to_string(&state)
             .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v["addr"].as_str().map(str::to_string))
+            .and_then(|t| serde_json::from_str::<super::common::DaemonState>(&t).ok())
+            .map(|v| v.addr)
         {
             break a;
         }
@@ -860,16 +860,16 @@ fn mgr_banner(dir: &Path) -> Option<String> {
 /// The dev gateway's endpoint and user keys, for `dev up`'s message.
 fn gateway_banner(dir: &Path) -> Option<String> {
     let addr = std::fs::read_to_string(dir.join(GATEWAY).join("addr")).ok()?;
-    let user: Value =
+    let user: shoal_gateway::User =
         serde_json::from_str(&std::fs::read_to_string(dir.join(GATEWAY).join("user.json")).ok()?)
             .ok()?;
-    let k = &user["keys"][0];
+    let k = user.keys.first()?;
     Some(format!(
         "  S3 gateway: http://{}/ (user dev)\n    export AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}\n    \
          aws --endpoint-url http://{}/ s3 mb s3://mybucket\n",
         addr.trim(),
-        k["access_key"].as_str()?,
-        k["secret_key"].as_str()?,
+        k.access_key,
+        k.secret_key,
         addr.trim()
     ))
 }

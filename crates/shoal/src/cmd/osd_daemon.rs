@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use serde_json::json;
 use shoal_mon::Command;
 use shoal_net::{Keyring, KeyringEntry, NetConfig, Secret};
 use shoal_objectstore::block::{MkfsOptions, OpenOptions, StoreIdentity};
@@ -153,15 +152,34 @@ fn mkfs(args: MkfsArgs, ctx: &Ctx) -> anyhow::Result<()> {
         StoreKind::Block => "block",
         StoreKind::Mem => "mem",
     };
-    let meta = json!({ "id": args.id, "store": store, "format": 1, "fsid": fsid });
-    std::fs::write(dir.join(META_FILE), format!("{meta:#}\n"))?;
+    let meta = OsdMeta {
+        id: Some(args.id),
+        store: Some(store.to_string()),
+        format: Some(1),
+        fsid: Some(fsid),
+    };
+    std::fs::write(
+        dir.join(META_FILE),
+        format!("{}\n", serde_json::to_string_pretty(&meta)?),
+    )?;
     outln!("created {entity} in {} ({store} store)", dir.display());
     Ok(())
 }
 
+/// `osd.json`, the data directory's record of whose it is. Every field is
+/// optional on reading so that a damaged or old file gets a clear error
+/// (directories made before the fsid was recorded have none).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct OsdMeta {
+    id: Option<u32>,
+    store: Option<String>,
+    format: Option<u32>,
+    fsid: Option<String>,
+}
+
 /// Reads `osd.json`, which must be osd.`id`'s: the first check of a data
 /// directory, before its key or its store is trusted.
-fn read_osd_json(dir: &Path, id: u32) -> anyhow::Result<serde_json::Value> {
+fn read_osd_json(dir: &Path, id: u32) -> anyhow::Result<OsdMeta> {
     let meta_path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&meta_path).with_context(|| {
         format!(
@@ -169,10 +187,10 @@ fn read_osd_json(dir: &Path, id: u32) -> anyhow::Result<serde_json::Value> {
             meta_path.display()
         )
     })?;
-    let meta: serde_json::Value =
+    let meta: OsdMeta =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", meta_path.display()))?;
-    match meta["id"].as_u64() {
-        Some(have) if have == u64::from(id) => Ok(meta),
+    match meta.id {
+        Some(have) if have == id => Ok(meta),
         Some(have) => bail!(
             "{} belongs to osd.{have}, not osd.{id}: wrong --id or --data",
             meta_path.display()
@@ -186,15 +204,15 @@ fn read_osd_json(dir: &Path, id: u32) -> anyhow::Result<serde_json::Value> {
 fn open_store(
     dir: &Path,
     id: u32,
-    meta: &serde_json::Value,
+    meta: &OsdMeta,
     config: &shoal_config::Config,
 ) -> anyhow::Result<Arc<dyn ObjectStore>> {
     // Directories made before the fsid was recorded open without the check.
-    let identity = meta["fsid"].as_str().map(|fsid| StoreIdentity {
-        fsid: fsid.to_string(),
+    let identity = meta.fsid.as_ref().map(|fsid| StoreIdentity {
+        fsid: fsid.clone(),
         osd_id: id,
     });
-    Ok(match meta["store"].as_str() {
+    Ok(match meta.store.as_deref() {
         Some("block") => Arc::new(BlockStore::open(
             &dir.join(STORE_DIR),
             &OpenOptions {

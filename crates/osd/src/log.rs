@@ -306,13 +306,36 @@ fn key(prefix: &[u8], v: Version) -> Bytes {
 }
 
 /// A PG's log in memory, with the index of request ids (log and dups).
+///
+/// On disk (the PG meta object's omap) the log is one `log.<version>` key
+/// per entry and the info under `info`. A trimmed entry that carries a
+/// request id stays where it is, under its `log.` key, and reads as a dup
+/// because its version is at or below `log_tail`: trimming writes nothing
+/// and the oldest dup's removal is one key, so a write changes three keys
+/// (its entry, the info, the dropped dup) rather than five. Dups received
+/// from another member (`replace`) and those of logs written before this
+/// layout are `dup.<version>` keys; both read back the same.
 #[derive(Debug, Clone, Default)]
 pub struct PgLog {
     /// Persisted PG info (last_update, log_tail, stats).
     pub info: PgInfoData,
     entries: VecDeque<LogEntry>,
-    dups: VecDeque<Dup>,
+    dups: VecDeque<StoredDup>,
     reqids: HashMap<ReqId, (Version, u32)>,
+}
+
+/// A dup and the omap key it is stored under.
+#[derive(Debug, Clone)]
+struct StoredDup {
+    dup: Dup,
+    /// `LOG_PREFIX` (a trimmed entry kept in place) or `DUP_PREFIX`.
+    prefix: &'static [u8],
+}
+
+impl StoredDup {
+    fn key(&self) -> Bytes {
+        key(self.prefix, self.dup.version)
+    }
 }
 
 /// How many entries and dups a log keeps.
@@ -353,16 +376,30 @@ impl PgLog {
         if let Some(info) = omap.get(INFO_KEY) {
             log.info = PgInfoData::decode(info)?;
         }
+        // Keys sort `dup.` before `log.`, and every `dup.` key is older
+        // than the trimmed entries kept in place: dups load oldest first.
         for (k, v) in omap {
             if k.starts_with(LOG_PREFIX) {
-                log.push_entry(LogEntry::decode(v)?);
+                let e = LogEntry::decode(v)?;
+                if e.version > log.info.log_tail {
+                    log.push_entry(e);
+                } else if let Some(reqid) = e.reqid {
+                    log.push_dup(Dup {
+                        version: e.version,
+                        reqid,
+                        code: e.code,
+                    }, LOG_PREFIX);
+                }
             } else if k.starts_with(DUP_PREFIX) {
-                let d = Dup::decode(v)?;
-                log.reqids.insert(d.reqid.clone(), (d.version, d.code));
-                log.dups.push_back(d);
+                log.push_dup(Dup::decode(v)?, DUP_PREFIX);
             }
         }
         Ok(log)
+    }
+
+    fn push_dup(&mut self, dup: Dup, prefix: &'static [u8]) {
+        self.reqids.insert(dup.reqid.clone(), (dup.version, dup.code));
+        self.dups.push_back(StoredDup { dup, prefix });
     }
 
     fn push_entry(&mut self, e: LogEntry) {
@@ -413,29 +450,31 @@ impl PgLog {
             let Some(old) = self.entries.pop_front() else {
                 break;
             };
-            rm.push(key(LOG_PREFIX, old.version));
             self.info.log_tail = old.version;
-            if let Some(reqid) = old.reqid {
-                let d = Dup {
-                    version: old.version,
-                    reqid,
-                    code: old.code,
-                };
-                set.insert(key(DUP_PREFIX, d.version), Bytes::from(d.encode()));
-                self.dups.push_back(d);
+            match old.reqid {
+                // Kept in place: below the tail it reads as a dup.
+                Some(reqid) => self.push_dup(
+                    Dup {
+                        version: old.version,
+                        reqid,
+                        code: old.code,
+                    },
+                    LOG_PREFIX,
+                ),
+                None => rm.push(key(LOG_PREFIX, old.version)),
             }
         }
         while self.dups.len() > limits.dups_max {
             let Some(d) = self.dups.pop_front() else {
                 break;
             };
-            rm.push(key(DUP_PREFIX, d.version));
+            rm.push(d.key());
             if self
                 .reqids
-                .get(&d.reqid)
-                .is_some_and(|(v, _)| *v == d.version)
+                .get(&d.dup.reqid)
+                .is_some_and(|(v, _)| *v == d.dup.version)
             {
-                self.reqids.remove(&d.reqid);
+                self.reqids.remove(&d.dup.reqid);
             }
         }
         set.insert(
@@ -451,7 +490,7 @@ impl PgLog {
 
     /// The dups, oldest first.
     pub fn dups(&self) -> impl Iterator<Item = &Dup> {
-        self.dups.iter()
+        self.dups.iter().map(|d| &d.dup)
     }
 
     /// Replaces this log with `entries` and `dups` from an authoritative
@@ -471,13 +510,14 @@ impl PgLog {
             .entries
             .iter()
             .map(|e| key(LOG_PREFIX, e.version))
-            .chain(self.dups.iter().map(|d| key(DUP_PREFIX, d.version)))
+            .chain(self.dups.iter().map(StoredDup::key))
             .collect();
         if !old.is_empty() {
             txn.omap_remove_keys(coll, meta.clone(), old);
         }
         let mut merged: BTreeMap<Version, Dup> = std::mem::take(&mut self.dups)
             .into_iter()
+            .map(|d| d.dup)
             .chain(dups)
             .map(|d| (d.version, d))
             .collect();
@@ -488,11 +528,11 @@ impl PgLog {
         self.reqids.clear();
         let mut set = BTreeMap::new();
         for d in merged.into_values() {
-            self.reqids.insert(d.reqid.clone(), (d.version, d.code));
             set.insert(key(DUP_PREFIX, d.version), Bytes::from(d.encode()));
-            self.dups.push_back(d);
+            self.push_dup(d, DUP_PREFIX);
         }
         for e in entries {
+            debug_assert!(e.version > info.log_tail, "a log covers (log_tail, last_update]");
             set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
             self.push_entry(e);
         }
@@ -624,6 +664,123 @@ mod tests {
         assert_eq!(log.entries_after(Version { epoch: 3, v: 8 }).count(), 2);
         assert_eq!(log.next_version(2), Version { epoch: 3, v: 11 });
         assert_eq!(log.next_version(7), Version { epoch: 7, v: 11 });
+    }
+
+    /// The omap changes `append` adds: (keys set, keys removed).
+    fn changes(t: &Transaction) -> (Vec<Bytes>, Vec<Bytes>) {
+        let (mut set, mut rm) = (Vec::new(), Vec::new());
+        for op in t.ops() {
+            match op {
+                shoal_objectstore::Op::OmapSetKeys(_, _, kv) => set.extend(kv.keys().cloned()),
+                shoal_objectstore::Op::OmapRemoveKeys(_, _, keys) => rm.extend(keys.iter().cloned()),
+                _ => {}
+            }
+        }
+        (set, rm)
+    }
+
+    #[test]
+    fn a_trimmed_entry_stays_in_place_as_a_dup_and_a_write_changes_three_keys() {
+        let c = CollectionId::new(1, 0);
+        let limits = LogLimits {
+            entries_max: 4,
+            dups_max: 3,
+        };
+        let mut log = PgLog::default();
+        for v in 1..=7 {
+            log.append(entry(v, 100 + v), limits, c, &mut Transaction::new());
+        }
+        // Full: 4 entries, 3 dups. The next write sets its entry and the
+        // info and removes the oldest dup's key, which is its log key.
+        let mut t = Transaction::new();
+        log.append(entry(8, 108), limits, c, &mut t);
+        let (set, rm) = changes(&t);
+        assert_eq!(
+            set,
+            vec![Bytes::from_static(INFO_KEY), key(LOG_PREFIX, Version { epoch: 3, v: 8 })]
+        );
+        assert_eq!(rm, vec![key(LOG_PREFIX, Version { epoch: 3, v: 1 })]);
+        // An entry without a request id has nothing to keep: trimmed, its
+        // key goes and no dup is dropped for it.
+        let mut anon = entry(9, 0);
+        anon.reqid = None;
+        log.append(anon, limits, c, &mut Transaction::new());
+        for v in 10..=12 {
+            log.append(entry(v, 100 + v), limits, c, &mut Transaction::new());
+        }
+        let mut t = Transaction::new();
+        log.append(entry(13, 113), limits, c, &mut t);
+        assert_eq!(changes(&t).1, vec![key(LOG_PREFIX, Version { epoch: 3, v: 9 })]);
+        let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
+        assert_eq!(dups, vec![6, 7, 8]);
+        let mut t = Transaction::new();
+        log.append(entry(14, 114), limits, c, &mut t);
+        assert_eq!(changes(&t).1, vec![key(LOG_PREFIX, Version { epoch: 3, v: 6 })]);
+        let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
+        assert_eq!(dups, vec![7, 8, 10]);
+    }
+
+    #[test]
+    fn a_log_written_with_dup_keys_loads_and_trims_them() {
+        // The layout before trimmed entries were kept in place: entries
+        // 5..=8 under `log.`, the request ids of 2..=4 under `dup.`.
+        let store = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        let mut keys = BTreeMap::new();
+        let info = PgInfoData {
+            last_update: Version { epoch: 3, v: 8 },
+            log_tail: Version { epoch: 3, v: 4 },
+            ..PgInfoData::default()
+        };
+        keys.insert(Bytes::from_static(INFO_KEY), Bytes::from(info.encode()));
+        for v in 2..=4 {
+            let e = entry(v, 100 + v);
+            let d = Dup {
+                version: e.version,
+                reqid: e.reqid.clone().unwrap(),
+                code: 0,
+            };
+            keys.insert(key(DUP_PREFIX, e.version), Bytes::from(d.encode()));
+        }
+        for v in 5..=8 {
+            let e = entry(v, 100 + v);
+            keys.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
+        }
+        t.omap_set_keys(c, pg_meta_key(), keys);
+        store.apply_transaction(t).unwrap();
+        let mut log = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(log.len(), 4);
+        assert_eq!(log.dups().map(|d| d.version.v).collect::<Vec<_>>(), vec![2, 3, 4]);
+        let limits = LogLimits {
+            entries_max: 4,
+            dups_max: 3,
+        };
+        // Two writes: entries 5 and 6 stay in place as dups; the old dup
+        // keys of 2 and 3 go.
+        for v in 9..=10 {
+            let mut t = Transaction::new();
+            log.append(entry(v, 100 + v), limits, c, &mut t);
+            store.apply_transaction(t).unwrap();
+        }
+        let on_disk = omap(&store, c);
+        assert!(!on_disk.contains_key(&key(DUP_PREFIX, Version { epoch: 3, v: 3 })));
+        assert!(on_disk.contains_key(&key(DUP_PREFIX, Version { epoch: 3, v: 4 })));
+        let reloaded = PgLog::load(&on_disk).unwrap();
+        assert_eq!(reloaded.dups().map(|d| d.version.v).collect::<Vec<_>>(), vec![4, 5, 6]);
+        assert_eq!(
+            reloaded.entries().map(|e| e.version.v).collect::<Vec<_>>(),
+            vec![7, 8, 9, 10]
+        );
+        let id = |tid| ReqId {
+            entity: "client.admin".into(),
+            inc: 9,
+            tid,
+        };
+        assert!(reloaded.lookup(&id(104)).is_some() && reloaded.lookup(&id(105)).is_some());
+        assert!(reloaded.lookup(&id(103)).is_none());
+        assert_eq!(on_disk.len(), 1 + 1 + 2 + 4);
     }
 
     #[test]

@@ -263,6 +263,8 @@ options! {
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.
     osd_deep_scrub_interval_ms: u64 = 604_800_000u64;
+    /// Scheduled scrubs an OSD runs at once as primary (as Ceph's osd_max_scrubs); scrubs asked for with `pg scrub` or `osd scrub` do not wait for one.
+    osd_max_scrubs: u32 = 1u32;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;
     /// Reserve the block store's data file in full at mkfs (fallocate), so a filesystem too small for it fails there rather than mid-write; otherwise the file is sparse and takes space as it is written (as Ceph's bluestore_block_preallocate_file).

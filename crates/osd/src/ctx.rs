@@ -28,6 +28,9 @@ pub struct PgConfig {
     pub recovery_max_active: usize,
     /// PGs of one OSD backfilling at once (Ceph's `osd_max_backfills`).
     pub max_backfills: usize,
+    /// Scheduled scrubs one OSD runs at once as primary (Ceph's
+    /// `osd_max_scrubs`).
+    pub max_scrubs: usize,
     /// How much one step of an object copy (recovery, backfill, repair)
     /// may carry.
     pub copy_limits: crate::copy::StepLimits,
@@ -51,6 +54,7 @@ impl Default for PgConfig {
             full_ratio: 0.95,
             recovery_max_active: 3,
             max_backfills: 1,
+            max_scrubs: 1,
             copy_limits: crate::copy::StepLimits::default(),
             peering_piece_bytes: crate::pieces::PIECE_BYTES_MAX,
             ec_read_hedge: Duration::from_millis(50),
@@ -309,6 +313,9 @@ pub struct OsdCtx {
     pub recovery_slots: Arc<tokio::sync::Semaphore>,
     /// Backfill reservations of this OSD (`cfg.max_backfills`).
     pub backfill_slots: Arc<tokio::sync::Semaphore>,
+    /// Scheduled scrubs of this OSD's PGs (`cfg.max_scrubs`): a PG takes
+    /// one before its scrub tick and keeps it while the scrub runs.
+    pub scrub_slots: Arc<tokio::sync::Semaphore>,
     /// The monitors (past intervals, `up_thru`).
     pub monc: shoal_monclient::MonClient,
     /// Bytes written since the store's space was last checked.

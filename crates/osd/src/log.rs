@@ -384,11 +384,14 @@ impl PgLog {
                 if e.version > log.info.log_tail {
                     log.push_entry(e);
                 } else if let Some(reqid) = e.reqid {
-                    log.push_dup(Dup {
-                        version: e.version,
-                        reqid,
-                        code: e.code,
-                    }, LOG_PREFIX);
+                    log.push_dup(
+                        Dup {
+                            version: e.version,
+                            reqid,
+                            code: e.code,
+                        },
+                        LOG_PREFIX,
+                    );
                 }
             } else if k.starts_with(DUP_PREFIX) {
                 log.push_dup(Dup::decode(v)?, DUP_PREFIX);
@@ -398,7 +401,8 @@ impl PgLog {
     }
 
     fn push_dup(&mut self, dup: Dup, prefix: &'static [u8]) {
-        self.reqids.insert(dup.reqid.clone(), (dup.version, dup.code));
+        self.reqids
+            .insert(dup.reqid.clone(), (dup.version, dup.code));
         self.dups.push_back(StoredDup { dup, prefix });
     }
 
@@ -532,7 +536,10 @@ impl PgLog {
             self.push_dup(d, DUP_PREFIX);
         }
         for e in entries {
-            debug_assert!(e.version > info.log_tail, "a log covers (log_tail, last_update]");
+            debug_assert!(
+                e.version > info.log_tail,
+                "a log covers (log_tail, last_update]"
+            );
             set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
             self.push_entry(e);
         }
@@ -672,7 +679,9 @@ mod tests {
         for op in t.ops() {
             match op {
                 shoal_objectstore::Op::OmapSetKeys(_, _, kv) => set.extend(kv.keys().cloned()),
-                shoal_objectstore::Op::OmapRemoveKeys(_, _, keys) => rm.extend(keys.iter().cloned()),
+                shoal_objectstore::Op::OmapRemoveKeys(_, _, keys) => {
+                    rm.extend(keys.iter().cloned())
+                }
                 _ => {}
             }
         }
@@ -697,7 +706,10 @@ mod tests {
         let (set, rm) = changes(&t);
         assert_eq!(
             set,
-            vec![Bytes::from_static(INFO_KEY), key(LOG_PREFIX, Version { epoch: 3, v: 8 })]
+            vec![
+                Bytes::from_static(INFO_KEY),
+                key(LOG_PREFIX, Version { epoch: 3, v: 8 })
+            ]
         );
         assert_eq!(rm, vec![key(LOG_PREFIX, Version { epoch: 3, v: 1 })]);
         // An entry without a request id has nothing to keep: trimmed, its
@@ -710,12 +722,18 @@ mod tests {
         }
         let mut t = Transaction::new();
         log.append(entry(13, 113), limits, c, &mut t);
-        assert_eq!(changes(&t).1, vec![key(LOG_PREFIX, Version { epoch: 3, v: 9 })]);
+        assert_eq!(
+            changes(&t).1,
+            vec![key(LOG_PREFIX, Version { epoch: 3, v: 9 })]
+        );
         let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
         assert_eq!(dups, vec![6, 7, 8]);
         let mut t = Transaction::new();
         log.append(entry(14, 114), limits, c, &mut t);
-        assert_eq!(changes(&t).1, vec![key(LOG_PREFIX, Version { epoch: 3, v: 6 })]);
+        assert_eq!(
+            changes(&t).1,
+            vec![key(LOG_PREFIX, Version { epoch: 3, v: 6 })]
+        );
         let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
         assert_eq!(dups, vec![7, 8, 10]);
     }
@@ -752,7 +770,10 @@ mod tests {
         store.apply_transaction(t).unwrap();
         let mut log = PgLog::load(&omap(&store, c)).unwrap();
         assert_eq!(log.len(), 4);
-        assert_eq!(log.dups().map(|d| d.version.v).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(
+            log.dups().map(|d| d.version.v).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
         let limits = LogLimits {
             entries_max: 4,
             dups_max: 3,
@@ -768,7 +789,10 @@ mod tests {
         assert!(!on_disk.contains_key(&key(DUP_PREFIX, Version { epoch: 3, v: 3 })));
         assert!(on_disk.contains_key(&key(DUP_PREFIX, Version { epoch: 3, v: 4 })));
         let reloaded = PgLog::load(&on_disk).unwrap();
-        assert_eq!(reloaded.dups().map(|d| d.version.v).collect::<Vec<_>>(), vec![4, 5, 6]);
+        assert_eq!(
+            reloaded.dups().map(|d| d.version.v).collect::<Vec<_>>(),
+            vec![4, 5, 6]
+        );
         assert_eq!(
             reloaded.entries().map(|e| e.version.v).collect::<Vec<_>>(),
             vec![7, 8, 9, 10]

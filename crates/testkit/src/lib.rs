@@ -76,6 +76,8 @@ pub struct Cluster {
     keys: BTreeMap<i32, Secret>,
     /// The PG settings OSDs start with.
     pub pg: PgConfig,
+    /// The OSDs' scheduled scrub and deep-scrub intervals.
+    pub scrub_intervals: (Duration, Duration),
 }
 
 impl std::fmt::Debug for Cluster {
@@ -120,6 +122,7 @@ impl Cluster {
                 peer_timeout: Duration::from_secs(5),
                 ..PgConfig::default()
             },
+            scrub_intervals: (Duration::from_secs(86_400), Duration::from_secs(7 * 86_400)),
         }
     }
 
@@ -247,8 +250,8 @@ impl Cluster {
             stats_interval: Duration::from_secs(1),
             perf_interval: None,
             mon_timeout: Duration::from_secs(8),
-            scrub_interval: Duration::from_secs(86_400),
-            deep_scrub_interval: Duration::from_secs(7 * 86_400),
+            scrub_interval: self.scrub_intervals.0,
+            deep_scrub_interval: self.scrub_intervals.1,
             observer: None,
             op_shards: 1,
         };

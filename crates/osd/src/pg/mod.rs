@@ -319,6 +319,8 @@ pub struct Pg {
     /// Moved on whenever the recovery is dropped: copies still running
     /// for an older one install nothing (`recovery::CopyFence`).
     copy_fence: Arc<std::sync::Mutex<u64>>,
+    /// The OSD's scrub slot this PG's scheduled scrub holds.
+    scrub_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -458,6 +460,7 @@ impl Pg {
             next_reply: 0,
             conns: HashMap::new(),
             copy_fence: Arc::default(),
+            scrub_slot: None,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -476,6 +479,9 @@ impl Pg {
                 PgEvent::Crash => return,
                 ev => {
                     self.handle(ev).await;
+                    if self.core.scrub.is_none() {
+                        self.scrub_slot = None;
+                    }
                     let fx = self.core.snap_trim_poll();
                     if !fx.is_empty() {
                         self.drive(fx).await;
@@ -630,7 +636,19 @@ impl Pg {
                 every_ms,
                 deep_every_ms,
             } => {
+                // A scheduled scrub needs one of the OSD's scrub slots:
+                // at most `max_scrubs` of its PGs scrub at once, and
+                // client ops keep the rest.
+                if self.core.scrub.is_some() {
+                    return;
+                }
+                let Ok(slot) = Arc::clone(&self.ctx.scrub_slots).try_acquire_owned() else {
+                    return;
+                };
                 let fx = self.core.scrub_tick(now_ms, every_ms, deep_every_ms);
+                if self.core.scrub.is_some() {
+                    self.scrub_slot = Some(slot);
+                }
                 self.drive(fx).await
             }
             PgEvent::Command { msg, responder } => self.command(msg, responder).await,

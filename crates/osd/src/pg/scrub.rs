@@ -451,6 +451,18 @@ impl PgCore {
         // As Ceph's flags: they hold scheduled scrubs, not asked-for ones.
         let flag = |f: &str| self.map.as_ref().is_some_and(|m| m.has_flag(f));
         let (noscrub, nodeep) = (flag("noscrub"), flag("nodeep-scrub"));
+        // A PG never scrubbed (a new one) starts its clocks now, as Ceph
+        // stamps a PG at its creation: a new cluster's PGs do not all
+        // come due at once, at its first tick.
+        if self.scrub_record.stamp_ms == 0 || self.scrub_record.deep_stamp_ms == 0 {
+            let rec = &mut self.scrub_record;
+            for stamp in [&mut rec.stamp_ms, &mut rec.deep_stamp_ms] {
+                if *stamp == 0 {
+                    *stamp = now_ms;
+                }
+            }
+            return vec![Effect::Record(self.scrub_record_txn())];
+        }
         let rec = &self.scrub_record;
         if !nodeep && now_ms.saturating_sub(rec.deep_stamp_ms) >= deep_every_ms {
             self.start_scrub(true, false, None)
@@ -519,6 +531,17 @@ impl PgCore {
         self.finish_scrub()
     }
 
+    /// The transaction persisting the scrub record.
+    fn scrub_record_txn(&self) -> Transaction {
+        let mut t = Transaction::new();
+        t.omap_set_keys(
+            self.coll,
+            pg_meta_key(),
+            BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
+        );
+        t
+    }
+
     fn finish_scrub(&mut self) -> Vec<Effect> {
         let Some(job) = self.scrub.take() else {
             return Vec::new();
@@ -536,13 +559,7 @@ impl PgCore {
         }
         self.scrub_record.inconsistent = left;
         let mut fx = vec![Effect::StatsChanged];
-        let mut t = Transaction::new();
-        t.omap_set_keys(
-            self.coll,
-            pg_meta_key(),
-            BTreeMap::from([(Bytes::from_static(SCRUB_KEY), self.scrub_record.encode())]),
-        );
-        fx.push(Effect::Record(t));
+        fx.push(Effect::Record(self.scrub_record_txn()));
         if !job.found.is_empty() {
             tracing::warn!(pg = %self.id, errors = job.found.len(), repaired = job.repaired,
                 "scrub found inconsistent objects");

@@ -1756,18 +1756,32 @@ fn a_scrub_stops_when_the_pg_changes_interval() {
 #[test]
 fn scheduled_scrubs_start_when_due_one_at_a_time() {
     let day = 86_400_000;
+    let t0 = 5_000;
     let mut p = clean_primary();
     p.scrub_record.stamp_ms = 0;
     p.scrub_record.deep_stamp_ms = 0;
+    // Never scrubbed: the first tick starts the clocks and records them,
+    // it does not scrub (a new cluster's PGs would all be due at once).
+    let fx = p.scrub_tick(t0, day, 7 * day);
+    assert!(matches!(fx.as_slice(), [Effect::Record(_)]), "{fx:?}");
+    assert!(p.scrub.is_none());
+    assert_eq!(
+        (p.scrub_record.stamp_ms, p.scrub_record.deep_stamp_ms),
+        (t0, t0)
+    );
     let start = vec![Effect::ScrubStepAfter(std::time::Duration::ZERO)];
-    assert_eq!(p.scrub_tick(day - 1, day, 7 * day), vec![]);
+    assert_eq!(p.scrub_tick(t0 + day - 1, day, 7 * day), vec![]);
     // A day on: a shallow scrub.
-    assert_eq!(p.scrub_tick(day, day, 7 * day), start);
+    assert_eq!(p.scrub_tick(t0 + day, day, 7 * day), start);
     assert!(p.scrub.as_ref().is_some_and(|j| !j.is_deep()));
-    assert_eq!(p.scrub_tick(day, day, 7 * day), vec![], "one at a time");
+    assert_eq!(
+        p.scrub_tick(t0 + day, day, 7 * day),
+        vec![],
+        "one at a time"
+    );
     // A week on: a deep one.
     p.scrub = None;
-    assert_eq!(p.scrub_tick(7 * day, day, 7 * day), start);
+    assert_eq!(p.scrub_tick(t0 + 7 * day, day, 7 * day), start);
     assert!(p.scrub.as_ref().is_some_and(|j| j.is_deep()));
 }
 

@@ -241,15 +241,10 @@ fn print_json(raw: &[Figures; 3], msg: &[Figures; 3], seconds: u64, rounds: u32)
     outln!("{v}");
 }
 
-fn percentiles(mut lat: Vec<Duration>) -> (f64, f64) {
-    lat.sort_unstable();
-    let at = |q: f64| {
-        let i = ((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1));
-        lat.get(i)
-            .map(|d| d.as_secs_f64() * 1e6)
-            .unwrap_or(f64::NAN)
-    };
-    (at(0.50), at(0.99))
+fn percentiles(lat: Vec<Duration>) -> (f64, f64) {
+    use super::units::{percentile, sorted};
+    let us = sorted(lat.iter().map(|d| d.as_secs_f64() * 1e6).collect());
+    (percentile(&us, 0.50), percentile(&us, 0.99))
 }
 
 /// Process CPU time (user + system) so far.

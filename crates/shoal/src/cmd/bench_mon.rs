@@ -194,12 +194,10 @@ struct MonReport {
     osdmap_epoch_all_received_ms: f64,
 }
 
+/// The `q` percentile of `sorted`, in ms.
 fn percentile(sorted: &[Duration], q: f64) -> f64 {
-    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
-    sorted
-        .get(i)
-        .map(|d| d.as_secs_f64() * 1e3)
-        .unwrap_or(f64::NAN)
+    let ms: Vec<f64> = sorted.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    super::units::percentile(&ms, q)
 }
 
 /// Runs `shoal bench mon`.

@@ -97,17 +97,10 @@ fn object_name(run: &str, i: u64) -> String {
     format!("{run}_object{i}")
 }
 
-/// Parses `4M`, `4096`, `64K`.
+/// Parses `4M`, `4096`, `64K` (bytes).
 pub fn parse_size(s: &str) -> anyhow::Result<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = num.parse().with_context(|| format!("bad size {s:?}"))?;
-    n.checked_mul(mult).context("size too large")
+    let n = super::units::parse_size(s, 1)?;
+    usize::try_from(n).with_context(|| format!("size {s:?} is too large"))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -496,13 +489,7 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
+use super::units::percentile as pct;
 
 impl Report {
     /// The run's figures.

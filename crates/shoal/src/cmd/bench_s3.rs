@@ -220,12 +220,7 @@ async fn bench(
         let seconds = started.elapsed().as_secs_f64();
         let n = lats.len() as u64;
         lats.sort_by(f64::total_cmp);
-        let pct = |q: f64| {
-            lats.get(((lats.len() as f64 * q) as usize).min(lats.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0.0)
-                * 1e3
-        };
+        let pct = |q: f64| super::units::percentile(&lats, q) * 1e3;
         let per_op = |s: f64| s / n.max(1) as f64 * 1e6;
         let moved = if op == "DELETE" {
             0.0

@@ -28,3 +28,4 @@ pub mod rbd;
 pub mod rbd_device;
 pub mod status;
 pub mod store;
+pub mod units;

@@ -179,22 +179,7 @@ pub struct FormatArg {
 /// Options of `shoal df`.
 pub type DfArgs = FormatArg;
 
-/// Bytes as Ceph prints them: `0 B`, `1.2 KiB`, `30 MiB`, `300 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 || v >= 10.0 || v.fract() == 0.0 {
-        format!("{} {}", v.round() as u64, UNITS[unit])
-    } else {
-        let s = format!("{v:.1}");
-        format!("{} {}", s.trim_end_matches(".0"), UNITS[unit])
-    }
-}
+pub use super::units::human_bytes;
 
 fn ids(v: &[i32]) -> String {
     let list: Vec<String> = v.iter().map(|x| x.to_string()).collect();
@@ -360,16 +345,6 @@ pub fn run_df(a: DfArgs, ctx: &Ctx) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn bytes_read_as_ceph_prints_them() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1024), "1 KiB");
-        assert_eq!(human_bytes(1229), "1.2 KiB");
-        assert_eq!(human_bytes(30 << 20), "30 MiB");
-        assert_eq!(human_bytes(300 << 30), "300 GiB");
-    }
 
     #[test]
     fn plain_tables() {

@@ -286,48 +286,7 @@ struct BenchArgs {
     rw_mix_read: Option<u32>,
 }
 
-/// Parses a size as `rbd` does: K, M, G, T (optionally with `iB` or `B`)
-/// or a plain number of `default_unit` bytes.
-fn parse_size(s: &str, default_unit: u64) -> anyhow::Result<u64> {
-    let t = s.trim();
-    // `B` after a number is bytes; after a unit (`MB`, `MiB`) it is that unit.
-    let (t, bytes) = match t.strip_suffix("iB") {
-        Some(u) => (u, None),
-        None => match t.strip_suffix('B') {
-            Some(u) => (u, Some(1)),
-            None => (t, None),
-        },
-    };
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, bytes.unwrap_or(default_unit)),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("bad size {s:?}: a number with K, M, G or T"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
-}
-
-/// Bytes for people, as `rbd` prints them (`10 GiB`).
-fn human(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 || v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+use super::units::{human_bytes as human, parse_size, percentile};
 
 fn order_of(object_size: Option<&str>) -> anyhow::Result<u8> {
     let Some(s) = object_size else {
@@ -1220,11 +1179,7 @@ async fn bench(client: &Client, dp: &str, format: Format, b: BenchArgs) -> anyho
     }
     lats.sort_by(f64::total_cmp);
     let n = lats.len() as u64;
-    let pct = |p: f64| {
-        lats.get(((lats.len() as f64 * p) as usize).min(lats.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let pct = |p: f64| percentile(&lats, p);
     let iops = n as f64 / elapsed;
     let bw = iops * io_size as f64;
     if plain {
@@ -1260,20 +1215,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_as_rbd_parses_them() {
-        assert_eq!(parse_size("10", 1 << 20).unwrap(), 10 << 20);
-        assert_eq!(parse_size("10G", 1 << 20).unwrap(), 10 << 30);
-        assert_eq!(parse_size("4KiB", 1).unwrap(), 4096);
-        assert_eq!(parse_size("1T", 1).unwrap(), 1 << 40);
-        assert_eq!(
-            parse_size("512B", 1 << 20).unwrap(),
-            512,
-            "B after a number: bytes"
-        );
-        assert_eq!(parse_size("1MB", 1).unwrap(), 1 << 20);
-        assert!(parse_size("B", 1).is_err());
-        assert!(parse_size("x", 1).is_err());
-        assert!(parse_size("99999999999T", 1).is_err());
+    fn sizes_print_and_orders_parse_as_rbd_does() {
         assert_eq!(human(10 << 30), "10 GiB");
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(order_of(Some("4M")).unwrap(), 22);

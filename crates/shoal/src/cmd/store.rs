@@ -47,20 +47,7 @@ pub enum StoreCmd {
 
 /// Parses `1G`, `512M`, `4096K` or a plain byte count.
 fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let (num, shift) = match s.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&s[..i], 10),
-        Some((i, 'M' | 'm')) => (&s[..i], 20),
-        Some((i, 'G' | 'g')) => (&s[..i], 30),
-        Some((i, 'T' | 't')) => (&s[..i], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("bad size {s:?}: a number with K, M, G or T"))?;
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| anyhow::anyhow!("size {s:?} is too large"))
+    super::units::parse_size(s, 1)
 }
 
 /// Runs one `shoal store` subcommand.
@@ -128,18 +115,4 @@ pub fn list_checksums(store: &dyn ObjectStore, out: &mut dyn Write) -> anyhow::R
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
 }

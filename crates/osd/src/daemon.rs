@@ -764,56 +764,7 @@ impl Inner {
         let refuse = |r: Routed, code: OsdErrorCode, message: String| {
             OsdCounters::add(&self.ctx.counters.refused, 1);
             tokio::spawn(async move {
-                let reply: Message = match r.msg {
-                    Message::PgList(_) => shoal_proto::PgListReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    Message::PgCommand(_) => shoal_proto::PgCommandReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    Message::OsdOp(_) => shoal_proto::OsdOpReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    Message::OsdWatch(_) => shoal_proto::OsdWatchReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    Message::OsdNotify(_) => shoal_proto::OsdNotifyReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    Message::EcRead(_) => shoal_proto::EcReadReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                        ..Default::default()
-                    }
-                    .into(),
-                    _ => shoal_proto::RepOpReply {
-                        code: code as u32,
-                        message,
-                        epoch,
-                    }
-                    .into(),
-                };
+                let reply = r.msg.osd_refusal(code as u32, message, epoch);
                 let _ = r.responder.reply(reply, bytes::Bytes::new()).await;
             });
         };

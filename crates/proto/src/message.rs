@@ -411,5 +411,39 @@ messages! {
     302 => MdsPush,
 }
 
+impl Message {
+    /// An OSD's refusal of this request, as the request's own reply type:
+    /// `code` (an `OsdErrorCode`), why, and the refusing OSD's map
+    /// `epoch`. A message with no reply type of its own (replication,
+    /// peering, recovery, scrub) is answered with a [`RepOpReply`].
+    pub fn osd_refusal(&self, code: u32, message: String, epoch: u32) -> Message {
+        macro_rules! refusal {
+            ($reply:ident) => {
+                $reply {
+                    code,
+                    message,
+                    epoch,
+                    ..Default::default()
+                }
+                .into()
+            };
+        }
+        match self {
+            Message::OsdOp(_) => refusal!(OsdOpReply),
+            Message::PgList(_) => refusal!(PgListReply),
+            Message::PgCommand(_) => refusal!(PgCommandReply),
+            Message::OsdWatch(_) => refusal!(OsdWatchReply),
+            Message::OsdNotify(_) => refusal!(OsdNotifyReply),
+            Message::EcRead(_) => refusal!(EcReadReply),
+            _ => RepOpReply {
+                code,
+                message,
+                epoch,
+            }
+            .into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -366,3 +366,29 @@ fn unknown_and_malformed_are_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn an_osd_refusal_is_the_requests_own_reply_type() {
+    let requests: Vec<(Message, MessageType)> = vec![
+        (OsdOp::default().into(), MessageType::OsdOpReply),
+        (PgList::default().into(), MessageType::PgListReply),
+        (PgCommand::default().into(), MessageType::PgCommandReply),
+        (OsdWatch::default().into(), MessageType::OsdWatchReply),
+        (OsdNotify::default().into(), MessageType::OsdNotifyReply),
+        (EcRead::default().into(), MessageType::EcReadReply),
+        (RepOp::default().into(), MessageType::RepOpReply),
+        (PgPush::default().into(), MessageType::RepOpReply),
+    ];
+    for (req, ty) in requests {
+        let reply = req.osd_refusal(11, "no such pool".into(), 7);
+        assert_eq!(reply.msg_type(), ty, "{req:?}");
+        // Code, message and epoch survive the wire.
+        let back = Message::decode(ty as u16, &reply.encode_control()).unwrap();
+        assert_eq!(back, reply);
+        let text = format!("{back:?}");
+        assert!(
+            text.contains("code: 11") && text.contains("no such pool") && text.contains("epoch: 7"),
+            "{text}"
+        );
+    }
+}

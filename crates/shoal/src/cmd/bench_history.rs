@@ -27,6 +27,7 @@ use bytes::Bytes;
 use clap::Args;
 
 use super::common::Format;
+use super::units::percentile;
 
 /// Options of `shoal bench history`.
 #[derive(Debug, Args)]
@@ -262,8 +263,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-use super::units::percentile as pct;
-
 struct Rng(u64);
 
 impl Rng {
@@ -444,8 +443,8 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
             reads: t.reads,
             failed_reads: t.failed_reads,
             write_latency_s: Latency {
-                p50: pct(&lat, 0.5),
-                p99: pct(&lat, 0.99),
+                p50: percentile(&lat, 0.5),
+                p99: percentile(&lat, 0.99),
                 max: lat.last().copied().unwrap_or(0.0),
             },
             acks_per_s: t.acks_per_s.clone(),

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use clap::{Args, ValueEnum};
 
 use super::common::Format;
+use super::units::percentile;
 
 /// What a benchmark run does.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -489,8 +490,6 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
-use super::units::percentile as pct;
-
 impl Report {
     /// The run's figures.
     pub fn summary(&self) -> Summary {
@@ -527,9 +526,9 @@ impl Report {
             iops_max: max(&self.iops_per_s),
             iops_min: min(&self.iops_per_s),
             latency_avg_s: lat_avg,
-            latency_p50_s: pct(&self.lats, 0.5),
-            latency_p99_s: pct(&self.lats, 0.99),
-            latency_p999_s: pct(&self.lats, 0.999),
+            latency_p50_s: percentile(&self.lats, 0.5),
+            latency_p99_s: percentile(&self.lats, 0.99),
+            latency_p999_s: percentile(&self.lats, 0.999),
             latency_max_s: self.lats.last().copied().unwrap_or(0.0),
             client_cpu_s: self.cpu_s,
             client_cpu_us_per_op: self.cpu_s * 1e6 / self.ops.max(1) as f64,

@@ -45,11 +45,6 @@ pub enum StoreCmd {
     },
 }
 
-/// Parses `1G`, `512M`, `4096K` or a plain byte count.
-fn parse_size(s: &str) -> anyhow::Result<u64> {
-    super::units::parse_size(s, 1)
-}
-
 /// Runs one `shoal store` subcommand.
 pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
     match cmd {
@@ -59,7 +54,7 @@ pub fn run(cmd: StoreCmd) -> anyhow::Result<()> {
             preallocate,
         } => {
             let opts = MkfsOptions {
-                data_bytes: parse_size(&size)?,
+                data_bytes: super::units::parse_size(&size, 1)?,
                 preallocate,
             };
             outln!("{}", tool::mkfs(&path, &opts)?);

@@ -587,12 +587,17 @@ mod tests {
                 LogOp::Delete
             },
             key: ObjectKey::new(v as u32, format!("obj{v}")),
-            reqid: Some(ReqId {
-                entity: "client.admin".into(),
-                inc: 9,
-                tid,
-            }),
+            reqid: Some(id(tid)),
             code: 0,
+        }
+    }
+
+    /// client.admin's request `tid`.
+    fn id(tid: u64) -> ReqId {
+        ReqId {
+            entity: "client.admin".into(),
+            inc: 9,
+            tid,
         }
     }
 
@@ -652,11 +657,6 @@ mod tests {
         assert_eq!(log.info.last_update, Version { epoch: 3, v: 10 });
         assert_eq!(log.info.log_tail, Version { epoch: 3, v: 6 });
         // In the log, in the dups, and forgotten.
-        let id = |tid| ReqId {
-            entity: "client.admin".into(),
-            inc: 9,
-            tid,
-        };
         assert_eq!(log.lookup(&id(110)).unwrap().0.v, 10);
         assert_eq!(log.lookup(&id(104)).unwrap().0.v, 4);
         assert_eq!(log.lookup(&id(103)), None);
@@ -720,22 +720,16 @@ mod tests {
         for v in 10..=12 {
             log.append(entry(v, 100 + v), limits, c, &mut Transaction::new());
         }
-        let mut t = Transaction::new();
-        log.append(entry(13, 113), limits, c, &mut t);
-        assert_eq!(
-            changes(&t).1,
-            vec![key(LOG_PREFIX, Version { epoch: 3, v: 9 })]
-        );
-        let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
-        assert_eq!(dups, vec![6, 7, 8]);
-        let mut t = Transaction::new();
-        log.append(entry(14, 114), limits, c, &mut t);
-        assert_eq!(
-            changes(&t).1,
-            vec![key(LOG_PREFIX, Version { epoch: 3, v: 6 })]
-        );
-        let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
-        assert_eq!(dups, vec![7, 8, 10]);
+        // Appends entry `v`: the keys it removed and the dups after it.
+        let mut append = |v: u64| {
+            let mut t = Transaction::new();
+            log.append(entry(v, 100 + v), limits, c, &mut t);
+            let dups: Vec<u64> = log.dups().map(|d| d.version.v).collect();
+            (changes(&t).1, dups)
+        };
+        let at = |v| key(LOG_PREFIX, Version { epoch: 3, v });
+        assert_eq!(append(13), (vec![at(9)], vec![6, 7, 8]));
+        assert_eq!(append(14), (vec![at(6)], vec![7, 8, 10]));
     }
 
     #[test]
@@ -797,11 +791,6 @@ mod tests {
             reloaded.entries().map(|e| e.version.v).collect::<Vec<_>>(),
             vec![7, 8, 9, 10]
         );
-        let id = |tid| ReqId {
-            entity: "client.admin".into(),
-            inc: 9,
-            tid,
-        };
         assert!(reloaded.lookup(&id(104)).is_some() && reloaded.lookup(&id(105)).is_some());
         assert!(reloaded.lookup(&id(103)).is_none());
         assert_eq!(on_disk.len(), 1 + 1 + 2 + 4);
@@ -833,11 +822,7 @@ mod tests {
         // The authoritative member trimmed a request we never saw.
         let theirs = Dup {
             version: Version { epoch: 2, v: 0 },
-            reqid: ReqId {
-                entity: "client.admin".into(),
-                inc: 9,
-                tid: 40,
-            },
+            reqid: id(40),
             code: 0,
         };
         let mut t = Transaction::new();
@@ -848,11 +833,6 @@ mod tests {
         assert_eq!(reloaded.info, info);
         // Our dup of the trimmed entry 1 survives, theirs is added; entry
         // 2's old request id does not survive.
-        let id = |tid| ReqId {
-            entity: "client.admin".into(),
-            inc: 9,
-            tid,
-        };
         assert!(reloaded.lookup(&id(1)).is_some());
         assert!(reloaded.lookup(&id(40)).is_some());
         assert!(reloaded.lookup(&id(2)).is_none());

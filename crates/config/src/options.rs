@@ -263,7 +263,7 @@ options! {
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.
     osd_deep_scrub_interval_ms: u64 = 604_800_000u64;
-    /// Scheduled scrubs an OSD runs at once as primary (as Ceph's osd_max_scrubs); scrubs asked for with `pg scrub` or `osd scrub` do not wait for one.
+    /// Scheduled scrubs an OSD runs at once as primary (as Ceph's osd_max_scrubs; 0: none are scheduled); scrubs asked for with `pg scrub` or `osd scrub` do not wait for one.
     osd_max_scrubs: u32 = 1u32;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;

@@ -29,7 +29,7 @@ pub struct PgConfig {
     /// PGs of one OSD backfilling at once (Ceph's `osd_max_backfills`).
     pub max_backfills: usize,
     /// Scheduled scrubs one OSD runs at once as primary (Ceph's
-    /// `osd_max_scrubs`).
+    /// `osd_max_scrubs`; 0: none are scheduled).
     pub max_scrubs: usize,
     /// How much one step of an object copy (recovery, backfill, repair)
     /// may carry.

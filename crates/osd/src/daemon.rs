@@ -192,7 +192,7 @@ impl Osd {
                 opts.pg.recovery_max_active.max(1),
             )),
             backfill_slots: Arc::new(tokio::sync::Semaphore::new(opts.pg.max_backfills.max(1))),
-            scrub_slots: Arc::new(tokio::sync::Semaphore::new(opts.pg.max_scrubs.max(1))),
+            scrub_slots: Arc::new(tokio::sync::Semaphore::new(opts.pg.max_scrubs)),
             monc: monc.clone(),
             written_since_check: std::sync::atomic::AtomicU64::new(0),
             space_check: tokio::sync::Notify::new(),

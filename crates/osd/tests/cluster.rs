@@ -1096,13 +1096,12 @@ async fn scrubbing(c: &Cluster, osd: i32) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduled_scrubs_run_one_pg_per_osd_at_a_time() {
-    // Every PG due every 300 ms (deep ones too): without the OSD's scrub
-    // slot, each OSD would scrub all its PGs at once, as a new cluster
-    // did at its first tick.
-    let mut c = Cluster::new("scrub-slots").await;
+/// A cluster of 3 OSDs with `max_scrubs` slots each, every PG due for a
+/// (deep) scrub every 300 ms, 1 200 objects written; and its client.
+async fn scrub_cluster(tag: &str, max_scrubs: usize) -> (Cluster, RawClient) {
+    let mut c = Cluster::new(tag).await;
     c.scrub_intervals = (Duration::from_millis(300), Duration::from_millis(300));
+    c.pg.max_scrubs = max_scrubs;
     c.create_pool("rbd", 8, 3).await;
     for id in 0..3 {
         c.start_osd(id, Arc::new(MemStore::new(1 << 30))).await;
@@ -1115,6 +1114,14 @@ async fn scheduled_scrubs_run_one_pg_per_osd_at_a_time() {
         .await;
     // Objects enough for each scrub to take several chunks.
     write_all(&mut client, 1200, 1, |i| format!("{i}").repeat(1000)).await;
+    (c, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_scrubs_run_one_pg_per_osd_at_a_time() {
+    // Without the OSD's scrub slot, each OSD would scrub all its PGs at
+    // once, as a new cluster did at its first tick.
+    let (c, client) = scrub_cluster("scrub-slots", 1).await;
     let mut seen = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(6);
     while Instant::now() < deadline {
@@ -1138,4 +1145,20 @@ async fn scheduled_scrubs_run_one_pg_per_osd_at_a_time() {
     let (r, d) = client.op("o7", 5000, vec![read_all()], Bytes::new()).await;
     assert_eq!(r.code, 0, "{}", r.message);
     assert_eq!(d, Bytes::from("7".repeat(1000)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_scrub_is_scheduled_with_no_slots() {
+    let (c, _client) = scrub_cluster("scrub-none", 0).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        for osd in 0..3 {
+            let now = scrubbing(&c, osd).await;
+            assert!(
+                now.is_empty(),
+                "osd.{osd} scrubs {now:?} with osd_max_scrubs 0"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -276,7 +276,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
             full_ratio: f64::from(o.osd_full_ratio_pct.min(100)) / 100.0,
             recovery_max_active: o.osd_recovery_max_active.max(1) as usize,
             max_backfills: o.osd_max_backfills.max(1) as usize,
-            max_scrubs: o.osd_max_scrubs.max(1) as usize,
+            max_scrubs: o.osd_max_scrubs as usize,
             copy_limits: shoal_osd::copy::StepLimits {
                 data_bytes_max: o.osd_recovery_max_chunk_bytes.max(1),
                 omap_bytes_max: o.osd_recovery_max_omap_chunk_bytes.max(1),

@@ -107,8 +107,30 @@ impl Dev {
     }
 
     /// SIGKILLs the daemon `name` (`osd.3`) started in this directory.
+    /// SIGKILLs the daemon `name` and waits until it is gone (or a zombie),
+    /// so its store's lock is free for a daemon started next.
     pub fn kill9(&self, name: &str) {
+        let pid = std::fs::read_to_string(self.0.join("run").join(format!("{name}.pid"))).unwrap();
         self.signal(name, "-KILL");
+        let stat = PathBuf::from(format!("/proc/{}/stat", pid.trim()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match std::fs::read_to_string(&stat) {
+                // The state follows the command's closing parenthesis.
+                Ok(s)
+                    if !s
+                        .rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z') =>
+                {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => return,
+            }
+        }
+        panic!("{name} (pid {}) still runs 10 s after SIGKILL", pid.trim());
     }
 
     /// Sends `signal` (`-STOP`, `-CONT`, ...) to the daemon `name`.

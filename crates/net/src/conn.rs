@@ -129,7 +129,21 @@ impl Responder {
     /// slot: a peer that stops reading holds at most its
     /// `dispatch_requests_max` replies here, and the caller (a PG serving
     /// many clients) never waits on one slow reader.
-    pub fn send(mut self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+    pub fn send(self, msg: impl Into<Message>, data: Bytes) -> Result<(), NetError> {
+        self.send_with_data_crc(msg, data, None)
+    }
+
+    /// [`Responder::send`] with the data part's checksum
+    /// ([`shoal_proto::data_crc`]) when the caller has it (a store folds it
+    /// from the block checksums its read verified): the frame is sealed
+    /// without another pass over the data.
+    pub fn send_with_data_crc(
+        mut self,
+        msg: impl Into<Message>,
+        data: Bytes,
+        data_crc: Option<u32>,
+    ) -> Result<(), NetError> {
+        debug_assert!(data_crc.is_none_or(|c| c == shoal_proto::data_crc(&data)));
         let msg = msg.into();
         if let Some((hook, started)) = self.observed.take() {
             let error = match &msg {
@@ -140,7 +154,7 @@ impl Responder {
             hook.replied(started, data.len(), error);
         }
         let inner = &self.conn.inner;
-        let head = inner.seal(&msg, FrameFlags::REPLY, self.tid, &data, None);
+        let head = inner.seal(&msg, FrameFlags::REPLY, self.tid, &data, data_crc);
         inner.check_size(head.len() - HEADER_LEN, data.len())?;
         let cost = inner.cost(&head, &data);
         match Arc::clone(&inner.inflight).try_acquire_many_owned(cost) {

@@ -156,6 +156,16 @@ impl ObjectStore for CrashStore {
         self.live.read(c, o, offset, len)
     }
 
+    fn read_with_crc(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Bytes, Option<u32>)> {
+        self.live.read_with_crc(c, o, offset, len)
+    }
+
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
         self.live.getxattr(c, o, name)
     }

@@ -87,6 +87,20 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Up to `len` bytes from `offset`.
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes>;
 
+    /// [`ObjectStore::read`], with the crc32c of the bytes returned when the
+    /// store has it without another pass over them (BlockStore folds the
+    /// per-block checksums its read verified), so a reply can carry it as
+    /// its frame checksum; `None` when it has not.
+    fn read_with_crc(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Bytes, Option<u32>)> {
+        Ok((self.read(c, o, offset, len)?, None))
+    }
+
     /// One xattr.
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>>;
 
@@ -180,6 +194,15 @@ impl<S: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<S> {
     }
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
         (**self).read(c, o, offset, len)
+    }
+    fn read_with_crc(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Bytes, Option<u32>)> {
+        (**self).read_with_crc(c, o, offset, len)
     }
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
         (**self).getxattr(c, o, name)

@@ -38,6 +38,7 @@ const ALIGN: usize = BLOCK;
 /// A zeroed buffer of `len` bytes whose start is `ALIGN`-aligned (safe code: over-allocate
 /// and slice at the aligned offset). Block buffers are built in these so direct I/O needs
 /// no bounce copy.
+#[derive(Default)]
 pub(crate) struct AlignedBuf {
     raw: Vec<u8>,
     start: usize,
@@ -73,6 +74,103 @@ impl AlignedBuf {
     /// Bytes `[from, from + n)` of the buffer, without copying.
     pub(crate) fn into_bytes(self, from: usize, n: usize) -> bytes::Bytes {
         bytes::Bytes::from(self.raw).slice(self.start + from..self.start + from + n)
+    }
+}
+
+/// Aligned buffers for large reads, kept for the next read once the data
+/// sent from them is dropped: a fresh 4 MiB buffer costs the allocator's
+/// zeroing (or the kernel's page faults) on every read, more CPU than the
+/// read's checksums. At most [`BufPool::KEEP`] buffers of at most
+/// [`BufPool::LARGEST`] bytes are kept.
+#[derive(Debug, Default)]
+pub(crate) struct BufPool {
+    free: std::sync::Mutex<Vec<AlignedBuf>>,
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} of {})", self.len, self.capacity())
+    }
+}
+
+impl BufPool {
+    /// Reads smaller than this get a buffer of their own.
+    pub(crate) const SMALLEST: usize = 64 << 10;
+    /// Buffers larger than this are not kept.
+    pub(crate) const LARGEST: usize = 8 << 20;
+    /// Buffers kept.
+    pub(crate) const KEEP: usize = 16;
+
+    /// A buffer of `len` bytes. Its contents are whatever an earlier read
+    /// left (zeros when new): the caller writes every byte it returns.
+    pub(crate) fn take(&self, len: usize) -> AlignedBuf {
+        if len < Self::SMALLEST {
+            return AlignedBuf::new(len);
+        }
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let best = (0..free.len())
+            .filter(|&i| free[i].capacity() >= len)
+            .min_by_key(|&i| free[i].capacity());
+        match best {
+            Some(i) => {
+                let mut buf = free.swap_remove(i);
+                buf.reuse(len);
+                buf
+            }
+            None => {
+                drop(free);
+                let mut buf = AlignedBuf::new(len.next_power_of_two());
+                buf.reuse(len);
+                buf
+            }
+        }
+    }
+
+    /// Bytes `[from, from + n)` of `buf`, without copying; `buf` comes back
+    /// to the pool when the last view of them is dropped.
+    pub(crate) fn bytes(self: &Arc<Self>, buf: AlignedBuf, from: usize, n: usize) -> bytes::Bytes {
+        if buf.capacity() < Self::SMALLEST || buf.capacity() > Self::LARGEST {
+            return buf.into_bytes(from, n);
+        }
+        bytes::Bytes::from_owner(Pooled {
+            buf,
+            from,
+            n,
+            pool: Arc::clone(self),
+        })
+    }
+
+    /// Buffers waiting for a read.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> usize {
+        self.free.lock().map_or(0, |f| f.len())
+    }
+}
+
+/// A pooled buffer lent to a [`bytes::Bytes`].
+struct Pooled {
+    buf: AlignedBuf,
+    from: usize,
+    n: usize,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf.as_slice()[self.from..self.from + self.n]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Ok(mut free) = self.pool.free.lock()
+            && free.len() < BufPool::KEEP
+        {
+            free.push(std::mem::take(&mut self.buf));
+        }
     }
 }
 
@@ -222,5 +320,44 @@ impl redb::StorageBackend for MetaOnDevice {
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         self.0.write_at(offset, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_read_buffers_come_back_when_their_bytes_are_dropped() {
+        let pool = Arc::new(BufPool::default());
+        let mut buf = pool.take(1 << 20);
+        buf.as_mut_slice().fill(5);
+        let at = buf.as_slice().as_ptr();
+        let b = pool.bytes(buf, 10, 100);
+        let view = b.slice(1..5);
+        drop(b);
+        assert_eq!(pool.kept(), 0, "a view still holds it");
+        assert_eq!(&view[..], &[5; 4]);
+        drop(view);
+        assert_eq!(pool.kept(), 1);
+        // The next large read gets it, whatever it holds; a smaller one
+        // fits in it too.
+        let again = pool.take(1 << 19);
+        assert_eq!(again.as_slice().as_ptr(), at);
+        assert_eq!(again.as_slice().len(), 1 << 19);
+        assert_eq!(pool.kept(), 0);
+        drop(pool.bytes(again, 0, 1));
+        // Small reads and buffers too large to keep are not kept; at most
+        // KEEP are.
+        drop(pool.bytes(pool.take(4096), 0, 4096));
+        drop(pool.bytes(pool.take(BufPool::LARGEST + 1), 0, 1));
+        assert_eq!(pool.kept(), 1);
+        let many: Vec<_> = (0..BufPool::KEEP + 3).map(|_| pool.take(1 << 16)).collect();
+        drop(
+            many.into_iter()
+                .map(|b| pool.bytes(b, 0, 1))
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(pool.kept(), BufPool::KEEP);
     }
 }

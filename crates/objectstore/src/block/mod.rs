@@ -24,6 +24,7 @@ mod alloc;
 mod apply;
 mod codec;
 mod commit;
+mod crc;
 mod deferred;
 pub mod device;
 mod extent;
@@ -141,6 +142,8 @@ pub(crate) struct Shared {
     pub(crate) db: redb::Database,
     pub(crate) counters: Counters,
     identity: Mutex<Option<StoreIdentity>>,
+    /// Buffers of large reads, reused.
+    pub(crate) read_bufs: Arc<device::BufPool>,
 }
 
 impl Shared {
@@ -584,6 +587,7 @@ impl BlockStore {
             db,
             counters: Counters::default(),
             identity: Mutex::new(loaded.identity),
+            read_bufs: Arc::default(),
         });
         let committer = Committer::new(shared.clone(), free, loaded.journal, next_seq)?;
         let handle = std::thread::Builder::new()

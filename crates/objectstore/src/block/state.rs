@@ -2,12 +2,13 @@
 //! deferred writes and the live allocator) and the checked read path over it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::alloc::FreeList;
 use super::deferred::Overlay;
-use super::device::{AlignedBuf, Device};
+use super::device::{AlignedBuf, BufPool, Device};
 use super::meta::Onode;
 use super::{BLOCK, Counters};
 use crate::error::{Error, Result};
@@ -49,8 +50,9 @@ pub(crate) enum ReadFailure {
 /// Everything a read needs, taken under the lock so the I/O can run without it.
 #[derive(Debug)]
 pub(crate) struct ReadPlan {
-    /// (offset in the buffer, first device block, crcs)
-    pieces: Vec<(usize, u64, Vec<u32>)>,
+    /// The buffer's pieces, in order and covering it: (offset in the buffer,
+    /// `Some((first device block, crcs))`, or `None` and the blocks of a hole).
+    pieces: Vec<(usize, Option<(u64, Vec<u32>)>, usize)>,
     /// Overlay contents of the blocks read (deferred, or data not yet on the device).
     overlay: std::collections::HashMap<u64, Bytes>,
     buf_len: usize,
@@ -72,25 +74,56 @@ impl ReadPlan {
             len: len as usize,
             reuse_gen: st.reuse_gen,
         };
-        for (lb, mapped, _) in on.extents.segments(lb0, lb1) {
-            if let Some((pb, crcs)) = mapped {
-                for i in 0..crcs.len() as u64 {
-                    if let Some(d) = st.overlay.get(pb + i) {
-                        plan.overlay.insert(pb + i, d.clone());
+        for (lb, mapped, n) in on.extents.segments(lb0, lb1) {
+            let at = ((lb - lb0) * B) as usize;
+            match mapped {
+                Some((pb, crcs)) => {
+                    for i in 0..crcs.len() as u64 {
+                        if let Some(d) = st.overlay.get(pb + i) {
+                            plan.overlay.insert(pb + i, d.clone());
+                        }
                     }
+                    plan.pieces
+                        .push((at, Some((pb, crcs.to_vec())), crcs.len()));
                 }
-                plan.pieces
-                    .push((((lb - lb0) * B) as usize, pb, crcs.to_vec()));
+                None => plan.pieces.push((at, None, n as usize)),
             }
         }
         plan
     }
 
-    /// Do the I/O and verify every block.
-    pub fn execute(&self, dev: &dyn Device) -> std::result::Result<Bytes, ReadFailure> {
-        let mut buf = AlignedBuf::new(self.buf_len);
-        for (at, pb, crcs) in &self.pieces {
-            let out = &mut buf.as_mut_slice()[*at..*at + crcs.len() * BLOCK];
+    /// Do the I/O and verify every block. Returns the bytes and their crc32c,
+    /// folded from the blocks' verified checksums (no second pass over them).
+    pub fn execute(
+        &self,
+        dev: &dyn Device,
+        pool: &Arc<BufPool>,
+    ) -> std::result::Result<(Bytes, u32), ReadFailure> {
+        let mut buf = pool.take(self.buf_len);
+        let (start, end) = (self.start, self.start + self.len);
+        let mut crc = 0;
+        // Folds block `at..at + BLOCK` of the buffer, of checksum `block_crc`,
+        // into the crc of the bytes returned.
+        let mut fold = |blk: &[u8], at: usize, block_crc: u32| {
+            let (lo, hi) = (at.max(start), (at + BLOCK).min(end));
+            if lo >= hi {
+            } else if hi - lo == BLOCK {
+                crc = super::crc::append_block(crc, block_crc);
+            } else {
+                let part = &blk[lo - at..hi - at];
+                crc = super::crc::append(crc, crc32c::crc32c(part), part.len());
+            }
+        };
+        for (at, mapped, blocks) in &self.pieces {
+            let out = &mut buf.as_mut_slice()[*at..*at + blocks * BLOCK];
+            let Some((pb, crcs)) = mapped else {
+                // A reused buffer holds an earlier read's bytes: a hole is zeros.
+                out.fill(0);
+                for (i, blk) in out.chunks(BLOCK).enumerate() {
+                    fold(blk, at + i * BLOCK, super::crc::zero_block());
+                }
+                continue;
+            };
             dev.read_at(pb * B, out)
                 .map_err(|e| ReadFailure::Other(Error::io("reading data", e)))?;
             for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
@@ -101,9 +134,10 @@ impl ReadPlan {
                 if crc32c::crc32c(blk) != *want {
                     return Err(ReadFailure::Checksum(b * B));
                 }
+                fold(blk, at + i * BLOCK, *want);
             }
         }
-        Ok(buf.into_bytes(self.start, self.len))
+        Ok((pool.bytes(buf, self.start, self.len), crc))
     }
 }
 

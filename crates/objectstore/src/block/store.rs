@@ -153,6 +153,16 @@ impl ObjectStore for BlockStore {
     }
 
     fn read(&self, c: &CollectionId, o: &ObjectKey, offset: u64, len: u64) -> Result<Bytes> {
+        self.read_with_crc(c, o, offset, len).map(|(b, _)| b)
+    }
+
+    fn read_with_crc(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Bytes, Option<u32>)> {
         // Plan under the lock, read the device without it (writers and the committer
         // are not held up by read I/O).
         let plan = self.with_onode(c, o, |st, on| {
@@ -160,10 +170,10 @@ impl ObjectStore for BlockStore {
             Ok((len > 0).then(|| ReadPlan::new(st, on, offset, len)))
         })?;
         let Some(plan) = plan else {
-            return Ok(Bytes::new());
+            return Ok((Bytes::new(), Some(0)));
         };
-        let device_offset = match plan.execute(&*self.shared.dev) {
-            Ok(b) => return Ok(b),
+        let device_offset = match plan.execute(&*self.shared.dev, &self.shared.read_bufs) {
+            Ok((b, crc)) => return Ok((b, Some(crc))),
             Err(ReadFailure::Other(e)) => return Err(e),
             Err(ReadFailure::Checksum(at)) => at,
         };
@@ -182,16 +192,17 @@ impl ObjectStore for BlockStore {
         self.with_onode(c, o, |st, on| {
             let len = crate::validate::check_read(on.size, offset, len)?;
             if len == 0 {
-                return Ok(Bytes::new());
+                return Ok((Bytes::new(), Some(0)));
             }
-            read_range(
+            let b = read_range(
                 st,
                 &*self.shared.dev,
                 &self.shared.counters,
                 on,
                 offset,
                 len,
-            )
+            )?;
+            Ok((b, None))
         })
     }
 

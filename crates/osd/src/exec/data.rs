@@ -121,12 +121,12 @@ impl Exec<'_> {
             let m = format!("reads are at most {READ_BYTES_MAX} bytes; read in ranges");
             return Err(err(OsdErrorCode::TooLarge, i, m));
         }
-        let b = self
+        let (b, crc) = self
             .input
             .store
-            .read(&self.input.coll, &self.input.key, offset, len)
+            .read_with_crc(&self.input.coll, &self.input.key, offset, len)
             .map_err(|e| self.store_err(i, e))?;
-        self.ok_data(b);
+        self.ok_data_with_crc(b, crc);
         Ok(())
     }
 

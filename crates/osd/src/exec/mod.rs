@@ -115,6 +115,10 @@ pub struct ExecOutcome {
     /// Reply data chunks: concatenated, the reply's data part; each
     /// result's `data_len` is its share, in order.
     pub data: Vec<Bytes>,
+    /// The crc32c of `data` concatenated, when the store gave it with its
+    /// read (one data chunk, read from BlockStore): the reply's frame
+    /// checksum without another pass over the data.
+    pub data_crc: Option<u32>,
     /// The object's version after the op: the new version if the op
     /// changes an object that still exists, else the stored one (0 if absent).
     pub version: u64,
@@ -340,6 +344,8 @@ struct Exec<'a> {
     txn: Transaction,
     results: Vec<OsdSubOpResult>,
     out: Vec<Bytes>,
+    /// The crc32c of `out` concatenated, when known.
+    out_crc: Option<u32>,
 }
 
 /// The store key holding `input.key` as it was at snapshot
@@ -373,6 +379,7 @@ pub fn execute(input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
         txn: Transaction::new(),
         results: Vec::with_capacity(input.ops.len()),
         out: Vec::new(),
+        out_crc: Some(0),
     };
     if is_mutating(input.ops) {
         x.clone_for_snapshots()?;
@@ -463,6 +470,7 @@ impl Exec<'_> {
             mutates,
             results: self.results,
             data: self.out,
+            data_crc: self.out_crc,
             version,
             delta,
         }
@@ -600,6 +608,20 @@ impl Exec<'_> {
     }
 
     fn ok_data(&mut self, b: Bytes) {
+        self.ok_data_with_crc(b, None);
+    }
+
+    /// [`Exec::ok_data`] with the chunk's crc32c when the store gave it.
+    fn ok_data_with_crc(&mut self, b: Bytes, crc: Option<u32>) {
+        if !b.is_empty() {
+            // Known only for a single chunk with data: folding several
+            // would cost more than the pass it saves.
+            self.out_crc = if self.out.iter().all(Bytes::is_empty) {
+                crc
+            } else {
+                None
+            };
+        }
         self.results.push(OsdSubOpResult {
             data_len: b.len() as u64,
             ..OsdSubOpResult::default()

@@ -57,14 +57,19 @@ impl Pg {
     async fn drive_replying(&mut self, effects: Vec<Effect>, later: bool) {
         for e in effects {
             match e {
-                Effect::Reply { to, msg, data } => {
+                Effect::Reply {
+                    to,
+                    msg,
+                    data,
+                    data_crc,
+                } => {
                     if let Some(r) = self.take_reply(to) {
                         if later {
                             tokio::spawn(async move {
-                                let _ = r.reply(msg, data).await;
+                                let _ = r.send_with_data_crc(msg, data, data_crc);
                             });
                         } else {
-                            let _ = r.send(msg, data);
+                            let _ = r.send_with_data_crc(msg, data, data_crc);
                         }
                     }
                 }
@@ -185,6 +190,7 @@ impl Pg {
                             }
                             .into(),
                             data: Bytes::new(),
+                            data_crc: None,
                         }];
                         Box::pin(self.drive_for_peer(fx)).await;
                     }

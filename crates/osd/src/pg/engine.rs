@@ -79,6 +79,9 @@ pub enum Effect {
         msg: Message,
         /// Its data part.
         data: Bytes,
+        /// The data part's crc32c when the store gave it with the data (a
+        /// read from BlockStore): the frame checksum without another pass.
+        data_crc: Option<u32>,
     },
     /// Queue a store transaction; `then` once durable. If the store
     /// refuses it (it checks before it changes anything) the driver
@@ -358,6 +361,7 @@ fn rep_reply(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: String) -> Ef
         }
         .into(),
         data: Bytes::new(),
+        data_crc: None,
     }
 }
 
@@ -373,6 +377,7 @@ pub(super) fn op_error(to: ReplyTo, code: OsdErrorCode, epoch: u32, message: Str
         }
         .into(),
         data: Bytes::new(),
+        data_crc: None,
     }
 }
 
@@ -580,6 +585,7 @@ impl PgCore {
             to,
             msg: reply.into(),
             data: Bytes::new(),
+            data_crc: None,
         }]
     }
 
@@ -738,6 +744,7 @@ impl PgCore {
                     to,
                     msg: push.into(),
                     data,
+                    data_crc: None,
                 }]
             }
             Err(e) => {
@@ -974,6 +981,7 @@ impl PgCore {
                     to,
                     msg: reply.into(),
                     data,
+                    data_crc: None,
                 });
             }
             // Reads that waited for this change see it now.

@@ -259,3 +259,63 @@ fn remove_then_write_in_one_op_recreates() {
     assert_eq!((out.delta, out.version), (delta(0, 0), 0));
     assert_eq!(e.snapshot(), None);
 }
+
+/// A read from a store that gives the crc of what it returns (BlockStore)
+/// passes it on as the reply's checksum; anything else leaves it to be
+/// computed.
+#[test]
+fn a_single_read_passes_on_the_stores_crc() {
+    use shoal_objectstore::BlockStore;
+    use shoal_objectstore::block::fault::{FaultController, MemDevice};
+    let ctl = FaultController::new(0, 0);
+    let (dev, meta) = (
+        MemDevice::new(vec![0u8; 16 << 20], ctl.clone()),
+        MemDevice::new(Vec::new(), ctl),
+    );
+    BlockStore::mkfs_on(dev.clone(), meta.clone()).unwrap();
+    let store = BlockStore::open_on(dev, meta).unwrap();
+    let e = env();
+    let run = |store: &dyn ObjectStore, ops: Vec<(OsdSubOp, Vec<u8>)>| {
+        let data: Vec<u8> = ops.iter().flat_map(|(_, d)| d.clone()).collect();
+        let ops: Vec<OsdSubOp> = ops.into_iter().map(|(o, _)| o).collect();
+        let out = execute(ExecInput {
+            store,
+            coll: e.coll,
+            key: e.key.clone(),
+            ops: &ops,
+            data: Bytes::from(data),
+            new_version: 99,
+            mtime_ms: 1,
+            snaps: Snaps::default(),
+        })
+        .unwrap();
+        store.apply_transaction(out.txn.clone()).unwrap();
+        out
+    };
+    let mut t = Transaction::new();
+    t.create_collection(e.coll);
+    store.apply_transaction(t).unwrap();
+    let object: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    for s in [&store as &dyn ObjectStore, &e.store] {
+        run(s, vec![with_data(OpCode::WriteFull, &object)]);
+    }
+    let crc = |out: &ExecOutcome| {
+        let all: Vec<u8> = out.data.iter().flat_map(|b| b.to_vec()).collect();
+        crc32c::crc32c(&all)
+    };
+    for ops in [
+        vec![sub(OpCode::Read)],
+        vec![at(OpCode::Read, 4095, 70_001)],
+        vec![sub(OpCode::Stat), at(OpCode::Read, 1, 2)],
+        vec![at(OpCode::Read, 1_000_000, 5), at(OpCode::Read, 7, 9)],
+    ] {
+        let out = run(&store, ops.clone());
+        assert_eq!(out.data_crc, Some(crc(&out)), "{ops:?}");
+        assert_eq!(run(&e.store, ops).data_crc, None, "MemStore gives none");
+    }
+    // Two chunks with data: computed by the messenger.
+    let out = run(&store, vec![at(OpCode::Read, 0, 10), at(OpCode::Read, 5, 10)]);
+    assert_eq!(out.data_crc, None);
+    // Nothing read: the crc of no data.
+    assert_eq!(run(&store, vec![sub(OpCode::Stat)]).data_crc, Some(0));
+}

@@ -21,6 +21,7 @@ fn reply(to: ReplyTo, msg: impl Into<shoal_proto::Message>) -> Vec<Effect> {
         to,
         msg: msg.into(),
         data: Bytes::new(),
+        data_crc: None,
     }]
 }
 

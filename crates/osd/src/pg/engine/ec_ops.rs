@@ -220,6 +220,7 @@ impl PgCore {
             }
             .into(),
             data: bytes::Bytes::new(),
+            data_crc: None,
         };
         if msg.epoch < self.interval_start {
             let m = format!(
@@ -242,6 +243,7 @@ impl PgCore {
             to,
             msg: reply.into(),
             data,
+            data_crc: None,
         }]
     }
 }

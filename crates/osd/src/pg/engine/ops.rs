@@ -268,6 +268,7 @@ impl PgCore {
                     to,
                     msg: reply.into(),
                     data: Bytes::new(),
+                    data_crc: None,
                 });
                 return fx;
             }
@@ -372,6 +373,7 @@ impl PgCore {
                 to,
                 msg: reply.into(),
                 data: out,
+                data_crc: outcome.data_crc,
             }];
         }
         OsdCounters::add(&self.counters.write_ops, 1);
@@ -415,6 +417,7 @@ pub(in crate::pg) fn exec_failed(to: ReplyTo, epoch: u32, e: &exec::ExecError) -
         to,
         msg: reply.into(),
         data: Bytes::new(),
+        data_crc: None,
     }
 }
 

@@ -138,6 +138,7 @@ fn rep_answer(to: u64, code: OsdErrorCode, message: &str) -> Effect {
         }
         .into(),
         data: Bytes::new(),
+        data_crc: None,
     }
 }
 
@@ -275,7 +276,8 @@ fn a_query_is_answered_with_our_info_and_log() {
         vec![Effect::Reply {
             to: ReplyTo(9),
             msg: want.into(),
-            data: Bytes::new()
+            data: Bytes::new(),
+            data_crc: None,
         }]
     );
 }
@@ -471,6 +473,7 @@ fn a_pull_is_answered_with_our_copy() {
             to: ReplyTo(8),
             msg: Message::PgPush(p),
             data,
+            ..
         },
     ] = &fx[..]
     else {
@@ -521,6 +524,7 @@ fn answered(v: u64) -> Effect {
         to: ReplyTo(v),
         msg: op_reply(v).into(),
         data: Bytes::from_static(b"out"),
+        data_crc: None,
     }
 }
 
@@ -619,7 +623,8 @@ fn a_resent_op_in_flight_is_answered_with_the_first_as_replayed() {
             Effect::Reply {
                 to: ReplyTo(9),
                 msg: replayed.into(),
-                data: Bytes::new()
+                data: Bytes::new(),
+                data_crc: None,
             },
             Effect::RunWaiting(key()),
         ]
@@ -715,6 +720,7 @@ fn list_reply(fx: Vec<Effect>, to: u64) -> shoal_proto::PgListReply {
                 to: t,
                 msg: Message::PgListReply(r),
                 data,
+                ..
             },
         ] if *t == ReplyTo(to) && data.is_empty() => r.clone(),
         _ => panic!("{fx:?}"),
@@ -974,6 +980,7 @@ fn a_read_waits_for_the_change_in_flight_then_sees_it() {
             to: ReplyTo(2),
             msg: Message::OsdOpReply(r),
             data,
+            ..
         },
     ] = &fx[..]
     else {

@@ -4,7 +4,8 @@
 # STORE=mem), then R2 (4 MiB random reads, 16 in flight) ROUNDS times over
 # those objects; prints each round's MB/s, the OSDs' CPU and the client's
 # CPU per read. With perf present, osd.0 (/tmp/perf.r2.osd.data) and the
-# client (/tmp/perf.r2.client.data) are profiled in the last round.
+# client (/tmp/perf.r2.client.data) are profiled in the last round (PERF=0:
+# never).
 set -euo pipefail
 BIN="$1"; ROUNDS="${2:-3}"; SECS="${3:-15}"; STORE="${4:-block}"
 DIR=$(mktemp -d /tmp/r2-rounds.XXXX)
@@ -21,9 +22,9 @@ for r in $(seq 1 "$ROUNDS"); do
   # The client's CPU: its own /proc entry, read just before it exits.
   "$BIN" --conf "$DIR/shoal.conf" bench -p rbd "$SECS" rand -t 16 --format json > "$DIR/out.json" &
   C=$!
-  if command -v perf >/dev/null && [ "$r" = "$ROUNDS" ]; then
+  if [ "${PERF:-1}" = 1 ] && command -v perf >/dev/null && [ "$r" = "$ROUNDS" ]; then
     (sleep 3; perf record -g -F 499 -p $P0 -o /tmp/perf.r2.osd.data -- sleep 6 >/dev/null 2>&1) &
-    (sleep 3; perf record -g -F 499 -p $C -o /tmp/perf.r2.client.data -- sleep 6 >/dev/null 2>&1) &
+    (sleep 3; perf record --call-graph dwarf,16384 -F 199 -p $C -o /tmp/perf.r2.client.data -- sleep 6 >/dev/null 2>&1) &
   fi
   cc=0
   while kill -0 $C 2>/dev/null; do

@@ -47,12 +47,15 @@ pub(crate) enum ReadFailure {
     Other(Error),
 }
 
+/// A piece of a read's buffer: (offset in the buffer, `Some((first device
+/// block, crcs))` or `None` for a hole, blocks).
+type Piece = (usize, Option<(u64, Vec<u32>)>, usize);
+
 /// Everything a read needs, taken under the lock so the I/O can run without it.
 #[derive(Debug)]
 pub(crate) struct ReadPlan {
-    /// The buffer's pieces, in order and covering it: (offset in the buffer,
-    /// `Some((first device block, crcs))`, or `None` and the blocks of a hole).
-    pieces: Vec<(usize, Option<(u64, Vec<u32>)>, usize)>,
+    /// The buffer's pieces, in order and covering it.
+    pieces: Vec<Piece>,
     /// Overlay contents of the blocks read (deferred, or data not yet on the device).
     overlay: std::collections::HashMap<u64, Bytes>,
     buf_len: usize,

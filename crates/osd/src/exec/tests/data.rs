@@ -314,7 +314,10 @@ fn a_single_read_passes_on_the_stores_crc() {
         assert_eq!(run(&e.store, ops).data_crc, None, "MemStore gives none");
     }
     // Two chunks with data: computed by the messenger.
-    let out = run(&store, vec![at(OpCode::Read, 0, 10), at(OpCode::Read, 5, 10)]);
+    let out = run(
+        &store,
+        vec![at(OpCode::Read, 0, 10), at(OpCode::Read, 5, 10)],
+    );
     assert_eq!(out.data_crc, None);
     // Nothing read: the crc of no data.
     assert_eq!(run(&store, vec![sub(OpCode::Stat)]).data_crc, Some(0));

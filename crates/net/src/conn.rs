@@ -709,15 +709,29 @@ async fn read_loop(
     mut phase: watch::Receiver<Phase>,
 ) -> Result<(), NetError> {
     let inner = &conn.inner;
-    let mut decoder = FrameDecoder::new(inner.config.limits);
+    let mut decoder =
+        FrameDecoder::new(inner.config.limits).with_large_data_from(crate::recv::LARGE_DATA_BYTES);
+    let bad_frame = |source| NetError::Frame {
+        peer: inner.label.clone(),
+        source,
+    };
     loop {
-        loop {
-            let frame = decoder.decode(&mut buf).map_err(|source| NetError::Frame {
-                peer: inner.label.clone(),
-                source,
-            })?;
-            let Some(frame) = frame else { break };
+        while let Some(frame) = decoder.decode(&mut buf).map_err(bad_frame)? {
             on_frame(conn, frame, dispatcher).await?;
+        }
+        if let Some(mut large) = decoder.take_large(&mut buf).map_err(bad_frame)? {
+            let data = tokio::select! {
+                biased;
+                _ = phase.changed() => return Ok(()),
+                d = crate::recv::receive(&mut r, &mut buf, &mut large) => {
+                    d.map_err(|e| inner.closed_error(&format!("read failed: {e}")))?
+                }
+            };
+            let Some(data) = data else {
+                return Err(inner.closed_error("peer closed the connection"));
+            };
+            on_frame(conn, large.finish(data).map_err(bad_frame)?, dispatcher).await?;
+            continue;
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);

@@ -22,6 +22,7 @@ mod error;
 mod handshake;
 mod keyring;
 mod messenger;
+mod recv;
 pub mod runtime;
 mod ticket;
 mod transport;

@@ -235,6 +235,56 @@ const DATA_COPY_BELOW_BYTES: usize = 64 << 10;
 pub struct FrameDecoder {
     limits: FrameLimits,
     pending: Option<FrameHeader>,
+    /// Data parts at least this long are left to [`FrameDecoder::take_large`].
+    large_from: Option<usize>,
+}
+
+/// A frame whose large data part its reader receives itself, into a buffer
+/// of its own, folding each piece into the checksum as it lands (while the
+/// bytes are still in cache) instead of in a pass over the whole part.
+#[derive(Debug)]
+pub struct LargeData {
+    /// The frame's header.
+    pub header: FrameHeader,
+    /// Its control part, checked.
+    pub control: Bytes,
+    crc: u32,
+    got: usize,
+}
+
+impl LargeData {
+    /// Bytes of the data part still to come.
+    pub fn remaining(&self) -> usize {
+        (self.header.data_len as usize).saturating_sub(self.got)
+    }
+
+    /// The next `bytes` of the data part arrived.
+    pub fn landed(&mut self, bytes: &[u8]) {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.got += bytes.len();
+    }
+
+    /// The frame, once every byte `data` holds has [landed](Self::landed)
+    /// and the checksum matches.
+    pub fn finish(self, data: Bytes) -> Result<Frame, FrameError> {
+        if self.got != data.len() || data.len() != self.header.data_len as usize {
+            return Err(FrameError::BadDataCrc {
+                got: self.header.data_crc,
+                computed: data_crc(&data),
+            });
+        }
+        if self.crc != self.header.data_crc {
+            return Err(FrameError::BadDataCrc {
+                got: self.header.data_crc,
+                computed: self.crc,
+            });
+        }
+        Ok(Frame {
+            header: self.header,
+            control: self.control,
+            data,
+        })
+    }
 }
 
 impl FrameDecoder {
@@ -243,7 +293,50 @@ impl FrameDecoder {
         FrameDecoder {
             limits,
             pending: None,
+            large_from: None,
         }
+    }
+
+    /// Leaves frames with a data part of at least `bytes` to
+    /// [`FrameDecoder::take_large`]: [`FrameDecoder::decode`] does not
+    /// reserve room for them nor return them.
+    pub fn with_large_data_from(mut self, bytes: usize) -> Self {
+        self.large_from = Some(bytes);
+        self
+    }
+
+    fn is_large(&self, h: &FrameHeader) -> bool {
+        self.large_from.is_some_and(|m| h.data_len as usize >= m)
+    }
+
+    /// When the next frame has a large data part (see
+    /// [`FrameDecoder::with_large_data_from`]) and its header and control
+    /// part are in `buf`: takes them off `buf`, checks them, and returns the
+    /// frame for its reader to receive the data into; any data bytes already
+    /// in `buf` stay there, first in line. `Ok(None)` otherwise.
+    pub fn take_large(&mut self, buf: &mut BytesMut) -> Result<Option<LargeData>, FrameError> {
+        let Some(header) = self.pending.filter(|h| self.is_large(h)) else {
+            return Ok(None);
+        };
+        if buf.len() < HEADER_LEN + header.control_len as usize {
+            return Ok(None);
+        }
+        self.pending = None;
+        let head = buf.split_to(HEADER_LEN);
+        let control = buf.split_to(header.control_len as usize).freeze();
+        let computed = crc32c::crc32c_append(crc32c::crc32c(&head[..CRC_COVERED]), &control);
+        if computed != header.control_crc {
+            return Err(FrameError::BadControlCrc {
+                got: header.control_crc,
+                computed,
+            });
+        }
+        Ok(Some(LargeData {
+            header,
+            control,
+            crc: 0,
+            got: 0,
+        }))
     }
 
     /// Takes the next complete frame off `buf`, or returns `Ok(None)` when
@@ -260,6 +353,9 @@ impl FrameDecoder {
                 h
             }
         };
+        if self.is_large(&header) {
+            return Ok(None);
+        }
         let total = HEADER_LEN + header.control_len as usize + header.data_len as usize;
         if buf.len() < total {
             buf.reserve(total - buf.len());

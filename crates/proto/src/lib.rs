@@ -14,8 +14,8 @@ mod message;
 mod osd;
 
 pub use frame::{
-    Frame, FrameDecoder, FrameError, FrameFlags, FrameHeader, FrameLimits, HEADER_LEN, MAGIC,
-    PROTOCOL_VERSION, data_crc, encode_frame,
+    Frame, FrameDecoder, FrameError, FrameFlags, FrameHeader, FrameLimits, HEADER_LEN, LargeData,
+    MAGIC, PROTOCOL_VERSION, data_crc, encode_frame,
 };
 pub use message::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, DecodeError, ErrorReply, Hello, MdsPush,

@@ -118,27 +118,34 @@ mod tests {
     use super::*;
     use shoal_proto::{FrameDecoder, FrameFlags, FrameLimits, encode_frame};
 
-    #[tokio::test]
-    async fn a_large_part_lands_in_a_reused_buffer_and_its_checksum_is_checked() {
-        static P: RecvPool = RecvPool {
-            free: Mutex::new(Vec::new()),
-        };
-        let data: Vec<u8> = (0..(1usize << 20) + 7).map(|i| (i % 249) as u8).collect();
-        let frame = encode_frame(7, FrameFlags::default(), 3, b"control", &data);
+    static P: RecvPool = RecvPool {
+        free: Mutex::new(Vec::new()),
+    };
+
+    /// Decodes `frame`, of which the first `arrived` bytes are in the
+    /// buffer and the rest come from the stream, up to `end`.
+    async fn land(frame: &[u8], arrived: usize, end: usize) -> (LargeData, Option<Bytes>) {
         let mut d =
             FrameDecoder::new(FrameLimits::default()).with_large_data_from(LARGE_DATA_BYTES);
-        // The header, control and a little data arrived; the rest is to read.
-        let mut buf = bytes::BytesMut::from(&frame[..100]);
+        let mut buf = bytes::BytesMut::from(&frame[..arrived]);
         assert_eq!(d.decode(&mut buf).unwrap(), None);
-        assert_eq!(buf.len(), 100, "nothing reserved or taken");
+        assert_eq!(buf.len(), arrived, "nothing reserved or taken");
         let mut large = d.take_large(&mut buf).unwrap().unwrap();
-        assert_eq!(&large.control[..], b"control");
-        let mut rest = &frame[100..];
+        let mut rest = &frame[arrived..end];
         let got = receive_with(&P, &mut rest, &mut buf, &mut large)
             .await
-            .unwrap()
             .unwrap();
-        let f = large.finish(got).unwrap();
+        (large, got)
+    }
+
+    #[tokio::test]
+    async fn a_large_part_lands_in_a_reused_buffer_and_its_checksum_is_checked() {
+        let data: Vec<u8> = (0..(1usize << 20) + 7).map(|i| (i % 249) as u8).collect();
+        let frame = encode_frame(7, FrameFlags::default(), 3, b"control", &data);
+        // The header, control and a little data arrived; the rest is to read.
+        let (large, got) = land(&frame, 100, frame.len()).await;
+        assert_eq!(&large.control[..], b"control");
+        let f = large.finish(got.unwrap()).unwrap();
         assert_eq!(&f.data[..], &data[..]);
         assert_eq!(f.header.tid, 3);
         let at = f.data.as_ptr();
@@ -149,27 +156,14 @@ mod tests {
         let mut bad = frame.to_vec();
         let last = bad.len() - 1;
         bad[last] ^= 1;
-        let mut buf = bytes::BytesMut::from(&bad[..200]);
-        assert_eq!(d.decode(&mut buf).unwrap(), None);
-        let mut large = d.take_large(&mut buf).unwrap().unwrap();
-        let mut rest = &bad[200..];
-        let got = receive_with(&P, &mut rest, &mut buf, &mut large)
-            .await
-            .unwrap()
-            .unwrap();
+        let (large, got) = land(&bad, 200, bad.len()).await;
+        let got = got.unwrap();
         assert_eq!(got.as_ptr(), at);
         assert!(matches!(
             large.finish(got),
             Err(shoal_proto::FrameError::BadDataCrc { .. })
         ));
         // A stream that ends early is told apart.
-        let mut buf = bytes::BytesMut::from(&frame[..200]);
-        assert_eq!(d.decode(&mut buf).unwrap(), None);
-        let mut large = d.take_large(&mut buf).unwrap().unwrap();
-        let mut short = &frame[200..5000];
-        let got = receive_with(&P, &mut short, &mut buf, &mut large)
-            .await
-            .unwrap();
-        assert!(got.is_none());
+        assert!(land(&frame, 200, 5000).await.1.is_none());
     }
 }

@@ -344,8 +344,8 @@ struct Exec<'a> {
     txn: Transaction,
     results: Vec<OsdSubOpResult>,
     out: Vec<Bytes>,
-    /// The crc32c of `out` concatenated, when known.
-    out_crc: Option<u32>,
+    /// A chunk of `out` whose crc32c the store gave: (its index, crc).
+    out_crc: Option<(usize, u32)>,
 }
 
 /// The store key holding `input.key` as it was at snapshot
@@ -379,7 +379,7 @@ pub fn execute(input: ExecInput<'_>) -> Result<ExecOutcome, ExecError> {
         txn: Transaction::new(),
         results: Vec::with_capacity(input.ops.len()),
         out: Vec::new(),
-        out_crc: Some(0),
+        out_crc: None,
     };
     if is_mutating(input.ops) {
         x.clone_for_snapshots()?;
@@ -469,8 +469,8 @@ impl Exec<'_> {
             txn: self.txn,
             mutates,
             results: self.results,
+            data_crc: known_crc(&self.out, self.out_crc),
             data: self.out,
-            data_crc: self.out_crc,
             version,
             delta,
         }
@@ -613,20 +613,26 @@ impl Exec<'_> {
 
     /// [`Exec::ok_data`] with the chunk's crc32c when the store gave it.
     fn ok_data_with_crc(&mut self, b: Bytes, crc: Option<u32>) {
-        if !b.is_empty() {
-            // Known only for a single chunk with data: folding several
-            // would cost more than the pass it saves.
-            self.out_crc = if self.out.iter().all(Bytes::is_empty) {
-                crc
-            } else {
-                None
-            };
+        if let Some(c) = crc {
+            self.out_crc = Some((self.out.len(), c));
         }
         self.results.push(OsdSubOpResult {
             data_len: b.len() as u64,
             ..OsdSubOpResult::default()
         });
         self.out.push(b);
+    }
+}
+
+/// The crc32c of `out` concatenated when it needs no pass over the data:
+/// no data at all, or one chunk with data whose crc the store gave
+/// (folding several would cost more than the pass it saves).
+fn known_crc(out: &[Bytes], given: Option<(usize, u32)>) -> Option<u32> {
+    let mut with_data = out.iter().enumerate().filter(|(_, b)| !b.is_empty());
+    match (with_data.next(), with_data.next(), given) {
+        (None, _, _) => Some(0),
+        (Some((i, _)), None, Some((j, c))) if i == j => Some(c),
+        _ => None,
     }
 }
 

@@ -313,12 +313,16 @@ fn a_single_read_passes_on_the_stores_crc() {
         assert_eq!(out.data_crc, Some(crc(&out)), "{ops:?}");
         assert_eq!(run(&e.store, ops).data_crc, None, "MemStore gives none");
     }
-    // Two chunks with data: computed by the messenger.
-    let out = run(
-        &store,
+    // Two chunks with data: computed by the messenger; so is a read with
+    // a sparse read's data beside it, or a sparse read alone.
+    for ops in [
         vec![at(OpCode::Read, 0, 10), at(OpCode::Read, 5, 10)],
-    );
-    assert_eq!(out.data_crc, None);
+        vec![at(OpCode::Read, 0, 10), at(OpCode::SparseRead, 5, 10)],
+        vec![at(OpCode::SparseRead, 5, 10), at(OpCode::Read, 0, 10)],
+        vec![at(OpCode::SparseRead, 5, 10)],
+    ] {
+        assert_eq!(run(&store, ops.clone()).data_crc, None, "{ops:?}");
+    }
     // Nothing read: the crc of no data.
     assert_eq!(run(&store, vec![sub(OpCode::Stat)]).data_crc, Some(0));
 }

@@ -267,13 +267,8 @@ impl LargeData {
     /// The frame, once every byte `data` holds has [landed](Self::landed)
     /// and the checksum matches.
     pub fn finish(self, data: Bytes) -> Result<Frame, FrameError> {
-        if self.got != data.len() || data.len() != self.header.data_len as usize {
-            return Err(FrameError::BadDataCrc {
-                got: self.header.data_crc,
-                computed: data_crc(&data),
-            });
-        }
-        if self.crc != self.header.data_crc {
+        let whole = self.got == data.len() && data.len() == self.header.data_len as usize;
+        if !whole || self.crc != self.header.data_crc {
             return Err(FrameError::BadDataCrc {
                 got: self.header.data_crc,
                 computed: self.crc,

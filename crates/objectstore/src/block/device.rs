@@ -77,6 +77,12 @@ impl AlignedBuf {
     }
 }
 
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} of {})", self.len, self.capacity())
+    }
+}
+
 /// Aligned buffers for large reads, kept for the next read once the data
 /// sent from them is dropped: a fresh 4 MiB buffer costs the allocator's
 /// zeroing (or the kernel's page faults) on every read, more CPU than the
@@ -85,12 +91,6 @@ impl AlignedBuf {
 #[derive(Debug, Default)]
 pub(crate) struct BufPool {
     free: std::sync::Mutex<Vec<AlignedBuf>>,
-}
-
-impl std::fmt::Debug for AlignedBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AlignedBuf({} of {})", self.len, self.capacity())
-    }
 }
 
 impl BufPool {

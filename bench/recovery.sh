@@ -9,7 +9,13 @@
 # With --erasure K+M the pool is erasure coded (K+M+1 OSDs, failure domain
 # the OSD), and the lost OSD held one shard, 1/K of its PGs' data.
 #
-# Usage: bench/recovery.sh [--gib N] [--erasure K+M] [--set KEY=VALUE]...
+# The writer's IOPS during recovery are its per-second figures over the
+# seconds from the kill until every PG is active+clean (whole seconds, at
+# least one). With --no-writer recovery runs alone; with PERF=1 the OSDs
+# are profiled (perf, DWARF stacks) from the kill for PERF_SECS seconds
+# (default 3), the report left in $PERF_OUT (default /tmp/recovery.perf).
+#
+# Usage: bench/recovery.sh [--gib N] [--erasure K+M] [--no-writer] [--set KEY=VALUE]...
 #   SHOAL=path/to/shoal (default target/release/shoal); each --set goes into the
 #   cluster's configuration (e.g. --set osd_max_backfills=4).
 set -euo pipefail
@@ -18,12 +24,14 @@ ROOT="$(cd "$HERE/.." && pwd)"
 GIB=1
 SETS=()
 EC=""
+WRITER=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --gib) GIB="$2"; shift 2 ;;
     --erasure) EC="$2"; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    *) echo "usage: $0 [--gib N] [--erasure K+M] [--set KEY=VALUE]..." >&2; exit 2 ;;
+    --no-writer) WRITER=0; shift ;;
+    *) echo "usage: $0 [--gib N] [--erasure K+M] [--no-writer] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 POOL=rbd OSDS=4 K=1
@@ -41,7 +49,10 @@ trap cleanup EXIT
 
 # Baselines, same run.
 DISK_MBS=$(dd if=/dev/zero of="$OUT/dd.bin" bs=4M count=256 oflag=direct 2>&1 | awk '/copied/{print $(NF-1), $NF}')
-rm -f "$OUT/dd.bin"
+# Recovery reads every byte on one OSD and writes it on another of the same
+# disk: the disk's copy bandwidth (direct reads and writes, 4 MiB) bounds it.
+COPY_MBS=$(dd if="$OUT/dd.bin" of="$OUT/dd2.bin" bs=4M iflag=direct oflag=direct 2>&1 | awk '/copied/{print $(NF-1), $NF}')
+rm -f "$OUT/dd.bin" "$OUT/dd2.bin"
 if command -v iperf3 >/dev/null 2>&1; then
   iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
   sleep 0.5
@@ -82,8 +93,17 @@ before="$(daemon_cpu)"
 kill -KILL "$(cat "$DIR/run/osd.0.pid")"
 "$SHOAL" osd out 0 >/dev/null
 t0=$(date +%s.%N)
-"$SHOAL" bench -p "$POOL" 10 write -b 4096 -t 16 --format json > "$OUT/during.json" 2> "$OUT/during.err" &
-BENCH=$!
+BENCH=""
+if [ "$WRITER" = 1 ]; then
+  # Plain output: one line per second, its sixth column the MB of that second.
+  "$SHOAL" bench -p "$POOL" 20 write -b 4096 -t 16 > "$OUT/during.txt" 2> "$OUT/during.err" &
+  BENCH=$!
+fi
+if [ "${PERF:-0}" = 1 ]; then
+  OSD_PIDS=$(for f in "$DIR"/run/osd.*.pid; do p=$(cat "$f"); [ -d "/proc/$p" ] && echo "$p"; done | paste -sd,)
+  perf record -F "${PERF_HZ:-499}" --call-graph dwarf,16384 -p "$OSD_PIDS" -o "$OUT/perf.data" -- sleep "${PERF_SECS:-3}" >/dev/null 2>&1 &
+  PERFP=$!
+fi
 # When the monitors mark the killed OSD down (its peers report it as soon as
 # its connections reset and a new one is refused).
 (for _ in $(seq 1 200); do
@@ -107,7 +127,12 @@ t1=$(date +%s.%N)
 after="$(daemon_cpu)"
 wait "$DOWNW" 2>/dev/null || true
 tdown=$(cat "$OUT/down_at" 2>/dev/null || echo "$t1")
-if ! wait "$BENCH"; then
+if [ "${PERF:-0}" = 1 ]; then
+  wait "$PERFP" || true
+  perf report -i "$OUT/perf.data" --no-children --percent-limit 0.7 --stdio > "${PERF_OUT:-/tmp/recovery.perf}" 2>/dev/null || true
+  mv "$OUT/perf.data" "${PERF_OUT:-/tmp/recovery.perf}.data"
+fi
+if [ -n "$BENCH" ] && ! wait "$BENCH"; then
   # A write that fails (or times out) through an OSD loss is a bug, not a
   # figure: say so and stop.
   echo "recovery.sh: the 4 KiB writer failed during recovery:" >&2
@@ -116,11 +141,22 @@ if ! wait "$BENCH"; then
 fi
 CPU=$(join <(echo "$before" | sort) <(echo "$after" | sort) | awk '{printf "%s %.1f s, ", $1, $3-$2}')
 
-python3 - "$t0" "$t1" "$BYTES" "$base" "$(cat "$OUT/during.json" 2>/dev/null || echo '{}')" "$DISK_MBS" "$LOOP" "$CPU" "$tdown" <<'EOF'
+python3 - "$t0" "$t1" "$BYTES" "$base" "$OUT/during.txt" "$DISK_MBS" "$LOOP" "$CPU" "$tdown" "$COPY_MBS" <<'EOF'
 import json, sys
 t0, t1, moved = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-base, during = json.loads(sys.argv[4]), json.loads(sys.argv[5] or "{}")
+base = json.loads(sys.argv[4])
 secs = t1 - t0
+# The writer's seconds that overlap the recovery.
+per_s = []
+try:
+    for line in open(sys.argv[5]):
+        f = line.split()
+        if len(f) >= 6 and f[0].isdigit():
+            per_s.append(float(f[5]) * 1e6 / 4096)
+except OSError:
+    pass
+n = max(1, int(secs + 0.999))
+during = sum(per_s[:n]) / len(per_s[:n]) if per_s else None
 print("| figure | value |")
 print("|---|---|")
 print(f"| data on the lost OSD's PGs | {moved/2**20:.0f} MiB |")
@@ -130,8 +166,12 @@ print(f"| of which until the killed OSD is marked down | {tdown - t0:.1f} s |")
 print(f"| recovery throughput | {moved/secs/1e6:.1f} MB/s |")
 print(f"| recovery throughput once it is down | {moved/max(t1 - tdown, 1e-3)/1e6:.1f} MB/s |")
 print(f"| 4 KiB write IOPS before | {base.get('iops', 0):.0f} |")
-print(f"| 4 KiB write IOPS during recovery (10 s from the kill) | {during.get('iops', 0):.0f} |")
+if during is None:
+    print("| 4 KiB write IOPS during recovery | (no writer) |")
+else:
+    print(f"| 4 KiB write IOPS during recovery (its first {n} s from the kill) | {during:.0f} ({during / max(base.get('iops', 1), 1) * 100:.0f} %) |")
 print(f"| raw disk, dd 4 MiB direct writes | {sys.argv[6]} |")
+print(f"| raw disk, dd copy of 1 GiB, 4 MiB direct reads and writes | {sys.argv[10]} |")
 print(f"| loopback TCP, one stream | {sys.argv[7]} |")
 print(f"| daemon CPU during recovery | {sys.argv[8].rstrip(', ')} |")
 EOF

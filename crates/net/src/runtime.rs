@@ -8,7 +8,11 @@
 //! - **Blocking store calls** ([`blocking`], [`offload`]): on a
 //!   multi-threaded runtime they leave the worker thread (`block_in_place`,
 //!   `spawn_blocking`); on a current-thread runtime they run inline, so no
-//!   other thread's timing changes the order of events.
+//!   other thread's timing changes the order of events — unless the
+//!   thread is a daemon's (an OSD's op shard), which says so with
+//!   [`offload_to_blocking_pool`]: its long store calls (a 4 MiB write or
+//!   a recovery read) then go to the blocking pool, and the shard's other
+//!   PGs run meanwhile.
 //! - **Wall-clock time** ([`now_ms`]): the system clock, or, on a thread
 //!   that called [`simulate_wall_clock`], a clock that starts at a fixed
 //!   instant and advances with tokio's (virtual) time.
@@ -37,13 +41,25 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+thread_local! {
+    static TO_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// From now on, on this thread, [`offload`] uses the runtime's blocking
+/// pool even when the runtime is current-thread: for a daemon's threads,
+/// which no simulation replays.
+pub fn offload_to_blocking_pool() {
+    TO_POOL.with(|t| t.set(true));
+}
+
 /// Runs `f` on the blocking pool and waits for it (inline on a
-/// current-thread runtime, where a pool thread would race the simulation).
-/// `Err` if `f` panicked.
+/// current-thread runtime, where a pool thread would race the simulation,
+/// unless this thread called [`offload_to_blocking_pool`]). `Err` if `f`
+/// panicked.
 pub async fn offload<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
-    if multi_threaded() {
+    if multi_threaded() || TO_POOL.with(Cell::get) {
         tokio::task::spawn_blocking(f)
             .await
             .map_err(|e| e.to_string())
@@ -129,6 +145,27 @@ mod tests {
         let b: Vec<Option<u64>> = (0..3).map(|_| simulated_random()).collect();
         assert_eq!(a, b);
         assert!(a[0] != a[1]);
+    }
+
+    #[test]
+    fn a_daemon_thread_offloads_even_on_a_current_thread_runtime() {
+        // A thread of its own: the flag is per thread.
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let here = std::thread::current().id();
+                let inline = offload(move || std::thread::current().id()).await;
+                assert_eq!(inline, Ok(here));
+                offload_to_blocking_pool();
+                let there = offload(move || std::thread::current().id()).await;
+                assert!(there.is_ok_and(|t| t != here));
+                assert!(offload(|| panic!("boom")).await.is_err());
+            });
+        })
+        .join()
+        .expect("the test thread");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,8 +175,15 @@ fn read_data(
     from: u64,
     end: u64,
 ) -> shoal_objectstore::Result<Bytes> {
+    let first = store.read(&coll, key, from, READ_CHUNK.min(end - from))?;
+    if first.is_empty() || first.len() as u64 == end - from {
+        // One read was the whole step: its bytes as the store returned
+        // them (on BlockStore, the buffer the device read into).
+        return Ok(first);
+    }
     let mut data = BytesMut::with_capacity(usize::try_from(end - from).unwrap_or(0));
-    let mut off = from;
+    data.extend_from_slice(&first);
+    let mut off = from + first.len() as u64;
     while off < end {
         let chunk = store.read(&coll, key, off, READ_CHUNK.min(end - off))?;
         if chunk.is_empty() {

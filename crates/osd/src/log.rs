@@ -500,6 +500,10 @@ impl PgLog {
     /// Replaces this log with `entries` and `dups` from an authoritative
     /// member, and persists it. The dups merge with ours (both name old
     /// requests that were applied), the newest `dups_max` kept.
+    ///
+    /// Only what differs is written: a member whose log already is the
+    /// authoritative one (every activation after the first of a recovery)
+    /// writes its info alone, not thousands of entries again.
     pub fn replace(
         &mut self,
         info: PgInfoData,
@@ -510,15 +514,18 @@ impl PgLog {
         txn: &mut Transaction,
     ) {
         let meta = pg_meta_key();
-        let old: Vec<Bytes> = self
+        // What is stored now, by key: an entry's or a dup's encoding, or
+        // `None` for a trimmed entry kept in place as a dup (its stored
+        // value is the entry's encoding, which we no longer hold).
+        let mut stored: HashMap<Bytes, Option<Vec<u8>>> = self
             .entries
             .iter()
-            .map(|e| key(LOG_PREFIX, e.version))
-            .chain(self.dups.iter().map(StoredDup::key))
+            .map(|e| (key(LOG_PREFIX, e.version), Some(e.encode())))
+            .chain(self.dups.iter().map(|d| {
+                let value = (d.prefix == DUP_PREFIX).then(|| d.dup.encode());
+                (d.key(), value)
+            }))
             .collect();
-        if !old.is_empty() {
-            txn.omap_remove_keys(coll, meta.clone(), old);
-        }
         let mut merged: BTreeMap<Version, Dup> = std::mem::take(&mut self.dups)
             .into_iter()
             .map(|d| d.dup)
@@ -544,6 +551,16 @@ impl PgLog {
             self.push_entry(e);
         }
         self.info = info;
+        // Unchanged keys stay as they are; keys no longer in the log go.
+        set.retain(|k, v| match stored.remove(k) {
+            Some(Some(old)) => old != v.as_ref(),
+            _ => true,
+        });
+        if !stored.is_empty() {
+            let mut gone: Vec<Bytes> = stored.into_keys().collect();
+            gone.sort();
+            txn.omap_remove_keys(coll, meta.clone(), gone);
+        }
         set.insert(
             Bytes::from_static(INFO_KEY),
             Bytes::from(self.info.encode()),
@@ -794,6 +811,69 @@ mod tests {
         assert!(reloaded.lookup(&id(104)).is_some() && reloaded.lookup(&id(105)).is_some());
         assert!(reloaded.lookup(&id(103)).is_none());
         assert_eq!(on_disk.len(), 1 + 1 + 2 + 4);
+    }
+
+    #[test]
+    fn replacing_a_log_with_itself_writes_its_info_alone() {
+        let store = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        let limits = LogLimits {
+            entries_max: 4,
+            dups_max: 3,
+        };
+        let mut log = PgLog::default();
+        for v in 1..=9 {
+            log.append(entry(v, 100 + v), limits, c, &mut t);
+        }
+        store.apply_transaction(t).unwrap();
+        let same = |log: &PgLog| {
+            let entries: Vec<LogEntry> = log.entries().cloned().collect();
+            let dups: Vec<Dup> = log.dups().cloned().collect();
+            (log.info, entries, dups)
+        };
+        // The first replace moves the dups kept in place (under their
+        // entries' keys) to dup keys; nothing else changes.
+        let (info, entries, dups) = same(&log);
+        let mut t = Transaction::new();
+        log.replace(info, entries.clone(), dups.clone(), limits, c, &mut t);
+        let (set, rm) = changes(&t);
+        let at = |p, v| key(p, Version { epoch: 3, v });
+        assert_eq!(
+            rm,
+            vec![at(LOG_PREFIX, 3), at(LOG_PREFIX, 4), at(LOG_PREFIX, 5)]
+        );
+        assert_eq!(
+            set,
+            vec![
+                at(DUP_PREFIX, 3),
+                at(DUP_PREFIX, 4),
+                at(DUP_PREFIX, 5),
+                Bytes::from_static(INFO_KEY),
+            ]
+        );
+        store.apply_transaction(t).unwrap();
+        // Again: the info alone.
+        let mut t = Transaction::new();
+        log.replace(info, entries.clone(), dups.clone(), limits, c, &mut t);
+        let (set, rm) = changes(&t);
+        assert_eq!((set, rm), (vec![Bytes::from_static(INFO_KEY)], vec![]));
+        store.apply_transaction(t).unwrap();
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(reloaded.entries().cloned().collect::<Vec<_>>(), entries);
+        assert_eq!(reloaded.dups().cloned().collect::<Vec<_>>(), dups);
+        // One entry differs (a divergent change replaced): that key alone.
+        let mut changed = entries.clone();
+        changed[3].code = 5;
+        let mut t = Transaction::new();
+        log.replace(info, changed.clone(), dups, limits, c, &mut t);
+        let (set, rm) = changes(&t);
+        assert_eq!(rm, Vec::<Bytes>::new());
+        assert_eq!(set, vec![Bytes::from_static(INFO_KEY), at(LOG_PREFIX, 9)]);
+        store.apply_transaction(t).unwrap();
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        assert_eq!(reloaded.entries().cloned().collect::<Vec<_>>(), changed);
     }
 
     #[test]

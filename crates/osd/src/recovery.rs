@@ -104,7 +104,7 @@ pub struct Copier<'a> {
     /// The OSD.
     pub ctx: &'a OsdCtx,
     /// How the PG's data is read and installed.
-    pub backend: &'a dyn PgBackend,
+    pub backend: &'a Arc<dyn PgBackend>,
     /// The PG.
     pub pg: PgId,
     /// Our map epoch, for the peer's checks.
@@ -149,20 +149,26 @@ pub async fn pull_object(
             agrees(push.exists, expect, key, &who)?;
         }
         let last = advance(&mut progress, &push, &who)?;
-        shoal_net::runtime::blocking(|| {
-            let t = backend.install_step(ctx.store.as_ref(), coll, &push, reply.data)?;
+        // Off the shard's thread on a daemon: the install writes the
+        // step's data and, on the last step, waits for its commit.
+        let (store, backend, fence) = (Arc::clone(&ctx.store), Arc::clone(backend), fence.clone());
+        let data = reply.data;
+        shoal_net::runtime::offload(move || {
+            let t = backend.install_step(store.as_ref(), coll, &push, data)?;
             if last {
                 // The last step makes the copy visible: only while the
                 // copy is current, and durable before it counts as
                 // recovered.
                 let _held = fence.hold()?;
-                ctx.store.apply_transaction(t).map_err(|e| e.to_string())
+                store.apply_transaction(t).map_err(|e| e.to_string())
             } else {
                 // Earlier steps are read back from the queue.
-                ctx.store.queue_transaction(t).map_err(|e| e.to_string())?;
+                store.queue_transaction(t).map_err(|e| e.to_string())?;
                 Ok(())
             }
-        })?;
+        })
+        .await
+        .map_err(|panicked| format!("installing a step panicked: {panicked}"))??;
         if last {
             break;
         }
@@ -199,9 +205,20 @@ pub async fn push_object(
     let mut progress = copy::start();
     let mut omap_entries = 0usize;
     loop {
-        let (mut push, data) = shoal_net::runtime::blocking(|| {
-            backend.read_step(ctx.store.as_ref(), coll, key, &progress, limits)
+        // Off the shard's thread on a daemon: a step reads up to
+        // `data_bytes_max` from the device. No client change moves the
+        // object meanwhile: changes to an object being recovered wait.
+        let (store, backend, k, before) = (
+            Arc::clone(&ctx.store),
+            Arc::clone(backend),
+            key.clone(),
+            progress.clone(),
+        );
+        let (mut push, data) = shoal_net::runtime::offload(move || {
+            backend.read_step(store.as_ref(), coll, &k, &before, limits)
         })
+        .await
+        .map_err(|panicked| format!("reading a step panicked: {panicked}"))?
         .map_err(|e| e.to_string())?;
         if progress.first {
             agrees(push.exists, expect, key, &me)?;

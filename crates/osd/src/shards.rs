@@ -42,6 +42,8 @@ impl Shards {
             std::thread::Builder::new()
                 .name(format!("osd.{osd}-shard{i}"))
                 .spawn(move || {
+                    // A daemon's thread: long store calls leave it.
+                    shoal_net::runtime::offload_to_blocking_pool();
                     // Returns when the sender is sent to or dropped; the
                     // runtime's drop then cancels the shard's tasks.
                     let _ = rt.block_on(stopped);

@@ -9,6 +9,10 @@ use shoal_objectstore::Transaction;
 use shoal_proto::{OsdErrorCode, RepOpReply};
 
 use super::engine::{Effect, ReplyTo, Then};
+
+/// Transactions carrying at least this much data are queued off the
+/// shard's thread ([`Pg::apply`]).
+const OFFLOAD_DATA_BYTES: u64 = 256 << 10;
 use super::{Pg, PgEvent};
 use crate::exec::store_error_code;
 
@@ -151,8 +155,15 @@ impl Pg {
                     interval_start,
                 } => self.list_for_backfill(from, lacks, interval_start),
                 Effect::PersistActivation(txn) => {
-                    let r = shoal_net::runtime::blocking(|| self.ctx.store.apply_transaction(txn))
-                        .map_err(|e| e.to_string());
+                    // It waits for its commit: off the shard's thread on a
+                    // daemon, so the shard's other PGs peer meanwhile.
+                    let store = std::sync::Arc::clone(&self.ctx.store);
+                    let r = shoal_net::runtime::offload(move || store.apply_transaction(txn))
+                        .await
+                        .map_err(|panicked| {
+                            format!("persisting the activation panicked: {panicked}")
+                        })
+                        .and_then(|r| r.map_err(|e| e.to_string()));
                     let fx = self.core.activation_persisted(r);
                     Box::pin(self.drive(fx)).await;
                 }
@@ -170,8 +181,24 @@ impl Pg {
     }
 
     /// Queues a transaction; its commit answers or comes back as an event.
+    /// One that carries much data (a 4 MiB write, a pushed object) is
+    /// queued from the blocking pool on a daemon's shard, whose other PGs
+    /// run while its data goes to the device; this PG waits for it, so its
+    /// transactions stay in order.
     async fn apply(&mut self, txn: Transaction, then: Then) {
-        let queued = shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn));
+        let queued = if txn.data_bytes() >= OFFLOAD_DATA_BYTES {
+            let store = std::sync::Arc::clone(&self.ctx.store);
+            shoal_net::runtime::offload(move || store.queue_transaction(txn))
+                .await
+                .unwrap_or_else(|panicked| {
+                    Err(shoal_objectstore::Error::Io {
+                        context: "queueing a transaction".into(),
+                        source: std::io::Error::other(format!("it panicked: {panicked}")),
+                    })
+                })
+        } else {
+            shoal_net::runtime::blocking(|| self.ctx.store.queue_transaction(txn))
+        };
         let ticket = match queued {
             Ok(t) => t,
             Err(e) => {

@@ -1057,7 +1057,7 @@ impl ShardReader {
         sources: &[(i32, u8)],
         expect: Option<bool>,
         fence: &crate::recovery::CopyFence,
-        backend: &dyn PgBackend,
+        backend: &Arc<dyn PgBackend>,
     ) -> (BTreeSet<i32>, Option<String>) {
         if key.snap == ObjectKey::HEAD
             && let Err(e) = Arc::clone(&self)
@@ -1137,7 +1137,7 @@ impl ShardReader {
         targets: &[i32],
         sources: &[(i32, u8)],
         fence: &crate::recovery::CopyFence,
-        backend: &dyn PgBackend,
+        backend: &Arc<dyn PgBackend>,
     ) -> Result<(), String> {
         let c = crate::recovery::Copier {
             ctx: &self.ctx,
@@ -1187,7 +1187,7 @@ impl ShardReader {
         sources: &[(i32, u8)],
         expect: Option<bool>,
         fence: &crate::recovery::CopyFence,
-        backend: &dyn PgBackend,
+        backend: &Arc<dyn PgBackend>,
     ) -> (BTreeSet<i32>, Option<String>) {
         let mut done = BTreeSet::new();
         let layout = self.ec.layout();
@@ -1239,7 +1239,7 @@ impl ShardReader {
             };
             let data = Bytes::from(shards.get_mut(i).and_then(Option::take).unwrap_or_default());
             let r = if t == self.me {
-                self.install_here(&push, data, fence, backend)
+                self.install_here(&push, data, fence, backend).await
             } else {
                 self.push_to(t, &push, data).await
             };
@@ -1280,21 +1280,27 @@ impl ShardReader {
         self.ec.codec.verify(&shards).map_err(|e| e.to_string())
     }
 
-    fn install_here(
+    async fn install_here(
         &self,
         push: &PgPush,
         data: Bytes,
         fence: &crate::recovery::CopyFence,
-        backend: &dyn PgBackend,
+        backend: &Arc<dyn PgBackend>,
     ) -> Result<(), String> {
-        shoal_net::runtime::blocking(|| {
-            let t = backend.install_step(self.ctx.store.as_ref(), self.coll, push, data)?;
+        // It waits for its commit: off the shard's thread on a daemon.
+        let (store, backend, fence) = (
+            Arc::clone(&self.ctx.store),
+            Arc::clone(backend),
+            fence.clone(),
+        );
+        let (coll, push) = (self.coll, push.clone());
+        shoal_net::runtime::offload(move || {
+            let t = backend.install_step(store.as_ref(), coll, &push, data)?;
             let _held = fence.hold()?;
-            self.ctx
-                .store
-                .apply_transaction(t)
-                .map_err(|e| e.to_string())
+            store.apply_transaction(t).map_err(|e| e.to_string())
         })
+        .await
+        .map_err(|panicked| format!("installing a shard panicked: {panicked}"))?
     }
 
     async fn push_to(&self, osd: i32, push: &PgPush, data: Bytes) -> Result<(), String> {
@@ -1395,7 +1401,7 @@ impl super::Pg {
                         &job.sources,
                         job.expect,
                         &fence,
-                        backend.as_ref(),
+                        &backend,
                     )
                     .await
                 }

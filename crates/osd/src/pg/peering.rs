@@ -510,8 +510,9 @@ impl Pg {
         });
     }
 
-    /// Sends each member its activation, one after the other; the outcome
-    /// comes back as [`PgEvent::Activated`].
+    /// Sends each member its activation, all at once (each member's
+    /// pieces in order); the outcome, once every member has answered or
+    /// one has failed, comes back as [`PgEvent::Activated`].
     pub(super) fn send_activations(&self, msgs: Vec<(i32, PgInfo)>, interval_start: u32) {
         let Some(map) = self.core.map.clone() else {
             return;
@@ -519,9 +520,18 @@ impl Pg {
         let ctx = Arc::clone(&self.ctx);
         let events = self.events.clone();
         tokio::spawn(async move {
-            let mut result = Ok(());
+            let mut sends = tokio::task::JoinSet::new();
             for (osd, msg) in msgs {
-                if let Err(e) = send_activation(&ctx, &map, osd, msg).await {
+                let (ctx, map) = (Arc::clone(&ctx), Arc::clone(&map));
+                sends.spawn(async move { send_activation(&ctx, &map, osd, msg).await });
+            }
+            let mut result = Ok(());
+            while let Some(r) = sends.join_next().await {
+                let r = r
+                    .map_err(|e| format!("an activation's send failed: {e}"))
+                    .and_then(|r| r);
+                if let Err(e) = r {
+                    // The others are dropped with the set.
                     result = Err(e);
                     break;
                 }

@@ -195,8 +195,6 @@ impl RecoveryState {
         self.missing_on.is_empty()
     }
 
-    /// Whether an op on `key` must wait: the primary lacks it, or (for a
-    /// change) some acting member does.
     /// The members still lacking `key`.
     pub(crate) fn lacking(&self, key: &ObjectKey) -> Vec<i32> {
         self.missing_on
@@ -205,6 +203,8 @@ impl RecoveryState {
             .unwrap_or_default()
     }
 
+    /// Whether an op on `key` must wait: the primary lacks it, or (for a
+    /// change) some acting member does.
     pub(crate) fn blocks(&self, me: i32, key: &ObjectKey, mutating: bool) -> bool {
         self.missing_on
             .get(key)
@@ -778,7 +778,7 @@ impl ObjectRecovery {
         let conn = self.ctx.peer(&self.map, peer).await?;
         let c = recovery::Copier {
             ctx: &self.ctx,
-            backend: self.backend.as_ref(),
+            backend: &self.backend,
             pg: self.pg,
             epoch: self.map.epoch.0,
             fence: &self.fence,

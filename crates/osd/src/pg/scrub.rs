@@ -271,14 +271,7 @@ impl Pg {
         let fence = recovery::CopyFence::fixed();
         let backend = std::sync::Arc::clone(&self.core.backend);
         let (done, error) = reader
-            .rebuild(
-                &inc.key,
-                &inc.bad,
-                &sources,
-                Some(true),
-                &fence,
-                backend.as_ref(),
-            )
+            .rebuild(&inc.key, &inc.bad, &sources, Some(true), &fence, &backend)
             .await;
         match error {
             Some(e) => Err(e),
@@ -338,7 +331,7 @@ impl Pg {
     fn copier<'a>(&'a self, fence: &'a recovery::CopyFence) -> recovery::Copier<'a> {
         recovery::Copier {
             ctx: &self.ctx,
-            backend: self.core.backend.as_ref(),
+            backend: &self.core.backend,
             pg: self.core.id,
             epoch: self.core.epoch(),
             fence,

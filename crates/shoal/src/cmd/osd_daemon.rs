@@ -300,6 +300,9 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Long store calls (4 MiB writes, recovery reads) leave the shard's
+    // thread for the runtime's blocking pool.
+    shoal_net::runtime::offload_to_blocking_pool();
     rt.block_on(async {
         let osd = Osd::start(opts, store, Arc::new(shoal_net::TcpTransport)).await?;
         eprintln!("{entity} running at {}", osd.addr());

@@ -73,6 +73,18 @@ thread_local! {
     static SIMULATED: Cell<Option<(u64, tokio::time::Instant)>> = const { Cell::new(None) };
 }
 
+/// [`offload`] for work that fails with a message: a panic becomes an
+/// error naming `what`.
+pub async fn offload_try<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    offload(f)
+        .await
+        .map_err(|panicked| format!("{what} panicked: {panicked}"))
+        .and_then(|r| r)
+}
+
 thread_local! {
     static RANDOM: Cell<Option<u64>> = const { Cell::new(None) };
 }
@@ -162,6 +174,8 @@ mod tests {
                 let there = offload(move || std::thread::current().id()).await;
                 assert!(there.is_ok_and(|t| t != here));
                 assert!(offload(|| panic!("boom")).await.is_err());
+                let failed = offload_try::<()>("the work", || panic!("boom")).await;
+                assert!(failed.is_err_and(|e| e.starts_with("the work panicked")));
             });
         })
         .join()

@@ -153,7 +153,7 @@ pub async fn pull_object(
         // step's data and, on the last step, waits for its commit.
         let (store, backend, fence) = (Arc::clone(&ctx.store), Arc::clone(backend), fence.clone());
         let data = reply.data;
-        shoal_net::runtime::offload(move || {
+        shoal_net::runtime::offload_try("installing a step", move || {
             let t = backend.install_step(store.as_ref(), coll, &push, data)?;
             if last {
                 // The last step makes the copy visible: only while the
@@ -167,8 +167,7 @@ pub async fn pull_object(
                 Ok(())
             }
         })
-        .await
-        .map_err(|panicked| format!("installing a step panicked: {panicked}"))??;
+        .await?;
         if last {
             break;
         }
@@ -214,12 +213,12 @@ pub async fn push_object(
             key.clone(),
             progress.clone(),
         );
-        let (mut push, data) = shoal_net::runtime::offload(move || {
-            backend.read_step(store.as_ref(), coll, &k, &before, limits)
+        let (mut push, data) = shoal_net::runtime::offload_try("reading a step", move || {
+            backend
+                .read_step(store.as_ref(), coll, &k, &before, limits)
+                .map_err(|e| e.to_string())
         })
-        .await
-        .map_err(|panicked| format!("reading a step panicked: {panicked}"))?
-        .map_err(|e| e.to_string())?;
+        .await?;
         if progress.first {
             agrees(push.exists, expect, key, &me)?;
         }

@@ -9,12 +9,12 @@ use shoal_objectstore::Transaction;
 use shoal_proto::{OsdErrorCode, RepOpReply};
 
 use super::engine::{Effect, ReplyTo, Then};
+use super::{Pg, PgEvent};
+use crate::exec::store_error_code;
 
 /// Transactions carrying at least this much data are queued off the
 /// shard's thread ([`Pg::apply`]).
 const OFFLOAD_DATA_BYTES: u64 = 256 << 10;
-use super::{Pg, PgEvent};
-use crate::exec::store_error_code;
 
 impl Pg {
     /// Starts peering for the current interval (primary only).
@@ -158,12 +158,11 @@ impl Pg {
                     // It waits for its commit: off the shard's thread on a
                     // daemon, so the shard's other PGs peer meanwhile.
                     let store = std::sync::Arc::clone(&self.ctx.store);
-                    let r = shoal_net::runtime::offload(move || store.apply_transaction(txn))
-                        .await
-                        .map_err(|panicked| {
-                            format!("persisting the activation panicked: {panicked}")
+                    let r =
+                        shoal_net::runtime::offload_try("persisting the activation", move || {
+                            store.apply_transaction(txn).map_err(|e| e.to_string())
                         })
-                        .and_then(|r| r.map_err(|e| e.to_string()));
+                        .await;
                     let fx = self.core.activation_persisted(r);
                     Box::pin(self.drive(fx)).await;
                 }

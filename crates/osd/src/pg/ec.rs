@@ -1294,13 +1294,12 @@ impl ShardReader {
             fence.clone(),
         );
         let (coll, push) = (self.coll, push.clone());
-        shoal_net::runtime::offload(move || {
+        shoal_net::runtime::offload_try("installing a shard", move || {
             let t = backend.install_step(store.as_ref(), coll, &push, data)?;
             let _held = fence.hold()?;
             store.apply_transaction(t).map_err(|e| e.to_string())
         })
         .await
-        .map_err(|panicked| format!("installing a shard panicked: {panicked}"))?
     }
 
     async fn push_to(&self, osd: i32, push: &PgPush, data: Bytes) -> Result<(), String> {

@@ -15,7 +15,13 @@
 # are profiled (perf, DWARF stacks) from the kill for PERF_SECS seconds
 # (default 3), the report left in $PERF_OUT (default /tmp/recovery.perf).
 #
-# Usage: bench/recovery.sh [--gib N] [--erasure K+M] [--no-writer] [--set KEY=VALUE]...
+# With --object-size BYTES the pool is filled with objects of that size
+# (default 4 MiB: --gib N of them), --objects N of them when given: small
+# objects measure what each object costs (a push, a commit, an
+# acknowledgement), not bandwidth.
+#
+# Usage: bench/recovery.sh [--gib N] [--object-size BYTES] [--objects N] [--erasure K+M]
+#        [--no-writer] [--set KEY=VALUE]...
 #   SHOAL=path/to/shoal (default target/release/shoal); each --set goes into the
 #   cluster's configuration (e.g. --set osd_max_backfills=4).
 set -euo pipefail
@@ -25,13 +31,17 @@ GIB=1
 SETS=()
 EC=""
 WRITER=1
+OBJSIZE=$((4 << 20))
+OBJECTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --gib) GIB="$2"; shift 2 ;;
     --erasure) EC="$2"; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
     --no-writer) WRITER=0; shift ;;
-    *) echo "usage: $0 [--gib N] [--erasure K+M] [--no-writer] [--set KEY=VALUE]..." >&2; exit 2 ;;
+    --object-size) OBJSIZE="$2"; shift 2 ;;
+    --objects) OBJECTS="$2"; shift 2 ;;
+    *) echo "usage: $0 [--gib N] [--object-size BYTES] [--objects N] [--erasure K+M] [--no-writer] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 POOL=rbd OSDS=4 K=1
@@ -70,16 +80,17 @@ if [ -n "$EC" ]; then
   "$SHOAL" osd pool set ec allow_ec_overwrites true >/dev/null
   until "$SHOAL" pg stat --format json | python3 -c 'import json,sys; v=json.load(sys.stdin); c=sum(s["num"] for s in v["num_pg_by_state"] if s["name"]=="active+clean"); sys.exit(0 if c==v["num_pgs"] else 1)'; do sleep 0.5; done
 fi
-OBJECTS=$((GIB * 256))
-"$SHOAL" bench -p "$POOL" 3600 write -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
+OBJECTS="${OBJECTS:-$((GIB * 1024 * 1024 * 1024 / OBJSIZE))}"
+"$SHOAL" bench -p "$POOL" 3600 write -b "$OBJSIZE" -t 16 --no-cleanup --max-objects "$OBJECTS" --format json >/dev/null
 
 # What osd.0 holds: the bytes of the PGs it is in (once the primaries
 # have reported the new objects).
 sleep 7   # osd_pg_stats_interval_ms is 5 s
-BYTES=$("$SHOAL" pg dump --format json | python3 -c '
+read -r BYTES MOVED_OBJECTS < <("$SHOAL" pg dump --format json | python3 -c '
 import json,sys
 v=json.load(sys.stdin)
-print(sum(p.get("bytes",0) for p in v["pg_stats"] if 0 in p.get("acting",[])) // '"$K"')')
+pgs=[p for p in v["pg_stats"] if 0 in p.get("acting",[])]
+print(sum(p.get("bytes",0) for p in pgs) // '"$K"', sum(p.get("objects",0) for p in pgs))')
 
 base=$("$SHOAL" bench -p "$POOL" 5 write -b 4096 -t 16 --format json)
 
@@ -141,7 +152,7 @@ if [ -n "$BENCH" ] && ! wait "$BENCH"; then
 fi
 CPU=$(join <(echo "$before" | sort) <(echo "$after" | sort) | awk '{printf "%s %.1f s, ", $1, $3-$2}')
 
-python3 - "$t0" "$t1" "$BYTES" "$base" "$OUT/during.txt" "$DISK_MBS" "$LOOP" "$CPU" "$tdown" "$COPY_MBS" <<'EOF'
+python3 - "$t0" "$t1" "$BYTES" "$base" "$OUT/during.txt" "$DISK_MBS" "$LOOP" "$CPU" "$tdown" "$COPY_MBS" "$MOVED_OBJECTS" "$OBJSIZE" <<'EOF'
 import json, sys
 t0, t1, moved = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 base = json.loads(sys.argv[4])
@@ -159,12 +170,13 @@ n = max(1, int(secs + 0.999))
 during = sum(per_s[:n]) / len(per_s[:n]) if per_s else None
 print("| figure | value |")
 print("|---|---|")
-print(f"| data on the lost OSD's PGs | {moved/2**20:.0f} MiB |")
+objects = int(sys.argv[11])
+print(f"| data on the lost OSD's PGs | {moved/2**20:.0f} MiB, {objects} objects of {int(sys.argv[12])} bytes |")
 tdown = float(sys.argv[9])
 print(f"| time to active+clean after kill + out | {secs:.1f} s |")
 print(f"| of which until the killed OSD is marked down | {tdown - t0:.1f} s |")
 print(f"| recovery throughput | {moved/secs/1e6:.1f} MB/s |")
-print(f"| recovery throughput once it is down | {moved/max(t1 - tdown, 1e-3)/1e6:.1f} MB/s |")
+print(f"| recovery throughput once it is down | {moved/max(t1 - tdown, 1e-3)/1e6:.1f} MB/s, {objects/max(t1 - tdown, 1e-3):.0f} objects/s |")
 print(f"| 4 KiB write IOPS before | {base.get('iops', 0):.0f} |")
 if during is None:
     print("| 4 KiB write IOPS during recovery | (no writer) |")

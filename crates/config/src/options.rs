@@ -247,6 +247,8 @@ options! {
     mon_osd_full_ratio: f64 = 0.95f64;
     /// Objects an OSD recovers at once, per PG and in all (as Ceph's osd_recovery_max_active).
     osd_recovery_max_active: u32 = 3u32;
+    /// Most whole objects one recovery message pushes to a member, installed in one transaction and acknowledged once (replicated pools whose snapshots were never trimmed; each batch also within osd_recovery_max_chunk_bytes of data); 1 pushes every object on its own.
+    osd_recovery_batch_objects: u32 = 64u32;
     /// PGs of an OSD backfilling at once (as Ceph's osd_max_backfills).
     osd_max_backfills: u32 = 1u32;
     /// An erasure-coded read asks one more shard when none of those it asked has answered for this many milliseconds (a slow OSD is read around, as a missing one is); 0 never does.

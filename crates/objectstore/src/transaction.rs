@@ -172,6 +172,12 @@ impl Transaction {
         self
     }
 
+    /// Append every op of `other`, after ours.
+    pub fn append(&mut self, other: Transaction) -> &mut Self {
+        self.ops.extend(other.ops);
+        self
+    }
+
     /// See [`Op::CreateCollection`].
     pub fn create_collection(&mut self, c: CollectionId) -> &mut Self {
         self.push(Op::CreateCollection(c))

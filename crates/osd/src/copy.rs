@@ -97,6 +97,25 @@ pub fn bounds(push: &PgPush) -> (CopyProgress, CopyProgress) {
     )
 }
 
+/// What a step's name, xattrs, omap header and omap entries take in a
+/// control part (with what each entry costs beyond its bytes).
+pub fn control_bytes(push: &PgPush) -> u64 {
+    let entries = push
+        .attrs
+        .iter()
+        .zip(&push.attr_values)
+        .map(|(n, v)| n.len() + v.len())
+        .chain(
+            push.omap_keys
+                .iter()
+                .zip(&push.omap_values)
+                .map(|(k, v)| k.len() + v.len()),
+        )
+        .map(|n| n as u64 + ENTRY_OVERHEAD_BYTES)
+        .sum::<u64>();
+    entries + (push.name.len() + push.omap_header.len()) as u64 + ENTRY_OVERHEAD_BYTES
+}
+
 /// The temporary object a copy of `key` is built in.
 pub fn temp_key(key: &ObjectKey) -> ObjectKey {
     crate::object::hidden_key(TEMP_PREFIX, &[], key)

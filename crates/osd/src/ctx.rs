@@ -26,6 +26,9 @@ pub struct PgConfig {
     /// Objects recovered at once, per PG and per OSD (Ceph's
     /// `osd_recovery_max_active`).
     pub recovery_max_active: usize,
+    /// Most whole objects one recovery message pushes to a member
+    /// (`osd_recovery_batch_objects`; 1: each on its own).
+    pub recovery_batch_objects: usize,
     /// PGs of one OSD backfilling at once (Ceph's `osd_max_backfills`).
     pub max_backfills: usize,
     /// Scheduled scrubs one OSD runs at once as primary (Ceph's
@@ -53,6 +56,7 @@ impl Default for PgConfig {
             list_max: 1024,
             full_ratio: 0.95,
             recovery_max_active: 3,
+            recovery_batch_objects: 64,
             max_backfills: 1,
             max_scrubs: 1,
             copy_limits: crate::copy::StepLimits::default(),

@@ -623,7 +623,9 @@ impl Inner {
                 Some(Arc::new(hook) as Arc<dyn shoal_net::ReplyHook>)
             }
             Message::RepOp(_) | Message::EcRead(_) if from_osd => internal(&perf.subop),
-            Message::PgPush(_) | Message::PgPull(_) if from_osd => internal(&perf.recovery),
+            Message::PgPush(_) | Message::PgPushBatch(_) | Message::PgPull(_) if from_osd => {
+                internal(&perf.recovery)
+            }
             _ => None,
         };
         let responder = match kind {
@@ -637,6 +639,7 @@ impl Inner {
             Message::PgQuery(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgInfo(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPush(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgPushBatch(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPull(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgScrub(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::EcRead(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
@@ -647,6 +650,7 @@ impl Inner {
             | Message::PgQuery(_)
             | Message::PgInfo(_)
             | Message::PgPush(_)
+            | Message::PgPushBatch(_)
             | Message::PgPull(_)
             | Message::EcRead(_)
             | Message::PgScrub(_) => {
@@ -896,6 +900,11 @@ impl Inner {
             Message::PgQuery(msg) => PgEvent::Query { msg, responder },
             Message::PgInfo(msg) => PgEvent::Activate { msg, responder },
             Message::PgPush(msg) => PgEvent::Push {
+                msg,
+                data,
+                responder,
+            },
+            Message::PgPushBatch(msg) => PgEvent::PushBatch {
                 msg,
                 data,
                 responder,

@@ -2,14 +2,15 @@
 //! object from a peer or pushing ours to it, step by bounded step
 //! (`copy.rs`), and listing a PG's objects here or on a peer.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use shoal_maps::{OsdMap, PgId};
 use shoal_net::Connection;
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
-use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush};
+use shoal_proto::{CopyProgress, Message, PgList, PgPull, PgPush, PgPushBatch};
 
 use crate::copy;
 use crate::ctx::{OsdCounters, OsdCtx};
@@ -255,6 +256,188 @@ pub async fn push_object(
     }
     OsdCounters::add(&ctx.counters.recovered, 1);
     Ok(())
+}
+
+/// What became of one object of a recovery job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The object.
+    pub key: ObjectKey,
+    /// The members that now hold it.
+    pub done: BTreeSet<i32>,
+    /// Why the others do not.
+    pub error: Option<String>,
+}
+
+/// Whole objects read and waiting to be pushed together.
+#[derive(Default)]
+struct Batch {
+    /// Each object's place in the job, its copy and its data.
+    entries: Vec<(usize, PgPush, Bytes)>,
+    data_bytes: u64,
+    control_bytes: u64,
+}
+
+/// Pushes `objects` (each with what the log says of it, as for
+/// [`push_object`]) to every member of `dsts`. An object whose copy is one
+/// step goes with others in one [`PgPushBatch`], up to the copy limits'
+/// data and control bytes, which the member installs in one transaction
+/// and acknowledges once; a bigger one is pushed step by step on its own.
+/// For a replicated pool whose snapshots were never trimmed: a member's
+/// clones are then ones we hold too.
+pub async fn push_objects(
+    c: Copier<'_>,
+    dsts: &[(i32, Connection)],
+    objects: &[(ObjectKey, Option<bool>)],
+) -> Vec<Recovered> {
+    let coll = crate::object::collection(c.pg);
+    let limits = c.ctx.cfg.copy_limits;
+    let me = format!("osd.{}", c.ctx.whoami);
+    let mut results: Vec<Recovered> = objects
+        .iter()
+        .map(|(key, _)| Recovered {
+            key: key.clone(),
+            done: BTreeSet::new(),
+            error: None,
+        })
+        .collect();
+    let mut batch = Batch::default();
+    for (i, (key, expect)) in objects.iter().enumerate() {
+        // Off the shard's thread on a daemon, as a push's steps. An object
+        // with clones (a client may send a snapshot context of its own
+        // making) goes on its own, its family first.
+        let (store, backend, k) = (Arc::clone(&c.ctx.store), Arc::clone(c.backend), key.clone());
+        let step = shoal_net::runtime::offload_try("reading a step", move || {
+            let store = store.as_ref();
+            let family = !local_family(store, coll, &k)
+                .map_err(|e| e.to_string())?
+                .is_empty();
+            let (push, data) = backend
+                .read_step(store, coll, &k, &copy::start(), limits)
+                .map_err(|e| e.to_string())?;
+            Ok((push, data, family))
+        })
+        .await
+        .and_then(|(push, data, family)| {
+            agrees(push.exists, *expect, key, &me).map(|()| (push, data, family))
+        });
+        let (push, data, family) = match step {
+            Ok(s) => s,
+            Err(e) => {
+                results[i].error = Some(e);
+                continue;
+            }
+        };
+        let (_, after) = copy::bounds(&push);
+        if family || (push.exists && !copy::is_complete(&after)) {
+            // Bigger than a step, or with clones: on its own.
+            send_batch(c, dsts, &mut batch, &mut results).await;
+            for (osd, conn) in dsts {
+                let alone = async {
+                    if family {
+                        push_family(c, conn, key).await?;
+                    }
+                    push_object(c, conn, key, *expect).await
+                };
+                match alone.await {
+                    Ok(()) => {
+                        results[i].done.insert(*osd);
+                    }
+                    Err(e) => {
+                        results[i]
+                            .error
+                            .get_or_insert(format!("push to osd.{osd}: {e}"));
+                    }
+                }
+            }
+            continue;
+        }
+        let control = copy::control_bytes(&push);
+        let fits = batch.data_bytes + data.len() as u64 <= limits.data_bytes_max
+            && batch.control_bytes + control <= limits.omap_bytes_max;
+        if !fits {
+            send_batch(c, dsts, &mut batch, &mut results).await;
+        }
+        batch.data_bytes += data.len() as u64;
+        batch.control_bytes += control;
+        batch.entries.push((i, push, data));
+    }
+    send_batch(c, dsts, &mut batch, &mut results).await;
+    results
+}
+
+/// Sends the objects gathered in `batch` to every member of `dsts` (one
+/// object as a plain [`PgPush`]) and empties it; each object acknowledged
+/// by a member counts as done there.
+async fn send_batch(
+    c: Copier<'_>,
+    dsts: &[(i32, Connection)],
+    batch: &mut Batch,
+    results: &mut [Recovered],
+) {
+    let Batch { entries, .. } = std::mem::take(batch);
+    if entries.is_empty() {
+        return;
+    }
+    // The copies become visible on the members: only while they are
+    // current.
+    if let Err(e) = c.fence.hold().map(drop) {
+        for (i, _, _) in &entries {
+            results[*i].error.get_or_insert_with(|| e.clone());
+        }
+        return;
+    }
+    let omap_entries = entries.iter().map(|(_, p, _)| p.omap_keys.len()).sum();
+    let timeout = last_step_timeout(c.ctx.cfg.peer_timeout, omap_entries);
+    let places: Vec<usize> = entries.iter().map(|(i, _, _)| *i).collect();
+    let (msg, data): (Message, Bytes) = if entries.len() == 1 {
+        let (_, mut push, data) = entries.into_iter().next().unwrap_or_default();
+        push.pool = c.pg.pool;
+        push.pg_seed = c.pg.seed;
+        push.epoch = c.epoch;
+        (push.into(), data)
+    } else {
+        let total: usize = entries.iter().map(|(_, _, d)| d.len()).sum();
+        let mut data = BytesMut::with_capacity(total);
+        let mut msg = PgPushBatch {
+            pool: c.pg.pool,
+            pg_seed: c.pg.seed,
+            epoch: c.epoch,
+            ..PgPushBatch::default()
+        };
+        for (_, push, d) in entries {
+            data.extend_from_slice(&d);
+            msg.data_lengths.push(d.len() as u64);
+            msg.objects.push(push);
+        }
+        (msg.into(), data.freeze())
+    };
+    for (osd, conn) in dsts {
+        let reply = conn
+            .request_with_timeout(msg.clone(), data.clone(), timeout)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| match r.msg {
+                Message::RepOpReply(r) if r.code == 0 => Ok(()),
+                Message::RepOpReply(r) => Err(r.message),
+                other => Err(format!("answered a push with {:?}", other.msg_type())),
+            });
+        match reply {
+            Ok(()) => {
+                OsdCounters::add(&c.ctx.counters.recovered, places.len() as u64);
+                for i in &places {
+                    results[*i].done.insert(*osd);
+                }
+            }
+            Err(e) => {
+                for i in &places {
+                    results[*i]
+                        .error
+                        .get_or_insert_with(|| format!("push to osd.{osd}: {e}"));
+                }
+            }
+        }
+    }
 }
 
 /// Clones listed per page when syncing an object's family.

@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -418,14 +419,25 @@ async fn miss_writes_then_return(c: &mut Cluster, client: &mut RawClient, n: u64
     client.wait_map(|m| m.is_up(2)).await;
 }
 
+/// Copies osd.2 installed and recovery messages it took so far.
+fn recovered_on_2(c: &Cluster) -> (u64, u64) {
+    let counters = c.osds[&2].0.counters();
+    (
+        counters.recovered.load(Ordering::Relaxed),
+        counters.perf.recovery.ops.load(Ordering::Relaxed),
+    )
+}
+
 /// Reads every object and writes the first half again, while PGs are
-/// degraded; then releases `flag` and checks every copy on osd.2.
+/// degraded; then releases `flag` and checks every copy on osd.2. Returns
+/// the copies osd.2 installed and the recovery messages it took once the
+/// flag was released.
 async fn io_while_degraded_then_release(
     c: &mut Cluster,
     client: &mut RawClient,
     n: u64,
     flag: &str,
-) {
+) -> (u64, u64) {
     for i in 0..n {
         let (r, data) = client
             .op(&format!("o{i}"), 2000 + i, vec![read_all()], Bytes::new())
@@ -437,6 +449,7 @@ async fn io_while_degraded_then_release(
     let stats = pg_stats(c).await;
     let left: u64 = stats.iter().map(|s| s.recovery_left).sum();
     assert!(left > 0, "recovery was not held: {stats:?}");
+    let before = recovered_on_2(c);
     c.command(Command::OsdFlag {
         flag: flag.into(),
         on: false,
@@ -459,6 +472,8 @@ async fn io_while_degraded_then_release(
             "o{i} on osd.2"
         );
     }
+    let after = recovered_on_2(c);
+    (after.0 - before.0, after.1 - before.1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,7 +514,16 @@ async fn an_osd_whose_log_is_too_old_is_backfilled_while_its_pgs_serve_io() {
             })
     })
     .await;
-    io_while_degraded_then_release(&mut c, &mut client, n, "nobackfill").await;
+    let (copies, pushes) =
+        io_while_degraded_then_release(&mut c, &mut client, n, "nobackfill").await;
+    // The backfill pushed small objects several to a message (installed
+    // in one transaction, acknowledged once); the objects written while
+    // osd.2 waited went one by one, each before its write.
+    assert!(copies >= n / 4, "osd.2 installed {copies} copies");
+    assert!(
+        pushes * 2 <= copies,
+        "osd.2 took {pushes} pushes for {copies} copies"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

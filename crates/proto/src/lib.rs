@@ -25,6 +25,7 @@ pub use message::{
 pub use osd::{
     CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdNotify, OsdNotifyReply,
     OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, OsdWatch, OsdWatchReply, PgCommand,
-    PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub, PgScrubMap,
-    RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, WatchNotify, WatchNotifyAck, WatcherInfo,
+    PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgPushBatch, PgQuery, PgScrub,
+    PgScrubMap, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, WatchNotify, WatchNotifyAck,
+    WatcherInfo,
 };

@@ -8,8 +8,8 @@ use prost::Message as _;
 
 pub use crate::osd::{
     EcRead, EcReadReply, OsdNotify, OsdNotifyReply, OsdOp, OsdOpReply, OsdWatch, OsdWatchReply,
-    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgQuery, PgScrub,
-    PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
+    PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgPushBatch, PgQuery,
+    PgScrub, PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -406,6 +406,7 @@ messages! {
     219 => OsdNotifyReply,
     220 => WatchNotify,
     221 => WatchNotifyAck,
+    222 => PgPushBatch,
     300 => MdsRequest,
     301 => MdsReply,
     302 => MdsPush,

@@ -719,6 +719,32 @@ pub struct PgPush {
     pub snap: u64,
 }
 
+/// Recovery: several whole objects (or their absence) pushed to a member in
+/// one message, installed in one transaction and acknowledged once (a
+/// [`RepOpReply`]). Each entry is a [`PgPush`] of a copy in one step; the
+/// data part is their data one after the other, `data_lengths[i]` bytes
+/// for entry `i`. The primary batches small objects this way when
+/// recovering a replicated pool without snapshots.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgPushBatch {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The sender's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The objects, each a copy in one step (their own pool, seed and
+    /// epoch are not read).
+    #[prost(message, repeated, tag = "4")]
+    pub objects: Vec<PgPush>,
+    /// Bytes of the data part that belong to each object, in order.
+    #[prost(uint64, repeated, tag = "5")]
+    pub data_lengths: Vec<u64>,
+}
+
 /// Recovery: the primary asks a member for the next step of a copy of one
 /// object; the answer is a [`PgPush`] (with `exists` false when the member
 /// has none), its `before` equal to `progress`.

@@ -1408,9 +1408,11 @@ impl super::Pg {
             };
             let _ = events.send(super::PgEvent::ObjectRecovered {
                 generation: job.generation,
-                key: job.key,
-                done,
-                error,
+                results: vec![crate::recovery::Recovered {
+                    key: job.key,
+                    done,
+                    error,
+                }],
             });
         });
     }

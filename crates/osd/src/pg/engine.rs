@@ -23,7 +23,7 @@
 //! (`pg/scrub.rs`: commands, the schedule, chunk after chunk, the record;
 //! a chunk's round trips and repairs are I/O the driver awaits).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -31,7 +31,8 @@ use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId, Pool};
 use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
 use shoal_proto::{
-    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
+    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgPushBatch, PgQuery, RepOp,
+    RepOpReply,
 };
 
 use super::State;
@@ -690,13 +691,7 @@ impl PgCore {
     /// Recovery: install one step of the primary's copy of an object.
     pub(super) fn push(&mut self, msg: PgPush, data: Bytes, to: ReplyTo) -> Vec<Effect> {
         let epoch = self.epoch();
-        if msg.epoch < self.interval_start {
-            // A copy from an interval that ended may be older than what
-            // this interval wrote since.
-            let why = format!(
-                "push from epoch {} but pg {} changed in epoch {}",
-                msg.epoch, self.id, self.interval_start
-            );
+        if let Err(why) = self.push_current(msg.epoch) {
             return vec![rep_reply(to, OsdErrorCode::StaleEpoch, epoch, why)];
         }
         match self
@@ -707,9 +702,7 @@ impl PgCore {
                 let (_, after) = copy::bounds(&msg);
                 if !msg.exists || copy::is_complete(&after) {
                     // The transaction takes the object out of the persisted set.
-                    self.missing
-                        .remove(&object::wire_key(msg.hash, &msg.name, msg.snap));
-                    OsdCounters::add(&self.counters.recovered, 1);
+                    self.pushed(&msg);
                 }
                 vec![Effect::Apply {
                     txn,
@@ -721,6 +714,92 @@ impl PgCore {
                 vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e)]
             }
         }
+    }
+
+    /// Recovery: install several whole objects the primary pushed at once,
+    /// in one transaction (all of them or, refused, none).
+    pub(super) fn push_batch(&mut self, msg: PgPushBatch, data: Bytes, to: ReplyTo) -> Vec<Effect> {
+        let epoch = self.epoch();
+        if let Err(why) = self.push_current(msg.epoch) {
+            return vec![rep_reply(to, OsdErrorCode::StaleEpoch, epoch, why)];
+        }
+        match self.install_batch(&msg, data) {
+            Ok(txn) => {
+                for push in &msg.objects {
+                    self.pushed(push);
+                }
+                vec![Effect::Apply {
+                    txn,
+                    then: Then::AckRep { to, epoch },
+                }]
+            }
+            Err(e) => {
+                tracing::debug!(pg = %self.id, "refused a pushed batch: {e}");
+                vec![rep_reply(to, OsdErrorCode::InvalidArgument, epoch, e)]
+            }
+        }
+    }
+
+    /// The transaction that installs every object of a batch.
+    fn install_batch(&self, msg: &PgPushBatch, data: Bytes) -> Result<Transaction, String> {
+        if self.ec.is_some() {
+            return Err("an erasure-coded PG takes no batched pushes".into());
+        }
+        if msg.objects.len() != msg.data_lengths.len() {
+            return Err("push batch: objects and data lengths differ in number".into());
+        }
+        let total = msg
+            .data_lengths
+            .iter()
+            .try_fold(0u64, |a, n| a.checked_add(*n));
+        if total != Some(data.len() as u64) {
+            return Err(format!(
+                "push batch: lengths add up to {total:?}, the data part holds {} bytes",
+                data.len()
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut txn = Transaction::new();
+        let mut at = 0usize;
+        for (push, len) in msg.objects.iter().zip(&msg.data_lengths) {
+            let key = object::wire_key(push.hash, &push.name, push.snap);
+            let (before, after) = copy::bounds(push);
+            if push.exists && !(before.first && copy::is_complete(&after)) {
+                return Err(format!("push batch: {key} is not a whole copy"));
+            }
+            if !seen.insert(key.clone()) {
+                return Err(format!("push batch: {key} twice"));
+            }
+            // `len` fits: the lengths add up to the data part's.
+            let end = at + *len as usize;
+            let part = data.slice(at..end);
+            at = end;
+            let t = self
+                .backend
+                .install_step(self.store.as_ref(), self.coll, push, part)?;
+            txn.append(t);
+        }
+        Ok(txn)
+    }
+
+    /// A push from epoch `sent` may be installed: a copy from an interval
+    /// that ended may be older than what this interval wrote since.
+    fn push_current(&self, sent: u32) -> Result<(), String> {
+        if sent < self.interval_start {
+            return Err(format!(
+                "push from epoch {sent} but pg {} changed in epoch {}",
+                self.id, self.interval_start
+            ));
+        }
+        Ok(())
+    }
+
+    /// The last step of `push` is being installed: the object leaves the
+    /// missing set (its transaction takes it out of the persisted one).
+    fn pushed(&mut self, push: &PgPush) {
+        self.missing
+            .remove(&object::wire_key(push.hash, &push.name, push.snap));
+        OsdCounters::add(&self.counters.recovered, 1);
     }
 
     /// Recovery: send the next step of our copy of an object to the primary.

@@ -124,6 +124,15 @@ pub enum PgEvent {
         /// Where the ack goes.
         responder: Responder,
     },
+    /// Recovery: several whole objects pushed by the primary at once.
+    PushBatch {
+        /// The message.
+        msg: shoal_proto::PgPushBatch,
+        /// The objects' data, one after the other.
+        data: Bytes,
+        /// Where the ack goes.
+        responder: Responder,
+    },
     /// Recovery: the primary wants our copy of an object.
     Pull {
         /// The message.
@@ -145,16 +154,13 @@ pub enum PgEvent {
         /// The outcome.
         result: Result<(), String>,
     },
-    /// One object was recovered (for the members in `done`).
+    /// An object recovery job ended: each of its objects recovered for
+    /// some members.
     ObjectRecovered {
         /// The recovery it belongs to.
         generation: u64,
-        /// The object.
-        key: shoal_objectstore::ObjectKey,
-        /// The members that now hold it.
-        done: std::collections::BTreeSet<i32>,
-        /// Why the others do not.
-        error: Option<String>,
+        /// What became of each object of the job.
+        results: Vec<crate::recovery::Recovered>,
     },
     /// The monitors' answer: the PG's past intervals.
     PastIntervals {
@@ -550,6 +556,15 @@ impl Pg {
                 let fx = self.step(|core| core.push(msg, data, to));
                 self.drive_for_peer(fx).await
             }
+            PgEvent::PushBatch {
+                msg,
+                data,
+                responder,
+            } => {
+                let to = self.token(responder);
+                let fx = self.step(|core| core.push_batch(msg, data, to));
+                self.drive_for_peer(fx).await
+            }
             PgEvent::Pull { msg, responder } => {
                 let to = self.token(responder);
                 let fx = self.step(|core| core.pull(msg, to));
@@ -571,11 +586,9 @@ impl Pg {
             }
             PgEvent::ObjectRecovered {
                 generation,
-                key,
-                done,
-                error,
+                results,
             } => {
-                let fx = self.core.object_recovered(generation, key, done, error);
+                let fx = self.core.objects_recovered(generation, results);
                 self.drive(fx).await
             }
             PgEvent::RecoveryRetry { generation } => {

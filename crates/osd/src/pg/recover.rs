@@ -30,7 +30,7 @@ use super::engine::{Effect, PgCore};
 use super::{Pg, PgEvent};
 use crate::ctx::OsdCtx;
 use crate::missing::MissingSet;
-use crate::recovery;
+use crate::recovery::{self, Recovered};
 
 /// How long a failed object recovery waits before it is tried again the
 /// first time; the delay doubles with each failure after that.
@@ -131,6 +131,8 @@ pub(crate) struct RecoveryState {
     backfill: BTreeSet<i32>,
     /// Objects being recovered now.
     active: BTreeSet<ObjectKey>,
+    /// Recovery jobs in flight (each of one object, or of a batch).
+    jobs: usize,
     /// Objects an op waits for: recovered first.
     pub(super) urgent: VecDeque<ObjectKey>,
     /// Objects whose recovery failed, and when they are tried again.
@@ -180,6 +182,7 @@ impl RecoveryState {
             },
             backfill,
             active: BTreeSet::new(),
+            jobs: 0,
             urgent: VecDeque::new(),
             deferred: BTreeMap::new(),
             failures: BTreeMap::new(),
@@ -352,6 +355,40 @@ impl RecoveryState {
         }
         found
     }
+
+    /// The objects after `first`, in order, that a job pushing `first` to
+    /// `targets` may push with it: each lacked by exactly those of its
+    /// members that may be recovered now, the primary not among them; at
+    /// most `max`, stopping at the first that differs. Moves the cursor
+    /// past them.
+    fn batch_after(
+        &mut self,
+        first: &ObjectKey,
+        targets: &BTreeSet<i32>,
+        me: i32,
+        hold: Hold,
+        max: usize,
+    ) -> Vec<ObjectKey> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut out = Vec::new();
+        for (k, on) in self.missing_on.range((Excluded(first.clone()), Unbounded)) {
+            if out.len() >= max {
+                break;
+            }
+            if self.active.contains(k) || self.deferred.contains_key(k) || self.unfound.contains(k)
+            {
+                continue;
+            }
+            if on.contains(&me) || k.snap != ObjectKey::HEAD || self.targets(on, hold) != *targets {
+                break;
+            }
+            out.push(k.clone());
+        }
+        if let Some(k) = out.last() {
+            self.cursor = Some(k.clone());
+        }
+        out
+    }
 }
 
 impl PgCore {
@@ -416,7 +453,7 @@ impl PgCore {
             let Some(rs) = self.recovery.as_mut() else {
                 return fx;
             };
-            if rs.active.len() >= max {
+            if rs.jobs >= max {
                 return fx;
             }
             let Some((key, targets, urgent)) = rs.next(hold) else {
@@ -465,39 +502,61 @@ impl PgCore {
                 None
             };
             let pull_from = pull_from.filter(|_| targets.contains(&me));
+            // Small objects pushed with others, in one message and one
+            // commit each batch: a replicated pool without snapshots (no
+            // member holds clones we trimmed; an object with clones of a
+            // client's own snapshot context still goes on its own), the
+            // same targets, nothing to pull.
+            let batch_max = self.cfg.recovery_batch_objects.max(1);
+            let batched = batch_max > 1
+                && !urgent
+                && pull_from.is_none()
+                && !targets.contains(&me)
+                && key.snap == ObjectKey::HEAD
+                && self.ec.is_none()
+                && map
+                    .pool(self.id.pool)
+                    .is_some_and(|p| p.snap_seq == 0 && p.removed_snaps.is_empty());
+            let more = match batched {
+                true => rs.batch_after(&key, &targets, me, hold, batch_max - 1),
+                false => Vec::new(),
+            };
             rs.active.insert(key.clone());
-            // What the log says of the object, when it still names it.
-            let expect = self
-                .log
-                .entries()
-                .rev()
-                .find(|e| e.key == key)
-                .map(|e| e.op == crate::log::LogOp::Modify);
+            rs.active.extend(more.iter().cloned());
+            rs.jobs += 1;
+            let expect = expected(&self.log, std::iter::once(&key).chain(&more));
             let sources = ec_sources.unwrap_or_default();
             fx.push(Effect::RecoverObject(ObjectJob {
                 generation: rs.generation,
+                expect: expect.get(&key).copied(),
+                batch: more
+                    .into_iter()
+                    .map(|k| {
+                        let e = expect.get(&k).copied();
+                        (k, e)
+                    })
+                    .collect(),
                 key,
                 pull_from,
                 push_to: targets.into_iter().filter(|o| *o != me).collect(),
-                expect,
                 throttled: !urgent,
                 sources,
             }));
         }
     }
 
-    /// An object recovery ended: `done` lists the members that now hold
-    /// the object.
-    pub(super) fn object_recovered(
+    /// A recovery job ended: each result lists the members that now hold
+    /// its object.
+    pub(super) fn objects_recovered(
         &mut self,
         generation: u64,
-        key: ObjectKey,
-        done: BTreeSet<i32>,
-        error: Option<String>,
+        results: Vec<Recovered>,
     ) -> Vec<Effect> {
         // Our copy is in the store whichever recovery made it.
-        if done.contains(&self.whoami) {
-            self.missing.remove(&key);
+        for r in &results {
+            if r.done.contains(&self.whoami) {
+                self.missing.remove(&r.key);
+            }
         }
         let now = (self.now)();
         let Some(rs) = self
@@ -508,31 +567,36 @@ impl PgCore {
             return Vec::new();
         };
         let mut fx = Vec::new();
-        rs.active.remove(&key);
-        rs.progress.add(done.len() as u64);
-        let mut complete = false;
-        if let Some(on) = rs.missing_on.get_mut(&key) {
-            on.retain(|o| !done.contains(o));
-            if on.is_empty() {
-                rs.missing_on.remove(&key);
-                complete = true;
+        let mut completed = Vec::new();
+        rs.jobs = rs.jobs.saturating_sub(1);
+        for Recovered { key, done, error } in results {
+            rs.active.remove(&key);
+            rs.progress.add(done.len() as u64);
+            let mut complete = false;
+            if let Some(on) = rs.missing_on.get_mut(&key) {
+                on.retain(|o| !done.contains(o));
+                if on.is_empty() {
+                    rs.missing_on.remove(&key);
+                    complete = true;
+                }
             }
-        }
-        if let Some(e) = error {
-            let (delay, log) = rs.failed(&key, e.clone(), now);
-            let object = String::from_utf8_lossy(&key.name).replace('\0', "/");
-            if log {
-                tracing::warn!(pg = %self.id, object, retry_in_ms = delay.as_millis() as u64,
-                    "recovery of an object failed: {e}");
+            if let Some(e) = error {
+                let (delay, log) = rs.failed(&key, e.clone(), now);
+                let object = String::from_utf8_lossy(&key.name).replace('\0', "/");
+                if log {
+                    tracing::warn!(pg = %self.id, object, retry_in_ms = delay.as_millis() as u64,
+                        "recovery of an object failed: {e}");
+                    fx.push(Effect::StatsChanged);
+                } else {
+                    tracing::debug!(pg = %self.id, object, "recovery of an object failed again: {e}");
+                }
+                fx.push(Effect::RecoveryRetryAfter { delay, generation });
+            } else if let Some(f) = rs.failures.remove(&key) {
+                tracing::info!(pg = %self.id, object = ?key, attempts = f.attempts,
+                    "recovered an object after failed tries");
                 fx.push(Effect::StatsChanged);
-            } else {
-                tracing::debug!(pg = %self.id, object, "recovery of an object failed again: {e}");
             }
-            fx.push(Effect::RecoveryRetryAfter { delay, generation });
-        } else if let Some(f) = rs.failures.remove(&key) {
-            tracing::info!(pg = %self.id, object = ?key, attempts = f.attempts,
-                "recovered an object after failed tries");
-            fx.push(Effect::StatsChanged);
+            completed.push((key, complete));
         }
         if rs.is_done() {
             tracing::debug!(pg = %self.id, "recovered: clean");
@@ -541,11 +605,25 @@ impl PgCore {
             fx.push(Effect::StatsChanged);
             fx.extend(self.clean());
         }
-        if complete || !self.missing.contains(&key) {
-            fx.push(Effect::RunWaiting(key));
+        for (key, complete) in completed {
+            if complete || !self.missing.contains(&key) {
+                fx.push(Effect::RunWaiting(key));
+            }
         }
         fx.push(Effect::PumpRecovery);
         fx
+    }
+
+    /// One object's recovery ended (a job of one object).
+    #[cfg(test)]
+    pub(super) fn object_recovered(
+        &mut self,
+        generation: u64,
+        key: ObjectKey,
+        done: BTreeSet<i32>,
+        error: Option<String>,
+    ) -> Vec<Effect> {
+        self.objects_recovered(generation, vec![Recovered { key, done, error }])
     }
 
     /// A new map in the same interval: flags may have changed.
@@ -631,6 +709,22 @@ fn ec_sources(
     out
 }
 
+/// What the log says of each of `keys` it still names: whether its newest
+/// change wrote it (`true`) or deleted it.
+fn expected<'a>(
+    log: &crate::log::PgLog,
+    keys: impl Iterator<Item = &'a ObjectKey>,
+) -> BTreeMap<ObjectKey, bool> {
+    let keys: BTreeSet<&ObjectKey> = keys.collect();
+    let mut out = BTreeMap::new();
+    for e in log.entries() {
+        if keys.contains(&e.key) {
+            out.insert(e.key.clone(), e.op == crate::log::LogOp::Modify);
+        }
+    }
+    out
+}
+
 /// One object to recover: what the driver's task needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectJob {
@@ -645,6 +739,10 @@ pub struct ObjectJob {
     /// Whether the log says the object exists (checked against every copy
     /// moved).
     pub expect: Option<bool>,
+    /// Further objects pushed with `key` to the same members, in batches
+    /// (each with its `expect`); empty but for a replicated pool without
+    /// snapshots.
+    pub batch: Vec<(ObjectKey, Option<bool>)>,
     /// Takes one of the OSD's recovery slots (an object an op waits for
     /// does not wait for a slot).
     pub throttled: bool,
@@ -685,6 +783,7 @@ impl Pg {
             map,
             pg: self.core.id,
             key: job.key,
+            batch: job.batch,
             pull_from: job.pull_from,
             push_to: job.push_to,
             throttled: job.throttled,
@@ -694,13 +793,10 @@ impl Pg {
         let events = self.events.clone();
         let generation = job.generation;
         tokio::spawn(async move {
-            let key = task.key.clone();
-            let (done, error) = task.run(me).await;
+            let results = task.run(me).await;
             let _ = events.send(PgEvent::ObjectRecovered {
                 generation,
-                key,
-                done,
-                error,
+                results,
             });
         });
     }
@@ -730,6 +826,8 @@ struct ObjectRecovery {
     map: Arc<OsdMap>,
     pg: PgId,
     key: ObjectKey,
+    /// Further objects pushed with it, in batches (see [`ObjectJob`]).
+    batch: Vec<(ObjectKey, Option<bool>)>,
     /// The primary lacks the object: pull it from this member first.
     pull_from: Option<i32>,
     /// Replicas that lack it.
@@ -747,8 +845,7 @@ struct ObjectRecovery {
 }
 
 impl ObjectRecovery {
-    async fn run(self, me: i32) -> (BTreeSet<i32>, Option<String>) {
-        let mut done = BTreeSet::new();
+    async fn run(self, me: i32) -> Vec<Recovered> {
         let _permit = if self.throttled {
             Arc::clone(&self.ctx.recovery_slots)
                 .acquire_owned()
@@ -757,6 +854,53 @@ impl ObjectRecovery {
         } else {
             None
         };
+        if !self.batch.is_empty() {
+            return self.run_batch().await;
+        }
+        let (done, error) = self.run_one(me).await;
+        vec![Recovered {
+            key: self.key.clone(),
+            done,
+            error,
+        }]
+    }
+
+    /// Pushes the job's objects to every member lacking them, small ones
+    /// several to a message.
+    async fn run_batch(&self) -> Vec<Recovered> {
+        let c = recovery::Copier {
+            ctx: &self.ctx,
+            backend: &self.backend,
+            pg: self.pg,
+            epoch: self.map.epoch.0,
+            fence: &self.fence,
+        };
+        let mut conns = Vec::new();
+        let mut unreachable = Vec::new();
+        for osd in &self.push_to {
+            match self.ctx.peer(&self.map, *osd).await {
+                Ok(conn) => conns.push((*osd, conn)),
+                Err(e) => unreachable.push(format!("push to osd.{osd}: {e}")),
+            }
+        }
+        let objects: Vec<(ObjectKey, Option<bool>)> =
+            std::iter::once((self.key.clone(), self.expect))
+                .chain(self.batch.iter().cloned())
+                .collect();
+        let mut results = recovery::push_objects(c, &conns, &objects).await;
+        if !unreachable.is_empty() {
+            let why = unreachable.join("; ");
+            for r in &mut results {
+                r.error.get_or_insert_with(|| why.clone());
+            }
+        }
+        results
+    }
+
+    /// Recovers the job's one object: pulled first when the primary lacks
+    /// it, then pushed to each member lacking it.
+    async fn run_one(&self, me: i32) -> (BTreeSet<i32>, Option<String>) {
+        let mut done = BTreeSet::new();
         // The primary first: it is the source of every push after.
         let steps = self
             .pull_from

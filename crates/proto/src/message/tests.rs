@@ -166,6 +166,25 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 })
             }
         ),
+        (any::<u64>(), bytes32(), any::<u64>()).prop_map(|(pool, name, len)| {
+            Message::PgPushBatch(PgPushBatch {
+                pool,
+                objects: vec![
+                    PgPush {
+                        name: name.clone(),
+                        exists: true,
+                        object_size: len,
+                        ..PgPush::default()
+                    },
+                    PgPush {
+                        name,
+                        ..PgPush::default()
+                    },
+                ],
+                data_lengths: vec![len, 0],
+                ..PgPushBatch::default()
+            })
+        }),
         (any::<u32>(), bytes32(), any::<u32>()).prop_map(|(cursor_hash, cursor_name, max)| {
             Message::PgList(PgList {
                 cursor_hash,
@@ -378,6 +397,7 @@ fn an_osd_refusal_is_the_requests_own_reply_type() {
         (EcRead::default().into(), MessageType::EcReadReply),
         (RepOp::default().into(), MessageType::RepOpReply),
         (PgPush::default().into(), MessageType::RepOpReply),
+        (PgPushBatch::default().into(), MessageType::RepOpReply),
     ];
     for (req, ty) in requests {
         let reply = req.osd_refusal(11, "no such pool".into(), 7);

@@ -275,6 +275,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
             list_max: 1024,
             full_ratio: f64::from(o.osd_full_ratio_pct.min(100)) / 100.0,
             recovery_max_active: o.osd_recovery_max_active.max(1) as usize,
+            recovery_batch_objects: o.osd_recovery_batch_objects.max(1) as usize,
             max_backfills: o.osd_max_backfills.max(1) as usize,
             max_scrubs: o.osd_max_scrubs as usize,
             copy_limits: shoal_osd::copy::StepLimits {

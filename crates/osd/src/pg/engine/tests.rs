@@ -7,7 +7,8 @@ use bytes::Bytes;
 use shoal_maps::{OsdMap, PgId};
 use shoal_objectstore::{MemStore, ObjectKey, ObjectStore, Transaction};
 use shoal_proto::{
-    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgQuery, RepOp, RepOpReply,
+    Message, OsdErrorCode, OsdOpReply, PgInfo, PgPull, PgPush, PgPushBatch, PgQuery, RepOp,
+    RepOpReply,
 };
 
 use super::{Effect, NewChange, PgCore, ReplyTo, Then};
@@ -27,7 +28,11 @@ const START: u32 = 8;
 /// A member of PG 1.0 with acting set `acting`, in epoch [`EPOCH`], over
 /// an empty in-memory store holding the PG's collection.
 fn member(whoami: i32, acting: &[i32]) -> PgCore {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemStore::new(1 << 30));
+    member_on(whoami, acting, Arc::new(MemStore::new(1 << 30)))
+}
+
+/// [`member`] over `store`.
+fn member_on(whoami: i32, acting: &[i32], store: Arc<dyn ObjectStore>) -> PgCore {
     let coll = collection(PG);
     let mut t = Transaction::new();
     t.create_collection(coll);
@@ -452,6 +457,322 @@ fn a_push_from_an_older_interval_is_refused() {
             "push from epoch 7 but pg 1.0 changed in epoch 8"
         )]
     );
+}
+
+/// Whole copies of objects 100, 101, ... (`n` of them, "data of I" each)
+/// and of object 200, which the source lacks.
+fn source_copies(n: u32) -> Vec<(ObjectKey, PgPush, Bytes)> {
+    let src = member(1, &[1, 2, 3]);
+    let keys: Vec<ObjectKey> = (0..n).map(|i| obj(100 + i)).chain([obj(200)]).collect();
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            if k != obj(200) {
+                let mut t = Transaction::new();
+                t.write(src.coll, k.clone(), 0, Bytes::from(format!("data of {i}")));
+                src.store.apply_transaction(t).unwrap();
+            }
+            let (mut push, data) = src
+                .backend
+                .read_step(
+                    src.store.as_ref(),
+                    src.coll,
+                    &k,
+                    &crate::copy::start(),
+                    src.cfg.copy_limits,
+                )
+                .unwrap();
+            push.epoch = EPOCH;
+            (k, push, data)
+        })
+        .collect()
+}
+
+fn batch_of(copies: &[(ObjectKey, PgPush, Bytes)]) -> (PgPushBatch, Bytes) {
+    let mut data = Vec::new();
+    let msg = PgPushBatch {
+        pool: PG.pool,
+        pg_seed: PG.seed,
+        epoch: EPOCH,
+        objects: copies.iter().map(|(_, p, _)| p.clone()).collect(),
+        data_lengths: copies
+            .iter()
+            .map(|(_, _, d)| {
+                data.extend_from_slice(d);
+                d.len() as u64
+            })
+            .collect(),
+    };
+    (msg, Bytes::from(data))
+}
+
+/// Replica osd.2 lacking every object of `copies`, holding an old object 200.
+fn lacking(copies: &[(ObjectKey, PgPush, Bytes)]) -> PgCore {
+    let mut r = member(2, &[1, 2, 3]);
+    let mut t = Transaction::new();
+    t.write(r.coll, obj(200), 0, Bytes::from_static(b"deleted since"));
+    let v = Version { epoch: EPOCH, v: 1 };
+    let set = MissingSet::from_map(copies.iter().map(|(k, _, _)| (k.clone(), v)).collect());
+    r.missing.replace(set, r.coll, &mut t);
+    r.store.apply_transaction(t).unwrap();
+    assert_eq!(
+        persisted_missing(r.store.as_ref()).objects().len(),
+        copies.len()
+    );
+    r
+}
+
+fn persisted_missing(store: &dyn ObjectStore) -> MissingSet {
+    let omap = store
+        .omap_range(
+            &collection(PG),
+            &crate::object::pg_meta_key(),
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            1 << 20,
+        )
+        .unwrap();
+    MissingSet::load(&omap.into_iter().collect()).unwrap()
+}
+
+#[test]
+fn a_pushed_batch_is_installed_in_one_transaction_and_leaves_the_missing_set() {
+    let copies = source_copies(3);
+    let mut r = lacking(&copies);
+    let (msg, data) = batch_of(&copies);
+    let fx = r.push_batch(msg, data, ReplyTo(3));
+    let [
+        Effect::Apply {
+            then: Then::AckRep { to: ReplyTo(3), .. },
+            ..
+        },
+    ] = &fx[..]
+    else {
+        panic!("{fx:?}")
+    };
+    assert!(r.missing.is_empty());
+    run_applies(&r, &fx);
+    for i in 0..3 {
+        let got = r.store.read(&r.coll, &obj(100 + i), 0, 100).unwrap();
+        assert_eq!(got, format!("data of {i}").as_bytes());
+    }
+    assert!(
+        !r.store.exists(&r.coll, &obj(200)).unwrap(),
+        "the source's deletion"
+    );
+    // The persisted missing set is emptied by the same transaction.
+    let persisted = persisted_missing(r.store.as_ref());
+    assert!(persisted.is_empty(), "{persisted:?}");
+}
+
+#[test]
+fn a_damaged_or_stale_batch_is_refused_whole() {
+    let copies = source_copies(2);
+    let refused = |msg: PgPushBatch, data: Bytes, code: OsdErrorCode, why: &str| {
+        let mut r = lacking(&copies);
+        let fx = r.push_batch(msg, data, ReplyTo(1));
+        let [
+            Effect::Reply {
+                msg: Message::RepOpReply(m),
+                ..
+            },
+        ] = &fx[..]
+        else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(m.code, code as u32, "{m:?}");
+        assert!(m.message.contains(why), "{m:?}");
+        assert_eq!(
+            r.missing.objects().len(),
+            copies.len(),
+            "nothing leaves the missing set"
+        );
+        assert!(
+            r.store.exists(&r.coll, &obj(200)).unwrap(),
+            "nothing installed"
+        );
+    };
+    let (msg, data) = batch_of(&copies);
+    refused(
+        msg.clone(),
+        data.slice(1..),
+        OsdErrorCode::InvalidArgument,
+        "lengths add up to",
+    );
+    let mut short = msg.clone();
+    short.data_lengths.pop();
+    refused(
+        short,
+        data.clone(),
+        OsdErrorCode::InvalidArgument,
+        "differ in number",
+    );
+    let mut overflow = msg.clone();
+    overflow.data_lengths[0] = u64::MAX;
+    refused(
+        overflow,
+        data.clone(),
+        OsdErrorCode::InvalidArgument,
+        "lengths add up to",
+    );
+    let mut twice = msg.clone();
+    twice.objects[1] = twice.objects[0].clone();
+    twice.data_lengths[1] = twice.data_lengths[0];
+    let d = Bytes::from([&data[..twice.data_lengths[0] as usize]; 2].concat());
+    let mut d2 = d.to_vec();
+    d2.extend_from_slice(&data[(msg.data_lengths[0] + msg.data_lengths[1]) as usize..]);
+    refused(
+        twice,
+        Bytes::from(d2),
+        OsdErrorCode::InvalidArgument,
+        "twice",
+    );
+    let mut partial = msg.clone();
+    partial.objects[0].after.as_mut().unwrap().data_complete = false;
+    refused(
+        partial,
+        data.clone(),
+        OsdErrorCode::InvalidArgument,
+        "not a whole copy",
+    );
+    let mut stale = msg;
+    stale.epoch = START - 1;
+    refused(stale, data, OsdErrorCode::StaleEpoch, "push from epoch 7");
+}
+
+#[test]
+fn a_batch_is_installed_whole_or_not_at_all_when_the_power_fails() {
+    use shoal_objectstore::block::fault::{FaultController, MemDevice};
+    use shoal_objectstore::block::{self, BlockStore};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    const BATCHES: u32 = 400;
+    const PER: u32 = 8;
+    // Batch b: objects (b, 0..7) of 100 B up to 40 KiB (in the journal
+    // record, or copy-on-write before it), and the deletion of (b, 99),
+    // which the replica holds and the source has not.
+    let k = |b: u32, j: u32| ObjectKey::new(b * 100 + j, format!("b{b}.{j}").into_bytes());
+    let fill = |b: u32, j: u32| (b * 7 + j) as u8 | 1;
+    let size = |b: u32, j: u32| 100 + ((b * 13 + j * 5129) % 40_000) as usize;
+    let src = member(1, &[1, 2, 3]);
+    let mut t = Transaction::new();
+    for b in 0..BATCHES {
+        for j in 0..PER {
+            t.write(
+                src.coll,
+                k(b, j),
+                0,
+                Bytes::from(vec![fill(b, j); size(b, j)]),
+            );
+        }
+    }
+    src.store.apply_transaction(t).unwrap();
+    let ctl = FaultController::new(0, 0);
+    let data = MemDevice::new(vec![0u8; 256 << 20], ctl.clone());
+    let meta = MemDevice::new(Vec::new(), ctl.clone());
+    BlockStore::mkfs_on(data.clone(), meta.clone()).unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(BlockStore::open_on(data.clone(), meta.clone()).unwrap());
+    let mut r = member_on(2, &[1, 2, 3], Arc::clone(&store));
+    let mut t = Transaction::new();
+    let mut lacking = BTreeMap::new();
+    for b in 0..BATCHES {
+        t.write(r.coll, k(b, 99), 0, Bytes::from_static(b"stale"));
+        for j in (0..PER).chain([99]) {
+            lacking.insert(k(b, j), Version { epoch: EPOCH, v: 1 });
+        }
+    }
+    r.missing
+        .replace(MissingSet::from_map(lacking), r.coll, &mut t);
+    store.apply_transaction(t).unwrap();
+    // Each batch's transaction, as the replica makes it.
+    let txns: Vec<Transaction> = (0..BATCHES)
+        .map(|b| {
+            let copies: Vec<(ObjectKey, PgPush, Bytes)> = (0..PER)
+                .chain([99])
+                .map(|j| {
+                    let (mut push, data) = src
+                        .backend
+                        .read_step(
+                            src.store.as_ref(),
+                            src.coll,
+                            &k(b, j),
+                            &crate::copy::start(),
+                            src.cfg.copy_limits,
+                        )
+                        .unwrap();
+                    push.epoch = EPOCH;
+                    (k(b, j), push, data)
+                })
+                .collect();
+            let (msg, data) = batch_of(&copies);
+            match &r.push_batch(msg, data, ReplyTo(u64::from(b)))[..] {
+                [Effect::Apply { txn, .. }] => txn.clone(),
+                fx => panic!("{fx:?}"),
+            }
+        })
+        .collect();
+    // The replica installs batch after batch until the power fails.
+    let acked = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (store, acked) = (Arc::clone(&store), Arc::clone(&acked));
+        std::thread::spawn(move || {
+            for (i, t) in txns.into_iter().enumerate() {
+                if store.apply_transaction(t).is_err() {
+                    return;
+                }
+                acked.store(i + 1, SeqCst);
+            }
+        })
+    };
+    while acked.load(SeqCst) < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    ctl.stop();
+    writer.join().unwrap();
+    let acked = acked.load(SeqCst);
+    let mut rng = shoal_objectstore::model::Rng::new(7);
+    let ctl = FaultController::new(0, 0);
+    let data = MemDevice::new(data.crash_image(&mut rng), ctl.clone());
+    let meta = MemDevice::new(meta.crash_image(&mut rng), ctl);
+    drop((store, r));
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(BlockStore::open_on(data.clone(), meta.clone()).unwrap());
+    let coll = collection(PG);
+    let missing = persisted_missing(store.as_ref());
+    let mut whole = 0;
+    for b in 0..BATCHES {
+        let installed: Vec<bool> = (0..PER)
+            .map(|j| match store.read(&coll, &k(b, j), 0, 1 << 20) {
+                Ok(got) => {
+                    assert_eq!(got.len(), size(b, j), "object {}", k(b, j));
+                    assert!(got.iter().all(|x| *x == fill(b, j)), "object {}", k(b, j));
+                    true
+                }
+                Err(_) => false,
+            })
+            .chain([!store.exists(&coll, &k(b, 99)).unwrap()])
+            .collect();
+        let left: Vec<bool> = (0..PER)
+            .chain([99])
+            .map(|j| missing.objects().contains_key(&k(b, j)))
+            .collect();
+        let done = installed[0];
+        assert!(
+            installed.iter().all(|i| *i == done) && left.iter().all(|l| *l != done),
+            "batch {b} half installed: {installed:?}, still missing {left:?}"
+        );
+        if (b as usize) < acked {
+            assert!(done, "acknowledged batch {b} lost");
+        }
+        whole += usize::from(done);
+    }
+    assert!(
+        whole >= acked,
+        "{whole} batches installed, {acked} acknowledged"
+    );
+    drop(store);
+    let report = block::fsck_on(data, meta, true).unwrap();
+    assert!(report.is_clean(), "{report}");
 }
 
 #[test]
@@ -1515,17 +1836,55 @@ fn job(i: u32, pull_from: Option<i32>, push_to: Vec<i32>) -> Effect {
         pull_from,
         push_to,
         expect: None,
+        batch: Vec::new(),
         throttled: true,
         sources: Vec::new(),
     })
 }
 
+/// `p`'s map with a snapshot taken in its pool: its objects may have clones.
+fn with_snapshots(p: &mut PgCore) {
+    let Some(map) = p.map.as_ref() else {
+        panic!("no map");
+    };
+    let mut map = (**map).clone();
+    let mut inc = shoal_maps::Incremental::next(&map);
+    let mut pool = map.pool(PG.pool).cloned().unwrap();
+    pool.snap_seq = 4;
+    inc.new_pools.insert(PG.pool, pool);
+    map.apply(&inc).unwrap();
+    p.map = Some(Arc::new(map));
+}
+
+fn batch(first: u32, more: &[u32], push_to: Vec<i32>) -> Effect {
+    Effect::RecoverObject(ObjectJob {
+        generation: 1,
+        key: obj(first),
+        pull_from: None,
+        push_to,
+        expect: None,
+        batch: more.iter().map(|i| (obj(*i), None)).collect(),
+        throttled: true,
+        sources: Vec::new(),
+    })
+}
+
+fn recovered(i: u32, done: &[i32]) -> crate::recovery::Recovered {
+    crate::recovery::Recovered {
+        key: obj(i),
+        done: done.iter().copied().collect(),
+        error: None,
+    }
+}
+
 #[test]
 fn recovery_pulls_what_the_primary_lacks_and_pushes_what_replicas_lack_within_its_slots() {
     let mut p = recovering(&[1], &[1, 2, 3, 4], false);
+    with_snapshots(&mut p);
     assert_eq!(p.start_recovery(), vec![Effect::PumpRecovery]);
     // recovery_max_active (3) objects at once: the primary's own first
-    // pulled from a member that has it, then pushed with the others.
+    // pulled from a member that has it, then pushed with the others; one
+    // job each, as the pool has snapshots (clones come with each head).
     assert_eq!(
         p.pump(),
         vec![
@@ -1540,6 +1899,60 @@ fn recovery_pulls_what_the_primary_lacks_and_pushes_what_replicas_lack_within_it
     assert_eq!(fx, vec![Effect::RunWaiting(obj(1)), Effect::PumpRecovery]);
     assert!(p.missing.is_empty());
     assert_eq!(p.pump(), vec![job(4, None, vec![3])]);
+}
+
+#[test]
+fn objects_pushed_to_the_same_members_go_in_one_job_that_takes_one_slot() {
+    // osd.3 lacks 2-9, osd.2 lacks 5: 2-4 go to osd.3 together, 5 on
+    // its own (to both), 6-9 together again.
+    let all = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+    let mut p = recovering(&[1], &all, false);
+    let set = |v: &[u32]| MissingSet::from_map(v.iter().map(|i| (obj(*i), version(1))).collect());
+    let (on2, on3) = (set(&[5]), set(&all));
+    p.recovery = Some(RecoveryState::new(
+        1,
+        1,
+        &p.missing,
+        [(2, false, &on2), (3, false, &on3)].into_iter(),
+    ));
+    assert_eq!(
+        p.pump(),
+        vec![
+            job(1, Some(2), vec![3]),
+            batch(2, &[3, 4], vec![3]),
+            batch(5, &[], vec![2, 3]),
+        ]
+    );
+    assert_eq!(p.pump(), vec![], "three jobs: every slot is taken");
+    assert_eq!(p.recovery.as_ref().unwrap().in_progress().0, 5);
+    // The batch ends: its objects are recovered, its slot is free, and
+    // the rest go in one job.
+    let fx = p.objects_recovered(
+        1,
+        vec![recovered(2, &[3]), recovered(3, &[3]), recovered(4, &[3])],
+    );
+    assert_eq!(
+        fx,
+        vec![
+            Effect::RunWaiting(obj(2)),
+            Effect::RunWaiting(obj(3)),
+            Effect::RunWaiting(obj(4)),
+            Effect::PumpRecovery
+        ]
+    );
+    assert_eq!(p.recovery.as_ref().unwrap().copies_left(), 8);
+    assert_eq!(p.pump(), vec![batch(6, &[7, 8, 9], vec![3])]);
+    // osd_recovery_batch_objects 1: each object on its own.
+    let mut p = recovering(&[], &[1, 2, 3, 4], false);
+    p.cfg.recovery_batch_objects = 1;
+    assert_eq!(
+        p.pump(),
+        vec![
+            job(1, None, vec![3]),
+            job(2, None, vec![3]),
+            job(3, None, vec![3])
+        ]
+    );
 }
 
 #[test]

@@ -284,12 +284,14 @@ struct Batch {
 /// data and control bytes, which the member installs in one transaction
 /// and acknowledges once; a bigger one is pushed step by step on its own.
 /// For a replicated pool whose snapshots were never trimmed: a member's
-/// clones are then ones we hold too.
+/// clones are then ones we hold too. What became of each object is
+/// `report`ed as soon as it is known (ops waiting for it go on).
 pub async fn push_objects(
     c: Copier<'_>,
     dsts: &[(i32, Connection)],
     objects: &[(ObjectKey, Option<bool>)],
-) -> Vec<Recovered> {
+    report: &mut (dyn FnMut(Vec<Recovered>) + Send),
+) {
     let coll = crate::object::collection(c.pg);
     let limits = c.ctx.cfg.copy_limits;
     let me = format!("osd.{}", c.ctx.whoami);
@@ -302,36 +304,46 @@ pub async fn push_objects(
         })
         .collect();
     let mut batch = Batch::default();
+    let mut reads = std::collections::VecDeque::new();
     for (i, (key, expect)) in objects.iter().enumerate() {
-        // Off the shard's thread on a daemon, as a push's steps. An object
-        // with clones (a client may send a snapshot context of its own
-        // making) goes on its own, its family first.
-        let (store, backend, k) = (Arc::clone(&c.ctx.store), Arc::clone(c.backend), key.clone());
-        let step = shoal_net::runtime::offload_try("reading a step", move || {
-            let store = store.as_ref();
-            let family = !local_family(store, coll, &k)
-                .map_err(|e| e.to_string())?
-                .is_empty();
-            let (push, data) = backend
-                .read_step(store, coll, &k, &copy::start(), limits)
-                .map_err(|e| e.to_string())?;
-            Ok((push, data, family))
-        })
-        .await
-        .and_then(|(push, data, family)| {
-            agrees(push.exists, *expect, key, &me).map(|()| (push, data, family))
-        });
+        if reads.is_empty() {
+            // Off the shard's thread on a daemon, as a push's steps: the
+            // next objects' first steps, a batch's worth, in one call.
+            let (store, backend) = (Arc::clone(&c.ctx.store), Arc::clone(c.backend));
+            let keys: Vec<ObjectKey> = objects[i..].iter().map(|(k, _)| k.clone()).collect();
+            match shoal_net::runtime::offload_try("reading steps", move || {
+                Ok(read_firsts(
+                    store.as_ref(),
+                    backend.as_ref(),
+                    coll,
+                    &keys,
+                    limits,
+                ))
+            })
+            .await
+            {
+                Ok(r) => reads.extend(r),
+                Err(e) => reads.push_back(Err(e)),
+            }
+        }
+        let step = reads
+            .pop_front()
+            .unwrap_or_else(|| Err("no step was read".into()))
+            .and_then(|(push, data, family)| {
+                agrees(push.exists, *expect, key, &me).map(|()| (push, data, family))
+            });
         let (push, data, family) = match step {
             Ok(s) => s,
             Err(e) => {
                 results[i].error = Some(e);
+                report(vec![results[i].clone()]);
                 continue;
             }
         };
         let (_, after) = copy::bounds(&push);
         if family || (push.exists && !copy::is_complete(&after)) {
             // Bigger than a step, or with clones: on its own.
-            send_batch(c, dsts, &mut batch, &mut results).await;
+            send_batch(c, dsts, &mut batch, &mut results, report).await;
             for (osd, conn) in dsts {
                 let alone = async {
                     if family {
@@ -350,43 +362,104 @@ pub async fn push_objects(
                     }
                 }
             }
+            report(vec![results[i].clone()]);
             continue;
         }
         let control = copy::control_bytes(&push);
         let fits = batch.data_bytes + data.len() as u64 <= limits.data_bytes_max
             && batch.control_bytes + control <= limits.omap_bytes_max;
         if !fits {
-            send_batch(c, dsts, &mut batch, &mut results).await;
+            send_batch(c, dsts, &mut batch, &mut results, report).await;
         }
         batch.data_bytes += data.len() as u64;
         batch.control_bytes += control;
         batch.entries.push((i, push, data));
     }
-    send_batch(c, dsts, &mut batch, &mut results).await;
-    results
+    send_batch(c, dsts, &mut batch, &mut results, report).await;
+}
+
+/// The first steps of copies of `keys`, in order, each with whether the
+/// object has clones (or a snapdir): as many as one batch may carry, and
+/// none after one that goes on its own (bigger than a step, or with
+/// clones); at least one.
+fn read_firsts(
+    store: &dyn ObjectStore,
+    backend: &dyn PgBackend,
+    coll: CollectionId,
+    keys: &[ObjectKey],
+    limits: copy::StepLimits,
+) -> Vec<Result<(PgPush, Bytes, bool), String>> {
+    let mut out = Vec::new();
+    let (mut data_bytes, mut control_bytes) = (0u64, 0u64);
+    for k in keys {
+        let read = has_family(store, coll, k).and_then(|family| {
+            let (push, data) = backend.read_step(store, coll, k, &copy::start(), limits)?;
+            Ok((push, data, family))
+        });
+        let Ok((push, data, family)) = read else {
+            out.push(read.map_err(|e| e.to_string()));
+            continue;
+        };
+        let (_, after) = copy::bounds(&push);
+        let alone = family || (push.exists && !copy::is_complete(&after));
+        data_bytes += data.len() as u64;
+        control_bytes += copy::control_bytes(&push);
+        out.push(Ok((push, data, family)));
+        if alone || data_bytes >= limits.data_bytes_max || control_bytes >= limits.omap_bytes_max {
+            break;
+        }
+    }
+    out
+}
+
+/// Whether our copy of the PG holds a clone or the snapdir of `head`.
+fn has_family(
+    store: &dyn ObjectStore,
+    coll: CollectionId,
+    head: &ObjectKey,
+) -> shoal_objectstore::Result<bool> {
+    let page = store.list_objects(&coll, Some(&head.clone_for(1)), 1)?;
+    Ok(page
+        .objects
+        .first()
+        .is_some_and(|k| k.hash == head.hash && k.name == head.name && k.snap != ObjectKey::HEAD))
 }
 
 /// Sends the objects gathered in `batch` to every member of `dsts` (one
-/// object as a plain [`PgPush`]) and empties it; each object acknowledged
-/// by a member counts as done there.
+/// object as a plain [`PgPush`]), empties it and reports its objects; each
+/// object acknowledged by a member counts as done there.
 async fn send_batch(
     c: Copier<'_>,
     dsts: &[(i32, Connection)],
     batch: &mut Batch,
     results: &mut [Recovered],
+    report: &mut (dyn FnMut(Vec<Recovered>) + Send),
 ) {
     let Batch { entries, .. } = std::mem::take(batch);
     if entries.is_empty() {
         return;
     }
+    let places: Vec<usize> = entries.iter().map(|(i, _, _)| *i).collect();
     // The copies become visible on the members: only while they are
     // current.
-    if let Err(e) = c.fence.hold().map(drop) {
-        for (i, _, _) in &entries {
-            results[*i].error.get_or_insert_with(|| e.clone());
+    match c.fence.hold().map(drop) {
+        Ok(()) => send_entries(c, dsts, entries, results).await,
+        Err(e) => {
+            for i in &places {
+                results[*i].error.get_or_insert_with(|| e.clone());
+            }
         }
-        return;
     }
+    report(places.iter().map(|i| results[*i].clone()).collect());
+}
+
+/// Sends `entries` to every member of `dsts` and records who took them.
+async fn send_entries(
+    c: Copier<'_>,
+    dsts: &[(i32, Connection)],
+    entries: Vec<(usize, PgPush, Bytes)>,
+    results: &mut [Recovered],
+) {
     let omap_entries = entries.iter().map(|(_, p, _)| p.omap_keys.len()).sum();
     let timeout = last_step_timeout(c.ctx.cfg.peer_timeout, omap_entries);
     let places: Vec<usize> = entries.iter().map(|(i, _, _)| *i).collect();

@@ -1413,6 +1413,7 @@ impl super::Pg {
                     done,
                     error,
                 }],
+                job_done: true,
             });
         });
     }

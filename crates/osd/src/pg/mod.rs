@@ -154,13 +154,15 @@ pub enum PgEvent {
         /// The outcome.
         result: Result<(), String>,
     },
-    /// An object recovery job ended: each of its objects recovered for
-    /// some members.
+    /// Objects of a recovery job were recovered for some members, and
+    /// maybe the job ended.
     ObjectRecovered {
         /// The recovery it belongs to.
         generation: u64,
-        /// What became of each object of the job.
+        /// What became of each of those objects.
         results: Vec<crate::recovery::Recovered>,
+        /// The job ended: its recovery slot is free.
+        job_done: bool,
     },
     /// The monitors' answer: the PG's past intervals.
     PastIntervals {
@@ -587,8 +589,9 @@ impl Pg {
             PgEvent::ObjectRecovered {
                 generation,
                 results,
+                job_done,
             } => {
-                let fx = self.core.objects_recovered(generation, results);
+                let fx = self.core.objects_recovered(generation, results, job_done);
                 self.drive(fx).await
             }
             PgEvent::RecoveryRetry { generation } => {

@@ -545,12 +545,14 @@ impl PgCore {
         }
     }
 
-    /// A recovery job ended: each result lists the members that now hold
-    /// its object.
+    /// Objects of a recovery job were recovered (each result lists the
+    /// members that now hold its object), and maybe the job ended
+    /// (`job_done`: its slot is free).
     pub(super) fn objects_recovered(
         &mut self,
         generation: u64,
         results: Vec<Recovered>,
+        job_done: bool,
     ) -> Vec<Effect> {
         // Our copy is in the store whichever recovery made it.
         for r in &results {
@@ -568,7 +570,9 @@ impl PgCore {
         };
         let mut fx = Vec::new();
         let mut completed = Vec::new();
-        rs.jobs = rs.jobs.saturating_sub(1);
+        if job_done {
+            rs.jobs = rs.jobs.saturating_sub(1);
+        }
         for Recovered { key, done, error } in results {
             rs.active.remove(&key);
             rs.progress.add(done.len() as u64);
@@ -623,7 +627,7 @@ impl PgCore {
         done: BTreeSet<i32>,
         error: Option<String>,
     ) -> Vec<Effect> {
-        self.objects_recovered(generation, vec![Recovered { key, done, error }])
+        self.objects_recovered(generation, vec![Recovered { key, done, error }], true)
     }
 
     /// A new map in the same interval: flags may have changed.
@@ -793,10 +797,18 @@ impl Pg {
         let events = self.events.clone();
         let generation = job.generation;
         tokio::spawn(async move {
-            let results = task.run(me).await;
+            let mut report = |results| {
+                let _ = events.send(PgEvent::ObjectRecovered {
+                    generation,
+                    results,
+                    job_done: false,
+                });
+            };
+            task.run(me, &mut report).await;
             let _ = events.send(PgEvent::ObjectRecovered {
                 generation,
-                results,
+                results: Vec::new(),
+                job_done: true,
             });
         });
     }
@@ -845,7 +857,8 @@ struct ObjectRecovery {
 }
 
 impl ObjectRecovery {
-    async fn run(self, me: i32) -> Vec<Recovered> {
+    /// Recovers the job's objects, `report`ing each as it is done.
+    async fn run(self, me: i32, report: &mut (dyn FnMut(Vec<Recovered>) + Send)) {
         let _permit = if self.throttled {
             Arc::clone(&self.ctx.recovery_slots)
                 .acquire_owned()
@@ -855,26 +868,31 @@ impl ObjectRecovery {
             None
         };
         if !self.batch.is_empty() {
-            return self.run_batch().await;
+            return self.run_batch(report).await;
         }
         let (done, error) = self.run_one(me).await;
-        vec![Recovered {
+        report(vec![Recovered {
             key: self.key.clone(),
             done,
             error,
-        }]
+        }]);
     }
 
-    /// Pushes the job's objects to every member lacking them, small ones
-    /// several to a message.
-    async fn run_batch(&self) -> Vec<Recovered> {
-        let c = recovery::Copier {
+    /// The PG's copies in this job's interval.
+    fn copier(&self) -> recovery::Copier<'_> {
+        recovery::Copier {
             ctx: &self.ctx,
             backend: &self.backend,
             pg: self.pg,
             epoch: self.map.epoch.0,
             fence: &self.fence,
-        };
+        }
+    }
+
+    /// Pushes the job's objects to every member lacking them, small ones
+    /// several to a message.
+    async fn run_batch(&self, report: &mut (dyn FnMut(Vec<Recovered>) + Send)) {
+        let c = self.copier();
         let mut conns = Vec::new();
         let mut unreachable = Vec::new();
         for osd in &self.push_to {
@@ -887,14 +905,16 @@ impl ObjectRecovery {
             std::iter::once((self.key.clone(), self.expect))
                 .chain(self.batch.iter().cloned())
                 .collect();
-        let mut results = recovery::push_objects(c, &conns, &objects).await;
-        if !unreachable.is_empty() {
-            let why = unreachable.join("; ");
-            for r in &mut results {
-                r.error.get_or_insert_with(|| why.clone());
+        let why = unreachable.join("; ");
+        let mut reported = |mut results: Vec<Recovered>| {
+            if !why.is_empty() {
+                for r in &mut results {
+                    r.error.get_or_insert_with(|| why.clone());
+                }
             }
-        }
-        results
+            report(results);
+        };
+        recovery::push_objects(c, &conns, &objects, &mut reported).await;
     }
 
     /// Recovers the job's one object: pulled first when the primary lacks
@@ -920,13 +940,7 @@ impl ObjectRecovery {
     /// Pulls the object from `peer`, or pushes ours to it.
     async fn copy(&self, peer: i32, pull: bool) -> Result<(), String> {
         let conn = self.ctx.peer(&self.map, peer).await?;
-        let c = recovery::Copier {
-            ctx: &self.ctx,
-            backend: &self.backend,
-            pg: self.pg,
-            epoch: self.map.epoch.0,
-            fence: &self.fence,
-        };
+        let c = self.copier();
         // A head's snapshot clones come with it: the write that made one
         // is logged under the head alone. They go first: installing the
         // head ends its recovery on the member, so a copy cut short

@@ -403,6 +403,20 @@ fn a_stale_or_damaged_activation_is_refused() {
     assert_eq!(r.log.info.last_update, Version::default());
 }
 
+/// `fx` is one transaction, acknowledged on token `to` once applied.
+fn assert_one_acked_apply(fx: &[Effect], to: u64) {
+    let [
+        Effect::Apply {
+            then: Then::AckRep { to: t, .. },
+            ..
+        },
+    ] = fx
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(*t, ReplyTo(to));
+}
+
 /// A store holding `key()` with `data`, and the one-step copy of it.
 fn source_copy(data: &'static [u8]) -> (PgPush, Bytes) {
     let src = member(1, &[1, 2, 3]);
@@ -429,15 +443,7 @@ fn a_pushed_object_is_installed_and_leaves_the_missing_set() {
     r.missing = MissingSet::from_map([(key(), Version { epoch: EPOCH, v: 1 })].into());
     let (push, data) = source_copy(b"hello");
     let fx = r.push(push, data, ReplyTo(3));
-    let [
-        Effect::Apply {
-            then: Then::AckRep { to: ReplyTo(3), .. },
-            ..
-        },
-    ] = &fx[..]
-    else {
-        panic!("{fx:?}")
-    };
+    assert_one_acked_apply(&fx, 3);
     assert!(r.missing.is_empty());
     run_applies(&r, &fx);
     let got = r.store.read(&r.coll, &key(), 0, 100).unwrap();
@@ -541,15 +547,7 @@ fn a_pushed_batch_is_installed_in_one_transaction_and_leaves_the_missing_set() {
     let mut r = lacking(&copies);
     let (msg, data) = batch_of(&copies);
     let fx = r.push_batch(msg, data, ReplyTo(3));
-    let [
-        Effect::Apply {
-            then: Then::AckRep { to: ReplyTo(3), .. },
-            ..
-        },
-    ] = &fx[..]
-    else {
-        panic!("{fx:?}")
-    };
+    assert_one_acked_apply(&fx, 3);
     assert!(r.missing.is_empty());
     run_applies(&r, &fx);
     for i in 0..3 {
@@ -1925,20 +1923,24 @@ fn objects_pushed_to_the_same_members_go_in_one_job_that_takes_one_slot() {
     );
     assert_eq!(p.pump(), vec![], "three jobs: every slot is taken");
     assert_eq!(p.recovery.as_ref().unwrap().in_progress().0, 5);
-    // The batch ends: its objects are recovered, its slot is free, and
-    // the rest go in one job.
-    let fx = p.objects_recovered(
-        1,
-        vec![recovered(2, &[3]), recovered(3, &[3]), recovered(4, &[3])],
-    );
+    // The batch's objects are recovered as each message is acknowledged
+    // (ops waiting for them go on); its slot is free once the job ends,
+    // and the rest go in one job.
+    let fx = p.objects_recovered(1, vec![recovered(2, &[3]), recovered(3, &[3])], false);
     assert_eq!(
         fx,
         vec![
             Effect::RunWaiting(obj(2)),
             Effect::RunWaiting(obj(3)),
-            Effect::RunWaiting(obj(4)),
             Effect::PumpRecovery
         ]
+    );
+    assert_eq!(p.pump(), vec![], "the job goes on");
+    let fx = p.objects_recovered(1, vec![recovered(4, &[3])], false);
+    assert_eq!(fx, vec![Effect::RunWaiting(obj(4)), Effect::PumpRecovery]);
+    assert_eq!(
+        p.objects_recovered(1, vec![], true),
+        vec![Effect::PumpRecovery]
     );
     assert_eq!(p.recovery.as_ref().unwrap().copies_left(), 8);
     assert_eq!(p.pump(), vec![batch(6, &[7, 8, 9], vec![3])]);

@@ -721,8 +721,13 @@ fn expected<'a>(
 ) -> BTreeMap<ObjectKey, bool> {
     let keys: BTreeSet<&ObjectKey> = keys.collect();
     let mut out = BTreeMap::new();
-    for e in log.entries() {
-        if keys.contains(&e.key) {
+    // Newest first: each object's newest change, and no further once
+    // every object has one.
+    for e in log.entries().rev() {
+        if out.len() == keys.len() {
+            break;
+        }
+        if keys.contains(&e.key) && !out.contains_key(&e.key) {
             out.insert(e.key.clone(), e.op == crate::log::LogOp::Modify);
         }
     }

@@ -8,6 +8,9 @@
 # table shows the ratio Shoal/Ceph.
 #
 # Usage: bench/cluster.sh [--store mem|block] [--seconds N] [--out DIR] [--osd-gib N]
+#                         [--set KEY=VALUE]...
+#   --set: a setting of the dev cluster, every daemon and tool
+#   (`--set ms_mode=secure`: the whole cluster in secure mode)
 #   --osd-gib: each OSD's store size (default 4; the R1 and R5 rows of a
 #   fast run can fill 4 GiB BlockStore OSDs, which then refuse writes)
 #   SHOAL=path/to/shoal (default: target/release/shoal, built if missing)
@@ -18,13 +21,15 @@ STORE=mem
 SECS=20
 OSD_GIB=4
 OUT="${TMPDIR:-/tmp}/shoal-bench-$$"
+SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --store) STORE="$2"; shift 2 ;;
     --seconds) SECS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --osd-gib) OSD_GIB="$2"; shift 2 ;;
-    *) echo "usage: $0 [--store mem|block] [--seconds N] [--out DIR] [--osd-gib N]" >&2; exit 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
+    *) echo "usage: $0 [--store mem|block] [--seconds N] [--out DIR] [--osd-gib N] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 SHOAL="${SHOAL:-$ROOT/target/release/shoal}"
@@ -40,7 +45,7 @@ RESULTS="$OUT/results.jsonl"
 cleanup() { "$SHOAL" dev down --dir "$DIR" --wipe >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-"$SHOAL" dev up --dir "$DIR" --store "$STORE" --osds 3 --osd-bytes $((OSD_GIB << 30)) >/dev/null
+"$SHOAL" "${SETS[@]}" dev up --dir "$DIR" --store "$STORE" --osds 3 --osd-bytes $((OSD_GIB << 30)) >/dev/null
 export SHOAL_CONF="$DIR/shoal.conf"
 "$SHOAL" osd pool create one 32 replicated --size 1 --min-size 1 >/dev/null
 for i in $(seq 1 60); do

@@ -316,6 +316,12 @@ impl Client {
         &self.inner.opts.name
     }
 
+    /// The messenger settings it was made with (`ms_*`), for other
+    /// messengers of the same process (a file-system mount's, an MDS's).
+    pub fn net_config(&self) -> &NetConfig {
+        &self.inner.opts.net
+    }
+
     /// Opens the pool with id `id`.
     pub fn pool_by_id(&self, id: u64) -> Result<Pool> {
         let map = self.map()?;

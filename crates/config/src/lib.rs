@@ -14,7 +14,7 @@ pub mod logging;
 mod options;
 
 pub use file::{Config, ConfigError, ConfigSource};
-pub use options::{OptionInfo, Options};
+pub use options::{MsMode, OptionInfo, Options};
 
 /// The environment variable naming the configuration file when `--conf` is
 /// not given.

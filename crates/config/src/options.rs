@@ -84,6 +84,78 @@ impl OptionValue for String {
     }
 }
 
+/// How a connection protects its frames (`ms_mode` and its finer options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MsMode {
+    /// Frames carry a crc32c of each part: accidental damage is caught,
+    /// nothing is hidden or protected against a party on the path.
+    #[default]
+    Crc,
+    /// Every frame is encrypted and authenticated (AES-256-GCM or
+    /// ChaCha20-Poly1305) under keys of the connection's handshake.
+    Secure,
+}
+
+impl MsMode {
+    /// The mode's name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MsMode::Crc => "crc",
+            MsMode::Secure => "secure",
+        }
+    }
+}
+
+impl std::fmt::Display for MsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for MsMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "crc" => Ok(MsMode::Crc),
+            "secure" => Ok(MsMode::Secure),
+            other => Err(format!("unknown connection mode {other:?}: crc or secure")),
+        }
+    }
+}
+
+impl OptionValue for MsMode {
+    const TYPE_NAME: &'static str = "crc or secure";
+    fn from_toml(v: &Value) -> Option<Self> {
+        v.as_str().and_then(|s| s.parse().ok())
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        s.parse().ok()
+    }
+    fn to_toml(&self) -> Value {
+        Value::String(self.as_str().to_string())
+    }
+}
+
+/// A finer mode option: empty means "as `ms_mode`".
+impl OptionValue for Option<MsMode> {
+    const TYPE_NAME: &'static str = "crc, secure or empty (as ms_mode)";
+    fn from_toml(v: &Value) -> Option<Self> {
+        match v.as_str()? {
+            "" => Some(None),
+            s => s.parse().ok().map(Some),
+        }
+    }
+    fn parse_str(s: &str) -> Option<Self> {
+        match s.trim() {
+            "" => Some(None),
+            s => s.parse().ok().map(Some),
+        }
+    }
+    fn to_toml(&self) -> Value {
+        Value::String(self.map(MsMode::as_str).unwrap_or_default().to_string())
+    }
+}
+
 /// One option of the schema, for listings and error messages.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionInfo {
@@ -189,6 +261,14 @@ options! {
     ms_reconnect_backoff_max_ms: u64 = 5_000u64;
     /// Connection attempts made for one request before it fails.
     ms_reconnect_attempts: u32 = 6u32;
+    /// How every connection of this daemon or client protects its frames: "crc" (a checksum per frame part) or "secure" (every frame encrypted and authenticated with keys from the handshake). Both ends must agree; ms_cluster_mode, ms_service_mode and ms_client_mode override it.
+    ms_mode: MsMode = MsMode::Crc;
+    /// Mode of connections between daemons (monitors, OSDs, managers, MDSs); empty: as ms_mode.
+    ms_cluster_mode: Option<MsMode> = None::<MsMode>;
+    /// Mode a daemon requires of the clients that connect to it; empty: as ms_mode.
+    ms_service_mode: Option<MsMode> = None::<MsMode>;
+    /// Mode a client uses for its connections to daemons; empty: as ms_mode.
+    ms_client_mode: Option<MsMode> = None::<MsMode>;
     /// A monitor's data directory (made by `shoal mon mkfs`).
     mon_data: String = "";
     /// Interval of the monitors' Raft heartbeats, in milliseconds (openraft sends them on a tick of 1.5 times this).

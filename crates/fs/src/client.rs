@@ -23,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use shoal_client::{Client, Error as ClientError, Pool};
 use shoal_monclient::replies::{DfReply, FsMapReply};
 use shoal_monclient::{Command, MonClient, TicketAuth};
-use shoal_net::{Connection, Incoming, Messenger, NetConfig, Secret, TcpTransport};
+use shoal_net::{Connection, Incoming, Messenger, Secret, TcpTransport};
 use shoal_proto::{MdsReply, MdsRequest, Message};
 use shoal_types::{EntityName, EntityType};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -174,7 +174,7 @@ impl FsClient {
         let (push_tx, mut push_rx) = mpsc::unbounded_channel::<Incoming>();
         let messenger = Messenger::new(
             name.clone(),
-            NetConfig::default(),
+            rados.net_config().clone(),
             Arc::new(TcpTransport),
             Arc::new(auth),
             Arc::new(move |inc: Incoming| {

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use shoal_client::{Client, Error as ClientError};
 use shoal_monclient::replies::FsMapReply;
 use shoal_monclient::{Command, MonClient, TicketAuth};
-use shoal_net::{Connection, Incoming, Messenger, NetConfig, Responder, TcpTransport};
+use shoal_net::{Connection, Incoming, Messenger, Responder, TcpTransport};
 use shoal_proto::{MdsPush, MdsReply, Message};
 use shoal_types::{EntityName, EntityType};
 use tokio::sync::mpsc;
@@ -109,7 +109,7 @@ pub async fn run(
     let _renewal = AbortOnDrop(renewal);
     let messenger = Messenger::new(
         name,
-        NetConfig::default(),
+        client.net_config().clone(),
         Arc::new(TcpTransport),
         Arc::new(own),
         Arc::new(move |inc: Incoming| {

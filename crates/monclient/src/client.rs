@@ -234,7 +234,13 @@ impl MonClient {
         while Instant::now() < deadline {
             let s = match self.session(deadline).await {
                 Ok(s) => s,
-                Err(e) => {
+                Err((e, true)) => {
+                    return Err(MonError::new(
+                        ErrorCode::PermissionDenied,
+                        format!("every monitor refused the connection: {e}"),
+                    ));
+                }
+                Err((e, false)) => {
                     last = e;
                     break;
                 }
@@ -348,7 +354,8 @@ impl MonClient {
     }
 
     /// The current session, or a new one hunted for until `deadline`.
-    async fn session(&self, deadline: Instant) -> Result<Session, String> {
+    /// On failure, whether every monitor refused us for good.
+    async fn session(&self, deadline: Instant) -> Result<Session, (String, bool)> {
         if let Some(s) = self.current() {
             return Ok(s);
         }
@@ -363,11 +370,14 @@ impl MonClient {
                     *lock(&self.shared.session) = Some(s.clone());
                     return Ok(s);
                 }
-                Err(e) => e,
+                // Every monitor refused us for good (a wrong key, another
+                // ms_mode): hunting on would only hide why.
+                Err((e, true)) => return Err((e, true)),
+                Err((e, false)) => e,
             };
             let pause = lock(&self.shared.hunting).round_failed();
             if Instant::now() + pause >= deadline {
-                return Err(last);
+                return Err((last, false));
             }
             tokio::time::sleep(pause).await;
         }
@@ -375,11 +385,14 @@ impl MonClient {
 
     /// One hunting round: probes the monitors of the plan in parallel (those
     /// remembered dead after the others); the first in a quorum wins.
-    async fn hunt_round(&self, deadline: Instant) -> Result<Session, String> {
+    /// On failure, whether every monitor refused us for good.
+    async fn hunt_round(&self, deadline: Instant) -> Result<Session, (String, bool)> {
         let Plan { first, later } = lock(&self.shared.hunting).plan(Instant::now());
         if first.is_empty() {
-            return Err("no monitors configured (set mon_host)".into());
+            return Err(("no monitors configured (set mon_host)".into(), true));
         }
+        let probed = first.len() + later.len();
+        let mut refused = 0;
         let mut probes = JoinSet::new();
         let spawn = |probes: &mut JoinSet<_>, i: usize| {
             let (msgr, addr) = (self.msgr.clone(), self.mons[i]);
@@ -400,16 +413,17 @@ impl MonClient {
                             lock(&self.shared.hunting).answered(i);
                             return Ok(Session { index: i, conn });
                         }
-                        Ok((i, Err(e))) => {
+                        Ok((i, Err((e, permanent)))) => {
                             lock(&self.shared.hunting).failed(i, Instant::now());
                             last = format!("mon at {}: {e}", self.mons[i]);
+                            refused += usize::from(permanent);
                         }
                         Err(e) => last = format!("a probe ended: {e}"),
                     }
                     if probes.is_empty() {
                         match later.take() {
                             Some(l) => l.into_iter().for_each(|i| spawn(&mut probes, i)),
-                            None => return Err(last),
+                            None => return Err((last, refused == probed)),
                         }
                     }
                 }
@@ -629,12 +643,13 @@ async fn probe(
     msgr: &Messenger,
     addr: SocketAddr,
     deadline: Instant,
-) -> Result<Connection, String> {
+) -> Result<Connection, (String, bool)> {
     let remaining = deadline.saturating_duration_since(Instant::now());
     let conn = tokio::time::timeout(remaining, msgr.connect_once(addr))
         .await
-        .map_err(|_| "connect timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| ("connect timed out".to_string(), false))?
+        .map_err(|e| (e.to_string(), !e.is_transient()))?;
+    let transient = |e: String| (e, false);
     let remaining = deadline.saturating_duration_since(Instant::now());
     // Half of what is left at most, so that "no quorum" arrives before the
     // caller's deadline and can be reported.
@@ -643,22 +658,27 @@ async fn probe(
         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
     };
     let cmd = MonCommand {
-        command: serde_json::to_string(&hunt).map_err(|e| e.to_string())?,
+        command: serde_json::to_string(&hunt).map_err(|e| transient(e.to_string()))?,
     };
     // The monitor answers within `wait`; the rest is for the round trip.
     let reply = conn
         .request_with_timeout(cmd, Bytes::new(), remaining)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| transient(e.to_string()))?;
     let r = match reply.msg {
         Message::MonCommandReply(r) => r,
-        other => return Err(format!("unexpected reply {}", other.msg_type().name())),
+        other => {
+            return Err(transient(format!(
+                "unexpected reply {}",
+                other.msg_type().name()
+            )));
+        }
     };
-    let v = reply_to_result(r).map_err(|e| e.message)?;
+    let v = reply_to_result(r).map_err(|e| transient(e.message))?;
     if v["in_quorum"].as_bool() == Some(true) {
         Ok(conn)
     } else {
-        Err(format!("not in a quorum: {v}"))
+        Err(transient(format!("not in a quorum: {v}")))
     }
 }
 

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use shoal_config::Options;
+use shoal_config::{MsMode, Options};
 use shoal_proto::FrameLimits;
+use shoal_types::{EntityName, EntityType};
+
+use crate::secure::Cipher;
 
 /// Limits and timeouts of one messenger.
 #[derive(Debug, Clone)]
@@ -32,6 +35,15 @@ pub struct NetConfig {
     pub backoff_max: Duration,
     /// Connection attempts per call before giving up.
     pub reconnect_attempts: u32,
+    /// Mode of connections between daemons (`ms_cluster_mode`).
+    pub cluster_mode: MsMode,
+    /// Mode required of connecting clients (`ms_service_mode`).
+    pub service_mode: MsMode,
+    /// Mode a client connects with (`ms_client_mode`).
+    pub client_mode: MsMode,
+    /// The record cipher this end prefers in secure mode (by default the
+    /// one its CPU runs fastest; tests set the other).
+    pub cipher: Cipher,
 }
 
 impl NetConfig {
@@ -52,6 +64,38 @@ impl NetConfig {
             backoff_min: Duration::from_millis(o.ms_reconnect_backoff_min_ms),
             backoff_max: Duration::from_millis(o.ms_reconnect_backoff_max_ms),
             reconnect_attempts: o.ms_reconnect_attempts.max(1),
+            cluster_mode: o.ms_cluster_mode.unwrap_or(o.ms_mode),
+            service_mode: o.ms_service_mode.unwrap_or(o.ms_mode),
+            client_mode: o.ms_client_mode.unwrap_or(o.ms_mode),
+            cipher: Cipher::preferred(),
+        }
+    }
+
+    /// Every connection in `mode` (as `ms_mode` sets them).
+    pub fn with_mode(self, mode: MsMode) -> Self {
+        NetConfig {
+            cluster_mode: mode,
+            service_mode: mode,
+            client_mode: mode,
+            ..self
+        }
+    }
+
+    /// The mode `me` connects with: a client's, or a daemon's to another
+    /// daemon.
+    pub(crate) fn connect_mode(&self, me: &EntityName) -> MsMode {
+        match me.ty() {
+            EntityType::Client => self.client_mode,
+            _ => self.cluster_mode,
+        }
+    }
+
+    /// The mode a connection from `peer` must use: the service mode for a
+    /// client, the cluster mode for a daemon.
+    pub(crate) fn accept_mode(&self, peer: &EntityName) -> MsMode {
+        match peer.ty() {
+            EntityType::Client => self.service_mode,
+            _ => self.cluster_mode,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct PeerInfo {
     /// The peer's capabilities for our service, when it authenticated with
     /// a monitor-issued ticket.
     pub caps: Option<String>,
+    /// The record cipher, when the connection is in secure mode.
+    pub cipher: Option<crate::secure::Cipher>,
 }
 
 impl std::fmt::Display for PeerInfo {
@@ -698,7 +700,9 @@ async fn write_batch<W: AsyncWrite + Unpin + ?Sized>(
         }
         IoSlice::advance_slices(&mut rest, n);
     }
-    Ok(())
+    // A secure stream may hold the last sealed record until flushed
+    // (a socket's flush does nothing).
+    w.flush().await
 }
 
 async fn read_loop(
@@ -854,6 +858,7 @@ mod tests {
             listen_addr: None,
             features: 1,
             caps: None,
+            cipher: None,
         }
     }
 

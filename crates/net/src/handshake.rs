@@ -16,10 +16,20 @@
 //! with `AuthReject` and close instead; nothing reaches a message handler
 //! until the handshake is complete. The steps are pure functions; [`connect`]
 //! and [`accept`] drive them over a stream.
+//!
+//! The connector's `Hello` names its connection mode (`ms_mode`) and, in
+//! secure mode, the record cipher it prefers; the acceptor refuses a mode
+//! other than the one it requires of that peer (`ModeMismatch`, naming
+//! both), and its challenge names the mode and the cipher both will use,
+//! which the connector checks in turn. In secure mode the transcript also
+//! covers the mode and the cipher, so a party on the path cannot talk
+//! either end down to crc, and both ends derive the connection's record
+//! keys from the proved key and the transcript.
 
 use std::net::SocketAddr;
 
 use bytes::BytesMut;
+use shoal_config::MsMode;
 use shoal_proto::{
     AuthChallenge, AuthDone, AuthProof, AuthReject, FrameDecoder, FrameFlags, FrameLimits, Hello,
     Message, PROTOCOL_VERSION, RejectCode, encode_frame,
@@ -29,7 +39,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::FEATURES_SUPPORTED;
 use crate::auth::{AuthProvider, Secret, random_bytes};
+use crate::config::NetConfig;
 use crate::error::HandshakeError;
+use crate::secure::{Cipher, SessionKeys};
 use crate::transport::Stream;
 
 /// The shared-key HMAC method.
@@ -42,7 +54,7 @@ const HANDSHAKE_LIMITS: FrameLimits = FrameLimits {
 };
 
 /// What a finished handshake tells about the peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Established {
     pub peer: EntityName,
     /// Where the peer listens, if it said.
@@ -51,9 +63,37 @@ pub(crate) struct Established {
     pub features: u64,
     /// The peer's capabilities for our service, from the ticket it presented.
     pub caps: Option<String>,
+    /// The connection's record keys, in secure mode.
+    pub keys: Option<SessionKeys>,
 }
 
 type Reject = (RejectCode, String);
+
+/// A mode's number in the handshake.
+fn mode_wire(m: MsMode) -> u32 {
+    match m {
+        MsMode::Crc => 0,
+        MsMode::Secure => 1,
+    }
+}
+
+/// A mode number from the wire, named for messages.
+fn mode_name(v: u32) -> String {
+    match v {
+        0 => "crc".into(),
+        1 => "secure".into(),
+        other => format!("unknown mode {other}"),
+    }
+}
+
+/// The transcript's secure-mode suffix: the mode and cipher both ends
+/// agreed on (nothing in crc mode, so crc handshakes are as before).
+fn bind_mode(transcript: &mut Vec<u8>, cipher: Option<Cipher>) {
+    if let Some(c) = cipher {
+        transcript.extend_from_slice(b"ms_mode=secure cipher=");
+        transcript.extend_from_slice(&c.wire().to_le_bytes());
+    }
+}
 
 fn transcript(
     client: &str,
@@ -81,16 +121,21 @@ pub(crate) struct Connector {
     secret: Secret,
     session: Option<Secret>,
     hello: Hello,
+    mode: MsMode,
+    cipher: Option<Cipher>,
     transcript: Vec<u8>,
     acceptor: Option<(EntityName, u64)>,
 }
 
 impl Connector {
-    /// Starts a handshake as `me`, returning the `Hello` to send.
+    /// Starts a handshake as `me` in `mode` (preferring `cipher` if
+    /// secure), returning the `Hello` to send.
     pub fn start(
         me: &EntityName,
         listen: Option<SocketAddr>,
         auth: &dyn AuthProvider,
+        mode: MsMode,
+        cipher: Cipher,
     ) -> Result<(Connector, Hello), HandshakeError> {
         let secret = auth
             .own_secret()
@@ -107,12 +152,19 @@ impl Connector {
             listen_addr: listen.map(|a| a.to_string()).unwrap_or_default(),
             auth_method: AUTH_SHARED_KEY,
             ticket,
+            ms_mode: mode_wire(mode),
+            cipher: match mode {
+                MsMode::Secure => cipher.wire(),
+                MsMode::Crc => 0,
+            },
         };
         let c = Connector {
             me: me.clone(),
             secret,
             session,
             hello: hello.clone(),
+            mode,
+            cipher: None,
             transcript: Vec::new(),
             acceptor: None,
         };
@@ -140,6 +192,26 @@ impl Connector {
                 "acceptor nonce must be 32 bytes".into(),
             ));
         }
+        if ch.ms_mode != mode_wire(self.mode) {
+            return Err((
+                RejectCode::ModeMismatch,
+                format!(
+                    "connection mode mismatch: {peer} uses ms_mode {}, {} uses {}",
+                    mode_name(ch.ms_mode),
+                    self.me,
+                    self.mode
+                ),
+            ));
+        }
+        if self.mode == MsMode::Secure {
+            let c = Cipher::from_wire(ch.cipher).ok_or_else(|| {
+                (
+                    RejectCode::Protocol,
+                    format!("acceptor chose unknown cipher {}", ch.cipher),
+                )
+            })?;
+            self.cipher = Some(c);
+        }
         self.transcript = transcript(
             &self.me.to_string(),
             &ch.entity,
@@ -148,6 +220,7 @@ impl Connector {
             self.hello.features,
             ch.features,
         );
+        bind_mode(&mut self.transcript, self.cipher);
         self.acceptor = Some((peer, ch.features & FEATURES_SUPPORTED));
         if ch.auth_method == AUTH_TICKET {
             // The acceptor took our ticket: from now on we prove its session key.
@@ -185,11 +258,15 @@ impl Connector {
                 format!("{peer} could not prove it holds our key"),
             ));
         }
+        let keys = self
+            .cipher
+            .map(|c| SessionKeys::derive(self.secret.as_bytes(), &self.transcript, c, true));
         Ok(Established {
             peer,
             peer_listen: None,
             features,
             caps: None,
+            keys,
         })
     }
 }
@@ -201,15 +278,20 @@ pub(crate) struct Acceptor {
     peer: EntityName,
     peer_listen: Option<SocketAddr>,
     features: u64,
+    cipher: Option<Cipher>,
     transcript: Vec<u8>,
 }
 
 impl Acceptor {
-    /// Checks a `Hello` and returns the challenge to send.
+    /// Checks a `Hello` and returns the challenge to send. `mode` gives
+    /// the mode required of a peer (`NetConfig::accept_mode`); `cipher` is
+    /// the one this end prefers.
     pub fn on_hello(
         me: &EntityName,
         hello: &Hello,
         auth: &dyn AuthProvider,
+        mode: impl Fn(&EntityName) -> MsMode,
+        cipher: Cipher,
     ) -> Result<(Acceptor, AuthChallenge), Reject> {
         if hello.protocol_version != u32::from(PROTOCOL_VERSION) {
             return Err((
@@ -233,6 +315,25 @@ impl Acceptor {
         if hello.nonce.len() != 32 {
             return Err((RejectCode::Protocol, "nonce must be 32 bytes".into()));
         }
+        let mode = mode(&peer);
+        if hello.ms_mode != mode_wire(mode) {
+            return Err((
+                RejectCode::ModeMismatch,
+                format!(
+                    "connection mode mismatch: {peer} uses ms_mode {}, {me} requires {mode}",
+                    mode_name(hello.ms_mode)
+                ),
+            ));
+        }
+        let cipher = match mode {
+            MsMode::Crc => None,
+            // A connector whose preference we do not know gets the cipher
+            // every build has.
+            MsMode::Secure => Some(Cipher::agree(
+                Cipher::from_wire(hello.cipher).unwrap_or(Cipher::ChaCha20Poly1305),
+                cipher,
+            )),
+        };
         // A service that accepts tickets takes the ticket's session key;
         // otherwise the connector proves its own key.
         let ticketed = match hello.ticket.is_empty() {
@@ -263,8 +364,10 @@ impl Acceptor {
             entity: me.to_string(),
             nonce: nonce_s.to_vec(),
             auth_method: method,
+            ms_mode: mode_wire(mode),
+            cipher: cipher.map_or(0, Cipher::wire),
         };
-        let transcript = transcript(
+        let mut transcript = transcript(
             &hello.entity,
             &challenge.entity,
             &hello.nonce,
@@ -272,12 +375,14 @@ impl Acceptor {
             hello.features,
             FEATURES_SUPPORTED,
         );
+        bind_mode(&mut transcript, cipher);
         let a = Acceptor {
             secret,
             caps,
             features: hello.features & FEATURES_SUPPORTED,
             peer,
             peer_listen,
+            cipher,
             transcript,
         };
         Ok((a, challenge))
@@ -298,11 +403,15 @@ impl Acceptor {
             proof: self.secret.mac(&[b"server", &self.transcript]),
             features: self.features,
         };
+        let keys = self
+            .cipher
+            .map(|c| SessionKeys::derive(self.secret.as_bytes(), &self.transcript, c, false));
         let est = Established {
             peer: self.peer,
             peer_listen: self.peer_listen,
             features: self.features,
             caps: self.caps,
+            keys,
         };
         Ok((est, done))
     }
@@ -383,13 +492,15 @@ pub(crate) async fn connect(
     me: &EntityName,
     listen: Option<SocketAddr>,
     auth: &dyn AuthProvider,
+    config: &NetConfig,
 ) -> Result<Established, HandshakeError> {
     let mut wire = Wire {
         stream,
         buf,
         decoder: FrameDecoder::new(HANDSHAKE_LIMITS),
     };
-    let (mut state, hello) = Connector::start(me, listen, auth)?;
+    let (mut state, hello) =
+        Connector::start(me, listen, auth, config.connect_mode(me), config.cipher)?;
     wire.send(hello.into()).await?;
     let proof = match wire.recv().await? {
         Message::AuthChallenge(ch) => state.on_challenge(&ch),
@@ -417,6 +528,7 @@ pub(crate) async fn accept(
     buf: &mut BytesMut,
     me: &EntityName,
     auth: &dyn AuthProvider,
+    config: &NetConfig,
 ) -> Result<Established, HandshakeError> {
     let mut wire = Wire {
         stream,
@@ -424,7 +536,9 @@ pub(crate) async fn accept(
         decoder: FrameDecoder::new(HANDSHAKE_LIMITS),
     };
     let step = match wire.recv().await? {
-        Message::Hello(h) => Acceptor::on_hello(me, &h, auth),
+        Message::Hello(h) => {
+            Acceptor::on_hello(me, &h, auth, |p| config.accept_mode(p), config.cipher)
+        }
         other => Err(unexpected(&other, "Hello")),
     };
     let state = match step {
@@ -454,6 +568,14 @@ mod tests {
     use crate::auth::KeyringAuth;
     use crate::keyring::Keyring;
 
+    fn on_hello(
+        s: &EntityName,
+        h: &Hello,
+        sa: &KeyringAuth,
+    ) -> Result<(Acceptor, AuthChallenge), Reject> {
+        Acceptor::on_hello(s, h, sa, |_| MsMode::Crc, Cipher::Aes256Gcm)
+    }
+
     fn setup() -> (EntityName, EntityName, Keyring) {
         let client: EntityName = "client.admin".parse().unwrap();
         let server: EntityName = "mon.a".parse().unwrap();
@@ -468,8 +590,9 @@ mod tests {
         let (c, s, k) = setup();
         let ca = KeyringAuth::new(c.clone(), k.clone());
         let sa = KeyringAuth::new(s.clone(), k);
-        let (mut conn, hello) = Connector::start(&c, None, &ca).unwrap();
-        let (acc, ch) = Acceptor::on_hello(&s, &hello, &sa).unwrap();
+        let (mut conn, hello) =
+            Connector::start(&c, None, &ca, MsMode::Crc, Cipher::Aes256Gcm).unwrap();
+        let (acc, ch) = on_hello(&s, &hello, &sa).unwrap();
         let proof = conn.on_challenge(&ch).unwrap();
         let (est_s, done) = acc.on_proof(&proof).unwrap();
         let est_c = conn.on_done(&done).unwrap();
@@ -484,10 +607,16 @@ mod tests {
         let (c, s, k) = setup();
         let mut wrong = k.clone();
         wrong.add_generated(c.clone());
-        let (mut conn, hello) =
-            Connector::start(&c, None, &KeyringAuth::new(c.clone(), wrong)).unwrap();
+        let (mut conn, hello) = Connector::start(
+            &c,
+            None,
+            &KeyringAuth::new(c.clone(), wrong),
+            MsMode::Crc,
+            Cipher::Aes256Gcm,
+        )
+        .unwrap();
         let sa = KeyringAuth::new(s.clone(), k);
-        let (acc, ch) = Acceptor::on_hello(&s, &hello, &sa).unwrap();
+        let (acc, ch) = on_hello(&s, &hello, &sa).unwrap();
         let proof = conn.on_challenge(&ch).unwrap();
         let Err((code, _)) = acc.on_proof(&proof) else {
             panic!("wrong key accepted")
@@ -505,11 +634,12 @@ mod tests {
         let (c, s, k) = setup();
         let ca = KeyringAuth::new(c.clone(), k.clone());
         let sa = KeyringAuth::new(s.clone(), k);
-        let (mut conn1, hello1) = Connector::start(&c, None, &ca).unwrap();
-        let (_acc1, ch1) = Acceptor::on_hello(&s, &hello1, &sa).unwrap();
+        let (mut conn1, hello1) =
+            Connector::start(&c, None, &ca, MsMode::Crc, Cipher::Aes256Gcm).unwrap();
+        let (_acc1, ch1) = on_hello(&s, &hello1, &sa).unwrap();
         let old_proof = conn1.on_challenge(&ch1).unwrap();
         // A second connection with the same Hello gets a fresh server nonce.
-        let (acc2, _ch2) = Acceptor::on_hello(&s, &hello1, &sa).unwrap();
+        let (acc2, _ch2) = on_hello(&s, &hello1, &sa).unwrap();
         assert_eq!(
             acc2.on_proof(&old_proof).unwrap_err().0,
             RejectCode::BadProof
@@ -520,8 +650,15 @@ mod tests {
     fn hello_checks() {
         let (c, s, k) = setup();
         let sa = KeyringAuth::new(s.clone(), k.clone());
-        let (_, hello) = Connector::start(&c, None, &KeyringAuth::new(c.clone(), k)).unwrap();
-        let code = |h: Hello| Acceptor::on_hello(&s, &h, &sa).err().map(|e| e.0);
+        let (_, hello) = Connector::start(
+            &c,
+            None,
+            &KeyringAuth::new(c.clone(), k),
+            MsMode::Crc,
+            Cipher::Aes256Gcm,
+        )
+        .unwrap();
+        let code = |h: Hello| on_hello(&s, &h, &sa).err().map(|e| e.0);
         let mut h = hello.clone();
         h.protocol_version = 2;
         assert_eq!(code(h), Some(RejectCode::VersionMismatch));
@@ -547,8 +684,98 @@ mod tests {
         let (c, _, _) = setup();
         let auth = KeyringAuth::new(c.clone(), Keyring::default());
         assert!(matches!(
-            Connector::start(&c, None, &auth),
+            Connector::start(&c, None, &auth, MsMode::Crc, Cipher::Aes256Gcm),
             Err(HandshakeError::NoOwnKey(_))
         ));
+    }
+
+    /// One handshake with the connector in `cm` preferring `cc` and the
+    /// acceptor requiring `am` and preferring `ac`.
+    fn handshake(
+        cm: MsMode,
+        cc: Cipher,
+        am: MsMode,
+        ac: Cipher,
+    ) -> Result<(Established, Established), Reject> {
+        let (c, s, k) = setup();
+        let ca = KeyringAuth::new(c.clone(), k.clone());
+        let sa = KeyringAuth::new(s.clone(), k);
+        let (mut conn, hello) = Connector::start(&c, None, &ca, cm, cc).unwrap();
+        let (acc, ch) = Acceptor::on_hello(&s, &hello, &sa, |_| am, ac)?;
+        let proof = conn.on_challenge(&ch)?;
+        let (est_s, done) = acc.on_proof(&proof)?;
+        Ok((conn.on_done(&done)?, est_s))
+    }
+
+    #[test]
+    fn secure_mode_agrees_on_a_cipher_and_keys_only_when_both_ends_ask_for_it() {
+        use Cipher::*;
+        let (c, s) = handshake(MsMode::Crc, Aes256Gcm, MsMode::Crc, Aes256Gcm).unwrap();
+        assert!(c.keys.is_none() && s.keys.is_none());
+        for (cc, ac, want) in [
+            (Aes256Gcm, Aes256Gcm, Aes256Gcm),
+            (ChaCha20Poly1305, Aes256Gcm, ChaCha20Poly1305),
+            (Aes256Gcm, ChaCha20Poly1305, ChaCha20Poly1305),
+        ] {
+            let (c, s) = handshake(MsMode::Secure, cc, MsMode::Secure, ac).unwrap();
+            assert_eq!(c.keys.map(|k| k.cipher), Some(want));
+            assert_eq!(s.keys.map(|k| k.cipher), Some(want));
+        }
+    }
+
+    #[test]
+    fn ends_in_different_modes_fail_naming_both() {
+        for (cm, am) in [(MsMode::Secure, MsMode::Crc), (MsMode::Crc, MsMode::Secure)] {
+            let (code, reason) =
+                handshake(cm, Cipher::Aes256Gcm, am, Cipher::Aes256Gcm).unwrap_err();
+            assert_eq!(code, RejectCode::ModeMismatch);
+            assert_eq!(
+                reason,
+                format!(
+                    "connection mode mismatch: client.admin uses ms_mode {cm}, \
+                     mon.a requires {am}"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_party_on_the_path_cannot_talk_either_end_down_to_crc() {
+        let (c, s, k) = setup();
+        let ca = KeyringAuth::new(c.clone(), k.clone());
+        let sa = KeyringAuth::new(s.clone(), k);
+        let secure = |_: &EntityName| MsMode::Secure;
+        // The acceptor's challenge rewritten to crc: the connector refuses.
+        let (mut conn, hello) =
+            Connector::start(&c, None, &ca, MsMode::Secure, Cipher::Aes256Gcm).unwrap();
+        let (_, mut ch) = Acceptor::on_hello(&s, &hello, &sa, secure, Cipher::Aes256Gcm).unwrap();
+        ch.ms_mode = 0;
+        ch.cipher = 0;
+        let (code, reason) = conn.on_challenge(&ch).unwrap_err();
+        assert_eq!(code, RejectCode::ModeMismatch, "{reason}");
+        // The cipher in the challenge changed: the proofs no longer match.
+        let (mut conn, hello) =
+            Connector::start(&c, None, &ca, MsMode::Secure, Cipher::Aes256Gcm).unwrap();
+        let (acc, mut ch) = Acceptor::on_hello(&s, &hello, &sa, secure, Cipher::Aes256Gcm).unwrap();
+        ch.cipher = Cipher::ChaCha20Poly1305.wire();
+        let proof = conn.on_challenge(&ch).unwrap();
+        assert_eq!(acc.on_proof(&proof).unwrap_err().0, RejectCode::BadProof);
+        // An old acceptor (no mode in its challenge) and a secure connector.
+        let (mut conn, hello) =
+            Connector::start(&c, None, &ca, MsMode::Secure, Cipher::Aes256Gcm).unwrap();
+        let (_, mut ch) = on_hello(
+            &s,
+            &Hello {
+                ms_mode: 0,
+                cipher: 0,
+                ..hello
+            },
+            &sa,
+        )
+        .unwrap();
+        ch.ms_mode = 0;
+        let (code, reason) = conn.on_challenge(&ch).unwrap_err();
+        assert_eq!(code, RejectCode::ModeMismatch);
+        assert!(reason.contains("mon.a uses ms_mode crc"), "{reason}");
     }
 }

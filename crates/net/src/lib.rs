@@ -11,8 +11,10 @@
 //! All I/O goes through the [`Transport`] trait, with TCP ([`TcpTransport`])
 //! and in-memory ([`MemNetwork`]) implementations, so a simulated network can
 //! replace sockets. Authentication is behind [`AuthProvider`]: today keys
-//! come from a keyring file; monitor-issued tickets plug in later. This crate
-//! knows nothing of monitors, OSDs or maps.
+//! come from a keyring file or from monitor-issued tickets. In secure mode
+//! (`ms_mode = secure`) every byte after the handshake travels in records
+//! sealed with keys the handshake derived (the `secure` module's record
+//! layer). This crate knows nothing of monitors, OSDs or maps.
 
 mod admission;
 mod auth;
@@ -24,6 +26,7 @@ mod keyring;
 mod messenger;
 mod recv;
 pub mod runtime;
+mod secure;
 mod ticket;
 mod transport;
 
@@ -36,6 +39,7 @@ pub use error::{HandshakeError, NetError};
 pub use keyring::{Keyring, KeyringEntry, KeyringError};
 pub use messenger::{Messenger, MessengerStats};
 pub use runtime::now_ms;
+pub use secure::{Cipher, MsMode};
 pub use ticket::{ServiceSecrets, TICKET_BYTES_MAX, Ticket, TicketError};
 pub use transport::{BoxListener, Listener, MemNetwork, Stream, TcpTransport, Transport};
 

@@ -23,6 +23,7 @@ use crate::config::NetConfig;
 use crate::conn::{self, Connection, Dispatcher, PeerInfo};
 use crate::error::{HandshakeError, NetError};
 use crate::handshake::{self, Established};
+use crate::secure::{SecureReader, SecureWriter};
 use crate::transport::{BoxListener, Stream, Transport};
 
 /// How long shutdown waits for connections to flush before aborting them.
@@ -285,7 +286,14 @@ impl Inner {
         };
         let mut buf = BytesMut::with_capacity(4096);
         let listen = *lock(&self.listen);
-        let hs = handshake::connect(&mut stream, &mut buf, &self.me, listen, self.auth.as_ref());
+        let hs = handshake::connect(
+            &mut stream,
+            &mut buf,
+            &self.me,
+            listen,
+            self.auth.as_ref(),
+            &self.config,
+        );
         let est = match tokio::time::timeout(cfg.handshake_timeout, hs).await {
             Ok(Ok(est)) => est,
             Ok(Err(source)) => return Err(NetError::Handshake { peer, source }),
@@ -315,6 +323,18 @@ impl Inner {
             listen_addr: est.peer_listen,
             features: est.features,
             caps: est.caps,
+            cipher: est.keys.as_ref().map(|k| k.cipher),
+        };
+        // In secure mode every byte from here on is in sealed records,
+        // including those already read past the handshake.
+        let (halves, leftover): (conn::Halves, BytesMut) = match est.keys {
+            None => ((stream.read, stream.write), leftover),
+            Some(keys) => {
+                let (opener, sealer) = keys.split();
+                let read = SecureReader::new(stream.read, opener, &leftover);
+                let write = SecureWriter::new(stream.write, sealer);
+                ((Box::new(read), Box::new(write)), BytesMut::new())
+            }
         };
         tracing::debug!(entity = %self.me, %peer, "connection established");
         let weak: Weak<Inner> = Arc::downgrade(self);
@@ -325,7 +345,7 @@ impl Inner {
             id,
             peer,
             Arc::clone(&self.config),
-            (stream.read, stream.write),
+            halves,
             leftover,
             Arc::clone(&self.dispatcher),
             move |_, reason| {
@@ -352,7 +372,13 @@ impl Inner {
         let addr = stream.peer_addr;
         self.handshakes_in_progress.fetch_add(1, Ordering::Relaxed);
         let mut buf = BytesMut::with_capacity(4096);
-        let hs = handshake::accept(&mut stream, &mut buf, &self.me, self.auth.as_ref());
+        let hs = handshake::accept(
+            &mut stream,
+            &mut buf,
+            &self.me,
+            self.auth.as_ref(),
+            &self.config,
+        );
         let result = match tokio::time::timeout(self.config.handshake_timeout, hs).await {
             Ok(r) => r,
             Err(_) => Err(HandshakeError::Timeout),
@@ -370,7 +396,16 @@ impl Inner {
                         ..
                     }
                 );
-                if refused_auth {
+                let mode_mismatch = matches!(
+                    e,
+                    HandshakeError::Refused {
+                        code: RejectCode::ModeMismatch,
+                        ..
+                    }
+                );
+                if mode_mismatch {
+                    tracing::warn!(entity = %self.me, peer = %addr, "handshake refused: {e}");
+                } else if refused_auth {
                     tracing::warn!(entity = %self.me, peer = %addr, "authentication failed: {e}");
                 } else {
                     tracing::info!(entity = %self.me, peer = %addr, "handshake failed: {e}");

@@ -555,6 +555,8 @@ async fn version_mismatch_is_refused_with_a_clear_reason() {
         listen_addr: String::new(),
         auth_method: 1,
         ticket: Vec::new(),
+        ms_mode: 0,
+        cipher: 0,
     });
     let f = encode_frame(1, FrameFlags::default(), 0, &hello.encode_control(), &[]);
     s.write_all(&f).await.unwrap();

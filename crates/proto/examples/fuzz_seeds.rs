@@ -23,6 +23,8 @@ fn main() -> std::io::Result<()> {
             listen_addr: "127.0.0.1:6800".into(),
             auth_method: 1,
             ticket: Vec::new(),
+            ms_mode: 1,
+            cipher: 1,
         }
         .into(),
         AuthChallenge {
@@ -31,6 +33,8 @@ fn main() -> std::io::Result<()> {
             entity: "mon.a".into(),
             nonce: vec![9; 32],
             auth_method: 1,
+            ms_mode: 1,
+            cipher: 1,
         }
         .into(),
         AuthProof { proof: vec![1; 32] }.into(),

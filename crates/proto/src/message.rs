@@ -37,6 +37,14 @@ pub struct Hello {
     /// sender's own key (empty when none).
     #[prost(bytes = "vec", tag = "7")]
     pub ticket: Vec<u8>,
+    /// The connection mode the sender uses: 0 crc (what builds before the
+    /// secure mode send), 1 secure.
+    #[prost(uint32, tag = "8")]
+    pub ms_mode: u32,
+    /// In secure mode, the record cipher the sender prefers (1
+    /// AES-256-GCM, 2 ChaCha20-Poly1305).
+    #[prost(uint32, tag = "9")]
+    pub cipher: u32,
 }
 
 /// Handshake, the accepting side's answer to [`Hello`].
@@ -58,6 +66,14 @@ pub struct AuthChallenge {
     /// of the ticket it presented.
     #[prost(uint32, tag = "5")]
     pub auth_method: u32,
+    /// The connection mode the acceptor requires of this connector: 0
+    /// crc, 1 secure.
+    #[prost(uint32, tag = "6")]
+    pub ms_mode: u32,
+    /// In secure mode, the record cipher both ends use (1 AES-256-GCM, 2
+    /// ChaCha20-Poly1305).
+    #[prost(uint32, tag = "7")]
+    pub cipher: u32,
 }
 
 /// Handshake, the connecting side's proof that it holds its key.
@@ -107,6 +123,8 @@ pub enum RejectCode {
     UnsupportedAuth = 5,
     /// The presented ticket is expired, forged or not for this entity.
     BadTicket = 6,
+    /// The two ends use different connection modes (`ms_mode`).
+    ModeMismatch = 7,
 }
 
 impl RejectCode {
@@ -118,6 +136,7 @@ impl RejectCode {
             3 => RejectCode::BadProof,
             5 => RejectCode::UnsupportedAuth,
             6 => RejectCode::BadTicket,
+            7 => RejectCode::ModeMismatch,
             _ => RejectCode::Protocol,
         }
     }

@@ -543,3 +543,32 @@ fn format_goes_anywhere() {
     let o = shoal(&["-f", "xml", "status"]);
     assert!(text(&o).1.contains("xml"), "{}", text(&o).1);
 }
+
+/// `dev up --set ms_mode=secure`: every daemon and the tools run in secure
+/// mode; a tool still in crc mode is refused at once, with one line naming
+/// both modes, and the monitor logs the same line.
+#[test]
+fn a_secure_dev_cluster_names_both_modes_to_a_crc_client() {
+    let d = Dev::new("secure-mode");
+    d.up_mem(&["--no-gateway", "--set", "ms_mode=secure"]);
+    let conf = std::fs::read_to_string(d.0.join("shoal.conf")).unwrap();
+    assert!(conf.contains("ms_mode = \"secure\""), "{conf}");
+    let obj = d.0.join("obj.txt");
+    std::fs::write(&obj, b"sealed on the wire").unwrap();
+    d.ok(&["rados", "-p", "rbd", "put", "o1", obj.to_str().unwrap()]);
+    assert_eq!(
+        d.ok(&["rados", "-p", "rbd", "get", "o1", "-"]),
+        "sealed on the wire"
+    );
+    let out = d.run(&["--set", "ms_mode=crc", "status"]);
+    let (_, err) = text(&out);
+    assert!(!out.status.success());
+    let line = "connection mode mismatch: client.admin uses ms_mode crc, mon.a requires secure";
+    assert!(err.contains(line), "{err}");
+    assert!(
+        err.contains("every monitor refused the connection"),
+        "{err}"
+    );
+    let log = std::fs::read_to_string(d.0.join("out").join("mon.a.log")).unwrap();
+    assert!(log.contains(line), "mon.a's log:\n{log}");
+}

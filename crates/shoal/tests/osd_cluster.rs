@@ -11,6 +11,8 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -65,7 +67,7 @@ impl DevCluster {
 
     fn shoal(&self, args: &[&str]) -> std::process::Output {
         Command::new(SHOAL)
-            .args(args)
+            .args(common::with_test_sets(args))
             .env("SHOAL_CONF", self.conf())
             .output()
             .unwrap()

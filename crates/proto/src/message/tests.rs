@@ -14,12 +14,14 @@ fn any_message() -> impl Strategy<Value = Message> {
     prop_oneof![
         (
             (any::<u32>(), any::<u64>(), ".{0,40}"),
-            (bytes32(), ".{0,30}", any::<u32>(), bytes32())
+            (bytes32(), ".{0,30}", any::<u32>(), bytes32()),
+            (any::<u32>(), any::<u32>())
         )
             .prop_map(
                 |(
                     (protocol_version, features, entity),
                     (nonce, listen_addr, auth_method, ticket),
+                    (ms_mode, cipher),
                 )| {
                     Message::Hello(Hello {
                         protocol_version,
@@ -29,6 +31,8 @@ fn any_message() -> impl Strategy<Value = Message> {
                         listen_addr,
                         auth_method,
                         ticket,
+                        ms_mode,
+                        cipher,
                     })
                 }
             ),
@@ -37,17 +41,22 @@ fn any_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             ".{0,40}",
             bytes32(),
-            any::<u32>()
+            any::<u32>(),
+            (any::<u32>(), any::<u32>())
         )
-            .prop_map(|(protocol_version, features, entity, nonce, auth_method)| {
-                Message::AuthChallenge(AuthChallenge {
-                    protocol_version,
-                    features,
-                    entity,
-                    nonce,
-                    auth_method,
-                })
-            }),
+            .prop_map(
+                |(protocol_version, features, entity, nonce, auth_method, (ms_mode, cipher))| {
+                    Message::AuthChallenge(AuthChallenge {
+                        protocol_version,
+                        features,
+                        entity,
+                        nonce,
+                        auth_method,
+                        ms_mode,
+                        cipher,
+                    })
+                }
+            ),
         bytes32().prop_map(|proof| Message::AuthProof(AuthProof { proof })),
         (bytes32(), any::<u64>())
             .prop_map(|(proof, features)| Message::AuthDone(AuthDone { proof, features })),

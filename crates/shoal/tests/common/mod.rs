@@ -12,6 +12,28 @@ use serde_json::Value;
 /// The binary under test.
 pub const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
 
+/// The environment variable whose `KEY=VALUE` words every `shoal dev up`
+/// of a test adds as `--set`s: `SHOAL_TEST_SET=ms_mode=secure` runs a
+/// suite's clusters, and every command and client against them, in secure
+/// mode (`scripts/check` does so for the process tests that matter).
+pub const TEST_SET_ENV: &str = "SHOAL_TEST_SET";
+
+/// `args` with the `--set`s of [`TEST_SET_ENV`] in front when they run
+/// `dev up`.
+pub fn with_test_sets(args: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    if args.windows(2).any(|w| w == ["dev", "up"]) {
+        for kv in std::env::var(TEST_SET_ENV)
+            .unwrap_or_default()
+            .split_whitespace()
+        {
+            out.extend(["--set".to_string(), kv.to_string()]);
+        }
+    }
+    out.extend(args.iter().map(|a| a.to_string()));
+    out
+}
+
 /// A `shoal dev` cluster directory.
 pub struct Dev(pub PathBuf);
 
@@ -33,7 +55,7 @@ impl Dev {
     /// showing the daemons' logs.
     pub fn run(&self, args: &[&str]) -> Output {
         let mut child = Command::new(SHOAL)
-            .args(args)
+            .args(with_test_sets(args))
             .env("SHOAL_CONF", self.0.join("shoal.conf"))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -4,7 +4,11 @@
 # in secure mode (every daemon and the bench client), alternated ROUNDS
 # times in one run, with a table of secure/crc per row.
 #
-# Usage: bench/secure.sh [--rounds N] [--seconds N] [--store mem|block] [--out DIR]
+# Then, as the QD1 row moves a lot on shared cores, QD1 alone: QD1_ROUNDS
+# rounds of a fresh cluster per mode, alternated, two 6 s runs of
+# `shoal bench -p rbd 6 write -b 4096 -t 1` each.
+#
+# Usage: bench/secure.sh [--rounds N] [--seconds N] [--store mem|block] [--out DIR] [--qd1-rounds N]
 #   SHOAL=path/to/shoal (default: target/release/shoal, built if missing)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -12,13 +16,15 @@ ROUNDS=2
 SECS=10
 STORE=mem
 OUT="${TMPDIR:-/tmp}/shoal-secure-$$"
+QD1_ROUNDS=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
     --seconds) SECS="$2"; shift 2 ;;
     --store) STORE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--seconds N] [--store mem|block] [--out DIR]" >&2; exit 2 ;;
+    --qd1-rounds) QD1_ROUNDS="$2"; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--seconds N] [--store mem|block] [--out DIR] [--qd1-rounds N]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
@@ -55,5 +61,33 @@ for row in rows:
     ratio = statistics.median(s) / statistics.median(c) if statistics.median(c) else 0
     print(f"| {row} | {unit} | {' / '.join(f'{x:.0f}' for x in c)} | {' / '.join(f'{x:.0f}' for x in s)} | "
           f"{ratio:.2f} | {lat('crc'):.0f} / {lat('secure'):.0f} | {cpu('crc'):.0f} / {cpu('secure'):.0f} |")
+PY
+SHOAL="${SHOAL:-$HERE/../target/release/shoal}"
+: > "$OUT/qd1.txt"
+for r in $(seq 1 "$QD1_ROUNDS"); do
+  for mode in crc secure; do
+    D="$OUT/qd1-$mode"
+    "$SHOAL" dev down --dir "$D" --wipe >/dev/null 2>&1 || true
+    "$SHOAL" --set "ms_mode=$mode" dev up --dir "$D" --osds 3 --store "$STORE" --no-gateway --no-mgr >/dev/null
+    for i in 1 2; do
+      SHOAL_CONF="$D/shoal.conf" "$SHOAL" bench -p rbd 6 write -b 4096 -t 1 --format json \
+        | python3 -c "import json,sys; j=json.load(sys.stdin); print('$mode', j['latency_avg_s']*1e6, j['latency_p50_s']*1e6)" >> "$OUT/qd1.txt"
+    done
+    "$SHOAL" dev down --dir "$D" --wipe >/dev/null 2>&1 || true
+  done
+done
+python3 - "$OUT/qd1.txt" <<'PY'
+import sys, statistics
+runs = {"crc": [], "secure": []}
+for l in open(sys.argv[1]):
+    m, avg, p50 = l.split()
+    runs[m].append((float(avg), float(p50)))
+print()
+print("| QD1 4 KiB write | average latency per run (µs) | median | mean | p50, median of runs |")
+print("|---|---|---|---|---|")
+for m, v in runs.items():
+    avgs = [a for a, _ in v]
+    print(f"| {m} | {', '.join(f'{a:.0f}' for a in avgs)} | {statistics.median(avgs):.0f} | "
+          f"{statistics.mean(avgs):.0f} | {statistics.median(p for _, p in v):.0f} |")
 PY
 echo "raw results under $OUT" >&2

@@ -19,7 +19,11 @@
 //! record is truncated: either way the reader returns an error, the
 //! connection closes, and no byte of that record reaches the frame decoder.
 //! The writer seals up to [`RECORD_BYTES_MAX`] of whatever frames it was
-//! given at once, so a batch of small frames costs one seal.
+//! given at once, so a batch of small frames costs one seal. Every
+//! [`REKEY_RECORDS`] records a direction moves to a new key derived from
+//! its current secret (both ends count, so no message is needed): an
+//! OSD-to-OSD connection that lives for months never seals more under one
+//! AES-GCM key than TLS 1.3's usage limits allow.
 
 use std::io;
 use std::pin::Pin;
@@ -35,6 +39,10 @@ const LEN_BYTES: usize = 4;
 const TAG_BYTES: usize = 16;
 /// Bytes read from the socket at a time while a record is short of them.
 const READ_CHUNK: usize = 64 << 10;
+/// Records sealed under one key before a direction moves to the next:
+/// at most 256 GiB (2^20 records of 256 KiB), below the 2^24.5 full TLS
+/// records (~390 GB) RFC 8446 allows an AES-GCM key.
+pub(crate) const REKEY_RECORDS: u64 = 1 << 20;
 
 /// The connection mode, `ms_mode` and its finer options.
 pub use shoal_config::MsMode;
@@ -118,11 +126,11 @@ fn aes_in_hardware() -> bool {
     false
 }
 
-/// The two keys of one connection, as one end sees them.
+/// The two directions' secrets of one connection, as one end sees them.
 pub(crate) struct SessionKeys {
     pub cipher: Cipher,
-    send: LessSafeKey,
-    recv: LessSafeKey,
+    send: hkdf::Prk,
+    recv: hkdf::Prk,
 }
 
 impl std::fmt::Debug for SessionKeys {
@@ -142,32 +150,74 @@ impl SessionKeys {
         connector: bool,
     ) -> SessionKeys {
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, transcript).extract(secret);
-        let key = |label: &[u8]| {
-            // `expand` fails only for outputs longer than 255 hash blocks;
-            // an AEAD key is one.
-            let info = [b"shoal-secure-v1 ".as_slice(), label];
-            let okm = prk
-                .expand(&info, cipher.algorithm())
-                .unwrap_or_else(|_| unreachable!("an AEAD key fits one HKDF expansion"));
-            LessSafeKey::new(UnboundKey::from(okm))
-        };
-        let (c2s, s2c) = (key(b"c2s"), key(b"s2c"));
+        let (c2s, s2c) = (expand_secret(&prk, b"c2s"), expand_secret(&prk, b"s2c"));
         let (send, recv) = if connector { (c2s, s2c) } else { (s2c, c2s) };
         SessionKeys { cipher, send, recv }
     }
 
     /// The reading and writing halves' states.
     pub(crate) fn split(self) -> (Opener, Sealer) {
+        self.split_rekeying_every(REKEY_RECORDS)
+    }
+
+    fn split_rekeying_every(self, every: u64) -> (Opener, Sealer) {
         (
-            Opener {
-                key: self.recv,
-                seq: 0,
-            },
-            Sealer {
-                key: self.send,
-                seq: 0,
-            },
+            Opener(Direction::new(self.recv, self.cipher, every)),
+            Sealer(Direction::new(self.send, self.cipher, every)),
         )
+    }
+}
+
+/// `HKDF-Expand(prk, "shoal-secure-v1 " | label)` as a new secret.
+fn expand_secret(prk: &hkdf::Prk, label: &[u8]) -> hkdf::Prk {
+    let info = [b"shoal-secure-v1 ".as_slice(), label];
+    // `expand` fails only for outputs longer than 255 hash blocks; these
+    // are one.
+    let okm = prk
+        .expand(&info, hkdf::HKDF_SHA256)
+        .unwrap_or_else(|_| unreachable!("a secret fits one HKDF expansion"));
+    hkdf::Prk::from(okm)
+}
+
+/// The AEAD key of a direction's secret.
+fn aead_key(secret: &hkdf::Prk, cipher: Cipher) -> LessSafeKey {
+    let info = [b"shoal-secure-v1 key".as_slice()];
+    let okm = secret
+        .expand(&info, cipher.algorithm())
+        .unwrap_or_else(|_| unreachable!("an AEAD key fits one HKDF expansion"));
+    LessSafeKey::new(UnboundKey::from(okm))
+}
+
+/// One direction's secret, key and record count.
+struct Direction {
+    cipher: Cipher,
+    secret: hkdf::Prk,
+    key: LessSafeKey,
+    seq: u64,
+    rekey_every: u64,
+}
+
+impl Direction {
+    fn new(secret: hkdf::Prk, cipher: Cipher, rekey_every: u64) -> Direction {
+        Direction {
+            cipher,
+            key: aead_key(&secret, cipher),
+            secret,
+            seq: 0,
+            rekey_every: rekey_every.max(1),
+        }
+    }
+
+    /// The next record's sequence number and nonce, moving to the next
+    /// key first when this record starts a new interval.
+    fn next(&mut self) -> io::Result<(u64, Nonce)> {
+        let seq = self.seq;
+        if seq > 0 && seq % self.rekey_every == 0 {
+            self.secret = expand_secret(&self.secret, b"next");
+            self.key = aead_key(&self.secret, self.cipher);
+        }
+        self.seq = seq.checked_add(1).ok_or_else(exhausted)?;
+        Ok((seq, nonce(seq)))
     }
 }
 
@@ -182,10 +232,7 @@ fn exhausted() -> io::Error {
 }
 
 /// Seals one direction's records.
-pub(crate) struct Sealer {
-    key: LessSafeKey,
-    seq: u64,
-}
+pub(crate) struct Sealer(Direction);
 
 impl Sealer {
     /// Seals `out[LEN_BYTES..]`, whose first four bytes are reserved for
@@ -194,11 +241,11 @@ impl Sealer {
         let len = out.len() - LEN_BYTES;
         let len_le = u32::try_from(len).map_err(|_| exhausted())?.to_le_bytes();
         out[..LEN_BYTES].copy_from_slice(&len_le);
-        let seq = self.seq;
-        self.seq = seq.checked_add(1).ok_or_else(exhausted)?;
+        let (_, nonce) = self.0.next()?;
         let tag = self
+            .0
             .key
-            .seal_in_place_separate_tag(nonce(seq), Aad::from(len_le), &mut out[LEN_BYTES..])
+            .seal_in_place_separate_tag(nonce, Aad::from(len_le), &mut out[LEN_BYTES..])
             .map_err(|_| io::Error::other("secure mode: sealing failed"))?;
         out.extend_from_slice(tag.as_ref());
         Ok(())
@@ -206,10 +253,7 @@ impl Sealer {
 }
 
 /// Opens the other direction's records.
-pub(crate) struct Opener {
-    key: LessSafeKey,
-    seq: u64,
-}
+pub(crate) struct Opener(Direction);
 
 impl Opener {
     /// Opens the record `rec` (length, ciphertext, tag) in place; returns
@@ -217,11 +261,11 @@ impl Opener {
     fn open(&mut self, rec: &mut [u8]) -> io::Result<std::ops::Range<usize>> {
         let mut len_le = [0u8; LEN_BYTES];
         len_le.copy_from_slice(&rec[..LEN_BYTES]);
-        let seq = self.seq;
-        self.seq = seq.checked_add(1).ok_or_else(exhausted)?;
+        let (seq, nonce) = self.0.next()?;
         let plain = self
+            .0
             .key
-            .open_in_place(nonce(seq), Aad::from(len_le), &mut rec[LEN_BYTES..])
+            .open_in_place(nonce, Aad::from(len_le), &mut rec[LEN_BYTES..])
             .map_err(|_| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -572,6 +616,39 @@ mod tests {
         }
         let k = SessionKeys::derive(&secret, b"nonces of connection 1", Cipher::Aes256Gcm, false);
         assert_eq!(opened(k, &wire).await.unwrap(), b"payload");
+    }
+
+    #[tokio::test]
+    async fn both_ends_move_to_a_new_key_every_interval() {
+        let seal_all = |every: u64| async move {
+            let (c, _) = pair(Cipher::Aes256Gcm);
+            let (_, sealer) = c.split_rekeying_every(every);
+            let mut w = SecureWriter::new(Vec::new(), sealer);
+            for _ in 0..5 {
+                w.write_all(b"same plaintext").await.unwrap();
+                w.flush().await.unwrap();
+            }
+            w.inner
+        };
+        let (rekeyed, unchanged) = (seal_all(2).await, seal_all(1000).await);
+        let (a, b) = (records(&rekeyed), records(&unchanged));
+        // Records 0 and 1 are under the first key in both; from record 2 on
+        // the same plaintext and nonce give other bytes: another key.
+        for i in 0..5 {
+            let same = rekeyed[a[i].clone()] == unchanged[b[i].clone()];
+            assert_eq!(same, i < 2, "record {i}");
+        }
+        // A reader that rekeys at the same interval opens them all; one
+        // that does not stops at the first record under the new key.
+        for (every, want_ok) in [(2, true), (1000, false)] {
+            let (_, s) = pair(Cipher::Aes256Gcm);
+            let (opener, _) = s.split_rekeying_every(every);
+            let mut r = SecureReader::new(&rekeyed[..], opener, &[]);
+            let mut got = Vec::new();
+            let res = r.read_to_end(&mut got).await;
+            assert_eq!(res.is_ok(), want_ok, "{every}: {res:?}");
+            assert_eq!(got.len(), if want_ok { 70 } else { 28 });
+        }
     }
 
     #[tokio::test]

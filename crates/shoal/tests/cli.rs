@@ -549,6 +549,15 @@ fn format_goes_anywhere() {
 /// both modes, and the monitor logs the same line.
 #[test]
 fn a_secure_dev_cluster_names_both_modes_to_a_crc_client() {
+    let (options, _) = text(&shoal(&["config", "options"]));
+    for o in [
+        "ms_mode (crc or secure)",
+        "ms_cluster_mode (crc, secure or empty (as ms_mode))",
+        "ms_service_mode",
+        "ms_client_mode",
+    ] {
+        assert!(options.contains(o), "{o} not in:\n{options}");
+    }
     let d = Dev::new("secure-mode");
     d.up_mem(&["--no-gateway", "--set", "ms_mode=secure"]);
     let conf = std::fs::read_to_string(d.0.join("shoal.conf")).unwrap();

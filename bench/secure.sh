@@ -8,7 +8,7 @@
 # rounds of a fresh cluster per mode, alternated, two 6 s runs of
 # `shoal bench -p rbd 6 write -b 4096 -t 1` each.
 #
-# Usage: bench/secure.sh [--rounds N] [--seconds N] [--store mem|block] [--out DIR] [--qd1-rounds N]
+# Usage: bench/secure.sh [--rounds N (0: QD1 alone)] [--seconds N] [--store mem|block] [--out DIR] [--qd1-rounds N]
 #   SHOAL=path/to/shoal (default: target/release/shoal, built if missing)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -28,6 +28,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$OUT"
+# --rounds 0: the QD1 runs alone.
+[ "$ROUNDS" -gt 0 ] && {
 for r in $(seq 1 "$ROUNDS"); do
   for mode in crc secure; do
     echo "== round $r, ms_mode=$mode" >&2
@@ -62,6 +64,7 @@ for row in rows:
     print(f"| {row} | {unit} | {' / '.join(f'{x:.0f}' for x in c)} | {' / '.join(f'{x:.0f}' for x in s)} | "
           f"{ratio:.2f} | {lat('crc'):.0f} / {lat('secure'):.0f} | {cpu('crc'):.0f} / {cpu('secure'):.0f} |")
 PY
+}
 SHOAL="${SHOAL:-$HERE/../target/release/shoal}"
 : > "$OUT/qd1.txt"
 for r in $(seq 1 "$QD1_ROUNDS"); do

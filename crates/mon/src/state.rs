@@ -403,6 +403,20 @@ impl MonState {
             }
             MonRequest::ConfigSet { who, key, value } => {
                 check_section(who)?;
+                // A daemon or client needs its connection mode before it
+                // can reach a monitor: a central value would never apply.
+                if matches!(
+                    key.as_str(),
+                    "ms_mode" | "ms_cluster_mode" | "ms_service_mode" | "ms_client_mode"
+                ) {
+                    return Err(err(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "{key} cannot be set centrally: every daemon and client needs it \
+                             before it reaches a monitor; set it in the configuration file"
+                        ),
+                    ));
+                }
                 // Validate exactly as a config file or --set would.
                 let arg = format!("{key}={value}");
                 shoal_config::Config::parse(
@@ -808,6 +822,10 @@ mod tests {
         );
         assert_eq!(
             code(s.apply(&set("disk.1", "log_level", "x"))),
+            Some(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            code(s.apply(&set("global", "ms_mode", "secure"))),
             Some(ErrorCode::InvalidArgument)
         );
         assert_eq!(

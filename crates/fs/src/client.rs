@@ -74,6 +74,14 @@ struct Inflight {
     reply: Option<oneshot::Sender<FsResult<Out>>>,
 }
 
+/// An entry made without waiting ([`FsClient::touch_dir`]).
+#[derive(Debug, Clone, Copy)]
+struct LocalMake {
+    tid: u64,
+    subdir: bool,
+    time: i64,
+}
+
 /// What the client knows of an inode.
 #[derive(Debug, Clone)]
 pub struct Cached {
@@ -83,6 +91,7 @@ pub struct Cached {
     pub fetched: Instant,
 }
 
+#[derive(Default)]
 struct State {
     session: u64,
     conn: Option<Connection>,
@@ -100,6 +109,11 @@ struct State {
     /// Directories whose every entry the client knows (it made them and
     /// holds CAP_CREATE): names in them.
     complete: HashMap<u64, HashSet<String>>,
+    /// Entries made in a directory without waiting and not yet answered:
+    /// (the Make's tid, whether a subdirectory, its time). An answer to
+    /// an earlier request, handled late, predates them: they apply again
+    /// over what it says of the directory (its link count and times).
+    local_makes: HashMap<u64, Vec<LocalMake>>,
     /// Preallocated inode numbers.
     inos: std::collections::VecDeque<u64>,
     /// Open files, with how many opens.
@@ -189,20 +203,7 @@ impl FsClient {
             fs_name,
             me: format!("{name}@{}", std::process::id()),
             messenger,
-            state: Mutex::new(State {
-                session: 0,
-                conn: None,
-                inflight: BTreeMap::new(),
-                caps: HashMap::new(),
-                dirty: HashMap::new(),
-                flushing: HashMap::new(),
-                versions: HashMap::new(),
-                inodes: HashMap::new(),
-                complete: HashMap::new(),
-                inos: Default::default(),
-                open: HashMap::new(),
-                async_error: None,
-            }),
+            state: Mutex::new(State::default()),
             next_tid: AtomicU64::new(1),
             queue: qtx,
             answered: Notify::new(),
@@ -260,7 +261,17 @@ impl FsClient {
         &self.rados
     }
 
-    fn enqueue(&self, op: Op, uid: u32, gid: u32, reply: Option<oneshot::Sender<FsResult<Out>>>) {
+    fn enqueue(
+        &self,
+        op: Op,
+        uid: u32,
+        gid: u32,
+        reply: Option<oneshot::Sender<FsResult<Out>>>,
+    ) -> u64 {
+        // The tid is taken and queued under one hold of the lock: requests
+        // reach the MDS in the order of their tids, so an answer to `tid`
+        // includes every request with a lower one.
+        let mut st = lock(&self.state);
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let req = Request {
             session: 0,
@@ -269,10 +280,9 @@ impl FsClient {
             gid,
             op,
         };
-        lock(&self.state)
-            .inflight
-            .insert(tid, Inflight { req, reply });
+        st.inflight.insert(tid, Inflight { req, reply });
         let _ = self.queue.send(tid);
+        tid
     }
 
     /// Sends a request and waits for its answer.
@@ -284,8 +294,9 @@ impl FsClient {
     }
 
     /// Sends a request without waiting; [`FsClient::sync`] waits for it.
-    pub fn send_async(&self, op: Op, uid: u32, gid: u32) {
-        self.enqueue(op, uid, gid, None);
+    /// Returns its tid.
+    pub fn send_async(&self, op: Op, uid: u32, gid: u32) -> u64 {
+        self.enqueue(op, uid, gid, None)
     }
 
     /// Waits until every request sent so far is answered (durable); an
@@ -350,9 +361,11 @@ impl FsClient {
         }
     }
 
-    /// Records what an answer says of an inode.
+    /// Records the capabilities an answer grants on an inode, and the
+    /// inode itself unless already learned (the answer's own handling
+    /// learns it first, knowing which local changes it predates).
     pub fn learn(&self, inode: &Inode, caps: u32) {
-        learn_in(&mut lock(&self.state), inode, caps);
+        learn_in(&mut lock(&self.state), inode, caps, None);
     }
 
     /// Records what an unlink or rename answered: inodes changed or gone.
@@ -515,26 +528,11 @@ impl FsClient {
         lock(&self.state).inodes.remove(&ino);
     }
 
-    /// A directory gained an entry made without waiting: its cached times
-    /// (and link count, for a subdirectory) move as the MDS's will.
-    pub fn touch_dir(&self, dir: u64, subdir: bool, now: i64) {
-        let mut st = lock(&self.state);
-        if let Some(c) = st.inodes.get_mut(&dir) {
-            c.inode.mtime = now;
-            c.inode.ctime = now;
-            if subdir {
-                c.inode.nlink += 1;
-            }
-        }
-        // Times set earlier and not yet sent are older than this change.
-        if let Some(d) = st.dirty.get_mut(&dir) {
-            if d.mtime.is_some() {
-                d.mtime = Some(now);
-            }
-            if d.ctime.is_some() {
-                d.ctime = Some(now);
-            }
-        }
+    /// A directory gained an entry made without waiting (by the Make
+    /// `tid`): its cached times (and link count, for a subdirectory) move
+    /// as the MDS's will, and keep so over answers that predate the Make.
+    pub fn touch_dir(&self, dir: u64, subdir: bool, now: i64, tid: u64) {
+        touch_dir_in(&mut lock(&self.state), dir, subdir, now, tid);
     }
 
     /// Reads `len` bytes at `off` of a file of `size` bytes: holes and
@@ -775,14 +773,43 @@ impl FsClient {
 }
 
 /// [`FsClient::learn`] under a hold of the state's lock the caller has.
-fn learn_in(st: &mut State, inode: &Inode, caps: u32) {
+/// [`FsClient::touch_dir`] on the client's state.
+fn touch_dir_in(st: &mut State, dir: u64, subdir: bool, now: i64, tid: u64) {
+    st.local_makes.entry(dir).or_default().push(LocalMake {
+        tid,
+        subdir,
+        time: now,
+    });
+    if let Some(c) = st.inodes.get_mut(&dir) {
+        c.inode.mtime = now;
+        c.inode.ctime = now;
+        if subdir {
+            c.inode.nlink += 1;
+        }
+    }
+    // Times set earlier and not yet sent are older than this change.
+    if let Some(d) = st.dirty.get_mut(&dir) {
+        if d.mtime.is_some() {
+            d.mtime = Some(now);
+        }
+        if d.ctime.is_some() {
+            d.ctime = Some(now);
+        }
+    }
+}
+
+/// Records an inode an answer gives. `tid` is the answered request's
+/// (`None`: a second look at an answer already learned, which only adds
+/// `caps` when that inode is cached already).
+fn learn_in(st: &mut State, inode: &Inode, caps: u32, tid: Option<u64>) {
     if caps != 0 {
         *st.caps.entry(inode.ino).or_insert(0) |= caps;
     }
     // Answers are handled concurrently: one older than what is known
     // (a lower version: the MDS bumps it with every change) is dropped.
+    let cached = st.inodes.contains_key(&inode.ino);
     let seen = st.versions.entry(inode.ino).or_insert(0);
-    if inode.version < *seen {
+    if inode.version < *seen || (tid.is_none() && inode.version == *seen && cached) {
         return;
     }
     *seen = inode.version;
@@ -795,6 +822,16 @@ fn learn_in(st: &mut State, inode: &Inode, caps: u32) {
         let ctime = inode.ctime;
         overlay(&mut inode, &d);
         inode.ctime = inode.ctime.max(ctime);
+    }
+    // Entries made here without waiting, sent after the answered request:
+    // the answer does not count them yet.
+    let after = tid.unwrap_or(0);
+    for m in st.local_makes.get(&inode.ino).into_iter().flatten() {
+        if m.tid > after {
+            inode.nlink += u32::from(m.subdir);
+            inode.mtime = inode.mtime.max(m.time);
+            inode.ctime = inode.ctime.max(m.time);
+        }
     }
     st.inodes.insert(
         inode.ino,
@@ -987,6 +1024,16 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
                 // unlink's, from before the flush, with the size before it).
                 let inf = {
                     let mut st = lock(&c.state);
+                    if let Some(Op::Make { parent, .. }) = st.inflight.get(&tid).map(|i| &i.req.op)
+                    {
+                        let parent = *parent;
+                        if let Some(v) = st.local_makes.get_mut(&parent) {
+                            v.retain(|m| m.tid != tid);
+                            if v.is_empty() {
+                                st.local_makes.remove(&parent);
+                            }
+                        }
+                    }
                     let answered: &[Inode] = match &result {
                         Ok(Out::Inode { inode, .. }) => std::slice::from_ref(inode),
                         Ok(Out::Changed { inodes, .. }) => inodes,
@@ -996,7 +1043,7 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
                         if st.flushing.get(&inode.ino).is_some_and(|f| f.0 <= tid) {
                             st.flushing.remove(&inode.ino);
                         }
-                        learn_in(&mut st, inode, 0);
+                        learn_in(&mut st, inode, 0, Some(tid));
                     }
                     let inf = st.inflight.remove(&tid);
                     if let Some(Inflight {
@@ -1049,4 +1096,49 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Kind;
+
+    fn dir(ino: u64, version: u64, nlink: u32, time: i64) -> Inode {
+        let mut i = Inode::new(ino, Kind::Dir, 0o755, 0, 0, time);
+        i.version = version;
+        i.nlink = nlink;
+        i
+    }
+
+    fn cached(st: &State, ino: u64) -> Inode {
+        st.inodes
+            .get(&ino)
+            .map(|c| c.inode.clone())
+            .expect("cached")
+    }
+
+    #[test]
+    fn a_late_answer_keeps_the_subdirectories_made_without_waiting() {
+        let mut st = State::default();
+        // `mkdir x` without waiting (Make tid 1), then `mkdir x/child`
+        // without waiting (Make tid 2).
+        learn_in(&mut st, &dir(7, 1, 2, 10), 0, None);
+        touch_dir_in(&mut st, 7, true, 20, 2);
+        assert_eq!(cached(&st, 7).nlink, 3);
+        // Make 1's answer, handled after: x as the MDS had it then.
+        learn_in(&mut st, &dir(7, 2, 2, 10), 0, Some(1));
+        let x = cached(&st, 7);
+        assert_eq!((x.nlink, x.mtime, x.ctime), (3, 20, 20));
+        // A second look at that answer changes nothing.
+        learn_in(&mut st, &dir(7, 2, 2, 10), 0, None);
+        assert_eq!(cached(&st, 7).nlink, 3);
+        // An answer to a later request already counts the child, before
+        // Make 2's own answer is handled.
+        learn_in(&mut st, &dir(7, 3, 3, 20), 0, Some(3));
+        assert_eq!(cached(&st, 7).nlink, 3);
+        // Forgotten (a rename), then fetched again: what the MDS says.
+        st.inodes.remove(&7);
+        learn_in(&mut st, &dir(7, 4, 2, 30), 0, Some(4));
+        assert_eq!(cached(&st, 7).nlink, 2);
+    }
 }

@@ -196,7 +196,7 @@ fn make_local(
         if kind == Kind::Dir {
             i.parent = parent;
         }
-        c.send_async(
+        let tid = c.send_async(
             Op::Make {
                 parent,
                 name: name.to_string(),
@@ -212,7 +212,7 @@ fn make_local(
         );
         c.learn(&i, if kind == Kind::File { CAP_EXCL } else { 0 });
         c.note_entry(parent, name, true);
-        c.touch_dir(parent, kind == Kind::Dir, now);
+        c.touch_dir(parent, kind == Kind::Dir, now, tid);
         if kind == Kind::Dir {
             c.made_dir(ino);
         }

@@ -7,8 +7,10 @@ pub mod cache;
 pub mod checksum;
 pub mod meta;
 pub mod metrics;
+pub mod policy;
 pub mod region;
 pub mod s3;
+pub mod tags;
 pub mod unsupported;
 pub mod versions;
 
@@ -49,22 +51,81 @@ async fn secret_of(meta: &Meta, access_key: &str) -> S3Result<String> {
         .ok_or_else(|| s3_error!(InvalidAccessKeyId))
 }
 
-/// Every request passes s3s's access step: the operations decide from
-/// the signer and the bucket's owner and canned ACL.
-#[derive(Debug, Clone, Copy)]
-struct OpsDecide;
+/// Every request passes s3s's access step: what the gateway does not do is
+/// refused there, and the bucket's policy, if it has one, is evaluated:
+/// an explicit Deny refuses the request, an Allow is marked on it for the
+/// operation ([`s3::PolicyAllows`]); otherwise the operations decide from
+/// the signer and the bucket's owner and canned ACLs.
+#[derive(Debug, Clone)]
+struct OpsDecide {
+    meta: Meta,
+}
 
 #[async_trait::async_trait]
 impl s3s::access::S3Access for OpsDecide {
     async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
-        let op = cx.s3_op().name();
+        let op = cx.s3_op().name().to_string();
+        let op = op.as_str();
         metrics::set_operation(op);
         // The two that carry data check for themselves, once they can
         // drain the body they refuse (the connection stays in step).
         if !matches!(op, "PutObject" | "UploadPart") {
             unsupported::check(op, cx.headers())?;
         }
-        Ok(())
+        let (bucket, key) = match cx.s3_path() {
+            s3s::path::S3Path::Root => return Ok(()),
+            s3s::path::S3Path::Bucket { bucket } => (bucket.to_string(), None),
+            s3s::path::S3Path::Object { bucket, key } => {
+                (bucket.to_string(), Some(key.to_string()))
+            }
+        };
+        let internal = |e: meta::MetaError| s3_error!(InternalError, "{e}");
+        // (A missing bucket is the operation's to answer.)
+        let Some(b) = self.meta.bucket(&bucket).await.map_err(internal)? else {
+            return Ok(());
+        };
+        if b.policy.is_empty() {
+            return Ok(());
+        }
+        let user = match cx.credentials() {
+            Some(c) => self
+                .meta
+                .user_by_key(&c.access_key)
+                .await
+                .map_err(internal)?,
+            None => None,
+        };
+        let vid = s3::query_pairs(cx.uri().query().unwrap_or(""))
+            .into_iter()
+            .find(|(k, _)| k == "versionId")
+            .map(|(_, v)| v);
+        let action = policy::action_of(op, vid.is_some());
+        let origin = cx.extensions_mut().get::<s3::Origin>().copied();
+        let ctx = s3::policy_context(cx.uri(), cx.headers(), origin.as_ref(), user.as_ref());
+        let decision = s3::decide(
+            &self.meta,
+            &b,
+            user.as_ref(),
+            &action,
+            key.as_deref(),
+            vid.as_deref(),
+            ctx,
+        )
+        .await?;
+        let owner = user.as_ref().is_some_and(|u| u.uid == b.owner);
+        match decision {
+            // The owner may always mend the policy that locks it out.
+            policy::Decision::Deny if !(owner && op.ends_with("BucketPolicy")) => Err(s3_error!(
+                AccessDenied,
+                "a bucket policy denies {action} on {}",
+                b.name
+            )),
+            policy::Decision::Allow => {
+                cx.extensions_mut().insert(s3::PolicyAllows { bucket, key });
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -100,8 +161,8 @@ pub async fn serve_counted(
         meta: meta.clone(),
         region,
     });
+    b.set_access(OpsDecide { meta: meta.clone() });
     b.set_auth(ClusterAuth { meta });
-    b.set_access(OpsDecide);
     b.set_validation(BucketNames);
     let service = Arc::new(b.build());
     loop {
@@ -114,10 +175,11 @@ pub async fn serve_counted(
         let counters = Arc::clone(&counters);
         let signing = Arc::clone(&signing);
         tokio::spawn(async move {
+            let origin = |tls| s3::Origin { peer, tls };
             let r = match tls {
-                None => serve_conn(stream, service, counters, signing).await,
+                None => serve_conn(stream, service, counters, signing, origin(false)).await,
                 Some(t) => match t.accept(stream).await {
-                    Ok(s) => serve_conn(s, service, counters, signing).await,
+                    Ok(s) => serve_conn(s, service, counters, signing, origin(true)).await,
                     Err(e) => Err(e.to_string()),
                 },
             };
@@ -133,34 +195,37 @@ async fn serve_conn<IO>(
     service: s3s::service::S3Service,
     counters: Arc<metrics::Metrics>,
     signing: Arc<Signing>,
+    origin: s3::Origin,
 ) -> Result<(), String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let service = service.clone();
-        let counters = Arc::clone(&counters);
-        let signing = Arc::clone(&signing);
-        let started = std::time::Instant::now();
-        let op = std::cell::RefCell::new(None);
-        metrics::OPERATION.scope(op, async move {
-            let resp = answer(service, req, &signing).await;
-            let status = match &resp {
-                Ok(r) => r.status().as_u16(),
-                Err(_) => 500,
-            };
-            let op = metrics::OPERATION
-                .try_with(|o| o.borrow().clone())
-                .ok()
-                .flatten();
-            counters.record(
-                op.as_deref().unwrap_or("Unknown"),
-                status,
-                started.elapsed(),
-            );
-            resp
-        })
-    });
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(origin);
+            let service = service.clone();
+            let counters = Arc::clone(&counters);
+            let signing = Arc::clone(&signing);
+            let started = std::time::Instant::now();
+            let op = std::cell::RefCell::new(None);
+            metrics::OPERATION.scope(op, async move {
+                let resp = answer(service, req, &signing).await;
+                let status = match &resp {
+                    Ok(r) => r.status().as_u16(),
+                    Err(_) => 500,
+                };
+                let op = metrics::OPERATION
+                    .try_with(|o| o.borrow().clone())
+                    .ok()
+                    .flatten();
+                counters.record(
+                    op.as_deref().unwrap_or("Unknown"),
+                    status,
+                    started.elapsed(),
+                );
+                resp
+            })
+        });
     hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)

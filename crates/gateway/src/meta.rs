@@ -132,6 +132,12 @@ pub struct Bucket {
     /// their null versions (see `versions.rs`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub versions_recorded: bool,
+    /// Its tags (`tags.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: crate::tags::Tags,
+    /// Its policy document as set (empty: none; `policy.rs`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -180,6 +186,9 @@ pub struct Entry {
     /// A delete marker (a version without data).
     #[serde(default, skip_serializing_if = "is_false")]
     pub delete_marker: bool,
+    /// Its tags (`tags.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: crate::tags::Tags,
 }
 
 /// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
@@ -543,6 +552,8 @@ impl Meta {
             shards: INDEX_SHARDS,
             versioning: String::new(),
             versions_recorded: false,
+            tags: Default::default(),
+            policy: String::new(),
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;
@@ -565,6 +576,20 @@ impl Meta {
     pub async fn set_bucket_acl(&self, b: &Bucket, acl: &str) -> Result<()> {
         let mut nb = b.clone();
         nb.acl = acl.to_string();
+        self.put_bucket(&nb).await
+    }
+
+    /// Sets bucket `b`'s policy document (empty: removes it).
+    pub async fn set_bucket_policy(&self, b: &Bucket, doc: &str) -> Result<()> {
+        let mut nb = b.clone();
+        nb.policy = doc.to_string();
+        self.put_bucket(&nb).await
+    }
+
+    /// Sets bucket `b`'s tags (none: removes them).
+    pub async fn set_bucket_tags(&self, b: &Bucket, tags: crate::tags::Tags) -> Result<()> {
+        let mut nb = b.clone();
+        nb.tags = tags;
         self.put_bucket(&nb).await
     }
 

@@ -24,6 +24,8 @@ use s3s::dto::{
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::meta::{Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check};
+use crate::policy::Decision;
+use crate::tags::{self, Scope};
 use crate::versions::{self, Version};
 
 /// Largest object a single PUT stores (AWS's limit).
@@ -204,6 +206,7 @@ impl Gateway {
         }
         let owner = user.as_ref().is_some_and(|u| u.uid == b.owner);
         let allowed = owner
+            || policy_allows(req, &b.name, None)
             || match need {
                 Need::Exists => true,
                 Need::Read => grants_read(&b.acl, user.is_some()),
@@ -227,7 +230,24 @@ impl Gateway {
         vid: Option<&str>,
     ) -> S3Result<(Bucket, Option<User>, Entry)> {
         let (b, user) = self.bucket_as(req, bucket, Need::Exists).await?;
-        let e = self.object_for(&b, user.as_ref(), key, vid).await?;
+        // The request's own object was decided in the access step; another
+        // (a copy's source) is read as a GET of it would be.
+        let granted = if policy_allows(req, &b.name, Some(key)) {
+            true
+        } else if b.policy.is_empty() {
+            false
+        } else {
+            let action = crate::policy::action_of("GetObject", vid.is_some());
+            let ctx = policy_context(&req.uri, &req.headers, req.extensions.get(), user.as_ref());
+            match decide(&self.meta, &b, user.as_ref(), &action, Some(key), vid, ctx).await? {
+                Decision::Deny => return Err(s3_error!(AccessDenied, "a bucket policy denies it")),
+                Decision::Allow => true,
+                Decision::Default => false,
+            }
+        };
+        let e = self
+            .object_for(&b, user.as_ref(), key, vid, granted)
+            .await?;
         Ok((b, user, e))
     }
 
@@ -240,9 +260,10 @@ impl Gateway {
         user: Option<&User>,
         key: &str,
         vid: Option<&str>,
+        granted: bool,
     ) -> S3Result<Entry> {
         let uid = user.map(|u| u.uid.as_str());
-        let owner = uid == Some(b.owner.as_str());
+        let owner = granted || uid == Some(b.owner.as_str());
         let e = match self.found(b, key, vid).await {
             Ok(e) => e,
             Err(e) if !owner && !grants_read(&b.acl, user.is_some()) => {
@@ -259,6 +280,27 @@ impl Gateway {
         } else {
             Err(s3_error!(AccessDenied))
         }
+    }
+
+    /// Replaces the tags of object `key` (version `vid`) of `bucket`, if
+    /// `req`'s signer owns the bucket or the object; the version changed.
+    async fn set_object_tags<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+        key: &str,
+        vid: Option<&str>,
+        tags: tags::Tags,
+    ) -> S3Result<Option<String>> {
+        let (b, user, e) = self.object_of(req, bucket, key, vid).await?;
+        may_change(&b, user.as_ref(), &e, policy_allows(req, bucket, Some(key)))?;
+        let changed = self
+            .meta
+            .update_object(&b, key, vid, |e| e.tags = tags.clone())
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))?;
+        Ok(changed.version_id.filter(|v| v != versions::NULL))
     }
 
     async fn signed<T>(&self, req: &S3Request<T>) -> S3Result<User> {
@@ -584,6 +626,7 @@ impl S3 for Gateway {
             content_length: Some((range.end - range.start) as i64),
             content_range: content_range,
             parts_count: part.and_then(|(_, n)| n),
+            tag_count: (!e.tags.is_empty()).then_some(e.tags.len() as i32),
         });
         let sums = answered_sums(&e, req.input.part_number, req.input.checksum_mode.as_ref());
         if let Some(sums) = sums.filter(|_| !partial || req.input.part_number.is_some()) {
@@ -609,7 +652,14 @@ impl S3 for Gateway {
             with_sums!(out, &sums);
             out.checksum_type = sum_type(&e);
         }
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        // HEAD counts tags as GET does (radosgw does; s3s's HEAD output
+        // has no field for it).
+        if !e.tags.is_empty() {
+            resp.headers
+                .insert("x-amz-tagging-count", e.tags.len().into());
+        }
+        Ok(resp)
     }
 
     async fn delete_object(
@@ -714,6 +764,20 @@ impl S3 for Gateway {
         };
         let expires = if replace { i.expires.as_ref() } else { None };
         stamp(&mut entry, i.acl.as_ref(), user.as_ref(), expires)?;
+        // The source's tags, unless the request replaces them.
+        entry.tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
+            None | Some("COPY") => src.tags.clone(),
+            Some("REPLACE") => match &i.tagging {
+                Some(t) => tags::from_header(t, Scope::Object)?,
+                None => tags::Tags::new(),
+            },
+            Some(d) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "unknown x-amz-tagging-directive {d:?}: COPY or REPLACE"
+                ));
+            }
+        };
         let e = self
             .meta
             .copy(&src, &b, &i.key, entry)
@@ -785,6 +849,9 @@ impl S3 for Gateway {
             user.as_ref(),
             i.expires.as_ref(),
         )?;
+        if let Some(t) = &i.tagging {
+            entry.tags = tags::from_header(t, Scope::Object)?;
+        }
         let alg = i
             .checksum_algorithm
             .as_ref()
@@ -1192,10 +1259,12 @@ impl S3 for Gateway {
         let (b, user, e) = self
             .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        let uid = user.as_ref().map(|u| u.uid.as_str());
-        if uid != Some(b.owner.as_str()) && (uid.is_none() || uid != Some(e.owner.as_str())) {
-            return Err(s3_error!(AccessDenied));
-        }
+        may_change(
+            &b,
+            user.as_ref(),
+            &e,
+            policy_allows(&req, &b.name, Some(&i.key)),
+        )?;
         let acl = wanted_acl(
             i.acl.as_ref().map(|a| a.as_str()),
             i.access_control_policy.as_ref(),
@@ -1218,6 +1287,140 @@ impl S3 for Gateway {
             return Err(s3_error!(NoSuchKey));
         }
         Ok(S3Response::new(s3s::dto::PutObjectAclOutput::default()))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectTaggingOutput>> {
+        let i = &req.input;
+        let (_, _, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        Ok(S3Response::new(s3s::dto::GetObjectTaggingOutput {
+            tag_set: tags::to_set(&e.tags),
+            version_id: e.version_id.filter(|v| v != versions::NULL),
+        }))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectTaggingOutput>> {
+        let i = &req.input;
+        let tags = tags::from_set(&i.tagging.tag_set, Scope::Object)?;
+        let version_id = self
+            .set_object_tags(&req, &i.bucket, &i.key, i.version_id.as_deref(), tags)
+            .await?;
+        Ok(S3Response::new(s3s::dto::PutObjectTaggingOutput {
+            version_id,
+        }))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<s3s::dto::DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteObjectTaggingOutput>> {
+        let i = &req.input;
+        let version_id = self
+            .set_object_tags(
+                &req,
+                &i.bucket,
+                &i.key,
+                i.version_id.as_deref(),
+                tags::Tags::new(),
+            )
+            .await?;
+        Ok(S3Response::new(s3s::dto::DeleteObjectTaggingOutput {
+            version_id,
+        }))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketTaggingOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        if b.tags.is_empty() {
+            return Err(s3_error!(NoSuchTagSet, "bucket {} has no tags", b.name));
+        }
+        Ok(S3Response::new(s3s::dto::GetBucketTaggingOutput {
+            tag_set: tags::to_set(&b.tags),
+        }))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketTaggingOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let tags = tags::from_set(&req.input.tagging.tag_set, Scope::Bucket)?;
+        self.meta
+            .set_bucket_tags(&b, tags)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(s3s::dto::PutBucketTaggingOutput::default()))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<s3s::dto::DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteBucketTaggingOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        self.meta
+            .set_bucket_tags(&b, tags::Tags::new())
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::DeleteBucketTaggingOutput::default(),
+        ))
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<s3s::dto::GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketPolicyOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        if b.policy.is_empty() {
+            return Err(s3_error!(
+                NoSuchBucketPolicy,
+                "bucket {} has no policy",
+                b.name
+            ));
+        }
+        Ok(S3Response::new(s3s::dto::GetBucketPolicyOutput {
+            policy: Some(b.policy),
+        }))
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<s3s::dto::PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketPolicyOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let doc = req.input.policy.trim();
+        crate::policy::Policy::parse(doc, &b.name)?;
+        self.meta
+            .set_bucket_policy(&b, doc)
+            .await
+            .map_err(internal)?;
+        let mut resp = S3Response::new(s3s::dto::PutBucketPolicyOutput::default());
+        resp.status = Some(hyper::http::StatusCode::NO_CONTENT);
+        Ok(resp)
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<s3s::dto::DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteBucketPolicyOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        self.meta
+            .set_bucket_policy(&b, "")
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::DeleteBucketPolicyOutput::default(),
+        ))
     }
 
     async fn put_bucket_versioning(
@@ -1517,6 +1720,9 @@ impl Gateway {
             user.as_ref(),
             input.expires.as_ref(),
         )?;
+        if let Some(t) = &input.tagging {
+            entry.tags = tags::from_header(t, Scope::Object)?;
+        }
         Ok((b, entry))
     }
 
@@ -2165,6 +2371,136 @@ fn wanted_acl(
 }
 
 /// Gives a new object its canned ACL, writer and Expires.
+/// The request's own bucket (and object) that its bucket's policy
+/// allowed in the access step (`lib.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PolicyAllows {
+    pub bucket: String,
+    pub key: Option<String>,
+}
+
+/// Where a request came from (set on each request by `lib.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    pub peer: std::net::SocketAddr,
+    pub tls: bool,
+}
+
+/// Whether a bucket policy allowed `req` on `bucket` (and `key`: an
+/// object's own request; `None`: the bucket's).
+fn policy_allows<T>(req: &S3Request<T>, bucket: &str, key: Option<&str>) -> bool {
+    req.extensions
+        .get::<PolicyAllows>()
+        .is_some_and(|a| a.bucket == bucket && (key.is_none() || a.key.as_deref() == key))
+}
+
+/// The condition keys of a request: who and from where, and what it asks.
+pub(crate) fn policy_context(
+    uri: &hyper::http::Uri,
+    headers: &hyper::http::HeaderMap,
+    origin: Option<&Origin>,
+    user: Option<&User>,
+) -> BTreeMap<String, String> {
+    let mut ctx = BTreeMap::new();
+    if let Some(o) = origin {
+        ctx.insert("aws:sourceip".into(), o.peer.ip().to_string());
+        ctx.insert("aws:securetransport".into(), o.tls.to_string());
+    }
+    if let Some(u) = user {
+        ctx.insert("aws:username".into(), u.uid.clone());
+        ctx.insert("aws:userid".into(), u.uid.clone());
+    }
+    for (h, k) in [
+        ("referer", "aws:referer"),
+        ("user-agent", "aws:useragent"),
+        ("x-amz-acl", "s3:x-amz-acl"),
+    ] {
+        if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
+            ctx.insert(k.into(), v.to_string());
+        }
+    }
+    for (k, v) in query_pairs(uri.query().unwrap_or("")) {
+        let key = match k.as_str() {
+            "prefix" => "s3:prefix",
+            "delimiter" => "s3:delimiter",
+            "max-keys" => "s3:max-keys",
+            "versionId" => "s3:versionid",
+            _ => continue,
+        };
+        ctx.insert(key.into(), v);
+    }
+    ctx
+}
+
+/// A query string's parameters, decoded.
+pub(crate) fn query_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Some((
+                crate::tags::percent_decode(k)?,
+                crate::tags::percent_decode(v)?,
+            ))
+        })
+        .collect()
+}
+
+/// What `b`'s policy says of `user` doing `action` to it (or to its
+/// object `key`, version `vid`), with the request's condition keys `ctx`;
+/// the object's tags are read when a condition asks for them.
+pub(crate) async fn decide(
+    meta: &Meta,
+    b: &Bucket,
+    user: Option<&User>,
+    action: &str,
+    key: Option<&str>,
+    vid: Option<&str>,
+    mut ctx: BTreeMap<String, String>,
+) -> S3Result<Decision> {
+    if b.policy.is_empty() {
+        return Ok(Decision::Default);
+    }
+    let policy = crate::policy::Policy::parse(&b.policy, &b.name)?;
+    if let Some(k) = key
+        && policy.needs_object_tags()
+    {
+        let e = match vid {
+            Some(v) if versions::valid_vid(v) => meta.version(b, k, v).await.map_err(internal)?,
+            Some(_) => None,
+            None => meta.entry(b, k).await.map_err(internal)?,
+        };
+        for (t, v) in e.map(|e| e.tags).unwrap_or_default() {
+            ctx.insert(
+                format!("s3:existingobjecttag/{}", t.to_ascii_lowercase()),
+                v,
+            );
+        }
+    }
+    let resource = match key {
+        Some(k) => format!("arn:aws:s3:::{}/{k}", b.name),
+        None => format!("arn:aws:s3:::{}", b.name),
+    };
+    Ok(policy.evaluate(&crate::policy::Request {
+        user: user.map(|u| u.uid.as_str()),
+        action,
+        resource,
+        context: ctx,
+    }))
+}
+
+/// Whether `user` may change an object's ACL or tags: the bucket's owner
+/// or the object's (a signed writer) may, or whom a policy `granted` it.
+fn may_change(b: &Bucket, user: Option<&User>, e: &Entry, granted: bool) -> S3Result<()> {
+    let uid = user.map(|u| u.uid.as_str());
+    if granted || uid == Some(b.owner.as_str()) || (uid.is_some() && uid == Some(e.owner.as_str()))
+    {
+        Ok(())
+    } else {
+        Err(s3_error!(AccessDenied))
+    }
+}
+
 fn stamp(
     e: &mut Entry,
     acl: Option<&s3s::dto::ObjectCannedACL>,

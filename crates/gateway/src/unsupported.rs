@@ -1,13 +1,14 @@
 //! What the gateway refuses rather than pretends: a request header that
 //! asks for protection or a behaviour the gateway does not have
-//! (server-side encryption, object lock, grants to named users, tags,
-//! storage classes other than STANDARD, website redirects, MFA, bucket
-//! ownership controls, a copy source's expected owner) is answered with `NotImplemented` — or the error
-//! AWS documents for the case — before anything is stored, so that no
-//! client believes its data encrypted, locked or tagged when it is not.
-//! The bucket subresources the gateway lacks (policies, public-access
-//! blocks, lifecycle, replication, encryption, object lock, website,
-//! logging, requester-pays, tagging, CORS, notifications) are the S3
+//! (server-side encryption, object lock, grants to named users, storage
+//! classes other than STANDARD, website redirects, MFA, bucket ownership
+//! controls, a copy source's expected owner) is answered with
+//! `NotImplemented` — or the error AWS documents for the case — before
+//! anything is stored, so that no client believes its data encrypted or
+//! locked when it is not. (Tags are kept: `tags.rs`; policies:
+//! `policy.rs`.) The bucket subresources the gateway lacks (public-access blocks,
+//! lifecycle, replication, encryption, object lock, website, logging,
+//! requester-pays, CORS, notifications) are the S3
 //! trait's operations it does not implement, which s3s answers with
 //! `NotImplemented`.
 
@@ -70,12 +71,6 @@ pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
                 return Err(s3_error!(
                     NotImplemented,
                     "grants to named users ({n}) are not supported: use a canned ACL (x-amz-acl)"
-                ));
-            }
-            "x-amz-tagging" if !v.is_empty() => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object tags are not supported: nothing stored"
                 ));
             }
             "x-amz-website-redirect-location" => {
@@ -170,7 +165,6 @@ mod tests {
             ),
             ("x-amz-object-lock-legal-hold", "ON"),
             ("x-amz-grant-read", "id=someone"),
-            ("x-amz-tagging", "a=b"),
             ("x-amz-website-redirect-location", "/x"),
             ("x-amz-mfa", "123 456"),
             ("x-amz-object-ownership", "BucketOwnerEnforced"),

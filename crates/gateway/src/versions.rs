@@ -499,40 +499,60 @@ impl Meta {
         vid: Option<&str>,
         acl: &str,
     ) -> Result<bool> {
-        self.change_key(b, key, vid.is_some(), |st| {
-            let mut ch = Change::default();
-            let target = match vid {
-                None => st.current.clone(),
-                Some(v) => match st.current.as_ref() {
-                    Some(c) if c.version_id.as_deref().unwrap_or(NULL) == v => Some(c.clone()),
-                    _ => st
-                        .versions
-                        .iter()
-                        .find(|x| x.version_id == v)
-                        .map(|x| x.entry.clone()),
-                },
-            };
-            let Some(mut e) = target.filter(|e| !e.delete_marker) else {
-                return Ok((ch, false));
-            };
-            e.acl = acl.to_string();
-            let is_current = st
-                .current
-                .as_ref()
-                .is_some_and(|c| c.version_id == e.version_id);
-            if is_current {
-                ch.set.push((key.to_string(), encode(&e)?));
-            }
-            if let Some(v) = st
-                .versions
-                .iter()
-                .find(|x| Some(&x.version_id) == e.version_id.as_ref())
-            {
-                ch.set.push((v.record_key(), encode(&e)?));
-            }
-            Ok((ch, true))
-        })
-        .await
+        let found = self
+            .update_object(b, key, vid, |e| e.acl = acl.to_string())
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// Changes `key` (version `vid`, else the current one) in place with
+    /// `change`: its entry as changed, or `None` if there was no such
+    /// object (or it is a delete marker).
+    pub async fn update_object(
+        &self,
+        b: &Bucket,
+        key: &str,
+        vid: Option<&str>,
+        change: impl Fn(&mut Entry),
+    ) -> Result<Option<Entry>> {
+        let mut changed = None;
+        let found = self
+            .change_key(b, key, vid.is_some(), |st| {
+                let mut ch = Change::default();
+                let target = match vid {
+                    None => st.current.clone(),
+                    Some(v) => match st.current.as_ref() {
+                        Some(c) if c.version_id.as_deref().unwrap_or(NULL) == v => Some(c.clone()),
+                        _ => st
+                            .versions
+                            .iter()
+                            .find(|x| x.version_id == v)
+                            .map(|x| x.entry.clone()),
+                    },
+                };
+                let Some(mut e) = target.filter(|e| !e.delete_marker) else {
+                    return Ok((ch, false));
+                };
+                change(&mut e);
+                changed = Some(e.clone());
+                let is_current = st
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.version_id == e.version_id);
+                if is_current {
+                    ch.set.push((key.to_string(), encode(&e)?));
+                }
+                if let Some(v) = st
+                    .versions
+                    .iter()
+                    .find(|x| Some(&x.version_id) == e.version_id.as_ref())
+                {
+                    ch.set.push((v.record_key(), encode(&e)?));
+                }
+                Ok((ch, true))
+            })
+            .await?;
+        Ok(if found { changed } else { None })
     }
 
     /// A delete marker's entry, made now.

@@ -7,7 +7,8 @@
 //! their expiry), owners and canned ACLs, deletes, and versioning (version
 //! ids, delete markers, listings of versions, reads and deletes by version);
 //! every protection the gateway lacks refused and nothing stored
-//! (`clients/s3_refused.py`); s3cmd with its default configuration, which
+//! (`clients/s3_refused.py`); object and bucket tags with AWS's limits
+//! (`clients/s3_tagging.py`); bucket policies (`clients/s3_policy.py`); s3cmd with its default configuration, which
 //! signs for region `US` (`clients/s3cmd_default.py`), and a gateway that
 //! enforces its region.
 //!
@@ -245,6 +246,17 @@ fn s3_clients_use_the_gateway() {
             ("GW_SECRET", asec.as_str()),
         ];
         python(300, &[&format!("{dir}/s3_refused.py")], &env);
+        // Two users: the bucket owner and another.
+        let two_env = [
+            env[0],
+            env[1],
+            env[2],
+            ("GW_BOB_KEY", bk.as_str()),
+            ("GW_BOB_SECRET", bsec.as_str()),
+            ("GW_BOB_UID", "bob"),
+        ];
+        python(300, &[&format!("{dir}/s3_tagging.py")], &two_env);
+        python(300, &[&format!("{dir}/s3_policy.py")], &two_env);
         if s3cmd_present() {
             python(300, &[&format!("{dir}/s3cmd_default.py")], &env);
         }

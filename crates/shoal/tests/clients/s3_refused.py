@@ -1,8 +1,8 @@
 """What the gateway does not do, it refuses: boto3 asks for every kind of
 protection or behaviour the gateway lacks (SSE-C, SSE-S3, SSE-KMS, object
-lock on buckets and objects, bucket policies, public-access blocks,
+lock on buckets and objects, public-access blocks,
 lifecycle, replication, storage classes other than STANDARD, requester
-pays, website, logging, tags, grants to named users, MFA delete), and each
+pays, website, logging, grants to named users, MFA delete), and each
 request must fail with NotImplemented (or the error AWS documents for the
 case) and leave nothing stored.
 
@@ -52,7 +52,6 @@ puts = {
     "sse-kms": dict(ServerSideEncryption="aws:kms", SSEKMSKeyId="some-key"),
     "lock-retention": dict(ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate=LOCK_UNTIL),
     "lock-legal-hold": dict(ObjectLockLegalHoldStatus="ON"),
-    "tags": dict(Tagging="team=a"),
     "website-redirect": dict(WebsiteRedirectLocation="/elsewhere"),
     "grant": dict(GrantRead='id="someone-else"'),
 }
@@ -90,9 +89,6 @@ refused("CopyObject with a legal hold",
 refused("CopyObject into GLACIER",
         lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
                                StorageClass="GLACIER"), ("InvalidStorageClass",))
-refused("CopyObject with tags",
-        lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
-                               Tagging="a=b", TaggingDirective="REPLACE"))
 assert keys() == ["plain", "standard"], keys()
 
 # A key to read a plaintext object with: refused, never the plaintext.
@@ -106,8 +102,6 @@ refused("PutObjectRetention", lambda: s3.put_object_retention(
     Bucket=B, Key="plain", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": LOCK_UNTIL}))
 refused("PutObjectLegalHold", lambda: s3.put_object_legal_hold(
     Bucket=B, Key="plain", LegalHold={"Status": "ON"}))
-refused("PutObjectTagging", lambda: s3.put_object_tagging(
-    Bucket=B, Key="plain", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}))
 
 # Buckets: object lock at creation, and every configuration the gateway lacks.
 refused("CreateBucket with object lock",
@@ -117,10 +111,7 @@ refused("CreateBucket with BucketOwnerEnforced",
 names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
 assert "locked-bucket" not in names and "owned-bucket" not in names, names
 
-policy = ('{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*",'
-          '"Action":"s3:GetObject","Resource":"arn:aws:s3:::refusals/*"}]}')
 bucket_configs = {
-    "PutBucketPolicy": lambda: s3.put_bucket_policy(Bucket=B, Policy=policy),
     "PutPublicAccessBlock": lambda: s3.put_public_access_block(
         Bucket=B, PublicAccessBlockConfiguration={
             "BlockPublicAcls": True, "IgnorePublicAcls": True,
@@ -146,8 +137,6 @@ bucket_configs = {
     "PutBucketLogging": lambda: s3.put_bucket_logging(
         Bucket=B, BucketLoggingStatus={"LoggingEnabled": {
             "TargetBucket": B, "TargetPrefix": "logs/"}}),
-    "PutBucketTagging": lambda: s3.put_bucket_tagging(
-        Bucket=B, Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
     "PutBucketCors": lambda: s3.put_bucket_cors(
         Bucket=B, CORSConfiguration={"CORSRules": [
             {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
@@ -170,7 +159,6 @@ assert "Status" not in s3.get_bucket_versioning(Bucket=B)
 acl = s3.get_bucket_acl(Bucket=B)["Grants"]
 assert [g["Permission"] for g in acl] == ["FULL_CONTROL"], acl
 for what, f in {
-    "GetBucketPolicy": lambda: s3.get_bucket_policy(Bucket=B),
     "GetBucketLifecycleConfiguration": lambda: s3.get_bucket_lifecycle_configuration(Bucket=B),
     "GetBucketEncryption": lambda: s3.get_bucket_encryption(Bucket=B),
     "GetObjectLockConfiguration": lambda: s3.get_object_lock_configuration(Bucket=B),

@@ -1,0 +1,158 @@
+"""Bucket policies through boto3: set, read and removed by the bucket's
+owner; anonymous reads allowed on one prefix and refused on another; an
+explicit Deny beating an Allow (and the owner); conditions on the source
+address, the listing prefix and the object's tags; malformed documents
+refused with MalformedPolicy and nothing changed; an owner a policy locks
+out can still remove it.
+
+Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET (the
+bucket owner, uid GW_UID) and GW_BOB_KEY, GW_BOB_SECRET (another user, uid
+GW_BOB_UID). Exits non-zero with the failed check on the first failure.
+"""
+import json
+import os
+
+import boto3
+from botocore import UNSIGNED
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+EP = os.environ["GW_ENDPOINT"]
+
+
+def client(key=None, secret=None):
+    sig = {"signature_version": UNSIGNED} if key is None else {"signature_version": "s3v4"}
+    return boto3.client(
+        "s3", endpoint_url=EP, aws_access_key_id=key, aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **sig))
+
+
+s3 = client(os.environ["GW_KEY"], os.environ["GW_SECRET"])
+bob = client(os.environ["GW_BOB_KEY"], os.environ["GW_BOB_SECRET"])
+anon = client()
+BOB = os.environ["GW_BOB_UID"]
+
+
+def code(f):
+    try:
+        f()
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def policy(*statements):
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def read(c, key):
+    return c.get_object(Bucket=B, Key=key)["Body"].read()
+
+
+B = "policed"
+s3.create_bucket(Bucket=B)
+for k in ["public/a", "private/a", "protected/a", "tagged/pub", "tagged/secret",
+          "home/bob/x", "home/carol/x"]:
+    s3.put_object(Bucket=B, Key=k, Body=k.encode())
+s3.put_object_tagging(Bucket=B, Key="tagged/pub",
+                      Tagging={"TagSet": [{"Key": "security", "Value": "public"}]})
+
+# No policy: a private bucket, nothing for others.
+assert code(lambda: s3.get_bucket_policy(Bucket=B)) == "NoSuchBucketPolicy"
+assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+assert code(lambda: read(bob, "public/a")) == "AccessDenied"
+
+doc = policy(
+    {"Sid": "public-prefix", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+     "Resource": f"arn:aws:s3:::{B}/public/*"},
+    {"Sid": "bob-everything", "Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam:::user/{BOB}"]},
+     "Action": "s3:*", "Resource": [f"arn:aws:s3:::{B}", f"arn:aws:s3:::{B}/*"]},
+    {"Sid": "bob-lists-his-home", "Effect": "Deny", "Principal": {"AWS": BOB},
+     "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{B}",
+     "Condition": {"StringNotLike": {"s3:prefix": "home/bob/*"}}},
+    {"Sid": "no-deletes-here", "Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject",
+     "Resource": f"arn:aws:s3:::{B}/protected/*"},
+    {"Sid": "from-loopback", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+     "Resource": f"arn:aws:s3:::{B}/tagged/*",
+     "Condition": {"IpAddress": {"aws:SourceIp": "127.0.0.0/8"},
+                   "StringEquals": {"s3:ExistingObjectTag/security": "public"}}},
+)
+s3.put_bucket_policy(Bucket=B, Policy=doc)
+assert json.loads(s3.get_bucket_policy(Bucket=B)["Policy"]) == json.loads(doc)
+# Only the owner reads or sets it (bob's s3:* aside: AWS keeps the policy
+# calls to the owner's account; here the policy grants them too, so ask
+# anonymously).
+assert code(lambda: anon.get_bucket_policy(Bucket=B)) == "AccessDenied"
+assert code(lambda: anon.put_bucket_policy(Bucket=B, Policy=doc)) == "AccessDenied"
+
+# Anonymous reads: one prefix allowed, another refused; nothing else.
+assert read(anon, "public/a") == b"public/a"
+assert code(lambda: read(anon, "private/a")) == "AccessDenied"
+assert code(lambda: anon.put_object(Bucket=B, Key="public/new", Body=b"x")) == "AccessDenied"
+assert code(lambda: anon.list_objects_v2(Bucket=B)) == "AccessDenied"
+
+# Bob: everything the Allow grants, less what a Deny takes back.
+assert read(bob, "private/a") == b"private/a"
+bob.put_object(Bucket=B, Key="from-bob", Body=b"bob")
+assert read(s3, "from-bob") == b"bob"
+got = [o["Key"] for o in bob.list_objects_v2(Bucket=B, Prefix="home/bob/").get("Contents", [])]
+assert got == ["home/bob/x"], got
+assert code(lambda: bob.list_objects_v2(Bucket=B, Prefix="home/carol/")) == "AccessDenied"
+assert code(lambda: bob.list_objects_v2(Bucket=B)) == "AccessDenied"
+assert code(lambda: bob.delete_object(Bucket=B, Key="protected/a")) == "AccessDenied"
+# A Deny beats the owner too.
+assert code(lambda: s3.delete_object(Bucket=B, Key="protected/a")) == "AccessDenied"
+assert read(s3, "protected/a") == b"protected/a"
+bob.delete_object(Bucket=B, Key="from-bob")
+
+# Conditions: the source address (loopback) and the object's tag.
+assert read(anon, "tagged/pub") == b"tagged/pub"
+assert code(lambda: read(anon, "tagged/secret")) == "AccessDenied"
+ip_deny = policy(
+    {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+     "Resource": f"arn:aws:s3:::{B}/public/*"},
+    {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+     "Resource": f"arn:aws:s3:::{B}/public/*",
+     "Condition": {"NotIpAddress": {"aws:SourceIp": "10.0.0.0/8"}}})
+s3.put_bucket_policy(Bucket=B, Policy=ip_deny)
+assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+assert code(lambda: read(s3, "public/a")) == "AccessDenied"
+
+# Malformed documents: MalformedPolicy, and the policy set stays.
+bad = {
+    "not JSON": "{not json",
+    "no Statement": json.dumps({"Version": "2012-10-17"}),
+    "a bad Effect": policy({"Effect": "Perhaps", "Principal": "*", "Action": "s3:GetObject",
+                            "Resource": f"arn:aws:s3:::{B}/*"}),
+    "another bucket": policy({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                              "Resource": "arn:aws:s3:::someone-elses/*"}),
+    "an unknown action": policy({"Effect": "Allow", "Principal": "*", "Action": "ec2:Run",
+                                 "Resource": f"arn:aws:s3:::{B}/*"}),
+    "an unknown operator": policy({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                                   "Resource": f"arn:aws:s3:::{B}/*",
+                                   "Condition": {"Sometimes": {"aws:SourceIp": "1.2.3.4"}}}),
+    "a bad address": policy({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                             "Resource": f"arn:aws:s3:::{B}/*",
+                             "Condition": {"IpAddress": {"aws:SourceIp": "300.1.1.1/8"}}}),
+}
+for what, d in bad.items():
+    got = code(lambda: s3.put_bucket_policy(Bucket=B, Policy=d))
+    assert got == "MalformedPolicy", f"{what}: {got}"
+    assert json.loads(s3.get_bucket_policy(Bucket=B)["Policy"]) == json.loads(ip_deny), what
+
+# Locked out of everything, the owner still removes the policy.
+s3.put_bucket_policy(Bucket=B, Policy=policy(
+    {"Effect": "Deny", "Principal": "*", "Action": "s3:*",
+     "Resource": [f"arn:aws:s3:::{B}", f"arn:aws:s3:::{B}/*"]}))
+assert code(lambda: s3.list_objects_v2(Bucket=B)) == "AccessDenied"
+assert code(lambda: read(s3, "private/a")) == "AccessDenied"
+s3.delete_bucket_policy(Bucket=B)
+assert code(lambda: s3.get_bucket_policy(Bucket=B)) == "NoSuchBucketPolicy"
+assert read(s3, "private/a") == b"private/a"
+assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+
+for o in s3.list_objects_v2(Bucket=B).get("Contents", []):
+    s3.delete_object(Bucket=B, Key=o["Key"])
+s3.delete_bucket(Bucket=B)
+print("s3 policies: ok")

@@ -5,7 +5,8 @@
 # pytest on test_s3.py with the selection below (what the gateway means to
 # implement: buckets, objects, listings v1/v2, multipart, conditional
 # requests, copies, ranges, canned ACLs, versioning, presigned URLs, SigV4,
-# aws-chunked uploads — not lifecycle, policies, object lock, SSE, tagging,
+# aws-chunked uploads, tags, bucket policies, public access blocks — not
+# lifecycle, user/role policies, object lock, SSE,
 # CORS, websites, logging, notifications, STS/IAM, POST forms, tenants or
 # ACL grants to named users). The cluster is always stopped at the end.
 #
@@ -61,10 +62,10 @@ STORE="${S3TESTS_STORE:-block}"
 MARKERS_DEFAULT="not fails_on_rgw \
 and not lifecycle and not lifecycle_expiration and not lifecycle_transition \
 and not cloud_transition and not cloud_restore and not target_by_bucket \
-and not bucket_policy and not user_policy and not role_policy and not group_policy \
+and not user_policy and not role_policy and not group_policy \
 and not session_policy and not abac_test \
 and not object_lock and not encryption and not sse_s3 and not bucket_encryption \
-and not tagging and not s3website and not s3website_routing_rules \
+and not s3website and not s3website_routing_rules \
 and not s3website_redirect_location \
 and not bucket_logging and not bucket_logging_cleanup and not fails_without_logging_rollover \
 and not sns and not s3select and not appendobject and not object_ownership \
@@ -76,14 +77,13 @@ and not token_request_tag_trust_policy_test and not token_resource_tags_test \
 and not token_role_tags_test and not token_tag_keys_test"
 MARKERS="${S3TESTS_MARKERS:-$MARKERS_DEFAULT}"
 
-# By name: (unmarked) lifecycle, policies (bucket, public access block),
-# object lock, SSE-C/KMS, tags, CORS, logging, torrents, restores, POST
+# By name: (unmarked) lifecycle, object lock, SSE-C/KMS, CORS, logging, torrents, restores, POST
 # object forms, RGW tenants and usage, ownership controls, and ACL grants to
 # named users or groups (canned ACLs stay in).
-KEYWORDS_DEFAULT="not (lifecycle or policy or object_lock or sse_ or encryption \
-or encrypted or kms or tagging or tags or cors or logging or website or torrent \
-or restore_object or restore_noncur or read_through or public_block or block_public \
-or ignore_public or ownership or post_object or tenant or account_usage or usage \
+KEYWORDS_DEFAULT="not (lifecycle or object_lock or sse_ or encryption \
+or encrypted or kms or cors or logging or website or torrent \
+or restore_object or restore_noncur or read_through \
+or ownership or post_object or tenant or account_usage or usage \
 or append or acl_grant or header_acl_grants or acl_revoke or full_control \
 or test_object_acl_read or test_object_acl_write or test_object_acl_readacp \
 or test_object_acl_writeacp)"

@@ -138,6 +138,23 @@ pub struct Bucket {
     /// Its policy document as set (empty: none; `policy.rs`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+    /// Its public access block (none: public ACLs and policies count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<PublicAccessBlock>,
+}
+
+/// What a bucket's public access block turns off, as AWS defines it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicAccessBlock {
+    /// A request setting a public ACL (on the bucket or an object) is
+    /// refused.
+    pub block_public_acls: bool,
+    /// Public ACLs grant nothing.
+    pub ignore_public_acls: bool,
+    /// A public policy cannot be set.
+    pub block_public_policy: bool,
+    /// A public policy grants nothing to anyone but the owner.
+    pub restrict_public_buckets: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -554,6 +571,7 @@ impl Meta {
             versions_recorded: false,
             tags: Default::default(),
             policy: String::new(),
+            public_access_block: None,
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;
@@ -574,22 +592,14 @@ impl Meta {
 
     /// Sets bucket `b`'s canned ACL.
     pub async fn set_bucket_acl(&self, b: &Bucket, acl: &str) -> Result<()> {
-        let mut nb = b.clone();
-        nb.acl = acl.to_string();
-        self.put_bucket(&nb).await
+        self.update_bucket(b, |nb| nb.acl = acl.to_string()).await
     }
 
-    /// Sets bucket `b`'s policy document (empty: removes it).
-    pub async fn set_bucket_policy(&self, b: &Bucket, doc: &str) -> Result<()> {
+    /// Writes bucket `b` as `change` makes it (its policy, tags, public
+    /// access block and the like).
+    pub async fn update_bucket(&self, b: &Bucket, change: impl FnOnce(&mut Bucket)) -> Result<()> {
         let mut nb = b.clone();
-        nb.policy = doc.to_string();
-        self.put_bucket(&nb).await
-    }
-
-    /// Sets bucket `b`'s tags (none: removes them).
-    pub async fn set_bucket_tags(&self, b: &Bucket, tags: crate::tags::Tags) -> Result<()> {
-        let mut nb = b.clone();
-        nb.tags = tags;
+        change(&mut nb);
         self.put_bucket(&nb).await
     }
 

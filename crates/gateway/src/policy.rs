@@ -11,7 +11,9 @@
 //! address operators (with `…IfExists`) on `aws:SourceIp`,
 //! `aws:SecureTransport`, `aws:username`, `aws:userid`, `aws:Referer`,
 //! `aws:UserAgent`, `s3:prefix`, `s3:delimiter`, `s3:max-keys`,
-//! `s3:VersionId`, `s3:x-amz-acl` and `s3:ExistingObjectTag/<key>`.
+//! `s3:VersionId`, `s3:x-amz-<header>` (the request's header of that name;
+//! `s3:x-amz-copy-source` as `<bucket>/<key>`), `s3:ExistingObjectTag/<key>`
+//! and `s3:RequestObjectTag/<key>` (the tags the request gives).
 //! Anything else in a document is refused with `MalformedPolicy` when it
 //! is set, never ignored when it is evaluated.
 
@@ -229,9 +231,9 @@ fn conditions(v: &Value) -> Result<Vec<Condition>, S3Error> {
         for (key, values) in keys {
             let lower = key.to_ascii_lowercase();
             let known = KNOWN_KEYS.contains(&lower.as_str())
-                || lower
-                    .strip_prefix("s3:existingobjecttag/")
-                    .is_some_and(|t| !t.is_empty());
+                || ["s3:existingobjecttag/", "s3:requestobjecttag/", "s3:x-amz-"]
+                    .iter()
+                    .any(|p| lower.strip_prefix(p).is_some_and(|t| !t.is_empty()));
             if !known {
                 return Err(malformed(format!(
                     "Policy has an invalid condition key: {key:?}"
@@ -555,6 +557,8 @@ pub fn action_of(op: &str, versioned: bool) -> String {
         ("ListParts", _) => "ListMultipartUploadParts",
         ("DeleteObjects", _) => "DeleteObject",
         ("DeleteBucketTagging", _) => "PutBucketTagging",
+        ("GetPublicAccessBlock", _) => "GetBucketPublicAccessBlock",
+        ("PutPublicAccessBlock" | "DeletePublicAccessBlock", _) => "PutBucketPublicAccessBlock",
         (op, _) => op,
     };
     format!("s3:{a}")

@@ -209,8 +209,8 @@ impl Gateway {
             || policy_allows(req, &b.name, None)
             || match need {
                 Need::Exists => true,
-                Need::Read => grants_read(&b.acl, user.is_some()),
-                Need::Write => b.acl == "public-read-write",
+                Need::Read => grants_read(acl_of(&b, &b.acl), user.is_some()),
+                Need::Write => acl_of(&b, &b.acl) == "public-read-write",
                 Need::Owner => false,
             };
         if allowed {
@@ -245,8 +245,26 @@ impl Gateway {
                 Decision::Default => false,
             }
         };
+        // Whether a missing object is NoSuchKey or AccessDenied: who may
+        // list the bucket under its name learns that it is missing.
+        let may_list = !b.policy.is_empty() && {
+            let mut ctx =
+                policy_context(&req.uri, &req.headers, req.extensions.get(), user.as_ref());
+            ctx.insert("s3:prefix".into(), key.to_string());
+            decide(
+                &self.meta,
+                &b,
+                user.as_ref(),
+                "s3:ListBucket",
+                None,
+                None,
+                ctx,
+            )
+            .await?
+                == Decision::Allow
+        };
         let e = self
-            .object_for(&b, user.as_ref(), key, vid, granted)
+            .object_for(&b, user.as_ref(), key, vid, granted, may_list)
             .await?;
         Ok((b, user, e))
     }
@@ -261,12 +279,13 @@ impl Gateway {
         key: &str,
         vid: Option<&str>,
         granted: bool,
+        may_list: bool,
     ) -> S3Result<Entry> {
         let uid = user.map(|u| u.uid.as_str());
         let owner = granted || uid == Some(b.owner.as_str());
         let e = match self.found(b, key, vid).await {
             Ok(e) => e,
-            Err(e) if !owner && !grants_read(&b.acl, user.is_some()) => {
+            Err(e) if !owner && !may_list && !grants_read(acl_of(b, &b.acl), user.is_some()) => {
                 tracing::debug!("{key}: {e}; denied to a reader of a bucket it may not list");
                 return Err(s3_error!(AccessDenied));
             }
@@ -274,7 +293,7 @@ impl Gateway {
         };
         if owner
             || (uid.is_some() && uid == Some(e.owner.as_str()))
-            || grants_read(&e.acl, user.is_some())
+            || grants_read(acl_of(b, &e.acl), user.is_some())
         {
             Ok(e)
         } else {
@@ -764,6 +783,7 @@ impl S3 for Gateway {
         };
         let expires = if replace { i.expires.as_ref() } else { None };
         stamp(&mut entry, i.acl.as_ref(), user.as_ref(), expires)?;
+        check_acl_allowed(&b, &entry.acl)?;
         // The source's tags, unless the request replaces them.
         entry.tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
             None | Some("COPY") => src.tags.clone(),
@@ -852,6 +872,7 @@ impl S3 for Gateway {
         if let Some(t) = &i.tagging {
             entry.tags = tags::from_header(t, Scope::Object)?;
         }
+        check_acl_allowed(&b, &entry.acl)?;
         let alg = i
             .checksum_algorithm
             .as_ref()
@@ -1231,6 +1252,7 @@ impl S3 for Gateway {
             &self.owner(&b),
             false,
         )?;
+        check_acl_allowed(&b, &acl)?;
         self.meta.set_bucket_acl(&b, &acl).await.map_err(internal)?;
         Ok(S3Response::new(s3s::dto::PutBucketAclOutput::default()))
     }
@@ -1278,6 +1300,7 @@ impl S3 for Gateway {
             ),
             true,
         )?;
+        check_acl_allowed(&b, &acl)?;
         let found = self
             .meta
             .set_object_acl(&b, &i.key, i.version_id.as_deref(), &acl)
@@ -1356,7 +1379,7 @@ impl S3 for Gateway {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         let tags = tags::from_set(&req.input.tagging.tag_set, Scope::Bucket)?;
         self.meta
-            .set_bucket_tags(&b, tags)
+            .update_bucket(&b, |nb| nb.tags = tags)
             .await
             .map_err(internal)?;
         Ok(S3Response::new(s3s::dto::PutBucketTaggingOutput::default()))
@@ -1368,12 +1391,87 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::DeleteBucketTaggingOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         self.meta
-            .set_bucket_tags(&b, tags::Tags::new())
+            .update_bucket(&b, |nb| nb.tags.clear())
             .await
             .map_err(internal)?;
         Ok(S3Response::new(
             s3s::dto::DeleteBucketTaggingOutput::default(),
         ))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<s3s::dto::GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetPublicAccessBlockOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let Some(p) = b.public_access_block else {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                format!("bucket {} has no public access block", b.name),
+            );
+            e.set_status_code(hyper::http::StatusCode::NOT_FOUND);
+            return Err(e);
+        };
+        Ok(S3Response::new(s3s::dto::GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(s3s::dto::PublicAccessBlockConfiguration {
+                block_public_acls: Some(p.block_public_acls),
+                ignore_public_acls: Some(p.ignore_public_acls),
+                block_public_policy: Some(p.block_public_policy),
+                restrict_public_buckets: Some(p.restrict_public_buckets),
+            }),
+        }))
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<s3s::dto::PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutPublicAccessBlockOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let c = &req.input.public_access_block_configuration;
+        let p = crate::meta::PublicAccessBlock {
+            block_public_acls: c.block_public_acls.unwrap_or(false),
+            ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+            block_public_policy: c.block_public_policy.unwrap_or(false),
+            restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+        };
+        self.meta
+            .update_bucket(&b, |nb| nb.public_access_block = Some(p))
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::PutPublicAccessBlockOutput::default(),
+        ))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<s3s::dto::DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeletePublicAccessBlockOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        self.meta
+            .update_bucket(&b, |nb| nb.public_access_block = None)
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::DeletePublicAccessBlockOutput::default(),
+        ))
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<s3s::dto::GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketPolicyStatusOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        // Public: an ACL granting all users or all signed users, or a
+        // policy allowing anyone without a condition.
+        let acl_public = public_acl(acl_of(&b, &b.acl));
+        let policy_public =
+            !b.policy.is_empty() && crate::policy::Policy::parse(&b.policy, &b.name)?.is_public();
+        Ok(S3Response::new(s3s::dto::GetBucketPolicyStatusOutput {
+            policy_status: Some(s3s::dto::PolicyStatus {
+                is_public: Some(acl_public || policy_public),
+            }),
+        }))
     }
 
     async fn get_bucket_policy(
@@ -1399,9 +1497,15 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::PutBucketPolicyOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         let doc = req.input.policy.trim();
-        crate::policy::Policy::parse(doc, &b.name)?;
+        let parsed = crate::policy::Policy::parse(doc, &b.name)?;
+        if b.public_access_block.is_some_and(|p| p.block_public_policy) && parsed.is_public() {
+            return Err(s3_error!(
+                AccessDenied,
+                "the bucket's public access block refuses a public policy"
+            ));
+        }
         self.meta
-            .set_bucket_policy(&b, doc)
+            .update_bucket(&b, |nb| nb.policy = doc.to_string())
             .await
             .map_err(internal)?;
         let mut resp = S3Response::new(s3s::dto::PutBucketPolicyOutput::default());
@@ -1415,7 +1519,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::DeleteBucketPolicyOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         self.meta
-            .set_bucket_policy(&b, "")
+            .update_bucket(&b, |nb| nb.policy.clear())
             .await
             .map_err(internal)?;
         Ok(S3Response::new(
@@ -1723,6 +1827,7 @@ impl Gateway {
         if let Some(t) = &input.tagging {
             entry.tags = tags::from_header(t, Scope::Object)?;
         }
+        check_acl_allowed(&b, &entry.acl)?;
         Ok((b, entry))
     }
 
@@ -2271,6 +2376,38 @@ fn canned(acl: &str) -> S3Result<()> {
 
 /// Whether canned ACL `acl` lets a non-owner read (`signed`: the request
 /// is signed by a user).
+/// Whether canned ACL `acl` grants anything to everyone or every signed
+/// user (what a public access block calls public).
+fn public_acl(acl: &str) -> bool {
+    matches!(
+        acl,
+        "public-read" | "public-read-write" | "authenticated-read"
+    )
+}
+
+/// The ACL `acl` of bucket `b` or one of its objects as it counts: a
+/// public one is private when the bucket's public access block ignores
+/// public ACLs.
+fn acl_of<'a>(b: &Bucket, acl: &'a str) -> &'a str {
+    if public_acl(acl) && b.public_access_block.is_some_and(|p| p.ignore_public_acls) {
+        "private"
+    } else {
+        acl
+    }
+}
+
+/// Refuses setting the public ACL `acl` on bucket `b` (or an object in
+/// it) when its public access block blocks public ACLs.
+fn check_acl_allowed(b: &Bucket, acl: &str) -> S3Result<()> {
+    if public_acl(acl) && b.public_access_block.is_some_and(|p| p.block_public_acls) {
+        return Err(s3_error!(
+            AccessDenied,
+            "the bucket's public access block refuses the public ACL {acl}"
+        ));
+    }
+    Ok(())
+}
+
 fn grants_read(acl: &str, signed: bool) -> bool {
     matches!(acl, "public-read" | "public-read-write") || (signed && acl == "authenticated-read")
 }
@@ -2410,14 +2547,37 @@ pub(crate) fn policy_context(
         ctx.insert("aws:username".into(), u.uid.clone());
         ctx.insert("aws:userid".into(), u.uid.clone());
     }
-    for (h, k) in [
-        ("referer", "aws:referer"),
-        ("user-agent", "aws:useragent"),
-        ("x-amz-acl", "s3:x-amz-acl"),
-    ] {
+    for (h, k) in [("referer", "aws:referer"), ("user-agent", "aws:useragent")] {
         if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
             ctx.insert(k.into(), v.to_string());
         }
+    }
+    for (h, v) in headers {
+        let (name, Ok(v)) = (h.as_str(), v.to_str()) else {
+            continue;
+        };
+        if !name.starts_with("x-amz-") {
+            continue;
+        }
+        let v = match name {
+            // `<bucket>/<key>`, decoded, as a policy names it.
+            "x-amz-copy-source" => {
+                let path = v.split('?').next().unwrap_or("");
+                let path = path.strip_prefix('/').unwrap_or(path);
+                crate::tags::percent_decode(&path.replace('+', "%2B")).unwrap_or_default()
+            }
+            "x-amz-tagging" => {
+                for (t, tv) in query_pairs(v) {
+                    ctx.insert(
+                        format!("s3:requestobjecttag/{}", t.to_ascii_lowercase()),
+                        tv,
+                    );
+                }
+                v.to_string()
+            }
+            _ => v.to_string(),
+        };
+        ctx.insert(format!("s3:{name}"), v);
     }
     for (k, v) in query_pairs(uri.query().unwrap_or("")) {
         let key = match k.as_str() {
@@ -2481,12 +2641,23 @@ pub(crate) async fn decide(
         Some(k) => format!("arn:aws:s3:::{}/{k}", b.name),
         None => format!("arn:aws:s3:::{}", b.name),
     };
-    Ok(policy.evaluate(&crate::policy::Request {
+    let decision = policy.evaluate(&crate::policy::Request {
         user: user.map(|u| u.uid.as_str()),
         action,
         resource,
         context: ctx,
-    }))
+    });
+    // A public policy grants nothing to others when the bucket's public
+    // access block restricts public buckets (its denials still hold).
+    let restricted = b
+        .public_access_block
+        .is_some_and(|p| p.restrict_public_buckets)
+        && policy.is_public()
+        && user.is_none_or(|u| u.uid != b.owner);
+    Ok(match decision {
+        Decision::Allow if restricted => Decision::Default,
+        d => d,
+    })
 }
 
 /// Whether `user` may change an object's ACL or tags: the bucket's owner

@@ -5,12 +5,11 @@
 //! controls, a copy source's expected owner) is answered with
 //! `NotImplemented` — or the error AWS documents for the case — before
 //! anything is stored, so that no client believes its data encrypted or
-//! locked when it is not. (Tags are kept: `tags.rs`; policies:
-//! `policy.rs`.) The bucket subresources the gateway lacks (public-access blocks,
-//! lifecycle, replication, encryption, object lock, website, logging,
-//! requester-pays, CORS, notifications) are the S3
-//! trait's operations it does not implement, which s3s answers with
-//! `NotImplemented`.
+//! locked when it is not. (Tags are kept: `tags.rs`; policies and public
+//! access blocks: `policy.rs`.) The bucket subresources the gateway lacks
+//! (lifecycle, replication, encryption, object lock, website, logging,
+//! requester-pays, CORS, notifications) are the S3 trait's operations it
+//! does not implement, which s3s answers with `NotImplemented`.
 
 use hyper::http::HeaderMap;
 use s3s::{S3Result, s3_error};

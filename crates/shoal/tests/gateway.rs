@@ -8,7 +8,9 @@
 //! ids, delete markers, listings of versions, reads and deletes by version);
 //! every protection the gateway lacks refused and nothing stored
 //! (`clients/s3_refused.py`); object and bucket tags with AWS's limits
-//! (`clients/s3_tagging.py`); bucket policies (`clients/s3_policy.py`); s3cmd with its default configuration, which
+//! (`clients/s3_tagging.py`); bucket policies and public access blocks
+//! (`clients/s3_policy.py`); rclone's sync, check, copy back, server-side
+//! copy and delete (`clients/rclone_s3.py`); s3cmd with its default configuration, which
 //! signs for region `US` (`clients/s3cmd_default.py`), and a gateway that
 //! enforces its region.
 //!
@@ -89,14 +91,15 @@ fn https(d: &Dev, key: &str, secret: &str) {
     );
 }
 
-/// Whether s3cmd is installed (Debian's `s3cmd`); CI must have it.
-fn s3cmd_present() -> bool {
-    let ok = Command::new("s3cmd")
+/// Whether `tool` is installed (Debian's package of that name); CI must
+/// have it.
+fn tool_present(tool: &str) -> bool {
+    let ok = Command::new(tool)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        let m = "missing s3cmd: apt-get install s3cmd";
+        let m = format!("missing {tool}: apt-get install {tool}");
         assert!(std::env::var_os("SHOAL_REQUIRE_TOOLS").is_none(), "{m}");
         eprintln!("skipped: {m}");
     }
@@ -137,7 +140,7 @@ fn enforced_region(d: &Dev, key: &str, secret: &str) {
         &["-c", script],
         &[("E", &endpoint), ("K", key), ("S", secret)],
     );
-    if s3cmd_present() {
+    if tool_present("s3cmd") {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
         python(
             120,
@@ -257,8 +260,11 @@ fn s3_clients_use_the_gateway() {
         ];
         python(300, &[&format!("{dir}/s3_tagging.py")], &two_env);
         python(300, &[&format!("{dir}/s3_policy.py")], &two_env);
-        if s3cmd_present() {
+        if tool_present("s3cmd") {
             python(300, &[&format!("{dir}/s3cmd_default.py")], &env);
+        }
+        if tool_present("rclone") {
+            python(300, &[&format!("{dir}/rclone_s3.py")], &env);
         }
         enforced_region(&d, &ak, &asec);
     }

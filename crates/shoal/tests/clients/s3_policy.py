@@ -3,7 +3,8 @@ owner; anonymous reads allowed on one prefix and refused on another; an
 explicit Deny beating an Allow (and the owner); conditions on the source
 address, the listing prefix and the object's tags; malformed documents
 refused with MalformedPolicy and nothing changed; an owner a policy locks
-out can still remove it.
+out can still remove it; public access blocks (each of their four
+settings).
 
 Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET (the
 bucket owner, uid GW_UID) and GW_BOB_KEY, GW_BOB_SECRET (another user, uid
@@ -92,6 +93,9 @@ assert code(lambda: read(anon, "private/a")) == "AccessDenied"
 assert code(lambda: anon.put_object(Bucket=B, Key="public/new", Body=b"x")) == "AccessDenied"
 assert code(lambda: anon.list_objects_v2(Bucket=B)) == "AccessDenied"
 
+# Whether the bucket is public, as its policy and ACL make it.
+assert s3.get_bucket_policy_status(Bucket=B)["PolicyStatus"]["IsPublic"] is True
+
 # Bob: everything the Allow grants, less what a Deny takes back.
 assert read(bob, "private/a") == b"private/a"
 bob.put_object(Bucket=B, Key="from-bob", Body=b"bob")
@@ -118,6 +122,17 @@ ip_deny = policy(
 s3.put_bucket_policy(Bucket=B, Policy=ip_deny)
 assert code(lambda: read(anon, "public/a")) == "AccessDenied"
 assert code(lambda: read(s3, "public/a")) == "AccessDenied"
+
+# A missing object is NoSuchKey to whom may list the bucket under its
+# name, AccessDenied to others (nothing learned of what is not there).
+s3.put_bucket_policy(Bucket=B, Policy=policy(
+    {"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket",
+     "Resource": f"arn:aws:s3:::{B}", "Condition": {"StringLike": {"s3:prefix": "public/*"}}}))
+assert code(lambda: anon.head_object(Bucket=B, Key="public/missing")) == "404"
+assert code(lambda: anon.head_object(Bucket=B, Key="private/missing")) == "403"
+assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+assert s3.get_bucket_policy_status(Bucket=B)["PolicyStatus"]["IsPublic"] is False
+s3.put_bucket_policy(Bucket=B, Policy=ip_deny)
 
 # Malformed documents: MalformedPolicy, and the policy set stays.
 bad = {
@@ -151,6 +166,57 @@ s3.delete_bucket_policy(Bucket=B)
 assert code(lambda: s3.get_bucket_policy(Bucket=B)) == "NoSuchBucketPolicy"
 assert read(s3, "private/a") == b"private/a"
 assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+
+# Public access blocks: none until set; each setting as AWS defines it.
+assert code(lambda: s3.get_public_access_block(Bucket=B)) == \
+    "NoSuchPublicAccessBlockConfiguration"
+public_doc = policy({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                     "Resource": f"arn:aws:s3:::{B}/public/*"})
+s3.put_bucket_policy(Bucket=B, Policy=public_doc)
+assert read(anon, "public/a") == b"public/a"
+conf = {"BlockPublicAcls": False, "IgnorePublicAcls": False,
+        "BlockPublicPolicy": False, "RestrictPublicBuckets": True}
+s3.put_public_access_block(Bucket=B, PublicAccessBlockConfiguration=conf)
+got = s3.get_public_access_block(Bucket=B)["PublicAccessBlockConfiguration"]
+assert got == conf, got
+# RestrictPublicBuckets: the public policy grants nothing to others now.
+assert code(lambda: read(anon, "public/a")) == "AccessDenied"
+assert read(s3, "public/a") == b"public/a"
+# BlockPublicPolicy: a public policy cannot be set; one naming users can.
+s3.put_public_access_block(Bucket=B, PublicAccessBlockConfiguration=dict(
+    conf, BlockPublicPolicy=True, RestrictPublicBuckets=False))
+assert code(lambda: s3.put_bucket_policy(Bucket=B, Policy=public_doc)) == "AccessDenied"
+s3.put_bucket_policy(Bucket=B, Policy=policy(
+    {"Effect": "Allow", "Principal": {"AWS": BOB}, "Action": "s3:GetObject",
+     "Resource": f"arn:aws:s3:::{B}/*"}))
+s3.delete_bucket_policy(Bucket=B)
+# BlockPublicAcls: no public ACL on the bucket or its objects, in any call.
+s3.put_public_access_block(Bucket=B, PublicAccessBlockConfiguration=dict(
+    conf, BlockPublicAcls=True, RestrictPublicBuckets=False))
+for acl in ["public-read", "public-read-write", "authenticated-read"]:
+    assert code(lambda: s3.put_bucket_acl(Bucket=B, ACL=acl)) == "AccessDenied", acl
+    assert code(lambda: s3.put_object(Bucket=B, Key="pub", Body=b"x", ACL=acl)) == \
+        "AccessDenied", acl
+    assert code(lambda: s3.put_object_acl(Bucket=B, Key="public/a", ACL=acl)) == \
+        "AccessDenied", acl
+assert code(lambda: s3.head_object(Bucket=B, Key="pub")) == "404"
+s3.put_object(Bucket=B, Key="pub", Body=b"x", ACL="private")
+# IgnorePublicAcls: public ACLs set before grant nothing.
+s3.delete_public_access_block(Bucket=B)
+s3.put_bucket_acl(Bucket=B, ACL="public-read")
+s3.put_object_acl(Bucket=B, Key="pub", ACL="public-read")
+assert read(anon, "pub") == b"x"
+assert bob.list_objects_v2(Bucket=B)["KeyCount"] > 0
+s3.put_public_access_block(Bucket=B, PublicAccessBlockConfiguration=dict(
+    conf, IgnorePublicAcls=True, RestrictPublicBuckets=False))
+assert code(lambda: read(anon, "pub")) == "AccessDenied"
+assert code(lambda: bob.list_objects_v2(Bucket=B)) == "AccessDenied"
+assert read(s3, "pub") == b"x"
+s3.delete_public_access_block(Bucket=B)
+assert code(lambda: s3.get_public_access_block(Bucket=B)) == \
+    "NoSuchPublicAccessBlockConfiguration"
+assert read(anon, "pub") == b"x"
+s3.put_bucket_acl(Bucket=B, ACL="private")
 
 for o in s3.list_objects_v2(Bucket=B).get("Contents", []):
     s3.delete_object(Bucket=B, Key=o["Key"])

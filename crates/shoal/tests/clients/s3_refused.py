@@ -1,6 +1,6 @@
 """What the gateway does not do, it refuses: boto3 asks for every kind of
 protection or behaviour the gateway lacks (SSE-C, SSE-S3, SSE-KMS, object
-lock on buckets and objects, public-access blocks,
+lock on buckets and objects,
 lifecycle, replication, storage classes other than STANDARD, requester
 pays, website, logging, grants to named users, MFA delete), and each
 request must fail with NotImplemented (or the error AWS documents for the
@@ -112,10 +112,6 @@ names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
 assert "locked-bucket" not in names and "owned-bucket" not in names, names
 
 bucket_configs = {
-    "PutPublicAccessBlock": lambda: s3.put_public_access_block(
-        Bucket=B, PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True, "IgnorePublicAcls": True,
-            "BlockPublicPolicy": True, "RestrictPublicBuckets": True}),
     "PutBucketLifecycleConfiguration": lambda: s3.put_bucket_lifecycle_configuration(
         Bucket=B, LifecycleConfiguration={"Rules": [
             {"ID": "expire", "Status": "Enabled", "Filter": {"Prefix": ""},

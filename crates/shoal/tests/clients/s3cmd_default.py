@@ -1,5 +1,6 @@
 """s3cmd, with its default configuration (which signs for region `US`),
-against the gateway: mb, a multipart put, get, ls, setacl, sync, del -r,
+against the gateway: mb, a multipart put, get, ls, setacl, setpolicy,
+delpolicy, sync, del -r,
 rb, each checked. With `--short`: mb, put, ls, del, rb only (against a
 gateway that enforces another region, which s3cmd learns from the
 gateway's AuthorizationHeaderMalformed answer, as from AWS's).
@@ -7,6 +8,7 @@ gateway's AuthorizationHeaderMalformed answer, as from AWS's).
 Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET.
 Exits non-zero with the failed check on the first failure.
 """
+import json
 import os
 import subprocess
 import sys
@@ -75,6 +77,23 @@ s3cmd("setacl", "--acl-private", "s3://s3cmd-bucket/dir/big.bin")
 try:
     urllib.request.urlopen(f"{EP}/s3cmd-bucket/dir/big.bin", timeout=30)
     raise SystemExit("a private object was read anonymously")
+except urllib.error.HTTPError as e:
+    assert e.code == 403, e.code
+
+# setpolicy: a bucket policy lets anyone read one prefix; delpolicy
+# takes it away.
+pol = os.path.join(work, "policy.json")
+with open(pol, "w") as f:
+    json.dump({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::s3cmd-bucket/dir/*"}]}, f)
+s3cmd("setpolicy", pol, "s3://s3cmd-bucket")
+with urllib.request.urlopen(f"{EP}/s3cmd-bucket/dir/big.bin", timeout=30) as r:
+    assert r.read() == big, "the object a policy makes public differs"
+s3cmd("delpolicy", "s3://s3cmd-bucket")
+try:
+    urllib.request.urlopen(f"{EP}/s3cmd-bucket/dir/big.bin", timeout=30)
+    raise SystemExit("read anonymously after the policy was removed")
 except urllib.error.HTTPError as e:
     assert e.code == 403, e.code
 

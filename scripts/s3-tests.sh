@@ -5,10 +5,10 @@
 # pytest on test_s3.py with the selection below (what the gateway means to
 # implement: buckets, objects, listings v1/v2, multipart, conditional
 # requests, copies, ranges, canned ACLs, versioning, presigned URLs, SigV4,
-# aws-chunked uploads, tags, bucket policies, public access blocks — not
-# lifecycle, user/role policies, object lock, SSE,
-# CORS, websites, logging, notifications, STS/IAM, POST forms, tenants or
-# ACL grants to named users). The cluster is always stopped at the end.
+# aws-chunked uploads, tags, bucket policies, public access blocks, ACL
+# grants to named users — not lifecycle, user/role policies, object lock,
+# SSE, CORS, websites, logging, notifications, STS/IAM, POST forms or
+# tenants). The cluster is always stopped at the end.
 #
 # Usage: scripts/s3-tests.sh [PYTEST ARGS...]
 #   Extra arguments go to pytest after the script's own; a -k or -m given
@@ -77,16 +77,14 @@ and not token_request_tag_trust_policy_test and not token_resource_tags_test \
 and not token_role_tags_test and not token_tag_keys_test"
 MARKERS="${S3TESTS_MARKERS:-$MARKERS_DEFAULT}"
 
-# By name: (unmarked) lifecycle, object lock, SSE-C/KMS, CORS, logging, torrents, restores, POST
-# object forms, RGW tenants and usage, ownership controls, and ACL grants to
-# named users or groups (canned ACLs stay in).
+# By name: (unmarked) lifecycle, object lock, SSE-C/KMS, CORS, logging,
+# torrents, restores, POST object forms, RGW tenants and usage, ownership
+# controls, appends.
 KEYWORDS_DEFAULT="not (lifecycle or object_lock or sse_ or encryption \
 or encrypted or kms or cors or logging or website or torrent \
 or restore_object or restore_noncur or read_through \
 or ownership or post_object or tenant or account_usage or usage \
-or append or acl_grant or header_acl_grants or acl_revoke or full_control \
-or test_object_acl_read or test_object_acl_write or test_object_acl_readacp \
-or test_object_acl_writeacp)"
+or append)"
 KEYWORDS="${S3TESTS_KEYWORDS:-$KEYWORDS_DEFAULT}"
 
 # --- work directory and cleanup ----------------------------------------------
@@ -191,12 +189,13 @@ echo "    gateway http://$ADDR/"
 # user UID DISPLAY-NAME -> prints "ACCESS SECRET"
 user() {
   timeout 60 "$SHOAL" --conf "$DIR/shoal.conf" gateway user create --uid "$1" --display-name "$2" \
+    ${3:+--email "$3"} \
     | "$S3TESTS_PYTHON" -c 'import json,sys; k=json.load(sys.stdin)["keys"][0]; print(k["access_key"], k["secret_key"])'
 }
 echo "==> gateway users"
-read -r MAIN_KEY MAIN_SECRET < <(user testid "M. Tester")
-read -r ALT_KEY ALT_SECRET < <(user altid "john.doe")
-read -r TENANT_KEY TENANT_SECRET < <(user tenantid "tenanteduser")
+read -r MAIN_KEY MAIN_SECRET < <(user testid "M. Tester" tester@example.com)
+read -r ALT_KEY ALT_SECRET < <(user altid "john.doe" john.doe@example.com)
+read -r TENANT_KEY TENANT_SECRET < <(user tenantid "tenanteduser" tenanteduser@example.com)
 read -r IAM_KEY IAM_SECRET < <(user iamid "iamuser")
 read -r ROOT_KEY ROOT_SECRET < <(user iamroot "iamroot")
 read -r ALTROOT_KEY ALTROOT_SECRET < <(user iamaltroot "iamaltroot")

@@ -3,6 +3,7 @@
 //! indexes and object data kept in the cluster (`meta`), so that any number
 //! of gateways serve the same buckets. `serve` runs it on a listener.
 
+pub mod acl;
 pub mod cache;
 pub mod checksum;
 pub mod meta;

@@ -100,6 +100,9 @@ pub struct User {
     pub display_name: String,
     /// Its keys.
     pub keys: Vec<AccessKey>,
+    /// Its e-mail address (empty: none), which ACL grants may name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub email: String,
 }
 
 /// A bucket.
@@ -138,6 +141,9 @@ pub struct Bucket {
     /// Its policy document as set (empty: none; `policy.rs`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+    /// Grants besides its canned ACL's (`acl.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<crate::acl::AclGrant>,
     /// Its public access block (none: public ACLs and policies count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
@@ -206,6 +212,9 @@ pub struct Entry {
     /// Its tags (`tags.rs`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: crate::tags::Tags,
+    /// Grants besides its canned ACL's (`acl.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<crate::acl::AclGrant>,
 }
 
 /// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
@@ -387,16 +396,23 @@ impl Meta {
         }
     }
 
-    /// Creates user `uid` with one fresh key.
-    pub async fn user_create(&self, uid: &str, display_name: &str) -> Result<User> {
+    /// Creates user `uid` with one fresh key (and e-mail address
+    /// `email`, unless empty: no other user may have it).
+    pub async fn user_create(&self, uid: &str, display_name: &str, email: &str) -> Result<User> {
         check_uid(uid)?;
         if self.user(uid).await?.is_some() {
             return Err(MetaError::Exists(format!("user {uid}")));
+        }
+        if !email.is_empty() && self.user_by_email(email).await?.is_some() {
+            return Err(MetaError::Exists(format!(
+                "a user with e-mail address {email}"
+            )));
         }
         let user = User {
             uid: uid.to_string(),
             display_name: display_name.to_string(),
             keys: vec![new_key()],
+            email: email.to_string(),
         };
         self.put_user(&user, None).await?;
         Ok(user)
@@ -408,6 +424,15 @@ impl Meta {
             return Ok(None);
         };
         decode(&format!("user {uid}"), &b).map(Some)
+    }
+
+    /// The user whose e-mail address is `email` (case aside).
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<User>> {
+        Ok(self
+            .users()
+            .await?
+            .into_iter()
+            .find(|u| !u.email.is_empty() && u.email.eq_ignore_ascii_case(email)))
     }
 
     /// The user holding access key `access_key`.
@@ -572,6 +597,7 @@ impl Meta {
             tags: Default::default(),
             policy: String::new(),
             public_access_block: None,
+            grants: Vec::new(),
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;

@@ -23,6 +23,7 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
+use crate::acl::{self, Perm};
 use crate::meta::{Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check};
 use crate::policy::Decision;
 use crate::tags::{self, Scope};
@@ -72,7 +73,10 @@ macro_rules! object_output {
         $ty {
             $($f: $v,)*
             accept_ranges: Some("bytes".into()),
-            content_type: h("content-type").and_then(|c| c.parse().ok()),
+            // Given none at upload, AWS answers binary/octet-stream.
+            content_type: h("content-type")
+                .or_else(|| Some("binary/octet-stream".to_string()))
+                .and_then(|c| c.parse().ok()),
             content_encoding: h("content-encoding"),
             content_disposition: h("content-disposition"),
             content_language: h("content-language"),
@@ -154,6 +158,10 @@ enum Need {
     Exists,
     Read,
     Write,
+    /// Read its ACL.
+    ReadAcp,
+    /// Change its ACL.
+    WriteAcp,
     Owner,
 }
 
@@ -209,8 +217,10 @@ impl Gateway {
             || policy_allows(req, &b.name, None)
             || match need {
                 Need::Exists => true,
-                Need::Read => grants_read(acl_of(&b, &b.acl), user.is_some()),
-                Need::Write => acl_of(&b, &b.acl) == "public-read-write",
+                Need::Read => bucket_allows(&b, user.as_ref(), Perm::Read),
+                Need::Write => bucket_allows(&b, user.as_ref(), Perm::Write),
+                Need::ReadAcp => bucket_allows(&b, user.as_ref(), Perm::ReadAcp),
+                Need::WriteAcp => bucket_allows(&b, user.as_ref(), Perm::WriteAcp),
                 Need::Owner => false,
             };
         if allowed {
@@ -228,6 +238,18 @@ impl Gateway {
         bucket: &str,
         key: &str,
         vid: Option<&str>,
+    ) -> S3Result<(Bucket, Option<User>, Entry)> {
+        self.object_as(req, bucket, key, vid, Perm::Read).await
+    }
+
+    /// [`Gateway::object_of`], if `req`'s signer may do `perm` to it.
+    async fn object_as<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+        key: &str,
+        vid: Option<&str>,
+        perm: Perm,
     ) -> S3Result<(Bucket, Option<User>, Entry)> {
         let (b, user) = self.bucket_as(req, bucket, Need::Exists).await?;
         // The request's own object was decided in the access step; another
@@ -263,39 +285,28 @@ impl Gateway {
             .await?
                 == Decision::Allow
         };
-        let e = self
-            .object_for(&b, user.as_ref(), key, vid, granted, may_list)
-            .await?;
-        Ok((b, user, e))
-    }
-
-    /// Object `key` (version `vid`) of `b`, if `user` may read it: the
-    /// bucket's owner and the object's may, others as its ACL grants. A
-    /// missing object is AccessDenied to whom may not list the bucket.
-    async fn object_for(
-        &self,
-        b: &Bucket,
-        user: Option<&User>,
-        key: &str,
-        vid: Option<&str>,
-        granted: bool,
-        may_list: bool,
-    ) -> S3Result<Entry> {
-        let uid = user.map(|u| u.uid.as_str());
+        // The bucket's owner and the object's may, others as its ACL
+        // grants. A missing object is AccessDenied to whom may not list
+        // the bucket.
+        let uid = user.as_ref().map(|u| u.uid.as_str());
         let owner = granted || uid == Some(b.owner.as_str());
-        let e = match self.found(b, key, vid).await {
+        let e = match self.found(&b, key, vid).await {
             Ok(e) => e,
-            Err(e) if !owner && !may_list && !grants_read(acl_of(b, &b.acl), user.is_some()) => {
+            Err(e) if !owner && !may_list && !bucket_allows(&b, user.as_ref(), Perm::Read) => {
                 tracing::debug!("{key}: {e}; denied to a reader of a bucket it may not list");
                 return Err(s3_error!(AccessDenied));
             }
             Err(e) => return Err(e),
         };
+        // An object another user wrote keeps its ACL from the bucket's
+        // owner, unless it grants READ_ACP (AWS's ObjectWriter ownership).
+        let others = !e.owner.is_empty() && uid != Some(e.owner.as_str());
+        let owner = owner && !(perm == Perm::ReadAcp && others && !granted);
         if owner
             || (uid.is_some() && uid == Some(e.owner.as_str()))
-            || grants_read(acl_of(b, &e.acl), user.is_some())
+            || object_allows(&b, &e, user.as_ref(), perm)
         {
-            Ok(e)
+            Ok((b, user, e))
         } else {
             Err(s3_error!(AccessDenied))
         }
@@ -320,6 +331,84 @@ impl Gateway {
             .map_err(internal)?
             .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))?;
         Ok(changed.version_id.filter(|v| v != versions::NULL))
+    }
+
+    /// The grants `named` gives, its grantees looked up: an id must be a
+    /// user's, an e-mail address a user's (else
+    /// UnresolvableGrantByEmailAddress), a uri one of the groups.
+    async fn resolve(&self, named: Vec<(acl::Named, Perm)>) -> S3Result<Vec<acl::AclGrant>> {
+        let mut out = Vec::new();
+        for (who, permission) in named {
+            let grantee = match who {
+                acl::Named::Id(id) => match self.meta.user(&id).await.map_err(internal)? {
+                    Some(u) => acl::Grantee::User(u.uid),
+                    None => return Err(s3_error!(InvalidArgument, "Invalid id: no user {id:?}")),
+                },
+                acl::Named::Email(email) => {
+                    match self.meta.user_by_email(&email).await.map_err(internal)? {
+                        Some(u) => acl::Grantee::User(u.uid),
+                        None => {
+                            return Err(s3_error!(
+                                UnresolvableGrantByEmailAddress,
+                                "no user has the e-mail address {email:?}"
+                            ));
+                        }
+                    }
+                }
+                acl::Named::Uri(uri) => acl::group(&uri)?,
+            };
+            let g = acl::AclGrant {
+                grantee,
+                permission,
+            };
+            if !out.contains(&g) {
+                out.push(g);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `grants` as S3 lists them, users with their display names.
+    async fn named_grants(&self, grants: &[acl::AclGrant]) -> S3Result<Vec<s3s::dto::Grant>> {
+        use s3s::dto::{Grant, Grantee, Permission, Type};
+        let mut out = Vec::new();
+        for g in grants {
+            let grantee = match &g.grantee {
+                acl::Grantee::User(uid) => {
+                    let name = self
+                        .meta
+                        .user(uid)
+                        .await
+                        .map_err(internal)?
+                        .map_or_else(|| uid.clone(), |u| u.display_name);
+                    Grantee {
+                        display_name: Some(name),
+                        email_address: None,
+                        id: Some(uid.clone()),
+                        type_: Type::from_static(Type::CANONICAL_USER),
+                        uri: None,
+                    }
+                }
+                group => Grantee {
+                    display_name: None,
+                    email_address: None,
+                    id: None,
+                    type_: Type::from_static(Type::GROUP),
+                    uri: Some(
+                        match group {
+                            acl::Grantee::AllUsers => acl::ALL_USERS,
+                            _ => acl::AUTHENTICATED_USERS,
+                        }
+                        .to_string(),
+                    ),
+                },
+            };
+            out.push(Grant {
+                grantee: Some(grantee),
+                permission: Some(Permission::from(g.permission.as_str().to_string())),
+            });
+        }
+        Ok(out)
     }
 
     async fn signed<T>(&self, req: &S3Request<T>) -> S3Result<User> {
@@ -507,6 +596,10 @@ impl S3 for Gateway {
             .as_ref()
             .map_or("private".to_string(), |a| a.as_str().to_string());
         canned(&acl)?;
+        let named = match acl::from_headers(&req.headers)? {
+            Some(named) => Some(self.resolve(named).await?),
+            None => None,
+        };
         let location = req
             .input
             .create_bucket_configuration
@@ -515,9 +608,20 @@ impl S3 for Gateway {
             .map(|l| l.as_str().to_string())
             .unwrap_or_default();
         match self.meta.bucket_create(&name, &user, &acl, &location).await {
-            Ok(_) => Ok(S3Response::new(CreateBucketOutput {
-                location: Some(format!("/{name}")),
-            })),
+            Ok(b) => {
+                if let Some(named) = named {
+                    self.meta
+                        .update_bucket(&b, |nb| {
+                            nb.acl = acl::CUSTOM.to_string();
+                            nb.grants = named;
+                        })
+                        .await
+                        .map_err(internal)?;
+                }
+                Ok(S3Response::new(CreateBucketOutput {
+                    location: Some(format!("/{name}")),
+                }))
+            }
             Err(MetaError::Exists(_)) => Err(s3_error!(BucketAlreadyExists)),
             Err(e) => Err(internal(e)),
         }
@@ -783,7 +887,11 @@ impl S3 for Gateway {
         };
         let expires = if replace { i.expires.as_ref() } else { None };
         stamp(&mut entry, i.acl.as_ref(), user.as_ref(), expires)?;
-        check_acl_allowed(&b, &entry.acl)?;
+        if let Some(named) = acl::from_headers(&req.headers)? {
+            entry.acl = acl::CUSTOM.to_string();
+            entry.grants = self.resolve(named).await?;
+        }
+        check_acl_allowed(&b, &entry.acl, &entry.grants)?;
         // The source's tags, unless the request replaces them.
         entry.tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
             None | Some("COPY") => src.tags.clone(),
@@ -872,7 +980,11 @@ impl S3 for Gateway {
         if let Some(t) = &i.tagging {
             entry.tags = tags::from_header(t, Scope::Object)?;
         }
-        check_acl_allowed(&b, &entry.acl)?;
+        if let Some(named) = acl::from_headers(&req.headers)? {
+            entry.acl = acl::CUSTOM.to_string();
+            entry.grants = self.resolve(named).await?;
+        }
+        check_acl_allowed(&b, &entry.acl, &entry.grants)?;
         let alg = i
             .checksum_algorithm
             .as_ref()
@@ -1232,10 +1344,12 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::GetBucketAclInput>,
     ) -> S3Result<S3Response<s3s::dto::GetBucketAclOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let b = self.bucket(&req, &req.input.bucket, Need::ReadAcp).await?;
         let owner = self.owner(&b);
+        let mut list = grants(&b.acl, &owner, None);
+        list.extend(self.named_grants(&b.grants).await?);
         Ok(S3Response::new(s3s::dto::GetBucketAclOutput {
-            grants: Some(grants(&b.acl, &owner, None)),
+            grants: Some(list),
             owner: Some(owner),
         }))
     }
@@ -1244,16 +1358,24 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::PutBucketAclInput>,
     ) -> S3Result<S3Response<s3s::dto::PutBucketAclOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let b = self.bucket(&req, &req.input.bucket, Need::WriteAcp).await?;
         let i = &req.input;
-        let acl = wanted_acl(
+        let (acl, named) = wanted_acl(
             i.acl.as_ref().map(|a| a.as_str()),
             i.access_control_policy.as_ref(),
+            acl::from_headers(&req.headers)?,
             &self.owner(&b),
             false,
         )?;
-        check_acl_allowed(&b, &acl)?;
-        self.meta.set_bucket_acl(&b, &acl).await.map_err(internal)?;
+        let named = self.resolve(named).await?;
+        check_acl_allowed(&b, &acl, &named)?;
+        self.meta
+            .update_bucket(&b, |nb| {
+                nb.acl = acl;
+                nb.grants = named;
+            })
+            .await
+            .map_err(internal)?;
         Ok(S3Response::new(s3s::dto::PutBucketAclOutput::default()))
     }
 
@@ -1263,11 +1385,19 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::GetObjectAclOutput>> {
         let i = &req.input;
         let (b, _, e) = self
-            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .object_as(
+                &req,
+                &i.bucket,
+                &i.key,
+                i.version_id.as_deref(),
+                Perm::ReadAcp,
+            )
             .await?;
         let owner = self.writer(&b, &e.owner).await?;
+        let mut list = grants(&e.acl, &owner, Some(&self.owner(&b)));
+        list.extend(self.named_grants(&e.grants).await?);
         Ok(S3Response::new(s3s::dto::GetObjectAclOutput {
-            grants: Some(grants(&e.acl, &owner, Some(&self.owner(&b)))),
+            grants: Some(list),
             owner: Some(owner),
             ..s3s::dto::GetObjectAclOutput::default()
         }))
@@ -1279,17 +1409,21 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::PutObjectAclOutput>> {
         let i = &req.input;
         let (b, user, e) = self
-            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .object_as(
+                &req,
+                &i.bucket,
+                &i.key,
+                i.version_id.as_deref(),
+                Perm::WriteAcp,
+            )
             .await?;
-        may_change(
-            &b,
-            user.as_ref(),
-            &e,
-            policy_allows(&req, &b.name, Some(&i.key)),
-        )?;
-        let acl = wanted_acl(
+        let granted = policy_allows(&req, &b.name, Some(&i.key))
+            || object_allows(&b, &e, user.as_ref(), Perm::WriteAcp);
+        may_change(&b, user.as_ref(), &e, granted)?;
+        let (acl, named) = wanted_acl(
             i.acl.as_ref().map(|a| a.as_str()),
             i.access_control_policy.as_ref(),
+            acl::from_headers(&req.headers)?,
             &owner_of(
                 if e.owner.is_empty() {
                     &b.owner
@@ -1300,13 +1434,17 @@ impl S3 for Gateway {
             ),
             true,
         )?;
-        check_acl_allowed(&b, &acl)?;
+        let named = self.resolve(named).await?;
+        check_acl_allowed(&b, &acl, &named)?;
         let found = self
             .meta
-            .set_object_acl(&b, &i.key, i.version_id.as_deref(), &acl)
+            .update_object(&b, &i.key, i.version_id.as_deref(), |e| {
+                e.acl = acl.clone();
+                e.grants = named.clone();
+            })
             .await
             .map_err(internal)?;
-        if !found {
+        if found.is_none() {
             return Err(s3_error!(NoSuchKey));
         }
         Ok(S3Response::new(s3s::dto::PutObjectAclOutput::default()))
@@ -1464,7 +1602,7 @@ impl S3 for Gateway {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         // Public: an ACL granting all users or all signed users, or a
         // policy allowing anyone without a condition.
-        let acl_public = public_acl(acl_of(&b, &b.acl));
+        let acl_public = !ignores_public(&b) && acl::is_public(&b.acl, &b.grants);
         let policy_public =
             !b.policy.is_empty() && crate::policy::Policy::parse(&b.policy, &b.name)?.is_public();
         Ok(S3Response::new(s3s::dto::GetBucketPolicyStatusOutput {
@@ -1827,7 +1965,11 @@ impl Gateway {
         if let Some(t) = &input.tagging {
             entry.tags = tags::from_header(t, Scope::Object)?;
         }
-        check_acl_allowed(&b, &entry.acl)?;
+        if let Some(named) = acl::from_headers(&req.headers)? {
+            entry.acl = acl::CUSTOM.to_string();
+            entry.grants = self.resolve(named).await?;
+        }
+        check_acl_allowed(&b, &entry.acl, &entry.grants)?;
         Ok((b, entry))
     }
 
@@ -2376,40 +2518,17 @@ fn canned(acl: &str) -> S3Result<()> {
 
 /// Whether canned ACL `acl` lets a non-owner read (`signed`: the request
 /// is signed by a user).
-/// Whether canned ACL `acl` grants anything to everyone or every signed
-/// user (what a public access block calls public).
-fn public_acl(acl: &str) -> bool {
-    matches!(
-        acl,
-        "public-read" | "public-read-write" | "authenticated-read"
-    )
-}
-
-/// The ACL `acl` of bucket `b` or one of its objects as it counts: a
-/// public one is private when the bucket's public access block ignores
+/// Refuses setting canned ACL `acl` with `grants` on bucket `b` (or an
+/// object in it) when they are public and its public access block blocks
 /// public ACLs.
-fn acl_of<'a>(b: &Bucket, acl: &'a str) -> &'a str {
-    if public_acl(acl) && b.public_access_block.is_some_and(|p| p.ignore_public_acls) {
-        "private"
-    } else {
-        acl
-    }
-}
-
-/// Refuses setting the public ACL `acl` on bucket `b` (or an object in
-/// it) when its public access block blocks public ACLs.
-fn check_acl_allowed(b: &Bucket, acl: &str) -> S3Result<()> {
-    if public_acl(acl) && b.public_access_block.is_some_and(|p| p.block_public_acls) {
+fn check_acl_allowed(b: &Bucket, acl: &str, grants: &[acl::AclGrant]) -> S3Result<()> {
+    if acl::is_public(acl, grants) && b.public_access_block.is_some_and(|p| p.block_public_acls) {
         return Err(s3_error!(
             AccessDenied,
-            "the bucket's public access block refuses the public ACL {acl}"
+            "the bucket's public access block refuses a public ACL ({acl}, or a grant to a group)"
         ));
     }
     Ok(())
-}
-
-fn grants_read(acl: &str, signed: bool) -> bool {
-    matches!(acl, "public-read" | "public-read-write") || (signed && acl == "authenticated-read")
 }
 
 fn owner_of(uid: &str, name: &str) -> Owner {
@@ -2424,6 +2543,9 @@ fn owner_of(uid: &str, name: &str) -> Owner {
 /// ACLs name `bucket_owner` too.
 fn grants(acl: &str, owner: &Owner, bucket_owner: Option<&Owner>) -> Vec<s3s::dto::Grant> {
     use s3s::dto::{Grant, Grantee, Permission, Type};
+    if acl == acl::CUSTOM {
+        return Vec::new();
+    }
     let group = |uri: &str, p: &'static str| Grant {
         grantee: Some(Grantee {
             display_name: None,
@@ -2463,25 +2585,38 @@ fn grants(acl: &str, owner: &Owner, bucket_owner: Option<&Owner>) -> Vec<s3s::dt
     out
 }
 
-/// The canned ACL a PutBucketAcl or PutObjectAcl asks for: its
-/// `x-amz-acl`, or a policy whose grants are exactly a canned ACL's.
+/// The ACL a PutBucketAcl or PutObjectAcl asks for: its `x-amz-acl`, its
+/// `x-amz-grant-*` headers (`named`), or a policy whose grants are a
+/// canned ACL's or any others; the canned ACL (`custom`: exactly the
+/// grants, the owner's full control among them only if given) and the
+/// grants to look up.
 fn wanted_acl(
     header: Option<&str>,
     policy: Option<&s3s::dto::AccessControlPolicy>,
+    named: Option<Vec<(acl::Named, Perm)>>,
     owner: &Owner,
     object: bool,
-) -> S3Result<String> {
+) -> S3Result<(String, Vec<(acl::Named, Perm)>)> {
     if let Some(a) = header {
+        if named.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "give x-amz-acl or x-amz-grant-* headers, not both"
+            ));
+        }
         match object {
             true => canned_object(a)?,
             false => canned(a)?,
         }
-        return Ok(a.to_string());
+        return Ok((a.to_string(), Vec::new()));
+    }
+    if let Some(named) = named {
+        return Ok((acl::CUSTOM.to_string(), named));
     }
     let Some(p) = policy else {
         return Err(s3_error!(
             MalformedACLError,
-            "give x-amz-acl or an AccessControlPolicy"
+            "give x-amz-acl, x-amz-grant-* headers or an AccessControlPolicy"
         ));
     };
     let key = |g: &s3s::dto::Grant| {
@@ -2498,16 +2633,64 @@ fn wanted_acl(
         let mut have: Vec<_> = grants(acl, owner, None).iter().map(key).collect();
         have.sort();
         if have == want {
-            return Ok(acl.to_string());
+            return Ok((acl.to_string(), Vec::new()));
         }
     }
-    Err(s3_error!(
-        NotImplemented,
-        "grants other than a canned ACL's (private, public-read, public-read-write, authenticated-read)"
-    ))
+    let mut named = Vec::new();
+    for g in p.grants.iter().flatten() {
+        let perm = g
+            .permission
+            .as_ref()
+            .and_then(|p| Perm::parse(p.as_str()))
+            .ok_or_else(|| s3_error!(MalformedACLError, "a grant without a valid Permission"))?;
+        let ge = g
+            .grantee
+            .as_ref()
+            .ok_or_else(|| s3_error!(MalformedACLError, "a grant without a Grantee"))?;
+        let who = match (&ge.id, &ge.email_address, &ge.uri) {
+            (Some(id), _, _) => acl::Named::Id(id.clone()),
+            (None, Some(email), _) => acl::Named::Email(email.clone()),
+            (None, None, Some(uri)) => acl::Named::Uri(uri.clone()),
+            _ => return Err(s3_error!(MalformedACLError, "a Grantee naming nobody")),
+        };
+        named.push((who, perm));
+    }
+    Ok((acl::CUSTOM.to_string(), named))
 }
 
-/// Gives a new object its canned ACL, writer and Expires.
+/// Whether bucket `b`'s ACL lets `user` do `perm` (a public access block
+/// that ignores public ACLs taken into account).
+fn bucket_allows(b: &Bucket, user: Option<&User>, perm: Perm) -> bool {
+    acl::allows(
+        &b.acl,
+        &b.grants,
+        ignores_public(b),
+        user.map(|u| u.uid.as_str()),
+        perm,
+    )
+}
+
+/// Whether object `e`'s ACL (in bucket `b`) lets `user` do `perm`.
+fn object_allows(b: &Bucket, e: &Entry, user: Option<&User>, perm: Perm) -> bool {
+    let bucket_owner = user.is_some_and(|u| u.uid == b.owner);
+    match e.acl.as_str() {
+        "bucket-owner-full-control" if bucket_owner => return true,
+        "bucket-owner-read" if bucket_owner && perm == Perm::Read => return true,
+        _ => {}
+    }
+    acl::allows(
+        &e.acl,
+        &e.grants,
+        ignores_public(b),
+        user.map(|u| u.uid.as_str()),
+        perm,
+    )
+}
+
+fn ignores_public(b: &Bucket) -> bool {
+    b.public_access_block.is_some_and(|p| p.ignore_public_acls)
+}
+
 /// The request's own bucket (and object) that its bucket's policy
 /// allowed in the access step (`lib.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -2672,6 +2855,7 @@ fn may_change(b: &Bucket, user: Option<&User>, e: &Entry, granted: bool) -> S3Re
     }
 }
 
+/// Gives a new object its canned ACL, writer and Expires.
 fn stamp(
     e: &mut Entry,
     acl: Option<&s3s::dto::ObjectCannedACL>,

@@ -1,7 +1,7 @@
 //! What the gateway refuses rather than pretends: a request header that
 //! asks for protection or a behaviour the gateway does not have
-//! (server-side encryption, object lock, grants to named users, storage
-//! classes other than STANDARD, website redirects, MFA, bucket ownership
+//! (server-side encryption, object lock, storage classes other than
+//! STANDARD, website redirects, MFA, bucket ownership
 //! controls, a copy source's expected owner) is answered with
 //! `NotImplemented` — or the error AWS documents for the case — before
 //! anything is stored, so that no client believes its data encrypted or
@@ -60,16 +60,6 @@ pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
                 return Err(s3_error!(
                     InvalidStorageClass,
                     "the storage class {v:?} is not offered: only STANDARD"
-                ));
-            }
-            "x-amz-grant-read"
-            | "x-amz-grant-write"
-            | "x-amz-grant-read-acp"
-            | "x-amz-grant-write-acp"
-            | "x-amz-grant-full-control" => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "grants to named users ({n}) are not supported: use a canned ACL (x-amz-acl)"
                 ));
             }
             "x-amz-website-redirect-location" => {
@@ -163,7 +153,6 @@ mod tests {
                 "2030-01-01T00:00:00Z",
             ),
             ("x-amz-object-lock-legal-hold", "ON"),
-            ("x-amz-grant-read", "id=someone"),
             ("x-amz-website-redirect-location", "/x"),
             ("x-amz-mfa", "123 456"),
             ("x-amz-object-ownership", "BucketOwnerEnforced"),
@@ -178,6 +167,13 @@ mod tests {
         assert_eq!(
             code("PutObject", &[("x-amz-storage-class", "GLACIER")]).as_deref(),
             Some("InvalidStorageClass")
+        );
+        // Grants are taken on objects and ACLs, not yet on a new bucket.
+        let grant = [("x-amz-grant-read", "id=someone")];
+        assert_eq!(code("PutObject", &grant), None);
+        assert_eq!(
+            code("CreateBucket", &grant).as_deref(),
+            Some("NotImplemented")
         );
     }
 }

@@ -490,21 +490,6 @@ impl Meta {
         Err(MetaError::Invalid(format!("version id marker {vid:?}")))
     }
 
-    /// Sets the canned ACL of `key` (version `vid`, else the current one)
-    /// in place; whether there was such an object.
-    pub async fn set_object_acl(
-        &self,
-        b: &Bucket,
-        key: &str,
-        vid: Option<&str>,
-        acl: &str,
-    ) -> Result<bool> {
-        let found = self
-            .update_object(b, key, vid, |e| e.acl = acl.to_string())
-            .await?;
-        Ok(found.is_some())
-    }
-
     /// Changes `key` (version `vid`, else the current one) in place with
     /// `change`: its entry as changed, or `None` if there was no such
     /// object (or it is a delete marker).

@@ -31,7 +31,7 @@ async fn gateways_see_every_change_of_a_record_they_cache() {
     // The command line keeps no cache; its changes notify all the same.
     let admin = Meta::new(cli.pool("rbd").unwrap());
 
-    let alice = admin.user_create("alice", "Alice").await.unwrap();
+    let alice = admin.user_create("alice", "Alice", "").await.unwrap();
     let key = alice.keys[0].access_key.clone();
     let bucket = a
         .bucket_create("photos", &alice, "private", "")
@@ -78,7 +78,7 @@ async fn gateways_see_every_change_of_a_record_they_cache() {
 
     // The control object's primary stops: the watch moves to the new one
     // and the cache is emptied (a notify may have missed it meanwhile).
-    let bob = admin.user_create("bob", "Bob").await.unwrap();
+    let bob = admin.user_create("bob", "Bob", "").await.unwrap();
     let bob_key = bob.keys[0].access_key.clone();
     assert!(a.user_by_key(&bob_key).await.unwrap().is_some());
     assert!(!a.cache().unwrap().is_empty());

@@ -53,7 +53,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
     let client = client(&c).await;
     let pool = client.pool("rbd").unwrap();
     let meta = Meta::new(pool.clone());
-    meta.user_create("alice", "alice").await.unwrap();
+    meta.user_create("alice", "alice", "").await.unwrap();
     let b = meta
         .bucket_create(
             "photos",
@@ -162,7 +162,7 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
     let client = client(&c).await;
     let pool = client.pool("rbd").unwrap();
     let (m1, m2) = (Meta::new(pool.clone()), Meta::new(pool.clone()));
-    let alice = m1.user_create("alice", "Alice").await.unwrap();
+    let alice = m1.user_create("alice", "Alice", "").await.unwrap();
     let b = m1
         .bucket_create("logs", &alice, "private", "")
         .await

@@ -193,11 +193,30 @@ fn s3_clients_use_the_gateway() {
             "bob",
             "--display-name",
             "Bob B.",
+            "--email",
+            "bob@example.com",
         ],
     );
+    assert_eq!(bob["email"], "bob@example.com");
     let (bk, bsec) = key(&bob);
     let e = d.run(&["gateway", "user", "create", "--uid", "alice"]);
     assert!(String::from_utf8_lossy(&e.stderr).contains("user alice already exists"));
+    // An e-mail address names one user (ACL grants may name it).
+    let e = d.run(&[
+        "gateway",
+        "user",
+        "create",
+        "--uid",
+        "bobby",
+        "--email",
+        "BOB@example.com",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&e.stderr)
+            .contains("a user with e-mail address BOB@example.com already exists"),
+        "{}",
+        String::from_utf8_lossy(&e.stderr)
+    );
     let e = d.run(&["gateway", "user", "create", "--uid", "bad uid"]);
     assert!(String::from_utf8_lossy(&e.stderr).contains("bad uid"));
     assert_eq!(
@@ -257,6 +276,7 @@ fn s3_clients_use_the_gateway() {
             ("GW_BOB_KEY", bk.as_str()),
             ("GW_BOB_SECRET", bsec.as_str()),
             ("GW_BOB_UID", "bob"),
+            ("GW_BOB_EMAIL", "bob@example.com"),
         ];
         python(300, &[&format!("{dir}/s3_tagging.py")], &two_env);
         python(300, &[&format!("{dir}/s3_policy.py")], &two_env);

@@ -79,6 +79,9 @@ enum UserCmd {
         /// The name shown as its buckets' owner (the uid by default).
         #[arg(long)]
         display_name: Option<String>,
+        /// Its e-mail address, which ACL grants may name (none by default).
+        #[arg(long, default_value = "")]
+        email: String,
         /// The gateway's pool.
         #[arg(long, default_value = DEFAULT_POOL)]
         pool: String,
@@ -200,12 +203,13 @@ fn users(cmd: UserCmd, ctx: &Ctx) -> anyhow::Result<()> {
             UserCmd::Create {
                 uid,
                 display_name,
+                email,
                 pool,
             } => {
                 let m = meta_of(&client, &pool)?;
                 let name = display_name.unwrap_or_else(|| uid.clone());
                 print(serde_json::to_value(
-                    m.user_create(&uid, &name).await.map_err(clear)?,
+                    m.user_create(&uid, &name, &email).await.map_err(clear)?,
                 )?)
             }
             UserCmd::Ls { pool } => {

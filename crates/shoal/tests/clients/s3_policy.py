@@ -4,7 +4,7 @@ explicit Deny beating an Allow (and the owner); conditions on the source
 address, the listing prefix and the object's tags; malformed documents
 refused with MalformedPolicy and nothing changed; an owner a policy locks
 out can still remove it; public access blocks (each of their four
-settings).
+settings); grants to named users, by id and by e-mail address.
 
 Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET (the
 bucket owner, uid GW_UID) and GW_BOB_KEY, GW_BOB_SECRET (another user, uid
@@ -33,6 +33,7 @@ s3 = client(os.environ["GW_KEY"], os.environ["GW_SECRET"])
 bob = client(os.environ["GW_BOB_KEY"], os.environ["GW_BOB_SECRET"])
 anon = client()
 BOB = os.environ["GW_BOB_UID"]
+BOB_EMAIL = os.environ["GW_BOB_EMAIL"]
 
 
 def code(f):
@@ -217,6 +218,52 @@ assert code(lambda: s3.get_public_access_block(Bucket=B)) == \
     "NoSuchPublicAccessBlockConfiguration"
 assert read(anon, "pub") == b"x"
 s3.put_bucket_acl(Bucket=B, ACL="private")
+
+# Grants to named users: by id and by e-mail address, in headers and in
+# an AccessControlPolicy; each permission does what it says.
+s3.put_object(Bucket=B, Key="granted", Body=b"g", GrantRead=f'id="{BOB}"')
+assert read(bob, "granted") == b"g"
+assert code(lambda: read(anon, "granted")) == "AccessDenied"
+acl = s3.get_object_acl(Bucket=B, Key="granted")["Grants"]
+assert {(g["Grantee"].get("ID"), g["Permission"]) for g in acl} >= {(BOB, "READ")}, acl
+bob_grant = [g for g in acl if g["Grantee"].get("ID") == BOB][0]
+assert bob_grant["Grantee"]["DisplayName"] == "Bob B.", bob_grant
+# READ is not WRITE_ACP: bob may not change the ACL...
+assert code(lambda: bob.put_object_acl(Bucket=B, Key="granted", ACL="private")) == "AccessDenied"
+# ...until granted it, by e-mail address this time.
+s3.put_object_acl(Bucket=B, Key="granted", GrantRead=f'id="{BOB}"',
+                  GrantWriteACP=f'emailAddress="{BOB_EMAIL}"')
+bob.put_object_acl(Bucket=B, Key="granted", ACL="private")
+assert code(lambda: read(bob, "granted")) == "AccessDenied"
+# Bucket grants: WRITE lets bob write, READ lets him list.
+assert code(lambda: bob.put_object(Bucket=B, Key="by-bob", Body=b"b")) == "AccessDenied"
+owner = s3.get_bucket_acl(Bucket=B)["Owner"]
+s3.put_bucket_acl(Bucket=B, AccessControlPolicy={"Owner": owner, "Grants": [
+    {"Grantee": {"Type": "CanonicalUser", "ID": owner["ID"]}, "Permission": "FULL_CONTROL"},
+    {"Grantee": {"Type": "CanonicalUser", "ID": BOB}, "Permission": "WRITE"},
+    {"Grantee": {"Type": "AmazonCustomerByEmail", "EmailAddress": BOB_EMAIL}, "Permission": "READ"}]})
+got = {(g["Grantee"].get("ID"), g["Permission"]) for g in s3.get_bucket_acl(Bucket=B)["Grants"]}
+assert got == {(owner["ID"], "FULL_CONTROL"), (BOB, "WRITE"), (BOB, "READ")}, got
+bob.put_object(Bucket=B, Key="by-bob", Body=b"b")
+assert "by-bob" in [o["Key"] for o in bob.list_objects_v2(Bucket=B)["Contents"]]
+assert code(lambda: anon.list_objects_v2(Bucket=B)) == "AccessDenied"
+# Unknown grantees are refused and change nothing.
+assert code(lambda: s3.put_bucket_acl(Bucket=B, GrantRead='id="nobody-here"')) == "InvalidArgument"
+assert code(lambda: s3.put_bucket_acl(
+    Bucket=B, GrantRead='emailAddress="nobody@example.com"')) == "UnresolvableGrantByEmailAddress"
+assert code(lambda: s3.put_bucket_acl(
+    Bucket=B, GrantRead='uri="http://example.com/not-a-group"')) == "InvalidArgument"
+got = {(g["Grantee"].get("ID"), g["Permission"]) for g in s3.get_bucket_acl(Bucket=B)["Grants"]}
+assert (BOB, "WRITE") in got, got
+# A grant to a group is public: a public access block refuses it.
+s3.put_public_access_block(Bucket=B, PublicAccessBlockConfiguration=dict(
+    conf, BlockPublicAcls=True, RestrictPublicBuckets=False))
+assert code(lambda: s3.put_object(
+    Bucket=B, Key="x", Body=b"x",
+    GrantRead='uri="http://acs.amazonaws.com/groups/global/AllUsers"')) == "AccessDenied"
+s3.delete_public_access_block(Bucket=B)
+s3.put_bucket_acl(Bucket=B, ACL="private")
+assert code(lambda: bob.put_object(Bucket=B, Key="by-bob", Body=b"b")) == "AccessDenied"
 
 for o in s3.list_objects_v2(Bucket=B).get("Contents", []):
     s3.delete_object(Bucket=B, Key=o["Key"])

@@ -6,7 +6,7 @@
 # implement: buckets, objects, listings v1/v2, multipart, conditional
 # requests, copies, ranges, canned ACLs, versioning, presigned URLs, SigV4,
 # aws-chunked uploads, tags, bucket policies, public access blocks, ACL
-# grants to named users — not lifecycle, user/role policies, object lock,
+# grants to named users, object lock — not lifecycle, user/role policies,
 # SSE, CORS, websites, logging, notifications, STS/IAM, POST forms or
 # tenants). The cluster is always stopped at the end.
 #
@@ -64,7 +64,7 @@ and not lifecycle and not lifecycle_expiration and not lifecycle_transition \
 and not cloud_transition and not cloud_restore and not target_by_bucket \
 and not user_policy and not role_policy and not group_policy \
 and not session_policy and not abac_test \
-and not object_lock and not encryption and not sse_s3 and not bucket_encryption \
+and not encryption and not sse_s3 and not bucket_encryption \
 and not s3website and not s3website_routing_rules \
 and not s3website_redirect_location \
 and not bucket_logging and not bucket_logging_cleanup and not fails_without_logging_rollover \
@@ -77,10 +77,10 @@ and not token_request_tag_trust_policy_test and not token_resource_tags_test \
 and not token_role_tags_test and not token_tag_keys_test"
 MARKERS="${S3TESTS_MARKERS:-$MARKERS_DEFAULT}"
 
-# By name: (unmarked) lifecycle, object lock, SSE-C/KMS, CORS, logging,
+# By name: (unmarked) lifecycle, SSE-C/KMS, CORS, logging,
 # torrents, restores, POST object forms, RGW tenants and usage, ownership
 # controls, appends.
-KEYWORDS_DEFAULT="not (lifecycle or object_lock or sse_ or encryption \
+KEYWORDS_DEFAULT="not (lifecycle or sse_ or encryption \
 or encrypted or kms or cors or logging or website or torrent \
 or restore_object or restore_noncur or read_through \
 or ownership or post_object or tenant or account_usage or usage \

@@ -6,6 +6,7 @@
 pub mod acl;
 pub mod cache;
 pub mod checksum;
+pub mod lock;
 pub mod meta;
 pub mod metrics;
 pub mod policy;

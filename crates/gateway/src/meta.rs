@@ -144,6 +144,9 @@ pub struct Bucket {
     /// Grants besides its canned ACL's (`acl.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<crate::acl::AclGrant>,
+    /// Its object lock (none: off; `lock.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::lock::LockConfig>,
     /// Its public access block (none: public ACLs and policies count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
@@ -215,6 +218,12 @@ pub struct Entry {
     /// Grants besides its canned ACL's (`acl.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<crate::acl::AclGrant>,
+    /// Its retention (`lock.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::lock::Retention>,
+    /// Under a legal hold (`lock.rs`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub legal_hold: bool,
 }
 
 /// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
@@ -598,6 +607,7 @@ impl Meta {
             policy: String::new(),
             public_access_block: None,
             grants: Vec::new(),
+            object_lock: None,
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;

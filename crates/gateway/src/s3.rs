@@ -24,7 +24,10 @@ use s3s::dto::{
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::acl::{self, Perm};
-use crate::meta::{Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check};
+use crate::lock::{self, LockConfig};
+use crate::meta::{
+    Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check, now_ms,
+};
 use crate::policy::Decision;
 use crate::tags::{self, Scope};
 use crate::versions::{self, Version};
@@ -85,6 +88,14 @@ macro_rules! object_output {
             last_modified: Some(timestamp(e.mtime_ms)),
             expires: h("expires").and_then(|v| v.parse::<u64>().ok()).map(timestamp),
             metadata: (!e.meta.is_empty()).then(|| e.meta.clone().into_iter().collect()),
+            object_lock_mode: e.retention.map(|r| r.mode.as_str().to_string().into()),
+            object_lock_retain_until_date: e.retention.map(|r| timestamp(r.until_ms)),
+            object_lock_legal_hold_status: e
+                .retention
+                .is_some()
+                .then_some(())
+                .or(e.legal_hold.then_some(()))
+                .map(|_| if e.legal_hold { "ON" } else { "OFF" }.to_string().into()),
             version_id: e.version_id.clone(),
             ..$ty::default()
         }
@@ -609,11 +620,19 @@ impl S3 for Gateway {
             .unwrap_or_default();
         match self.meta.bucket_create(&name, &user, &acl, &location).await {
             Ok(b) => {
-                if let Some(named) = named {
+                let locked = req.input.object_lock_enabled_for_bucket == Some(true);
+                if named.is_some() || locked {
                     self.meta
                         .update_bucket(&b, |nb| {
-                            nb.acl = acl::CUSTOM.to_string();
-                            nb.grants = named;
+                            if let Some(named) = named {
+                                nb.acl = acl::CUSTOM.to_string();
+                                nb.grants = named;
+                            }
+                            // Object lock needs versions, for good.
+                            if locked {
+                                nb.object_lock = Some(LockConfig::default());
+                                nb.versioning = "Enabled".to_string();
+                            }
                         })
                         .await
                         .map_err(internal)?;
@@ -789,7 +808,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let (b, user) = self.bucket_as(&req, &req.input.bucket, Need::Write).await?;
         let i = &req.input;
         let guard = DeleteGuard {
             etag: i.if_match.as_ref().map(|c| match c {
@@ -798,6 +817,7 @@ impl S3 for Gateway {
             }),
             size: i.if_match_size,
             mtime: i.if_match_last_modified_time.clone(),
+            bypass: bypasses(&req.headers, &b, user.as_ref()),
         };
         let (marker, version_id) = self
             .remove(&b, &i.key, i.version_id.as_deref(), &guard)
@@ -813,7 +833,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Write).await?;
+        let (b, user) = self.bucket_as(&req, &req.input.bucket, Need::Write).await?;
+        let bypass = bypasses(&req.headers, &b, user.as_ref());
         let d = req.input.delete;
         if d.objects.len() > 1000 {
             return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
@@ -825,6 +846,7 @@ impl S3 for Gateway {
                 etag: o.e_tag.as_ref().map(|t| Some(t.value().to_string())),
                 size: o.size,
                 mtime: o.last_modified_time.clone(),
+                bypass,
             };
             match self
                 .remove(&b, &o.key, o.version_id.as_deref(), &guard)
@@ -892,6 +914,7 @@ impl S3 for Gateway {
             entry.grants = self.resolve(named).await?;
         }
         check_acl_allowed(&b, &entry.acl, &entry.grants)?;
+        lock_new(&b, &mut entry, &req.headers)?;
         // The source's tags, unless the request replaces them.
         entry.tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
             None | Some("COPY") => src.tags.clone(),
@@ -985,6 +1008,7 @@ impl S3 for Gateway {
             entry.grants = self.resolve(named).await?;
         }
         check_acl_allowed(&b, &entry.acl, &entry.grants)?;
+        lock_new(&b, &mut entry, &req.headers)?;
         let alg = i
             .checksum_algorithm
             .as_ref()
@@ -1543,12 +1567,10 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<s3s::dto::GetPublicAccessBlockOutput>> {
         let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
         let Some(p) = b.public_access_block else {
-            let mut e = S3Error::with_message(
-                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+            return Err(not_found(
+                "NoSuchPublicAccessBlockConfiguration",
                 format!("bucket {} has no public access block", b.name),
-            );
-            e.set_status_code(hyper::http::StatusCode::NOT_FOUND);
-            return Err(e);
+            ));
         };
         Ok(S3Response::new(s3s::dto::GetPublicAccessBlockOutput {
             public_access_block_configuration: Some(s3s::dto::PublicAccessBlockConfiguration {
@@ -1592,6 +1614,240 @@ impl S3 for Gateway {
             .map_err(internal)?;
         Ok(S3Response::new(
             s3s::dto::DeletePublicAccessBlockOutput::default(),
+        ))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<s3s::dto::GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectLockConfigurationOutput>> {
+        use s3s::dto::{DefaultRetention, ObjectLockConfiguration, ObjectLockRule};
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let Some(cfg) = b.object_lock else {
+            return Err(not_found(
+                "ObjectLockConfigurationNotFoundError",
+                format!("bucket {} has no object lock configuration", b.name),
+            ));
+        };
+        Ok(S3Response::new(
+            s3s::dto::GetObjectLockConfigurationOutput {
+                object_lock_configuration: Some(ObjectLockConfiguration {
+                    object_lock_enabled: Some("Enabled".to_string().into()),
+                    rule: cfg.default.map(|d| ObjectLockRule {
+                        default_retention: Some(DefaultRetention {
+                            mode: Some(d.mode.as_str().to_string().into()),
+                            days: (!d.years).then_some(d.days as i32),
+                            years: d.years.then_some(d.days as i32),
+                        }),
+                    }),
+                }),
+            },
+        ))
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<s3s::dto::PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectLockConfigurationOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let c = req
+            .input
+            .object_lock_configuration
+            .as_ref()
+            .ok_or_else(|| s3_error!(MalformedXML, "no ObjectLockConfiguration"))?;
+        if c.object_lock_enabled.as_ref().map(|e| e.as_str()) != Some("Enabled") {
+            return Err(s3_error!(MalformedXML, "ObjectLockEnabled must be Enabled"));
+        }
+        if b.object_lock.is_none() && b.versioning != "Enabled" {
+            let mut e = s3_error!(
+                InvalidBucketState,
+                "object lock needs versioning Enabled on the bucket"
+            );
+            e.set_status_code(hyper::http::StatusCode::CONFLICT);
+            return Err(e);
+        }
+        let default = match c.rule.as_ref().and_then(|r| r.default_retention.as_ref()) {
+            None => None,
+            Some(d) => {
+                let mode = d
+                    .mode
+                    .as_ref()
+                    .and_then(|m| lock::Mode::parse(m.as_str()))
+                    .ok_or_else(|| {
+                        s3_error!(
+                            MalformedXML,
+                            "a default retention needs a Mode: GOVERNANCE or COMPLIANCE"
+                        )
+                    })?;
+                let (n, years) = match (d.days, d.years) {
+                    (Some(n), None) => (n, false),
+                    (None, Some(n)) => (n, true),
+                    _ => {
+                        return Err(s3_error!(
+                            MalformedXML,
+                            "a default retention gives Days or Years, one of them"
+                        ));
+                    }
+                };
+                if n <= 0 {
+                    let mut e = S3Error::with_message(
+                        S3ErrorCode::Custom("InvalidRetentionPeriod".into()),
+                        "a default retention period must be a positive integer",
+                    );
+                    e.set_status_code(hyper::http::StatusCode::BAD_REQUEST);
+                    return Err(e);
+                }
+                Some(lock::DefaultRetention {
+                    mode,
+                    days: n as u32,
+                    years,
+                })
+            }
+        };
+        self.meta
+            .update_bucket(&b, |nb| {
+                nb.object_lock = Some(LockConfig { default });
+                nb.versioning = "Enabled".to_string();
+            })
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::PutObjectLockConfigurationOutput::default(),
+        ))
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<s3s::dto::GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectRetentionOutput>> {
+        let i = &req.input;
+        let (b, _, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        locked_bucket(&b)?;
+        let r = e.retention.ok_or_else(|| {
+            not_found(
+                "NoSuchObjectLockConfiguration",
+                "the object has no retention".to_string(),
+            )
+        })?;
+        Ok(S3Response::new(s3s::dto::GetObjectRetentionOutput {
+            retention: Some(s3s::dto::ObjectLockRetention {
+                mode: Some(r.mode.as_str().to_string().into()),
+                retain_until_date: Some(timestamp(r.until_ms)),
+            }),
+        }))
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<s3s::dto::PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectRetentionOutput>> {
+        let i = &req.input;
+        let (b, user, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        locked_bucket(&b)?;
+        may_change(
+            &b,
+            user.as_ref(),
+            &e,
+            policy_allows(&req, &b.name, Some(&i.key)),
+        )?;
+        let now = now_ms();
+        let new = match i.retention.as_ref() {
+            Some(r) => match (&r.mode, &r.retain_until_date) {
+                (Some(m), _) if lock::Mode::parse(m.as_str()).is_none() => {
+                    return Err(s3_error!(
+                        MalformedXML,
+                        "a retention Mode is GOVERNANCE or COMPLIANCE, not {:?}",
+                        m.as_str()
+                    ));
+                }
+                (Some(m), Some(u)) => Some(retention(m.as_str(), ms_of(u), now)?),
+                (None, None) => None,
+                _ => {
+                    return Err(s3_error!(
+                        MalformedXML,
+                        "a Retention gives Mode and RetainUntilDate together"
+                    ));
+                }
+            },
+            None => None,
+        };
+        let bypass = i.bypass_governance_retention == Some(true)
+            && user.as_ref().is_some_and(|u| u.uid == b.owner);
+        lock::may_change(e.retention.as_ref(), new.as_ref(), now, bypass)
+            .map_err(|m| s3_error!(AccessDenied, "{m}"))?;
+        let found = self
+            .meta
+            .update_object(&b, &i.key, i.version_id.as_deref(), |e| e.retention = new)
+            .await
+            .map_err(internal)?;
+        if found.is_none() {
+            return Err(s3_error!(NoSuchKey));
+        }
+        Ok(S3Response::new(
+            s3s::dto::PutObjectRetentionOutput::default(),
+        ))
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<s3s::dto::GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetObjectLegalHoldOutput>> {
+        let i = &req.input;
+        let (b, _, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        locked_bucket(&b)?;
+        Ok(S3Response::new(s3s::dto::GetObjectLegalHoldOutput {
+            legal_hold: Some(s3s::dto::ObjectLockLegalHold {
+                status: Some(if e.legal_hold { "ON" } else { "OFF" }.to_string().into()),
+            }),
+        }))
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<s3s::dto::PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutObjectLegalHoldOutput>> {
+        let i = &req.input;
+        let (b, user, e) = self
+            .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        locked_bucket(&b)?;
+        may_change(
+            &b,
+            user.as_ref(),
+            &e,
+            policy_allows(&req, &b.name, Some(&i.key)),
+        )?;
+        let on = match i
+            .legal_hold
+            .as_ref()
+            .and_then(|h| h.status.as_ref())
+            .map(|s| s.as_str())
+        {
+            Some("ON") => true,
+            Some("OFF") => false,
+            other => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "a LegalHold Status is ON or OFF, not {other:?}"
+                ));
+            }
+        };
+        let found = self
+            .meta
+            .update_object(&b, &i.key, i.version_id.as_deref(), |e| e.legal_hold = on)
+            .await
+            .map_err(internal)?;
+        if found.is_none() {
+            return Err(s3_error!(NoSuchKey));
+        }
+        Ok(S3Response::new(
+            s3s::dto::PutObjectLegalHoldOutput::default(),
         ))
     }
 
@@ -1685,6 +1941,14 @@ impl S3 for Gateway {
             .is_some_and(|m| m.as_str() == "Enabled")
         {
             return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+        }
+        if b.object_lock.is_some() && status != "Enabled" {
+            let mut e = s3_error!(
+                InvalidBucketState,
+                "versioning cannot be suspended on a bucket with object lock"
+            );
+            e.set_status_code(hyper::http::StatusCode::CONFLICT);
+            return Err(e);
         }
         match self.meta.set_versioning(&b, &status).await {
             Ok(_) => Ok(S3Response::new(
@@ -1970,6 +2234,7 @@ impl Gateway {
             entry.grants = self.resolve(named).await?;
         }
         check_acl_allowed(&b, &entry.acl, &entry.grants)?;
+        lock_new(&b, &mut entry, &req.headers)?;
         Ok((b, entry))
     }
 
@@ -2192,6 +2457,12 @@ impl Gateway {
         if let Some(vid) = vid {
             if !versions::valid_vid(vid) {
                 return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+            }
+            if b.object_lock.is_some()
+                && let Some(e) = self.meta.version(b, key, vid).await.map_err(internal)?
+            {
+                lock::may_delete(e.retention.as_ref(), e.legal_hold, now_ms(), guard.bypass)
+                    .map_err(|m| s3_error!(AccessDenied, "{m}"))?;
             }
             let gone = self
                 .meta
@@ -2474,6 +2745,8 @@ struct DeleteGuard {
     etag: Option<Option<String>>,
     size: Option<i64>,
     mtime: Option<Timestamp>,
+    /// The request bypasses governance retention, and may.
+    bypass: bool,
 }
 
 impl DeleteGuard {
@@ -2853,6 +3126,103 @@ fn may_change(b: &Bucket, user: Option<&User>, e: &Entry, granted: bool) -> S3Re
     } else {
         Err(s3_error!(AccessDenied))
     }
+}
+
+/// Gives a new object in bucket `b` the retention and legal hold its
+/// request's `x-amz-object-lock-*` headers ask for, else the bucket's
+/// default retention; a bucket without object lock refuses them.
+fn lock_new(b: &Bucket, e: &mut Entry, headers: &hyper::http::HeaderMap) -> S3Result<()> {
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let (mode, until, hold) = (
+        h("x-amz-object-lock-mode"),
+        h("x-amz-object-lock-retain-until-date"),
+        h("x-amz-object-lock-legal-hold"),
+    );
+    let Some(cfg) = b.object_lock else {
+        if mode.is_some() || until.is_some() || hold.is_some_and(|v| v != "OFF") {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Bucket is missing Object Lock Configuration"
+            ));
+        }
+        return Ok(());
+    };
+    let now = now_ms();
+    e.retention = match (mode, until) {
+        (None, None) => cfg.default_retention(now),
+        (Some(m), Some(u)) => Some(retention(m, parse_date(u)?, now)?),
+        _ => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "x-amz-object-lock-mode and x-amz-object-lock-retain-until-date go together"
+            ));
+        }
+    };
+    e.legal_hold = match hold {
+        None | Some("OFF") => false,
+        Some("ON") => true,
+        Some(v) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "x-amz-object-lock-legal-hold is ON or OFF, not {v:?}"
+            ));
+        }
+    };
+    Ok(())
+}
+
+/// A 404 with an error code s3s does not name.
+fn not_found(code: &'static str, msg: String) -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::Custom(code.into()), msg);
+    e.set_status_code(hyper::http::StatusCode::NOT_FOUND);
+    e
+}
+
+/// Refuses a retention or legal-hold call on a bucket without object lock.
+fn locked_bucket(b: &Bucket) -> S3Result<()> {
+    if b.object_lock.is_none() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Bucket is missing Object Lock Configuration"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a request bypasses governance retention: it asks to
+/// (`x-amz-bypass-governance-retention: true`) and its signer is the
+/// bucket's owner.
+fn bypasses(headers: &hyper::http::HeaderMap, b: &Bucket, user: Option<&User>) -> bool {
+    headers
+        .get("x-amz-bypass-governance-retention")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        && user.is_some_and(|u| u.uid == b.owner)
+}
+
+/// A retention of mode `mode` until `until_ms`, which must be later than
+/// `now`.
+fn retention(mode: &str, until_ms: u64, now: u64) -> S3Result<lock::Retention> {
+    let mode = lock::Mode::parse(mode)
+        .ok_or_else(|| s3_error!(InvalidArgument, "Unknown wormMode directive: {mode:?}"))?;
+    if until_ms <= now {
+        return Err(s3_error!(
+            InvalidArgument,
+            "The retain until date must be in the future"
+        ));
+    }
+    Ok(lock::Retention { mode, until_ms })
+}
+
+/// An ISO 8601 date (`2030-01-01T00:00:00Z`) as ms since the Unix epoch.
+fn parse_date(s: &str) -> S3Result<u64> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| s3_error!(InvalidArgument, "{s:?} is not an ISO 8601 date"))?;
+    Ok((t.unix_timestamp_nanos() / 1_000_000).max(0) as u64)
+}
+
+fn ms_of(t: &Timestamp) -> u64 {
+    (time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos() / 1_000_000).max(0) as u64
 }
 
 /// Gives a new object its canned ACL, writer and Expires.

@@ -1,13 +1,13 @@
 //! What the gateway refuses rather than pretends: a request header that
 //! asks for protection or a behaviour the gateway does not have
-//! (server-side encryption, object lock, storage classes other than
-//! STANDARD, website redirects, MFA, bucket ownership
-//! controls, a copy source's expected owner) is answered with
+//! (server-side encryption, storage classes other than STANDARD, website
+//! redirects, MFA, bucket ownership controls, a copy source's expected
+//! owner) is answered with
 //! `NotImplemented` — or the error AWS documents for the case — before
-//! anything is stored, so that no client believes its data encrypted or
-//! locked when it is not. (Tags are kept: `tags.rs`; policies and public
-//! access blocks: `policy.rs`.) The bucket subresources the gateway lacks
-//! (lifecycle, replication, encryption, object lock, website, logging,
+//! anything is stored, so that no client believes its data encrypted when
+//! it is not. (Tags are kept: `tags.rs`; policies and public access
+//! blocks: `policy.rs`; object lock: `lock.rs`.) The bucket subresources
+//! the gateway lacks (lifecycle, replication, encryption, website, logging,
 //! requester-pays, CORS, notifications) are the S3 trait's operations it
 //! does not implement, which s3s answers with `NotImplemented`.
 
@@ -38,24 +38,6 @@ pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
             ));
         }
         match n {
-            "x-amz-bucket-object-lock-enabled" if !v.eq_ignore_ascii_case("false") => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object lock is not supported: a bucket with it cannot be made"
-                ));
-            }
-            "x-amz-object-lock-mode" | "x-amz-object-lock-retain-until-date" => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object lock (retention) is not supported: {n} refused, nothing stored"
-                ));
-            }
-            "x-amz-object-lock-legal-hold" if !v.eq_ignore_ascii_case("OFF") => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object lock (legal hold) is not supported: nothing stored"
-                ));
-            }
             "x-amz-storage-class" if v != "STANDARD" => {
                 return Err(s3_error!(
                     InvalidStorageClass,
@@ -146,13 +128,6 @@ mod tests {
             ("x-amz-server-side-encryption", "AES256"),
             ("x-amz-server-side-encryption", "aws:kms"),
             ("x-amz-server-side-encryption-aws-kms-key-id", "k"),
-            ("x-amz-bucket-object-lock-enabled", "true"),
-            ("x-amz-object-lock-mode", "GOVERNANCE"),
-            (
-                "x-amz-object-lock-retain-until-date",
-                "2030-01-01T00:00:00Z",
-            ),
-            ("x-amz-object-lock-legal-hold", "ON"),
             ("x-amz-website-redirect-location", "/x"),
             ("x-amz-mfa", "123 456"),
             ("x-amz-object-ownership", "BucketOwnerEnforced"),

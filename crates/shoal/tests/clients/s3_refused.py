@@ -1,10 +1,9 @@
 """What the gateway does not do, it refuses: boto3 asks for every kind of
-protection or behaviour the gateway lacks (SSE-C, SSE-S3, SSE-KMS, object
-lock on buckets and objects,
+protection or behaviour the gateway lacks (SSE-C, SSE-S3, SSE-KMS,
 lifecycle, replication, storage classes other than STANDARD, requester
-pays, website, logging, MFA delete), and each
-request must fail with NotImplemented (or the error AWS documents for the
-case) and leave nothing stored.
+pays, website, logging, MFA delete; object lock in a bucket made without
+it), and each request must fail with NotImplemented (or the error AWS
+documents for the case) and leave nothing stored.
 
 Run by crates/shoal/tests/gateway.rs with GW_ENDPOINT, GW_KEY, GW_SECRET.
 Exits non-zero with the failed check on the first failure.
@@ -50,12 +49,16 @@ puts = {
     "sse-c": SSEC,
     "sse-s3": dict(ServerSideEncryption="AES256"),
     "sse-kms": dict(ServerSideEncryption="aws:kms", SSEKMSKeyId="some-key"),
-    "lock-retention": dict(ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate=LOCK_UNTIL),
-    "lock-legal-hold": dict(ObjectLockLegalHoldStatus="ON"),
     "website-redirect": dict(WebsiteRedirectLocation="/elsewhere"),
 }
 for name, extra in puts.items():
     refused(f"PutObject with {name}", lambda: s3.put_object(Bucket=B, Key=name, Body=b"x", **extra))
+# Object lock on a bucket made without it: InvalidRequest, nothing stored.
+for name, extra in {"lock-retention": dict(ObjectLockMode="COMPLIANCE",
+                                           ObjectLockRetainUntilDate=LOCK_UNTIL),
+                    "lock-legal-hold": dict(ObjectLockLegalHoldStatus="ON")}.items():
+    refused(f"PutObject with {name} in a bucket without object lock",
+            lambda: s3.put_object(Bucket=B, Key=name, Body=b"x", **extra), ("InvalidRequest",))
 for sc in ["GLACIER", "STANDARD_IA", "REDUCED_REDUNDANCY", "DEEP_ARCHIVE"]:
     refused(f"PutObject with storage class {sc}",
             lambda: s3.put_object(Bucket=B, Key=sc, Body=b"x", StorageClass=sc),
@@ -70,7 +73,8 @@ refused("CreateMultipartUpload with SSE-KMS",
         lambda: s3.create_multipart_upload(Bucket=B, Key="mp", ServerSideEncryption="aws:kms"))
 refused("CreateMultipartUpload with a retention",
         lambda: s3.create_multipart_upload(Bucket=B, Key="mp", ObjectLockMode="GOVERNANCE",
-                                           ObjectLockRetainUntilDate=LOCK_UNTIL))
+                                           ObjectLockRetainUntilDate=LOCK_UNTIL),
+        ("InvalidRequest",))
 refused("CreateMultipartUpload in GLACIER",
         lambda: s3.create_multipart_upload(Bucket=B, Key="mp", StorageClass="GLACIER"),
         ("InvalidStorageClass",))
@@ -84,7 +88,7 @@ refused("CopyObject with SSE-S3",
                                ServerSideEncryption="AES256"))
 refused("CopyObject with a legal hold",
         lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
-                               ObjectLockLegalHoldStatus="ON"))
+                               ObjectLockLegalHoldStatus="ON"), ("InvalidRequest",))
 refused("CopyObject into GLACIER",
         lambda: s3.copy_object(Bucket=B, Key="copy", CopySource={"Bucket": B, "Key": "plain"},
                                StorageClass="GLACIER"), ("InvalidStorageClass",))
@@ -98,17 +102,16 @@ refused("HeadObject with an SSE-C key", lambda: s3.head_object(Bucket=B, Key="pl
 
 # Object-level protection requests.
 refused("PutObjectRetention", lambda: s3.put_object_retention(
-    Bucket=B, Key="plain", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": LOCK_UNTIL}))
+    Bucket=B, Key="plain", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": LOCK_UNTIL}),
+    ("InvalidRequest",))
 refused("PutObjectLegalHold", lambda: s3.put_object_legal_hold(
-    Bucket=B, Key="plain", LegalHold={"Status": "ON"}))
+    Bucket=B, Key="plain", LegalHold={"Status": "ON"}), ("InvalidRequest",))
 
-# Buckets: object lock at creation, and every configuration the gateway lacks.
-refused("CreateBucket with object lock",
-        lambda: s3.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True))
+# Buckets: every configuration the gateway lacks.
 refused("CreateBucket with BucketOwnerEnforced",
         lambda: s3.create_bucket(Bucket="owned-bucket", ObjectOwnership="BucketOwnerEnforced"))
 names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
-assert not {"locked-bucket", "owned-bucket", "granted-bucket"} & set(names), names
+assert "owned-bucket" not in names, names
 
 bucket_configs = {
     "PutBucketLifecycleConfiguration": lambda: s3.put_bucket_lifecycle_configuration(
@@ -123,8 +126,6 @@ bucket_configs = {
     "PutBucketEncryption": lambda: s3.put_bucket_encryption(
         Bucket=B, ServerSideEncryptionConfiguration={"Rules": [
             {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
-    "PutObjectLockConfiguration": lambda: s3.put_object_lock_configuration(
-        Bucket=B, ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"}),
     "PutBucketRequestPayment": lambda: s3.put_bucket_request_payment(
         Bucket=B, RequestPaymentConfiguration={"Payer": "Requester"}),
     "PutBucketWebsite": lambda: s3.put_bucket_website(
@@ -154,7 +155,6 @@ assert [g["Permission"] for g in acl] == ["FULL_CONTROL"], acl
 for what, f in {
     "GetBucketLifecycleConfiguration": lambda: s3.get_bucket_lifecycle_configuration(Bucket=B),
     "GetBucketEncryption": lambda: s3.get_bucket_encryption(Bucket=B),
-    "GetObjectLockConfiguration": lambda: s3.get_object_lock_configuration(Bucket=B),
 }.items():
     refused(what, f)
 assert s3.get_object(Bucket=B, Key="plain")["Body"].read() == b"plain"

@@ -336,11 +336,8 @@ impl Gateway {
         let (b, user, e) = self.object_of(req, bucket, key, vid).await?;
         may_change(&b, user.as_ref(), &e, policy_allows(req, bucket, Some(key)))?;
         let changed = self
-            .meta
-            .update_object(&b, key, vid, |e| e.tags = tags.clone())
-            .await
-            .map_err(internal)?
-            .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))?;
+            .change_object(&b, key, vid, |e| e.tags = tags.clone())
+            .await?;
         Ok(changed.version_id.filter(|v| v != versions::NULL))
     }
 
@@ -420,6 +417,22 @@ impl Gateway {
             });
         }
         Ok(out)
+    }
+
+    /// Changes object `key` (version `vid`) of `b` in place with `change`
+    /// (its ACL, tags, retention or legal hold); NoSuchKey if gone.
+    async fn change_object(
+        &self,
+        b: &Bucket,
+        key: &str,
+        vid: Option<&str>,
+        change: impl Fn(&mut Entry),
+    ) -> S3Result<Entry> {
+        self.meta
+            .update_object(b, key, vid, change)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))
     }
 
     async fn signed<T>(&self, req: &S3Request<T>) -> S3Result<User> {
@@ -1460,17 +1473,11 @@ impl S3 for Gateway {
         )?;
         let named = self.resolve(named).await?;
         check_acl_allowed(&b, &acl, &named)?;
-        let found = self
-            .meta
-            .update_object(&b, &i.key, i.version_id.as_deref(), |e| {
-                e.acl = acl.clone();
-                e.grants = named.clone();
-            })
-            .await
-            .map_err(internal)?;
-        if found.is_none() {
-            return Err(s3_error!(NoSuchKey));
-        }
+        self.change_object(&b, &i.key, i.version_id.as_deref(), |e| {
+            e.acl = acl.clone();
+            e.grants = named.clone();
+        })
+        .await?;
         Ok(S3Response::new(s3s::dto::PutObjectAclOutput::default()))
     }
 
@@ -1779,14 +1786,8 @@ impl S3 for Gateway {
             && user.as_ref().is_some_and(|u| u.uid == b.owner);
         lock::may_change(e.retention.as_ref(), new.as_ref(), now, bypass)
             .map_err(|m| s3_error!(AccessDenied, "{m}"))?;
-        let found = self
-            .meta
-            .update_object(&b, &i.key, i.version_id.as_deref(), |e| e.retention = new)
-            .await
-            .map_err(internal)?;
-        if found.is_none() {
-            return Err(s3_error!(NoSuchKey));
-        }
+        self.change_object(&b, &i.key, i.version_id.as_deref(), |e| e.retention = new)
+            .await?;
         Ok(S3Response::new(
             s3s::dto::PutObjectRetentionOutput::default(),
         ))
@@ -1838,14 +1839,8 @@ impl S3 for Gateway {
                 ));
             }
         };
-        let found = self
-            .meta
-            .update_object(&b, &i.key, i.version_id.as_deref(), |e| e.legal_hold = on)
-            .await
-            .map_err(internal)?;
-        if found.is_none() {
-            return Err(s3_error!(NoSuchKey));
-        }
+        self.change_object(&b, &i.key, i.version_id.as_deref(), |e| e.legal_hold = on)
+            .await?;
         Ok(S3Response::new(
             s3s::dto::PutObjectLegalHoldOutput::default(),
         ))

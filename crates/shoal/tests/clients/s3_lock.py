@@ -13,24 +13,9 @@ import datetime
 import os
 import time
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3_common import client, code
 
-EP = os.environ["GW_ENDPOINT"]
-s3 = boto3.client(
-    "s3", endpoint_url=EP, aws_access_key_id=os.environ["GW_KEY"],
-    aws_secret_access_key=os.environ["GW_SECRET"], region_name="us-east-1",
-    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                  signature_version="s3v4"))
-
-
-def code(f):
-    try:
-        f()
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client(os.environ["GW_KEY"], os.environ["GW_SECRET"])
 
 
 def after(seconds):

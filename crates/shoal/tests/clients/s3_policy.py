@@ -13,35 +13,13 @@ GW_BOB_UID). Exits non-zero with the failed check on the first failure.
 import json
 import os
 
-import boto3
-from botocore import UNSIGNED
-from botocore.config import Config
-from botocore.exceptions import ClientError
-
-EP = os.environ["GW_ENDPOINT"]
-
-
-def client(key=None, secret=None):
-    sig = {"signature_version": UNSIGNED} if key is None else {"signature_version": "s3v4"}
-    return boto3.client(
-        "s3", endpoint_url=EP, aws_access_key_id=key, aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **sig))
-
+from s3_common import client, code
 
 s3 = client(os.environ["GW_KEY"], os.environ["GW_SECRET"])
 bob = client(os.environ["GW_BOB_KEY"], os.environ["GW_BOB_SECRET"])
 anon = client()
 BOB = os.environ["GW_BOB_UID"]
 BOB_EMAIL = os.environ["GW_BOB_EMAIL"]
-
-
-def code(f):
-    try:
-        f()
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
 
 
 def policy(*statements):

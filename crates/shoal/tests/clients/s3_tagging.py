@@ -13,31 +13,10 @@ import json
 import os
 import subprocess
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
-
-EP = os.environ["GW_ENDPOINT"]
-
-
-def client(key, secret):
-    return boto3.client(
-        "s3", endpoint_url=EP, aws_access_key_id=key, aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                      signature_version="s3v4"))
-
+from s3_common import EP, client, code
 
 s3 = client(os.environ["GW_KEY"], os.environ["GW_SECRET"])
 bob = client(os.environ["GW_BOB_KEY"], os.environ["GW_BOB_SECRET"])
-
-
-def code(f):
-    try:
-        f()
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
 
 
 def tagset(d):

@@ -9,7 +9,8 @@
 //! every protection the gateway lacks refused and nothing stored
 //! (`clients/s3_refused.py`); object and bucket tags with AWS's limits
 //! (`clients/s3_tagging.py`); bucket policies and public access blocks
-//! (`clients/s3_policy.py`); object lock (`clients/s3_lock.py`); rclone's sync, check, copy back, server-side
+//! (`clients/s3_policy.py`); object lock (`clients/s3_lock.py`);
+//! malformed configuration bodies (`clients/s3_malformed.py`); rclone's sync, check, copy back, server-side
 //! copy and delete (`clients/rclone_s3.py`); s3cmd with its default configuration, which
 //! signs for region `US` (`clients/s3cmd_default.py`), and a gateway that
 //! enforces its region.
@@ -281,6 +282,7 @@ fn s3_clients_use_the_gateway() {
         python(300, &[&format!("{dir}/s3_tagging.py")], &two_env);
         python(300, &[&format!("{dir}/s3_policy.py")], &two_env);
         python(300, &[&format!("{dir}/s3_lock.py")], &env);
+        python(300, &[&format!("{dir}/s3_malformed.py")], &env);
         if tool_present("s3cmd") {
             python(300, &[&format!("{dir}/s3cmd_default.py")], &env);
         }

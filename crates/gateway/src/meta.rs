@@ -53,6 +53,9 @@ pub enum MetaError {
     /// A bucket that still holds objects.
     #[error("bucket {0} is not empty")]
     NotEmpty(String),
+    /// An object version its lock keeps (`lock.rs`).
+    #[error("{0}")]
+    Locked(String),
     /// Bad input.
     #[error("{0}")]
     Invalid(String),

@@ -2453,18 +2453,26 @@ impl Gateway {
             if !versions::valid_vid(vid) {
                 return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
             }
-            if b.object_lock.is_some()
-                && let Some(e) = self.meta.version(b, key, vid).await.map_err(internal)?
-            {
+            // Checked in the same step as the delete: a lock set on the
+            // version meanwhile is seen.
+            let locked = b.object_lock.is_some();
+            let may_go = |e: &Entry| {
+                if !locked {
+                    return Ok(());
+                }
                 lock::may_delete(e.retention.as_ref(), e.legal_hold, now_ms(), guard.bypass)
-                    .map_err(|m| s3_error!(AccessDenied, "{m}"))?;
-            }
-            let gone = self
+                    .map_err(str::to_string)
+            };
+            let gone = match self
                 .meta
                 .freeing()
-                .delete_version(b, key, vid)
+                .delete_version_if(b, key, vid, may_go)
                 .await
-                .map_err(internal)?;
+            {
+                Ok(gone) => gone,
+                Err(MetaError::Locked(m)) => return Err(s3_error!(AccessDenied, "{m}")),
+                Err(e) => return Err(internal(e)),
+            };
             let marker = gone.is_some_and(|e| e.delete_marker);
             return Ok((marker, Some(vid.to_string())));
         }

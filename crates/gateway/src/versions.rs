@@ -306,6 +306,20 @@ impl Meta {
     /// current (none when it is a delete marker). The removed version, or
     /// `None` when there was no such version.
     pub async fn delete_version(&self, b: &Bucket, key: &str, vid: &str) -> Result<Option<Entry>> {
+        self.delete_version_if(b, key, vid, |_| Ok(())).await
+    }
+
+    /// [`Meta::delete_version`] if `may_go` lets the version go: checked
+    /// in the same step as the delete (under the shard's
+    /// `assert_version`), so nothing set on the version in between is
+    /// missed; its refusal is [`MetaError::Locked`].
+    pub async fn delete_version_if(
+        &self,
+        b: &Bucket,
+        key: &str,
+        vid: &str,
+        may_go: impl Fn(&Entry) -> std::result::Result<(), String>,
+    ) -> Result<Option<Entry>> {
         self.change_key(b, key, true, |st| {
             let mut ch = Change::default();
             let mut versions = st.versions.clone();
@@ -316,6 +330,7 @@ impl Meta {
                 return Ok((ch, None));
             };
             let gone = versions.remove(at);
+            may_go(&gone.entry).map_err(MetaError::Locked)?;
             if gone.entry.version_id.is_some() && st.versions.iter().any(|v| v.version_id == vid) {
                 ch.rm.push(gone.record_key());
             }

@@ -245,3 +245,56 @@ async fn racing_versioned_writes_keep_every_version_and_the_newest_current() {
     m1.bucket_remove(&b).await.unwrap();
     client.shutdown().await;
 }
+
+/// A version's lock is checked in the delete's own step: one under a
+/// legal hold set after it was written stays, whoever deletes it; lifted,
+/// it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_put_on_hold_after_it_was_written_is_not_deleted() {
+    let c = Cluster::with_pool("gw-lock", 3, 2, 8).await;
+    let client = client(&c).await;
+    let pool = client.pool("rbd").unwrap();
+    let m = Meta::new(pool.clone());
+    let alice = m.user_create("alice", "Alice", "").await.unwrap();
+    let b = m
+        .bucket_create("held", &alice, "private", "")
+        .await
+        .unwrap();
+    let b = m.set_versioning(&b, "Enabled").await.unwrap();
+    let e = m
+        .put(
+            &b,
+            "k",
+            body(b"kept"),
+            1 << 20,
+            md5_check(None),
+            Entry::default(),
+        )
+        .await
+        .unwrap();
+    let vid = e.version_id.clone().unwrap();
+    m.update_object(&b, "k", Some(&vid), |e| e.legal_hold = true)
+        .await
+        .unwrap()
+        .unwrap();
+    let held = |e: &Entry| match e.legal_hold {
+        true => Err("under a legal hold".to_string()),
+        false => Ok(()),
+    };
+    let r = m.delete_version_if(&b, "k", &vid, held).await;
+    assert!(
+        matches!(r, Err(shoal_gateway::meta::MetaError::Locked(_))),
+        "{r:?}"
+    );
+    assert!(m.version(&b, "k", &vid).await.unwrap().is_some());
+    m.update_object(&b, "k", Some(&vid), |e| e.legal_hold = false)
+        .await
+        .unwrap()
+        .unwrap();
+    m.delete_version_if(&b, "k", &vid, held).await.unwrap();
+    assert!(m.version(&b, "k", &vid).await.unwrap().is_none());
+    m.sweep(0, 0).await.unwrap();
+    assert!(stripes(&pool).await.is_empty());
+    m.bucket_remove(&b).await.unwrap();
+    client.shutdown().await;
+}

@@ -435,6 +435,18 @@ impl Gateway {
             .ok_or_else(|| s3_error!(NoSuchKey, "{key} does not exist in bucket {}", b.name))
     }
 
+    /// Changes bucket `name`'s record with `change`, if `req`'s signer
+    /// owns it (a configuration call: tags, policy, public access block).
+    async fn change_bucket<T>(
+        &self,
+        req: &S3Request<T>,
+        name: &str,
+        change: impl FnOnce(&mut Bucket),
+    ) -> S3Result<()> {
+        let b = self.bucket(req, name, Need::Owner).await?;
+        self.meta.update_bucket(&b, change).await.map_err(internal)
+    }
+
     async fn signed<T>(&self, req: &S3Request<T>) -> S3Result<User> {
         self.who(req).await?.ok_or_else(|| s3_error!(AccessDenied))
     }
@@ -1558,11 +1570,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::DeleteBucketTaggingInput>,
     ) -> S3Result<S3Response<s3s::dto::DeleteBucketTaggingOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
-        self.meta
-            .update_bucket(&b, |nb| nb.tags.clear())
-            .await
-            .map_err(internal)?;
+        self.change_bucket(&req, &req.input.bucket, |nb| nb.tags.clear())
+            .await?;
         Ok(S3Response::new(
             s3s::dto::DeleteBucketTaggingOutput::default(),
         ))
@@ -1614,11 +1623,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::DeletePublicAccessBlockInput>,
     ) -> S3Result<S3Response<s3s::dto::DeletePublicAccessBlockOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
-        self.meta
-            .update_bucket(&b, |nb| nb.public_access_block = None)
-            .await
-            .map_err(internal)?;
+        self.change_bucket(&req, &req.input.bucket, |nb| nb.public_access_block = None)
+            .await?;
         Ok(S3Response::new(
             s3s::dto::DeletePublicAccessBlockOutput::default(),
         ))
@@ -1906,11 +1912,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<s3s::dto::DeleteBucketPolicyInput>,
     ) -> S3Result<S3Response<s3s::dto::DeleteBucketPolicyOutput>> {
-        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
-        self.meta
-            .update_bucket(&b, |nb| nb.policy.clear())
-            .await
-            .map_err(internal)?;
+        self.change_bucket(&req, &req.input.bucket, |nb| nb.policy.clear())
+            .await?;
         Ok(S3Response::new(
             s3s::dto::DeleteBucketPolicyOutput::default(),
         ))

@@ -357,6 +357,8 @@ options! {
     client_watch_timeout_ms: u64 = 30_000u64;
     /// The region the S3 gateway enforces: a request signed for another is refused with AuthorizationHeaderMalformed naming this one, as AWS does; empty: requests signed for any region are taken (as radosgw does; s3cmd's default configuration signs for `US`).
     gateway_region: String = "";
+    /// The S3 gateway refuses SSE-C (keys sent by the client) over plain HTTP, as AWS does: the key would cross the network in the clear (as Ceph's rgw_crypt_require_ssl); false: taken, for tests on loopback.
+    gateway_sse_c_require_tls: bool = true;
     /// Where daemons without a data directory (the S3 gateway, the NBD server) write crash reports, which they post to the monitors while they run; empty: they write none. Monitors and OSDs use `<data>/crash`.
     crash_dir: String = "";
     /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod policy;
 pub mod region;
 pub mod s3;
+pub mod sse;
 pub mod tags;
 pub mod unsupported;
 pub mod versions;
@@ -144,24 +145,34 @@ pub async fn serve(
         meta,
         tls,
         Arc::new(metrics::Metrics::default()),
-        None,
+        Options::default(),
     )
     .await
 }
 
-/// [`serve`], counting every request in `counters` (for the manager);
-/// with `region`, only requests signed for that region are taken.
+/// How a gateway serves, beyond where.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Only requests signed for this region are taken (none: any).
+    pub region: Option<String>,
+    /// SSE-C requests are taken over plain HTTP (AWS refuses them: the
+    /// key would cross the network in the clear); for tests on loopback.
+    pub sse_c_over_http: bool,
+}
+
+/// [`serve`], counting every request in `counters` (for the manager),
+/// as `opts` say.
 pub async fn serve_counted(
     listener: tokio::net::TcpListener,
     meta: Meta,
     tls: Option<tokio_rustls::TlsAcceptor>,
     counters: Arc<metrics::Metrics>,
-    region: Option<String>,
+    opts: Options,
 ) -> std::io::Result<()> {
-    let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone()));
+    let mut b = S3ServiceBuilder::new(Gateway::new(meta.clone(), opts.sse_c_over_http));
     let signing = Arc::new(Signing {
         meta: meta.clone(),
-        region,
+        region: opts.region,
     });
     b.set_access(OpsDecide { meta: meta.clone() });
     b.set_auth(ClusterAuth { meta });

@@ -153,6 +153,10 @@ pub struct Bucket {
     /// Its public access block (none: public ACLs and policies count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
+    /// Its default encryption: `AES256` (SSE-S3 for every object written
+    /// without encryption headers) or empty (none; `sse.rs`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub encryption: String,
 }
 
 /// What a bucket's public access block turns off, as AWS defines it.
@@ -227,6 +231,9 @@ pub struct Entry {
     /// Under a legal hold (`lock.rs`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub legal_hold: bool,
+    /// How its data is encrypted (`sse.rs`); none: stored as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::Sse>,
 }
 
 /// One run of stripes: objects `<prefix>.<n>` holding `size` bytes.
@@ -611,6 +618,7 @@ impl Meta {
             public_access_block: None,
             grants: Vec::new(),
             object_lock: None,
+            encryption: String::new(),
         };
         for oid in index_oids(&b) {
             self.pool.create(&oid, true).await?;
@@ -710,13 +718,15 @@ impl Meta {
     }
 
     /// Writes `body` (chunks as they arrive) as a run of stripes named
-    /// after `prefix`, a stripe in memory at a time, at most `max` bytes;
-    /// the run and the data's MD5. On an error the stripes written go.
+    /// after `prefix`, a stripe in memory at a time, at most `max` bytes,
+    /// each sealed with `seal` when given (`sse.rs`); the run and the
+    /// data's MD5 (of the plaintext). On an error the stripes written go.
     pub async fn write_run<S, E>(
         &self,
         prefix: String,
         mut body: S,
         max: u64,
+        seal: Option<&crate::sse::Key>,
     ) -> Result<(Part, [u8; 16])>
     where
         S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -751,7 +761,10 @@ impl Meta {
                 }
                 while buf.len() as u64 >= STRIPE || (done && !buf.is_empty()) {
                     let take = buf.len().min(STRIPE as usize);
-                    let stripe = buf.split_to(take).freeze();
+                    let mut stripe = buf.split_to(take).freeze();
+                    if let Some(k) = seal {
+                        stripe = Bytes::from(k.seal(&part.prefix, n, &stripe));
+                    }
                     self.pool
                         .write_full(&format!("{}.{n}", part.prefix), stripe)
                         .await?;
@@ -787,7 +800,27 @@ impl Meta {
         body: S,
         max: u64,
         check: impl FnOnce(&[u8; 16]) -> Result<Checksums>,
+        entry: Entry,
+    ) -> Result<Entry>
+    where
+        S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        self.put_sealed(b, key, body, max, check, entry, None).await
+    }
+
+    /// [`Meta::put`], the data sealed with `seal` (the data key of the
+    /// encryption `entry.sse` records).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn put_sealed<S, E>(
+        &self,
+        b: &Bucket,
+        key: &str,
+        body: S,
+        max: u64,
+        check: impl FnOnce(&[u8; 16]) -> Result<Checksums>,
         mut entry: Entry,
+        seal: Option<&crate::sse::Key>,
     ) -> Result<Entry>
     where
         S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -808,7 +841,7 @@ impl Meta {
                 &[(prefix.as_str(), encode(&pending)?)],
             )
             .await?;
-        let (part, md5) = self.write_run(prefix.clone(), body, max).await?;
+        let (part, md5) = self.write_run(prefix.clone(), body, max, seal).await?;
         match check(&md5) {
             Ok(sums) => entry.checksums = sums,
             Err(e) => {
@@ -836,11 +869,20 @@ impl Meta {
         r
     }
 
-    /// Copies the object `src` describes to `key` of `b`, a stripe in
-    /// memory at a time, with `entry`'s headers and metadata.
-    pub async fn copy(&self, src: &Entry, b: &Bucket, key: &str, entry: Entry) -> Result<Entry> {
-        let body = chunks(self.clone(), Self::pieces(src, 0, src.size));
-        self.put(b, key, body, u64::MAX, md5_check(None), entry)
+    /// Copies the object `src` describes (its data opened with `open` if
+    /// sealed) to `key` of `b`, a stripe in memory at a time, with
+    /// `entry`'s headers and metadata, sealed with `seal` if given.
+    pub async fn copy(
+        &self,
+        src: &Entry,
+        open: Option<crate::sse::Key>,
+        b: &Bucket,
+        key: &str,
+        entry: Entry,
+        seal: Option<&crate::sse::Key>,
+    ) -> Result<Entry> {
+        let body = chunks(self.clone(), Self::pieces(src, 0, src.size), open);
+        self.put_sealed(b, key, body, u64::MAX, md5_check(None), entry, seal)
             .await
     }
 
@@ -984,6 +1026,30 @@ impl Meta {
             });
         }
         Ok(b)
+    }
+
+    /// Reads one piece of a sealed run (see [`Meta::pieces`]): the chunks
+    /// holding it, opened with `key`.
+    pub async fn read_sealed(
+        &self,
+        oid: &str,
+        offset: u64,
+        len: u64,
+        key: &crate::sse::Key,
+    ) -> Result<Bytes> {
+        let damaged = |why: String| MetaError::Damaged {
+            what: oid.to_string(),
+            why,
+        };
+        let (prefix, stripe) = oid
+            .rsplit_once('.')
+            .and_then(|(p, n)| Some((p, n.parse::<u64>().ok()?)))
+            .ok_or_else(|| damaged("not the name of a stripe".into()))?;
+        let (at, n) = crate::sse::sealed_range(offset, len);
+        let sealed = self.pool.read(oid, at, n).await?;
+        key.open(prefix, stripe, offset, len, &sealed)
+            .map(Bytes::from)
+            .map_err(|e| damaged(e.to_string()))
     }
 
     /// Removes `key` from `b` (absent: nothing to do).
@@ -1177,14 +1243,19 @@ fn pending_oids(b: &Bucket) -> Vec<String> {
 /// own one piece ahead and handed over through a channel of one: at most
 /// two stripes in memory whatever the object's size; a read that fails
 /// ends the stream with its error.
-pub fn chunks(meta: Meta, pieces: Vec<(String, u64, u64)>) -> Chunks {
+pub fn chunks(
+    meta: Meta,
+    pieces: Vec<(String, u64, u64)>,
+    open: Option<crate::sse::Key>,
+) -> Chunks {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         for (oid, off, len) in pieces {
-            let r = meta
-                .read_piece(&oid, off, len)
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()));
+            let r = match &open {
+                None => meta.read_piece(&oid, off, len).await,
+                Some(k) => meta.read_sealed(&oid, off, len, k).await,
+            };
+            let r = r.map_err(|e| std::io::Error::other(e.to_string()));
             let failed = r.is_err();
             if tx.send(r).await.is_err() || failed {
                 return;
@@ -1270,6 +1341,7 @@ impl Meta {
         number: u32,
         body: S,
         check: impl FnOnce(&[u8; 16]) -> Result<Checksums>,
+        seal: Option<&crate::sse::Key>,
     ) -> Result<UploadedPart>
     where
         S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -1280,8 +1352,10 @@ impl Meta {
                 "part numbers are 1-{PARTS_MAX}, not {number}"
             )));
         }
-        let prefix = format!("data.{}.{}.{number}.{}", b.id, u.upload_id, random_hex(4));
-        let (run, md5) = self.write_run(prefix, body, PUT_PART_MAX).await?;
+        // Random enough that a part sent again never gets the same name
+        // (and so, sealed, the same run key).
+        let prefix = format!("data.{}.{}.{number}.{}", b.id, u.upload_id, random_hex(8));
+        let (run, md5) = self.write_run(prefix, body, PUT_PART_MAX, seal).await?;
         let checksums = match check(&md5) {
             Ok(c) => c,
             Err(e) => {

@@ -29,6 +29,7 @@ use crate::meta::{
     Bucket, Checksums, Entry, Meta, MetaError, Upload, User, chunks, md5_check, now_ms,
 };
 use crate::policy::Decision;
+use crate::sse::{self, Asked, Which};
 use crate::tags::{self, Scope};
 use crate::versions::{self, Version};
 
@@ -41,12 +42,29 @@ const LIST_MAX: i32 = 1000;
 #[derive(Debug, Clone)]
 pub struct Gateway {
     meta: Meta,
+    keys: std::sync::Arc<Keys>,
+}
+
+/// What server-side encryption needs besides the records.
+#[derive(Debug, Default)]
+struct Keys {
+    /// The SSE-S3 master key, fetched from the monitors at first use.
+    master: tokio::sync::OnceCell<sse::Key>,
+    /// SSE-C taken over plain HTTP (for tests on loopback).
+    sse_c_over_http: bool,
 }
 
 impl Gateway {
-    /// A gateway over `meta`'s records.
-    pub fn new(meta: Meta) -> Gateway {
-        Gateway { meta }
+    /// A gateway over `meta`'s records; SSE-C only over HTTPS unless
+    /// `sse_c_over_http`.
+    pub fn new(meta: Meta, sse_c_over_http: bool) -> Gateway {
+        Gateway {
+            meta,
+            keys: std::sync::Arc::new(Keys {
+                master: tokio::sync::OnceCell::new(),
+                sse_c_over_http,
+            }),
+        }
     }
 }
 
@@ -100,6 +118,47 @@ macro_rules! object_output {
             ..$ty::default()
         }
     }};
+}
+
+/// Sets an answer's encryption headers from an entry's record (`sse`):
+/// `x-amz-server-side-encryption` for SSE-S3, the customer key's
+/// algorithm and MD5 for SSE-C (`s3` only: answers without those fields).
+macro_rules! with_sse {
+    ($out:expr, $sse:expr) => {{
+        match $sse {
+            Some(sse::Sse::S3 { .. }) => $out.server_side_encryption = Some(aes256()),
+            Some(sse::Sse::Customer { key_md5, .. }) => {
+                $out.sse_customer_algorithm = Some("AES256".to_string());
+                $out.sse_customer_key_md5 = Some(key_md5.clone());
+            }
+            None => {}
+        }
+    }};
+    ($out:expr, $sse:expr, s3) => {{
+        if let Some(sse::Sse::S3 { .. }) = $sse {
+            $out.server_side_encryption = Some(aes256());
+        }
+    }};
+}
+
+/// An answer whose output has no SSE-C fields (CompleteMultipartUpload's)
+/// given the SSE-C headers of `e` as AWS answers them.
+fn customer_headers<T>(mut resp: S3Response<T>, e: &Entry) -> S3Response<T> {
+    if let Some(sse::Sse::Customer { key_md5, .. }) = &e.sse {
+        let h = &mut resp.headers;
+        h.insert(
+            "x-amz-server-side-encryption-customer-algorithm",
+            hyper::http::HeaderValue::from_static(sse::AES256),
+        );
+        if let Ok(v) = hyper::http::HeaderValue::from_str(key_md5) {
+            h.insert("x-amz-server-side-encryption-customer-key-md5", v);
+        }
+    }
+    resp
+}
+
+fn aes256() -> s3s::dto::ServerSideEncryption {
+    s3s::dto::ServerSideEncryption::from_static(s3s::dto::ServerSideEncryption::AES256)
 }
 
 /// Sets an answer's `checksum_*` fields from the entry's checksums.
@@ -576,8 +635,8 @@ impl Gateway {
 
 /// A GET's body (see [`crate::meta::chunks`]); a read that fails ends it
 /// with the error (the client sees a short body).
-fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>) -> StreamingBlob {
-    StreamingBlob::wrap(crate::meta::chunks(meta, pieces))
+fn streamed(meta: Meta, pieces: Vec<(String, u64, u64)>, open: Option<sse::Key>) -> StreamingBlob {
+    StreamingBlob::wrap(crate::meta::chunks(meta, pieces, open))
 }
 
 #[async_trait::async_trait]
@@ -710,7 +769,7 @@ impl S3 for Gateway {
         // dropped), so that the connection stays in step for the next one.
         let body = req.input.body.take();
         let ready = async {
-            let (b, entry) = self.put_checks(&req).await?;
+            let (b, entry, seal) = self.put_checks(&req).await?;
             let i = &req.input;
             let sums = Sums::of(
                 &req.headers,
@@ -718,9 +777,9 @@ impl S3 for Gateway {
                 "",
                 i.content_md5.as_deref(),
             )?;
-            S3Result::Ok((b, entry, sums))
+            S3Result::Ok((b, entry, seal, sums))
         };
-        let (b, entry, sums) = match ready.await {
+        let (b, entry, seal, sums) = match ready.await {
             Ok(ready) => ready,
             Err(e) => {
                 drain(body, &req.headers).await;
@@ -732,7 +791,7 @@ impl S3 for Gateway {
         let check = |m: &[u8; 16]| sums.check(m);
         let e = match self
             .meta
-            .put(&b, &input.key, body, PUT_MAX, check, entry)
+            .put_sealed(&b, &input.key, body, PUT_MAX, check, entry, seal.as_ref())
             .await
         {
             Ok(e) => e,
@@ -759,6 +818,7 @@ impl S3 for Gateway {
             ..PutObjectOutput::default()
         };
         with_sums!(out, &e.checksums);
+        with_sse!(out, &e.sse);
         Ok(S3Response::new(out))
     }
 
@@ -768,6 +828,9 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let e = readable!(self, req);
         let part = part_range(&e, req.input.part_number)?;
+        let open = self
+            .opener(&req.headers, &req.extensions, Which::Object, &e)
+            .await?;
         let (range, partial) = match (&req.input.range, &part) {
             (_, Some((r, _))) => (r.clone(), true),
             (Some(r), None) => {
@@ -779,7 +842,7 @@ impl S3 for Gateway {
             (None, None) => (0..e.size, false),
         };
         let pieces = Meta::pieces(&e, range.start, range.end);
-        let data = streamed(self.meta.clone(), pieces);
+        let data = streamed(self.meta.clone(), pieces, open);
         let content_range = partial.then(|| {
             format!(
                 "bytes {}-{}/{}",
@@ -795,6 +858,7 @@ impl S3 for Gateway {
             parts_count: part.and_then(|(_, n)| n),
             tag_count: (!e.tags.is_empty()).then_some(e.tags.len() as i32),
         });
+        with_sse!(out, &e.sse);
         let sums = answered_sums(&e, req.input.part_number, req.input.checksum_mode.as_ref());
         if let Some(sums) = sums.filter(|_| !partial || req.input.part_number.is_some()) {
             with_sums!(out, &sums);
@@ -809,10 +873,14 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let e = readable!(self, req);
         let part = part_range(&e, req.input.part_number)?;
+        // (The key is checked: HEAD answers as GET would.)
+        self.opener(&req.headers, &req.extensions, Which::Object, &e)
+            .await?;
         let mut out = object_output!(HeadObjectOutput, &e, {
             content_length: Some(part.as_ref().map_or(e.size, |(r, _)| r.end - r.start) as i64),
             parts_count: part.and_then(|(_, n)| n),
         });
+        with_sse!(out, &e.sse);
         if let Some(sums) =
             answered_sums(&e, req.input.part_number, req.input.checksum_mode.as_ref())
         {
@@ -911,7 +979,12 @@ impl S3 for Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == s3s::dto::MetadataDirective::REPLACE);
-        if !replace && sb.id == b.id && src_key == i.key {
+        let open = self
+            .opener(&req.headers, &req.extensions, Which::CopySource, &src)
+            .await?;
+        let seal = self.seal_new(&req.headers, &req.extensions, &b).await?;
+        let reencrypts = sse::asked(&req.headers, Which::Object)? != Asked::Nothing;
+        if !replace && !reencrypts && sb.id == b.id && src_key == i.key {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object to itself changes nothing: give the REPLACE metadata directive"
@@ -954,21 +1027,25 @@ impl S3 for Gateway {
                 ));
             }
         };
+        entry.sse = seal.as_ref().map(|(_, s)| s.clone());
+        let seal = seal.map(|(k, _)| k);
         let e = self
             .meta
-            .copy(&src, &b, &i.key, entry)
+            .copy(&src, open, &b, &i.key, entry, seal.as_ref())
             .await
             .map_err(internal)?;
-        Ok(S3Response::new(CopyObjectOutput {
+        let mut out = CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag(&e)),
                 last_modified: Some(timestamp(e.mtime_ms)),
                 ..CopyObjectResult::default()
             }),
             copy_source_version_id: src.version_id.clone(),
-            version_id: e.version_id,
+            version_id: e.version_id.clone(),
             ..CopyObjectOutput::default()
-        }))
+        };
+        with_sse!(out, &e.sse);
+        Ok(S3Response::new(out))
     }
 
     async fn upload_part_copy(
@@ -986,23 +1063,30 @@ impl S3 for Gateway {
         };
         let number = u32::try_from(i.part_number)
             .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
+        let open = self
+            .opener(&req.headers, &req.extensions, Which::CopySource, &src)
+            .await?;
+        let seal = self.part_key(&req.headers, &req.extensions, &u).await?;
         let body = chunks(
             self.meta.clone(),
             Meta::pieces(&src, range.start, range.end),
+            open,
         );
         let p = self
             .meta
-            .upload_part(&b, &u, number, body, md5_check(None))
+            .upload_part(&b, &u, number, body, md5_check(None), seal.as_ref())
             .await
             .map_err(upload_error)?;
-        Ok(S3Response::new(UploadPartCopyOutput {
+        let mut out = UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(p.etag)),
                 last_modified: Some(timestamp(p.mtime_ms)),
                 ..CopyPartResult::default()
             }),
             ..UploadPartCopyOutput::default()
-        }))
+        };
+        with_sse!(out, &u.entry.sse);
+        Ok(S3Response::new(out))
     }
 
     async fn create_multipart_upload(
@@ -1034,6 +1118,11 @@ impl S3 for Gateway {
         }
         check_acl_allowed(&b, &entry.acl, &entry.grants)?;
         lock_new(&b, &mut entry, &req.headers)?;
+        // The parts are sealed with the data key this records.
+        entry.sse = self
+            .seal_new(&req.headers, &req.extensions, &b)
+            .await?
+            .map(|(_, s)| s);
         let alg = i
             .checksum_algorithm
             .as_ref()
@@ -1054,14 +1143,16 @@ impl S3 for Gateway {
             .upload_create(&b, &i.key, entry, checksum)
             .await
             .map_err(internal)?;
-        Ok(S3Response::new(CreateMultipartUploadOutput {
+        let mut out = CreateMultipartUploadOutput {
             bucket: Some(b.name),
             key: Some(i.key),
             upload_id: Some(u.upload_id),
             checksum_algorithm: i.checksum_algorithm,
             checksum_type: checksum.map(|(_, k)| s3s::dto::ChecksumType::from(k.to_string())),
             ..CreateMultipartUploadOutput::default()
-        }))
+        };
+        with_sse!(out, &u.entry.sse);
+        Ok(S3Response::new(out))
     }
 
     async fn upload_part(
@@ -1074,6 +1165,7 @@ impl S3 for Gateway {
             crate::unsupported::check("UploadPart", &req.headers)?;
             let i = &req.input;
             let u = self.upload_of(&b, &i.key, &i.upload_id).await?;
+            let seal = self.part_key(&req.headers, &req.extensions, &u).await?;
             let number = u32::try_from(i.part_number)
                 .map_err(|_| s3_error!(InvalidArgument, "part number {}", i.part_number))?;
             // The upload's checksum algorithm is computed even when not given.
@@ -1083,9 +1175,9 @@ impl S3 for Gateway {
                 &u.checksum_algorithm,
                 i.content_md5.as_deref(),
             )?;
-            S3Result::Ok((b, u, number, sums))
+            S3Result::Ok((b, u, number, sums, seal))
         };
-        let (b, u, number, sums) = match checked.await {
+        let (b, u, number, sums, seal) = match checked.await {
             Ok(ready) => ready,
             Err(e) => {
                 drain(body, &req.headers).await;
@@ -1096,7 +1188,7 @@ impl S3 for Gateway {
         let check = |m: &[u8; 16]| sums.check(m);
         let p = self
             .meta
-            .upload_part(&b, &u, number, body, check)
+            .upload_part(&b, &u, number, body, check, seal.as_ref())
             .await
             .map_err(upload_error)?;
         let mut out = UploadPartOutput {
@@ -1104,6 +1196,7 @@ impl S3 for Gateway {
             ..UploadPartOutput::default()
         };
         with_sums!(out, &p.checksums);
+        with_sse!(out, &u.entry.sse);
         Ok(S3Response::new(out))
     }
 
@@ -1124,6 +1217,7 @@ impl S3 for Gateway {
                 ..CompleteMultipartUploadOutput::default()
             };
             with_sums!(out, &e.checksums);
+            with_sse!(out, &e.sse, s3);
             out
         };
         let u = match self.meta.upload(&b, &i.key, &i.upload_id).await {
@@ -1137,12 +1231,14 @@ impl S3 for Gateway {
                     .await
                     .map_err(internal)?
                 {
-                    Some(e) => Ok(S3Response::new(answer(&e))),
+                    Some(e) => Ok(customer_headers(S3Response::new(answer(&e)), &e)),
                     None => Err(s3_error!(NoSuchUpload, "{m}")),
                 };
             }
             Err(e) => return Err(internal(e)),
         };
+        // An upload encrypted with a customer key completes with that key.
+        self.part_key(&req.headers, &req.extensions, &u).await?;
         if i.if_match.is_some() || i.if_none_match.is_some() {
             let current = self.meta.entry(&b, &i.key).await.map_err(internal)?;
             Conditions {
@@ -1198,7 +1294,7 @@ impl S3 for Gateway {
             .upload_complete(&b, &u, &chosen, want.as_deref())
             .await
             .map_err(upload_error)?;
-        Ok(S3Response::new(answer(&e)))
+        Ok(customer_headers(S3Response::new(answer(&e)), &e))
     }
 
     async fn abort_multipart_upload(
@@ -1325,6 +1421,8 @@ impl S3 for Gateway {
         let i = &req.input;
         let (_, _, e) = self
             .object_of(&req, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        self.opener(&req.headers, &req.extensions, Which::Object, &e)
             .await?;
         // One header may list several, comma-separated.
         let want = |a: &str| {
@@ -1627,6 +1725,95 @@ impl S3 for Gateway {
             .await?;
         Ok(S3Response::new(
             s3s::dto::DeletePublicAccessBlockOutput::default(),
+        ))
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<s3s::dto::GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<s3s::dto::GetBucketEncryptionOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        if b.encryption.is_empty() {
+            return Err(not_found(
+                "ServerSideEncryptionConfigurationNotFoundError",
+                format!("bucket {} has no default encryption", b.name),
+            ));
+        }
+        let rule = s3s::dto::ServerSideEncryptionRule {
+            apply_server_side_encryption_by_default: Some(
+                s3s::dto::ServerSideEncryptionByDefault {
+                    kms_master_key_id: None,
+                    sse_algorithm: aes256(),
+                },
+            ),
+            bucket_key_enabled: Some(false),
+        };
+        Ok(S3Response::new(s3s::dto::GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(
+                s3s::dto::ServerSideEncryptionConfiguration { rules: vec![rule] },
+            ),
+        }))
+    }
+
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<s3s::dto::PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<s3s::dto::PutBucketEncryptionOutput>> {
+        let b = self.bucket(&req, &req.input.bucket, Need::Owner).await?;
+        let rules = &req.input.server_side_encryption_configuration.rules;
+        let [rule] = rules.as_slice() else {
+            return Err(s3_error!(
+                MalformedXML,
+                "a default encryption has exactly one rule, not {}",
+                rules.len()
+            ));
+        };
+        let Some(by_default) = &rule.apply_server_side_encryption_by_default else {
+            return Err(s3_error!(
+                MalformedXML,
+                "the rule has no ApplyServerSideEncryptionByDefault"
+            ));
+        };
+        match by_default.sse_algorithm.as_str() {
+            sse::AES256 if by_default.kms_master_key_id.is_none() => {}
+            sse::AES256 => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a KMS key id is given with SSE-S3 (AES256)"
+                ));
+            }
+            "aws:kms" | "aws:kms:dsse" => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "SSE-KMS is not offered: no KMS is configured (use AES256)"
+                ));
+            }
+            other => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "the encryption algorithm {other:?} is not valid: AES256"
+                ));
+            }
+        }
+        // The master key must be there before objects count on it.
+        self.master().await?;
+        self.meta
+            .update_bucket(&b, |nb| nb.encryption = sse::AES256.to_string())
+            .await
+            .map_err(internal)?;
+        Ok(S3Response::new(
+            s3s::dto::PutBucketEncryptionOutput::default(),
+        ))
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<s3s::dto::DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<s3s::dto::DeleteBucketEncryptionOutput>> {
+        self.change_bucket(&req, &req.input.bucket, |nb| nb.encryption.clear())
+            .await?;
+        Ok(S3Response::new(
+            s3s::dto::DeleteBucketEncryptionOutput::default(),
         ))
     }
 
@@ -2193,10 +2380,192 @@ fn upload_error(e: MetaError) -> S3Error {
     }
 }
 
+/// Server-side encryption (`sse.rs`): the keys a request's object is
+/// sealed or opened with.
+impl Gateway {
+    /// The SSE-S3 master key: the key of [`sse::MASTER_ENTITY`], which the
+    /// monitors make the first time a gateway asks and keep.
+    async fn master(&self) -> S3Result<sse::Key> {
+        let fetch = || async {
+            use shoal_monclient::Command;
+            use shoal_monclient::replies::{AuthKey, AuthReply};
+            let monc = self.meta.pool().client().mon_client();
+            let entity = sse::MASTER_ENTITY.to_string();
+            let made = Command::AuthGetOrCreate {
+                entity: entity.clone(),
+                caps: BTreeMap::new(),
+            };
+            // A gateway that may not write to the monitors reads it (made
+            // by `shoal auth get-or-create` or another gateway).
+            let reply: AuthReply = match monc.command_as(&made).await {
+                Ok(r) => r,
+                Err(_) => monc
+                    .command_as(&Command::AuthGet {
+                        entity: entity.clone(),
+                    })
+                    .await
+                    .map_err(|e| format!("{e}"))?,
+            };
+            let key = AuthKey::of(&reply, &entity)
+                .ok_or_else(|| format!("the monitors' record of {entity} has no key"))?;
+            sse::Key::master(key).map_err(|e| e.to_string())
+        };
+        self.keys
+            .master
+            .get_or_try_init(fetch)
+            .await
+            .cloned()
+            .map_err(|m: String| {
+                s3_error!(
+                    ServiceUnavailable,
+                    "SSE-S3 needs the gateways' master key from the monitors: {m}"
+                )
+            })
+    }
+
+    /// Refuses SSE-C over plain HTTP, as AWS does (unless the gateway was
+    /// told to take it: tests on loopback).
+    fn customer_key_over_tls(&self, ext: &hyper::http::Extensions) -> S3Result<()> {
+        let tls = ext.get::<Origin>().is_some_and(|o| o.tls);
+        if tls || self.keys.sse_c_over_http {
+            return Ok(());
+        }
+        Err(s3_error!(
+            InvalidRequest,
+            "requests specifying server-side encryption with customer-provided keys must be made over a secure connection (HTTPS)"
+        ))
+    }
+
+    /// The encryption of an object `req` writes into `b`: what its
+    /// headers ask for, else the bucket's default; its record and data
+    /// key.
+    async fn seal_new(
+        &self,
+        headers: &hyper::http::HeaderMap,
+        ext: &hyper::http::Extensions,
+        b: &Bucket,
+    ) -> S3Result<Option<(sse::Key, sse::Sse)>> {
+        let made = match sse::asked(headers, Which::Object)? {
+            Asked::Customer { key, key_md5 } => {
+                self.customer_key_over_tls(ext)?;
+                sse::Key::from_bytes(key).new_customer(&key_md5)
+            }
+            Asked::S3 => self.master().await?.new_s3(),
+            Asked::Nothing if b.encryption == sse::AES256 => self.master().await?.new_s3(),
+            Asked::Nothing => return Ok(None),
+        };
+        made.map(Some).map_err(|e| s3_error!(InternalError, "{e}"))
+    }
+
+    /// The data key to read `e` with (none: stored as sent), from what
+    /// `req`'s headers (`which` object's) give: an SSE-C object needs its
+    /// key, any other none.
+    async fn opener(
+        &self,
+        headers: &hyper::http::HeaderMap,
+        ext: &hyper::http::Extensions,
+        which: Which,
+        e: &Entry,
+    ) -> S3Result<Option<sse::Key>> {
+        let asked = sse::asked(headers, which)?;
+        match (&e.sse, asked) {
+            (_, Asked::S3) => Err(s3_error!(
+                InvalidArgument,
+                "x-amz-server-side-encryption is given when writing, not reading: an SSE-S3 object is read without it"
+            )),
+            (None, Asked::Nothing) => Ok(None),
+            (None | Some(sse::Sse::S3 { .. }), Asked::Customer { .. }) => Err(s3_error!(
+                InvalidRequest,
+                "the encryption parameters are not applicable to this object: it is not encrypted with a customer key"
+            )),
+            (Some(sse::Sse::S3 { wrapped }), Asked::Nothing) => self.unwrapped(wrapped).await,
+            (Some(sse::Sse::Customer { .. }), Asked::Nothing) => Err(s3_error!(
+                InvalidRequest,
+                "the object was stored using server-side encryption with a customer key: give the key to read it"
+            )),
+            (
+                Some(sse::Sse::Customer { key_md5, salt }),
+                Asked::Customer {
+                    key,
+                    key_md5: given,
+                },
+            ) => self.customer_data_key(ext, key, &given, key_md5, salt),
+        }
+    }
+
+    /// An SSE-S3 data key, unwrapped by the master key.
+    async fn unwrapped(&self, wrapped: &str) -> S3Result<Option<sse::Key>> {
+        let master = self.master().await?;
+        master
+            .unwrap_s3(wrapped)
+            .map(Some)
+            .map_err(|err| s3_error!(InternalError, "a data key does not open: {err}"))
+    }
+
+    /// The data key of an SSE-C object or upload (its client key's MD5
+    /// `key_md5`, its `salt`) from the key `req` gives (`key`, MD5 `given`).
+    fn customer_data_key(
+        &self,
+        ext: &hyper::http::Extensions,
+        key: [u8; 32],
+        given: &str,
+        key_md5: &str,
+        salt: &str,
+    ) -> S3Result<Option<sse::Key>> {
+        self.customer_key_over_tls(ext)?;
+        if given != key_md5 {
+            return Err(s3_error!(
+                InvalidArgument,
+                "the customer key is not the one the object (or upload) was encrypted with"
+            ));
+        }
+        sse::Key::from_bytes(key)
+            .customer_data_key(salt)
+            .map(Some)
+            .map_err(|err| s3_error!(InternalError, "{err}"))
+    }
+
+    /// The data key the parts of upload `u` are sealed with, checked
+    /// against what `req`'s headers give (SSE-C: the upload's key again).
+    async fn part_key(
+        &self,
+        headers: &hyper::http::HeaderMap,
+        ext: &hyper::http::Extensions,
+        u: &Upload,
+    ) -> S3Result<Option<sse::Key>> {
+        match (&u.entry.sse, sse::asked(headers, Which::Object)?) {
+            (Some(sse::Sse::Customer { .. }), Asked::Nothing) => Err(s3_error!(
+                InvalidRequest,
+                "the upload is encrypted with a customer key: give it with each part"
+            )),
+            (_, Asked::S3) => Err(s3_error!(
+                InvalidArgument,
+                "x-amz-server-side-encryption is given when the upload begins, not with its parts"
+            )),
+            (
+                Some(sse::Sse::Customer { key_md5, salt }),
+                Asked::Customer {
+                    key,
+                    key_md5: given,
+                },
+            ) => self.customer_data_key(ext, key, &given, key_md5, salt),
+            (None | Some(sse::Sse::S3 { .. }), Asked::Customer { .. }) => Err(s3_error!(
+                InvalidRequest,
+                "the upload was not begun with a customer key"
+            )),
+            (None, Asked::Nothing) => Ok(None),
+            (Some(sse::Sse::S3 { wrapped }), Asked::Nothing) => self.unwrapped(wrapped).await,
+        }
+    }
+}
+
 impl Gateway {
     /// What a PUT checks before it reads its body: the bucket, the
     /// preconditions and the Content-MD5 header; the entry-to-be.
-    async fn put_checks(&self, req: &S3Request<PutObjectInput>) -> S3Result<(Bucket, Entry)> {
+    async fn put_checks(
+        &self,
+        req: &S3Request<PutObjectInput>,
+    ) -> S3Result<(Bucket, Entry, Option<sse::Key>)> {
         let input = &req.input;
         let (b, user) = self.bucket_as(req, &input.bucket, Need::Write).await?;
         crate::unsupported::check("PutObject", &req.headers)?;
@@ -2233,7 +2602,9 @@ impl Gateway {
         }
         check_acl_allowed(&b, &entry.acl, &entry.grants)?;
         lock_new(&b, &mut entry, &req.headers)?;
-        Ok((b, entry))
+        let seal = self.seal_new(&req.headers, &req.extensions, &b).await?;
+        entry.sse = seal.as_ref().map(|(_, s)| s.clone());
+        Ok((b, entry, seal.map(|(k, _)| k)))
     }
 
     async fn upload_of(&self, b: &Bucket, key: &str, upload_id: &str) -> S3Result<Upload> {

@@ -1,22 +1,30 @@
 //! What the gateway refuses rather than pretends: a request header that
-//! asks for protection or a behaviour the gateway does not have
-//! (server-side encryption, storage classes other than STANDARD, website
-//! redirects, MFA, bucket ownership controls, a copy source's expected
-//! owner) is answered with
-//! `NotImplemented` — or the error AWS documents for the case — before
-//! anything is stored, so that no client believes its data encrypted when
-//! it is not. (Tags are kept: `tags.rs`; policies and public access
-//! blocks: `policy.rs`; object lock: `lock.rs`.) The bucket subresources
-//! the gateway lacks (lifecycle, replication, encryption, website, logging,
+//! asks for a behaviour the gateway does not have (storage classes other
+//! than STANDARD, website redirects, MFA, bucket ownership controls, a
+//! copy source's expected owner), or encryption headers on an operation
+//! they do not apply to, is answered with `NotImplemented` — or the error
+//! AWS documents for the case — before anything is stored. (Tags are
+//! kept: `tags.rs`; policies and public access blocks: `policy.rs`;
+//! object lock: `lock.rs`; encryption: `sse.rs`.) The bucket subresources
+//! the gateway lacks (lifecycle, replication, website, logging,
 //! requester-pays, CORS, notifications) are the S3 trait's operations it
 //! does not implement, which s3s answers with `NotImplemented`.
 
 use hyper::http::HeaderMap;
 use s3s::{S3Result, s3_error};
 
-/// Operations that only read an object: SSE-C headers there ask to
-/// decrypt an object that was never encrypted.
-const READS: [&str; 3] = ["GetObject", "HeadObject", "GetObjectAttributes"];
+/// Operations that take encryption headers (`sse.rs` reads them).
+const ENCRYPTED: [&str; 9] = [
+    "PutObject",
+    "GetObject",
+    "HeadObject",
+    "GetObjectAttributes",
+    "CopyObject",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "UploadPartCopy",
+    "CompleteMultipartUpload",
+];
 
 /// Refuses `op` when its headers ask for what the gateway does not do.
 pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
@@ -25,16 +33,10 @@ pub fn check(op: &str, headers: &HeaderMap) -> S3Result<()> {
         let v = value.to_str().unwrap_or("").trim();
         let sse = n.starts_with("x-amz-server-side-encryption")
             || n.starts_with("x-amz-copy-source-server-side-encryption");
-        if sse && READS.contains(&op) && n.contains("-customer-") {
+        if sse && !ENCRYPTED.contains(&op) {
             return Err(s3_error!(
-                InvalidRequest,
-                "the encryption parameters are not applicable to this object: it is not encrypted"
-            ));
-        }
-        if sse {
-            return Err(s3_error!(
-                NotImplemented,
-                "server-side encryption (SSE-S3, SSE-KMS, SSE-C) is not supported: {n} refused, nothing stored"
+                InvalidArgument,
+                "{n} does not apply to {op}: nothing done"
             ));
         }
         match n {
@@ -116,18 +118,21 @@ mod tests {
     }
 
     #[test]
-    fn protection_not_given_is_refused() {
+    fn what_is_not_given_is_refused() {
+        // Encryption headers are the encrypting operations' to read
+        // (`sse.rs`), and refused elsewhere.
         let ssec = [
             ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
             ("x-amz-server-side-encryption-customer-key", "a2V5"),
             ("x-amz-server-side-encryption-customer-key-md5", "bWQ1"),
         ];
-        assert_eq!(code("PutObject", &ssec).as_deref(), Some("NotImplemented"));
-        assert_eq!(code("GetObject", &ssec).as_deref(), Some("InvalidRequest"));
+        assert_eq!(code("PutObject", &ssec), None);
+        assert_eq!(code("GetObject", &ssec), None);
+        assert_eq!(
+            code("PutObjectTagging", &ssec).as_deref(),
+            Some("InvalidArgument")
+        );
         for h in [
-            ("x-amz-server-side-encryption", "AES256"),
-            ("x-amz-server-side-encryption", "aws:kms"),
-            ("x-amz-server-side-encryption-aws-kms-key-id", "k"),
             ("x-amz-website-redirect-location", "/x"),
             ("x-amz-mfa", "123 456"),
             ("x-amz-object-ownership", "BucketOwnerEnforced"),

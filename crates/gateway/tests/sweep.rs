@@ -110,6 +110,7 @@ async fn a_gateway_that_dies_mid_write_leaves_nothing_after_a_sweep() {
         1,
         futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 1000]))]),
         md5_check(None),
+        None,
     )
     .await
     .unwrap();

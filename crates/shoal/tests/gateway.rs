@@ -58,10 +58,10 @@ fn json(d: &Dev, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
-/// A gateway serving HTTPS with a certificate made here: boto3 trusting
-/// it gets through, one that does not trust it is refused.
-fn https(d: &Dev, key: &str, secret: &str) {
-    let (cert, pkey) = common::self_signed(&d.0.join("gw-tls"));
+/// A gateway serving HTTPS with a certificate made here (in `dir`), and
+/// that certificate.
+fn https_gateway(d: &Dev, dir: &str) -> (common::Background, std::path::PathBuf) {
+    let (cert, pkey) = common::self_signed(&d.0.join(dir));
     let gw = common::Background::start(
         d,
         &[
@@ -75,6 +75,13 @@ fn https(d: &Dev, key: &str, secret: &str) {
         ],
         "https",
     );
+    (gw, cert)
+}
+
+/// A gateway serving HTTPS: boto3 trusting its certificate gets through,
+/// one that does not trust it is refused.
+fn https(d: &Dev, key: &str, secret: &str) {
+    let (gw, cert) = https_gateway(d, "gw-tls");
     let script = "import boto3,botocore.config,os\n\
         from botocore.exceptions import SSLError\n\
         def c(v): return boto3.client('s3',endpoint_url=os.environ['E'],aws_access_key_id=os.environ['K'],\
@@ -90,6 +97,45 @@ fn https(d: &Dev, key: &str, secret: &str) {
         &["-c", script],
         &[("E", &endpoint), ("K", key), ("S", secret), ("CA", ca)],
     );
+}
+
+/// Server-side encryption (`clients/s3_sse.py`) over an HTTPS gateway:
+/// objects written with SSE-C and SSE-S3, then every data object in the
+/// pool read raw with `shoal rados get`: the secret marker is in none,
+/// the plain control's marker in one (the look can see plaintext); then
+/// everything read back through the gateway, with the keys and without.
+fn encrypted_at_rest(d: &Dev, key: &str, secret: &str, plain_endpoint: &str) {
+    let (gw, cert) = https_gateway(d, "gw-sse-tls");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/s3_sse.py");
+    let endpoint = format!("https://{}", gw.addr);
+    let env = [
+        ("GW_ENDPOINT", endpoint.as_str()),
+        ("GW_PLAIN_ENDPOINT", plain_endpoint),
+        ("GW_KEY", key),
+        ("GW_SECRET", secret),
+        ("AWS_CA_BUNDLE", cert.to_str().unwrap()),
+    ];
+    python(300, &[script, "write"], &env);
+    let listing = d.ok(&["rados", "-p", ".shoal.gateway", "ls"]);
+    let (mut seen, mut control) = (0, 0);
+    for oid in listing.lines().filter(|l| l.starts_with("data.")) {
+        let out = d.run(&["rados", "-p", ".shoal.gateway", "get", oid, "-"]);
+        assert!(out.status.success(), "rados get {oid}");
+        let has = |m: &[u8]| out.stdout.windows(m.len()).any(|w| w == m);
+        assert!(
+            !has(b"SSE-SECRET-MARKER-"),
+            "{oid} holds encrypted data in the clear"
+        );
+        control += usize::from(has(b"PLAIN-CONTROL-MARKER-"));
+        seen += out.stdout.len();
+    }
+    assert_eq!(control, 1, "the plain control object was not found raw");
+    // Every object's data was looked at (over 14 MiB of it sealed).
+    assert!(seen > 14 << 20, "{seen} bytes of data objects");
+    python(300, &[script, "read"], &env);
+    // The master key is the monitors' record, made once.
+    let auth = d.ok(&["auth", "get", "client.gateway-sse-s3"]);
+    assert!(auth.contains("client.gateway-sse-s3"), "{auth}");
 }
 
 /// Whether `tool` is installed (Debian's package of that name); CI must
@@ -283,6 +329,7 @@ fn s3_clients_use_the_gateway() {
         python(300, &[&format!("{dir}/s3_policy.py")], &two_env);
         python(300, &[&format!("{dir}/s3_lock.py")], &env);
         python(300, &[&format!("{dir}/s3_malformed.py")], &env);
+        encrypted_at_rest(&d, &ak, &asec, &endpoint);
         if tool_present("s3cmd") {
             python(300, &[&format!("{dir}/s3cmd_default.py")], &env);
         }

@@ -300,9 +300,12 @@ fn daemon(
         super::common::report_perf(ctx, format!("gateway.{addr}"), "gateway", move || {
             reported.metrics()
         });
-        let region = Some(ctx.config.options.gateway_region.clone()).filter(|r| !r.is_empty());
+        let opts = shoal_gateway::Options {
+            region: Some(ctx.config.options.gateway_region.clone()).filter(|r| !r.is_empty()),
+            sse_c_over_http: !ctx.config.options.gateway_sse_c_require_tls,
+        };
         let serving = tokio::spawn(shoal_gateway::serve_counted(
-            listener, meta, tls, counters, region,
+            listener, meta, tls, counters, opts,
         ));
         tokio::select! {
             r = super::mon::wait_for_signal() => r?,

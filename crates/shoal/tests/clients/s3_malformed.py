@@ -59,6 +59,9 @@ calls = {
         Bucket=B, Key="o", LegalHold={"Status": "ON"}),
     "PutBucketVersioning": lambda: s3.put_bucket_versioning(
         Bucket=B, VersioningConfiguration={"Status": "Enabled"}),
+    "PutBucketEncryption": lambda: s3.put_bucket_encryption(
+        Bucket=B, ServerSideEncryptionConfiguration={"Rules": [
+            {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
 }
 for what, f in calls.items():
     for body in [b"<Tagging><TagSet><Tag><Key>a</Key>", b"not xml at all", b"<?xml"]:
@@ -81,6 +84,8 @@ assert code(lambda: s3.get_public_access_block(Bucket=B)) == \
     "NoSuchPublicAccessBlockConfiguration"
 assert code(lambda: s3.get_bucket_tagging(Bucket=B)) == "NoSuchTagSet"
 assert code(lambda: s3.get_bucket_policy(Bucket=B)) == "NoSuchBucketPolicy"
+assert code(lambda: s3.get_bucket_encryption(Bucket=B)) == \
+    "ServerSideEncryptionConfigurationNotFoundError"
 r = s3.get_object_legal_hold(Bucket=B, Key="o")["LegalHold"]["Status"]
 assert r == "OFF", r
 

@@ -1,6 +1,6 @@
 """s3cmd, with its default configuration (which signs for region `US`),
 against the gateway: mb, a multipart put, get, ls, setacl, setpolicy,
-delpolicy, sync, del -r,
+delpolicy, put --server-side-encryption (and info), sync, del -r,
 rb, each checked. With `--short`: mb, put, ls, del, rb only (against a
 gateway that enforces another region, which s3cmd learns from the
 gateway's AuthorizationHeaderMalformed answer, as from AWS's).
@@ -66,6 +66,14 @@ assert "part 2 of 2" in out, out
 dst = os.path.join(work, "back.bin")
 s3cmd("get", "s3://s3cmd-bucket/dir/big.bin", dst)
 assert open(dst, "rb").read() == big, "the object read back differs"
+# --server-side-encryption: SSE-S3 (a multipart upload here), which
+# `info` names, read back whole.
+s3cmd("put", "--server-side-encryption", src, "s3://s3cmd-bucket/dir/sse.bin")
+info = s3cmd("info", "s3://s3cmd-bucket/dir/sse.bin")
+assert "AES256" in info, info
+assert "AES256" not in s3cmd("info", "s3://s3cmd-bucket/dir/big.bin")
+s3cmd("get", "--force", "s3://s3cmd-bucket/dir/sse.bin", dst)
+assert open(dst, "rb").read() == big, "the encrypted object read back differs"
 ls = s3cmd("ls", "s3://s3cmd-bucket/dir/")
 assert "big.bin" in ls and str(len(big)) in ls, ls
 

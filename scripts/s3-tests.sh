@@ -6,9 +6,9 @@
 # implement: buckets, objects, listings v1/v2, multipart, conditional
 # requests, copies, ranges, canned ACLs, versioning, presigned URLs, SigV4,
 # aws-chunked uploads, tags, bucket policies, public access blocks, ACL
-# grants to named users, object lock — not lifecycle, user/role policies,
-# SSE, CORS, websites, logging, notifications, STS/IAM, POST forms or
-# tenants). The cluster is always stopped at the end.
+# grants to named users, object lock, SSE-C and SSE-S3 — not lifecycle,
+# user/role policies, SSE-KMS, CORS, websites, logging, notifications,
+# STS/IAM, POST forms or tenants). The cluster is always stopped at the end.
 #
 # Usage: scripts/s3-tests.sh [PYTEST ARGS...]
 #   Extra arguments go to pytest after the script's own; a -k or -m given
@@ -31,6 +31,11 @@
 #   S3TESTS_STORE      the OSDs' store, block or mem (default block)
 #   S3TESTS_NO_SHIM=1  do not install the cleanup shim (see shim below)
 #   S3TESTS_KEEP=1     keep the work directory (cluster data, venv) afterwards
+#   S3TESTS_RGW        HOST:PORT of a running radosgw to run the same selection
+#                      against instead (for a side-by-side count): no cluster is
+#                      made; the users are made with radosgw-admin (CEPH_CONF
+#                      names its cluster, e.g. the one ../shared/bench/ceph/setup.sh
+#                      --rgw makes)
 #
 # Exit status: pytest's (0 all passed, 1 some failed, 5 none selected),
 # 124 when the overall timeout fired, anything else: the harness failed.
@@ -48,8 +53,11 @@ if [ -z "${SHOAL:-}" ]; then
     SHOAL="$ROOT/target/debug/shoal"
   fi
 fi
-[ -x "$SHOAL" ] || { echo "$0: no shoal binary at $SHOAL (cargo build -p shoal, or set SHOAL)" >&2; exit 2; }
-SHOAL="$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")"
+RGW="${S3TESTS_RGW:-}"
+if [ -z "$RGW" ]; then
+  [ -x "$SHOAL" ] || { echo "$0: no shoal binary at $SHOAL (cargo build -p shoal, or set SHOAL)" >&2; exit 2; }
+fi
+[ -x "$SHOAL" ] && SHOAL="$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")"
 
 OUT="${S3TESTS_OUT:-$ROOT/target/s3-tests}"
 TEST_TIMEOUT="${S3TESTS_TEST_TIMEOUT:-60}"
@@ -104,7 +112,7 @@ cleanup() {
     kill -TERM "$PYTEST_PID" 2>/dev/null || true   # timeout passes it on
     wait "$PYTEST_PID" 2>/dev/null || true
   fi
-  if [ -d "$DIR" ]; then
+  if [ -n "$DIR" ] && [ -d "$DIR" ]; then
     echo "==> stopping the cluster"
     timeout -k 5 90 "$SHOAL" dev down --dir "$DIR" >/dev/null 2>&1 || true
     for f in "$DIR"/run/*.pid; do
@@ -170,6 +178,11 @@ fi
 
 # --- the cluster ---------------------------------------------------------------
 
+if [ -n "$RGW" ]; then
+ADDR="$RGW"
+DIR=""
+echo "==> radosgw at $ADDR (CEPH_CONF=${CEPH_CONF:-?})"
+else
 echo "==> shoal dev up ($SHOAL, store $STORE, 3 OSDs) in $DIR"
 # `dev up` starts the daemons in their own process groups and returns once
 # the cluster is healthy and the gateway listens (no --foreground).
@@ -180,6 +193,7 @@ timeout -k 10 300 "$SHOAL" --set gateway_sse_c_require_tls=false \
   --osd-bytes $((8 << 30)) >"$WORK/dev-up.log" 2>&1 \
   || { echo "$0: shoal dev up failed:" >&2; cat "$WORK/dev-up.log" >&2; exit 2; }
 ADDR="$(tr -d '[:space:]' <"$DIR/gateway/addr")"
+fi
 HOST="${ADDR%:*}"
 PORT="${ADDR##*:}"
 [ "$HOST" = 127.0.0.1 ] || { echo "$0: the gateway is not on loopback: $ADDR" >&2; exit 2; }
@@ -191,8 +205,14 @@ echo "    gateway http://$ADDR/"
 # user id is what the gateway answers as owner ID.
 # user UID DISPLAY-NAME -> prints "ACCESS SECRET"
 user() {
-  timeout 60 "$SHOAL" --conf "$DIR/shoal.conf" gateway user create --uid "$1" --display-name "$2" \
-    ${3:+--email "$3"} \
+  if [ -n "$RGW" ]; then
+    # (An earlier run's user is taken as it is.)
+    timeout 60 radosgw-admin user create --uid "$1" --display-name "$2" ${3:+--email "$3"} \
+      2>/dev/null || timeout 60 radosgw-admin user info --uid "$1"
+  else
+    timeout 60 "$SHOAL" --conf "$DIR/shoal.conf" gateway user create --uid "$1" --display-name "$2" \
+      ${3:+--email "$3"}
+  fi \
     | "$S3TESTS_PYTHON" -c 'import json,sys; k=json.load(sys.stdin)["keys"][0]; print(k["access_key"], k["secret_key"])'
 }
 echo "==> gateway users"
@@ -350,7 +370,12 @@ elapsed=$(($(date +%s) - start))
 # --- summary -----------------------------------------------------------------
 
 if [ -f "$OUT/junit.xml" ]; then
-  "$S3TESTS_PYTHON" - "$OUT/junit.xml" "$elapsed" "$("$SHOAL" --version 2>/dev/null || echo 'shoal ?')" \
+  if [ -n "$RGW" ]; then
+    TARGET="$(radosgw --version 2>/dev/null | head -1 || echo 'radosgw ?')"
+  else
+    TARGET="$("$SHOAL" --version 2>/dev/null || echo 'shoal ?')"
+  fi
+  "$S3TESTS_PYTHON" - "$OUT/junit.xml" "$elapsed" "$TARGET" \
     "$(git -C "$S3TESTS_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')" >"$OUT/summary.txt" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET

@@ -271,7 +271,33 @@ fn conditions(v: &Value) -> Result<Vec<Condition>, S3Error> {
     Ok(out)
 }
 
+/// Policies parsed, by (bucket, document): a bucket's policy is parsed
+/// once, not on each of its requests. A changed document is another key;
+/// the map is emptied when it reaches [`PARSED_MAX`] entries.
+static PARSED: std::sync::OnceLock<std::sync::Mutex<Parsed>> = std::sync::OnceLock::new();
+type Parsed = std::collections::HashMap<(String, String), std::sync::Arc<Policy>>;
+const PARSED_MAX: usize = 1024;
+
 impl Policy {
+    /// [`Policy::parse`], from the process's cache of parsed policies.
+    pub fn cached(doc: &str, bucket: &str) -> Result<std::sync::Arc<Policy>, S3Error> {
+        let map = PARSED.get_or_init(Default::default);
+        let key = (bucket.to_string(), doc.to_string());
+        {
+            let m = map.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(p) = m.get(&key) {
+                return Ok(std::sync::Arc::clone(p));
+            }
+        }
+        let p = std::sync::Arc::new(Policy::parse(doc, bucket)?);
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= PARSED_MAX {
+            m.clear();
+        }
+        m.insert(key, std::sync::Arc::clone(&p));
+        Ok(p)
+    }
+
     /// The policy `doc` sets on bucket `bucket`, if it is one AWS would
     /// take: otherwise `MalformedPolicy`, saying what is wrong.
     pub fn parse(doc: &str, bucket: &str) -> Result<Policy, S3Error> {

@@ -3454,7 +3454,7 @@ pub(crate) async fn decide(
     if b.policy.is_empty() {
         return Ok(Decision::Default);
     }
-    let policy = crate::policy::Policy::parse(&b.policy, &b.name)?;
+    let policy = crate::policy::Policy::cached(&b.policy, &b.name)?;
     if let Some(k) = key
         && policy.needs_object_tags()
     {

@@ -89,8 +89,12 @@ enum Command {
     /// PG statistics reported by the OSDs (`pg dump`, `pg stat`).
     #[command(subcommand)]
     Pg(cmd::pg::PgCmd),
-    /// Space used and available, in total and per pool.
+    /// Space used and available, in total and per pool (`df detail`: with
+    /// the pools' quotas).
     Df(cmd::pg::DfArgs),
+    /// The monitors' quorum, its leader and the monitor map (JSON).
+    #[command(name = "quorum_status", alias = "quorum-status")]
+    QuorumStatus(cmd::mon::QuorumArgs),
     /// Entities, keys and capabilities kept by the monitors.
     #[command(subcommand)]
     Auth(cmd::auth::AuthCmd),
@@ -199,6 +203,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Osd(c) => cmd::osd_daemon::run(c, &ctx),
         Command::Pg(c) => cmd::pg::run(c, &ctx),
         Command::Df(a) => cmd::pg::run_df(a, &ctx),
+        Command::QuorumStatus(a) => cmd::mon::run_quorum_status(a, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),

@@ -21,6 +21,7 @@ pub mod mon;
 pub mod nbd;
 pub mod osd;
 pub mod osd_daemon;
+pub mod osd_views;
 pub mod out;
 pub mod pg;
 pub mod rados;

@@ -174,6 +174,49 @@ pub fn run(cmd: MonCmd, ctx: &Ctx) -> anyhow::Result<()> {
     }
 }
 
+/// `shoal quorum_status`.
+#[derive(Debug, clap::Args)]
+pub struct QuorumArgs {
+    /// Output format (plain is the JSON pretty-printed, as Ceph's).
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
+
+/// The quorum as Ceph's `quorum_status` has it: the election epoch, the
+/// ranks and names in the quorum, its leader (when the answering monitor
+/// knows it leads: else empty) and the monitor map with each rank.
+pub fn quorum_status(v: &StatusReply) -> serde_json::Value {
+    let ranks: Vec<usize> = v
+        .monmap
+        .mons
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| v.quorum.contains(&m.name))
+        .map(|(i, _)| i)
+        .collect();
+    let mons: Vec<serde_json::Value> = v
+        .monmap
+        .mons
+        .iter()
+        .enumerate()
+        .map(|(i, m)| serde_json::json!({"rank": i, "name": m.name, "addr": m.addr}))
+        .collect();
+    serde_json::json!({
+        "election_epoch": v.election_term,
+        "quorum": ranks,
+        "quorum_names": v.quorum,
+        "quorum_leader_name": v.leader.clone().unwrap_or_default(),
+        "monmap": {"epoch": v.monmap.epoch, "fsid": v.fsid, "mons": mons},
+    })
+}
+
+/// Runs `shoal quorum_status`.
+pub fn run_quorum_status(a: QuorumArgs, ctx: &Ctx) -> anyhow::Result<()> {
+    let out: StatusReply = mon_command_as(ctx, &Command::MonStat)?;
+    super::common::print(a.format, &quorum_status(&out), super::common::pretty);
+    Ok(())
+}
+
 fn data_dir(flag: Option<PathBuf>, option: &str, id: &str) -> anyhow::Result<PathBuf> {
     match flag {
         Some(p) => Ok(p),

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use shoal_mon::{Command, PoolSpec};
 use shoal_monclient::replies::{
-    EpochReply, OsdCreateReply, OsdMapReply, OsdStatReply, OsdTreeReply, PoolReply,
+    DaemonReportsReply, EpochReply, OsdCreateReply, OsdMapReply, OsdStatReply, OsdTreeReply,
+    PgDumpReply, PoolReply,
 };
 
 use super::common::{Ctx, Format, mon_command, mon_command_as, pretty, print, print_typed};
@@ -29,6 +30,22 @@ pub enum OsdCmd {
     Dump(FormatArg),
     /// How many OSDs exist, are up and are in.
     Stat(FormatArg),
+    /// Each OSD's size, use, PGs and VAR (its utilization over the mean),
+    /// with the spread's standard deviation; `osd df tree`: the CRUSH
+    /// hierarchy, buckets summing their OSDs.
+    Df {
+        /// `tree`.
+        #[arg(value_parser = ["tree"])]
+        view: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Each OSD's mean commit latency (client writes it led) and apply
+    /// latency (changes it applied as a replica) since it started.
+    Perf(FormatArg),
+    /// The pools by id and name.
+    Lspools(FormatArg),
     /// Allocate a new OSD id.
     Create(FormatArg),
     /// Mark OSDs out: their data moves elsewhere.
@@ -253,10 +270,12 @@ pub enum CrushEditCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
+    /// The CRUSH hierarchy: buckets and devices with their weights.
+    Tree(FormatArg),
 }
 
 /// An OSD id as Ceph's tools take it: `3` or `osd.3`.
-fn osd_id(s: &str) -> Result<i32, String> {
+pub fn osd_id(s: &str) -> Result<i32, String> {
     s.strip_prefix("osd.")
         .unwrap_or(s)
         .parse::<i32>()
@@ -296,8 +315,11 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
-    /// List pools.
+    /// List pools (`ls detail`: with every property).
     Ls {
+        /// `detail`: every property.
+        #[arg(value_parser = ["detail"])]
+        view: Option<String>,
         /// Show every property.
         #[arg(long)]
         detail: bool,
@@ -476,6 +498,30 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &mon_command_as::<OsdStatReply>(ctx, &Command::OsdStat)?,
             stat_plain,
         ),
+        OsdCmd::Df { view, format } => {
+            use super::osd_views::{osd_df, osd_df_plain};
+            let tree: OsdTreeReply = mon_command_as(ctx, &Command::OsdTree)?;
+            let pgs: PgDumpReply = mon_command_as(ctx, &Command::PgDump)?;
+            let as_tree = view.is_some();
+            print_typed(format, &osd_df(&tree, &pgs, as_tree), |d| {
+                osd_df_plain(d, as_tree)
+            });
+        }
+        OsdCmd::Perf(f) => {
+            use super::osd_views::{osd_perf, osd_perf_plain};
+            let r: DaemonReportsReply = mon_command_as(ctx, &Command::DaemonReports)?;
+            print_typed(f.format, &osd_perf(&r), osd_perf_plain);
+        }
+        OsdCmd::Lspools(f) => {
+            let v: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
+            let pools: Vec<serde_json::Value> = v
+                .iter()
+                .map(|p| serde_json::json!({"poolnum": p.id, "poolname": p.name}))
+                .collect();
+            print_typed(f.format, &pools, |_| {
+                v.iter().map(|p| format!("{} {}\n", p.id, p.name)).collect()
+            });
+        }
         OsdCmd::Create(f) => print_typed(
             f.format,
             &mon_command_as::<OsdCreateReply>(ctx, &Command::OsdCreate)?,
@@ -592,6 +638,12 @@ fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
 
 fn run_crush(cmd: CrushEditCmd, ctx: &Ctx) -> anyhow::Result<()> {
     let (cmd, what, format) = match cmd {
+        CrushEditCmd::Tree(f) => {
+            use super::osd_views::{crush_tree, crush_tree_plain};
+            let tree: OsdTreeReply = mon_command_as(ctx, &Command::OsdTree)?;
+            print_typed(f.format, &crush_tree(&tree), crush_tree_plain);
+            return Ok(());
+        }
         CrushEditCmd::Reweight {
             name,
             weight,
@@ -650,7 +702,12 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             )?;
             done(format, &v, &format!("pool '{name}' created"));
         }
-        PoolCmd::Ls { detail, format } => {
+        PoolCmd::Ls {
+            view,
+            detail,
+            format,
+        } => {
+            let detail = detail || view.is_some();
             let v: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
             print_typed(format, &v, |v| {
                 let mut out = String::new();

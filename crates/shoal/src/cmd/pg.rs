@@ -1,5 +1,6 @@
-//! `shoal pg dump|stat` and `shoal df`: the PG statistics OSDs report to
-//! the monitors and the space they use, as `ceph pg` and `ceph df` show them.
+//! `shoal pg dump|stat|ls-by-osd|ls-by-pool` and `shoal df [detail]`: the
+//! PG statistics OSDs report to the monitors and the space they use, as
+//! `ceph pg` and `ceph df` show them.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -24,6 +25,44 @@ pub enum PgCmd {
     Repair(PgArg),
     /// The PG's state, sets, interval, log and last scrub, from its primary.
     Query(PgArg),
+    /// The PGs whose up or acting set holds an OSD.
+    LsByOsd {
+        /// The OSD (`3` or `osd.3`).
+        #[arg(value_parser = super::osd::osd_id)]
+        osd: i32,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// The PGs of a pool.
+    LsByPool {
+        /// The pool's name.
+        pool: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+}
+
+/// `pg ls-by-osd` and `pg ls-by-pool`: the PGs chosen, as `pg dump` has
+/// them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PgList {
+    /// The OSD map epoch the PGs map by.
+    pub epoch: u32,
+    /// The PGs.
+    pub pg_stats: Vec<shoal_monclient::replies::PgDumpEntry>,
+}
+
+/// The PGs of `dump` that `keep` chooses.
+fn pg_list(
+    dump: PgDumpReply,
+    keep: impl Fn(&shoal_monclient::replies::PgDumpEntry) -> bool,
+) -> PgList {
+    PgList {
+        epoch: dump.epoch,
+        pg_stats: dump.pg_stats.into_iter().filter(|p| keep(p)).collect(),
+    }
 }
 
 /// A PG and an output format.
@@ -177,7 +216,16 @@ pub struct FormatArg {
 }
 
 /// Options of `shoal df`.
-pub type DfArgs = FormatArg;
+/// `shoal df [detail]`.
+#[derive(Debug, Args)]
+pub struct DfArgs {
+    /// `detail`: the pools' quotas too.
+    #[arg(value_parser = ["detail"])]
+    view: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+}
 
 pub use super::units::human_bytes;
 
@@ -188,6 +236,25 @@ fn ids(v: &[i32]) -> String {
 
 /// `pg dump` as a table of PGs, then one of OSDs.
 fn dump_plain(v: &PgDumpReply) -> String {
+    let mut out = pgs_plain(&v.pg_stats);
+    out.push_str(&format!(
+        "\n{:<6} {:>10} {:>10} {:>10}\n",
+        "OSD", "USED", "AVAIL", "TOTAL"
+    ));
+    for o in &v.osd_stats {
+        out.push_str(&format!(
+            "{:<6} {:>10} {:>10} {:>10}\n",
+            o.osd,
+            human_bytes(o.used_bytes),
+            human_bytes(o.available_bytes),
+            human_bytes(o.total_bytes),
+        ));
+    }
+    out
+}
+
+/// PGs as a table.
+fn pgs_plain(pgs: &[shoal_monclient::replies::PgDumpEntry]) -> String {
     let mut out = format!(
         "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
         "PG_STAT",
@@ -201,7 +268,7 @@ fn dump_plain(v: &PgDumpReply) -> String {
         "ACTING",
         "ACTING_PRIMARY"
     );
-    for p in &v.pg_stats {
+    for p in pgs {
         out.push_str(&format!(
             "{:<8} {:>8} {:>10} {:>6}  {:<28} {:<12} {:<12} {:>10}  {:<12} {:>14}\n",
             p.pgid,
@@ -214,19 +281,6 @@ fn dump_plain(v: &PgDumpReply) -> String {
             p.up_primary,
             ids(&p.acting),
             p.acting_primary,
-        ));
-    }
-    out.push_str(&format!(
-        "\n{:<6} {:>10} {:>10} {:>10}\n",
-        "OSD", "USED", "AVAIL", "TOTAL"
-    ));
-    for o in &v.osd_stats {
-        out.push_str(&format!(
-            "{:<6} {:>10} {:>10} {:>10}\n",
-            o.osd,
-            human_bytes(o.used_bytes),
-            human_bytes(o.available_bytes),
-            human_bytes(o.total_bytes),
         ));
     }
     out
@@ -260,8 +314,9 @@ fn percent(ratio: f64) -> String {
     }
 }
 
-/// `df` as Ceph's two tables: raw storage, then pools.
-fn df_plain(df: &DfReply) -> String {
+/// `df` as Ceph's two tables: raw storage, then pools (with `detail`,
+/// their quotas: N/A where none is set).
+fn df_plain(df: &DfReply, detail: bool) -> String {
     let s = &df.stats;
     let (size, avail, used) = (
         human_bytes(s.total_bytes),
@@ -289,13 +344,17 @@ fn df_plain(df: &DfReply) -> String {
         .unwrap_or(0)
         .max(4);
     out.push_str(&format!(
-        "\n--- POOLS ---\n{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
+        "\n--- POOLS ---\n{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}",
         "POOL", "ID", "PGS", "STORED", "OBJECTS", "USED", "%USED", "MAX AVAIL"
     ));
+    if detail {
+        out.push_str(&format!(" {:>13} {:>11}", "QUOTA OBJECTS", "QUOTA BYTES"));
+    }
+    out.push('\n');
     for p in &df.pools {
         let st = &p.stats;
         out.push_str(&format!(
-            "{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}\n",
+            "{:<width$} {:>4} {:>5} {:>10} {:>8} {:>10} {:>6} {:>10}",
             p.name,
             p.id,
             p.pg_num,
@@ -305,6 +364,19 @@ fn df_plain(df: &DfReply) -> String {
             percent(st.percent_used),
             human_bytes(st.max_avail),
         ));
+        if detail {
+            let q = &p.quota;
+            let objects = match q.max_objects {
+                0 => "N/A".to_string(),
+                n => n.to_string(),
+            };
+            let bytes = match q.max_bytes {
+                0 => "N/A".to_string(),
+                n => human_bytes(n),
+            };
+            out.push_str(&format!(" {objects:>13} {bytes:>11}"));
+        }
+        out.push('\n');
     }
     out
 }
@@ -330,6 +402,19 @@ pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &pg_command(ctx, &a, "query")?,
             super::common::pretty,
         ),
+        PgCmd::LsByOsd { osd, format } => {
+            let dump: PgDumpReply = mon_command_as(ctx, &Command::PgDump)?;
+            let l = pg_list(dump, |p| p.up.contains(&osd) || p.acting.contains(&osd));
+            print_typed(format, &l, |l| pgs_plain(&l.pg_stats));
+        }
+        PgCmd::LsByPool { pool, format } => {
+            let p: shoal_monclient::replies::PoolReply =
+                mon_command_as(ctx, &Command::PoolGet { name: pool })?;
+            let dump: PgDumpReply = mon_command_as(ctx, &Command::PgDump)?;
+            let prefix = format!("{}.", p.id);
+            let l = pg_list(dump, |e| e.pgid.starts_with(&prefix));
+            print_typed(format, &l, |l| pgs_plain(&l.pg_stats));
+        }
     }
     Ok(())
 }
@@ -337,7 +422,8 @@ pub fn run(cmd: PgCmd, ctx: &Ctx) -> anyhow::Result<()> {
 /// Runs `shoal df`.
 pub fn run_df(a: DfArgs, ctx: &Ctx) -> anyhow::Result<()> {
     let df: DfReply = mon_command_as(ctx, &Command::Df)?;
-    print_typed(a.format, &df, df_plain);
+    let detail = a.view.is_some();
+    print_typed(a.format, &df, |df| df_plain(df, detail));
     Ok(())
 }
 
@@ -373,7 +459,7 @@ mod tests {
                                    "percent_used": 0.0, "max_avail": 700u64 << 20 } }],
         }))
         .unwrap();
-        let text = df_plain(&df);
+        let text = df_plain(&df, false);
         assert!(
             text.contains("TOTAL       3 GiB      2 GiB      1 GiB      1 GiB      33.33"),
             "{text}"
@@ -382,6 +468,9 @@ mod tests {
             text.contains("rbd     1    32      1 KiB        1      3 KiB      0    700 MiB"),
             "{text}"
         );
+        let text = df_plain(&df, true);
+        assert!(text.contains("QUOTA OBJECTS QUOTA BYTES"), "{text}");
+        assert!(text.contains("700 MiB           N/A         N/A"), "{text}");
         let dump: PgDumpReply = serde_json::from_value(json!({
             "epoch": 5,
             "pg_stats": [{ "pgid": "1.a", "objects": 2, "bytes": 10, "log_size": 2,

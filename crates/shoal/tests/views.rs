@@ -1,0 +1,206 @@
+//! The commands an operator types first, against a running cluster, with
+//! Ceph's columns and `--format json`: `osd df` and `osd df tree` (use,
+//! PGs, VAR and the spread's standard deviation), `osd crush tree`,
+//! `osd lspools`, `osd pool ls detail`, `df detail`, `quorum_status`,
+//! `osd perf`, `pg ls-by-osd` and `pg ls-by-pool`; each checked against
+//! what the cluster holds (`pg dump`, `osd tree`, `mon stat`).
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+mod common;
+
+use common::{Dev, until};
+use serde_json::Value;
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap()
+}
+
+#[test]
+fn the_operators_first_commands_answer_from_the_cluster() {
+    let d = Dev::new("views");
+    d.up_mem(&[
+        "--no-gateway",
+        "--set",
+        "osd_pg_stats_interval_ms=500",
+        "--set",
+        "mgr_stats_period_ms=500",
+    ]);
+    let file = d.0.join("64k");
+    std::fs::write(&file, vec![5u8; 65536]).unwrap();
+    for i in 0..24 {
+        d.ok(&[
+            "rados",
+            "-p",
+            "rbd",
+            "put",
+            &format!("o{i}"),
+            file.to_str().unwrap(),
+        ]);
+    }
+    let dump = d.json(&["pg", "dump"]);
+    let pgs = dump["pg_stats"].as_array().unwrap().clone();
+    let rbd = d.json(&["osd", "pool", "get", "rbd"]);
+    let rbd_id = rbd["id"].as_u64().unwrap();
+
+    // osd df: every OSD reported its size, its PGs are those whose up set
+    // holds it, VAR is its utilization over the mean.
+    until("every OSD's space in osd df", 30, || {
+        let df = d.json(&["osd", "df"]);
+        let nodes = df["nodes"].as_array().unwrap();
+        nodes.len() == 3 && nodes.iter().all(|n| n["kb"].as_u64().unwrap() > 0)
+    });
+    let df = d.json(&["osd", "df"]);
+    let s = &df["summary"];
+    let avg = f(&s["average_utilization"]);
+    assert!(avg > 0.0, "{df}");
+    let mut vars = Vec::new();
+    for n in df["nodes"].as_array().unwrap() {
+        let id = n["id"].as_i64().unwrap();
+        let holding = pgs
+            .iter()
+            .filter(|p| {
+                p["up"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o.as_i64() == Some(id))
+            })
+            .count() as u64;
+        assert_eq!(n["pgs"].as_u64().unwrap(), holding, "osd.{id}: {n}");
+        assert!(
+            (f(&n["var"]) - f(&n["utilization"]) / avg).abs() < 1e-6,
+            "{n}"
+        );
+        assert_eq!(n["status"], "up");
+        vars.push(f(&n["var"]));
+    }
+    let total: u64 = df["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kb"].as_u64().unwrap())
+        .sum();
+    assert_eq!(s["total_kb"].as_u64().unwrap(), total, "{df}");
+    let (min, max) = (f(&s["min_var"]), f(&s["max_var"]));
+    assert!(vars.iter().all(|v| (min..=max).contains(v)), "{df}");
+    assert!(min <= 1.0 + 1e-9 && max >= 1.0 - 1e-9, "{df}");
+    assert!(f(&s["stddev"]) >= 0.0 && s["dev"] == s["stddev"], "{df}");
+    let plain = d.ok(&["osd", "df"]);
+    assert!(
+        plain.contains("%USE") && plain.contains("VAR") && plain.contains("PGS"),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("TOTAL") && plain.contains("MIN/MAX VAR:"),
+        "{plain}"
+    );
+    assert!(plain.contains("STDDEV:"), "{plain}");
+
+    // osd df tree: the root sums every OSD.
+    let tree = d.json(&["osd", "df", "tree"]);
+    let root = &tree["nodes"][0];
+    assert_eq!(root["type"], "root", "{tree}");
+    assert_eq!(root["kb"].as_u64().unwrap(), total, "{tree}");
+    assert!(d.ok(&["osd", "df", "tree"]).contains("root default"));
+
+    // osd crush tree: the hierarchy and weights, no states.
+    let crush = d.ok(&["osd", "crush", "tree"]);
+    assert!(
+        crush.contains("root default") && crush.contains("osd.2"),
+        "{crush}"
+    );
+    assert!(!crush.contains(" up"), "{crush}");
+    let crush = d.json(&["osd", "crush", "tree"]);
+    assert_eq!(
+        crush["nodes"].as_array().unwrap().len(),
+        d.json(&["osd", "tree"])["nodes"].as_array().unwrap().len()
+    );
+
+    // Pools.
+    assert!(d.ok(&["osd", "lspools"]).contains(&format!("{rbd_id} rbd")));
+    assert_eq!(d.json(&["osd", "lspools"])[0]["poolname"], "rbd");
+    let detail = d.ok(&["osd", "pool", "ls", "detail"]);
+    assert!(
+        detail.contains(&format!("pool {rbd_id} 'rbd' replicated size")),
+        "{detail}"
+    );
+    d.ok(&["osd", "pool", "set-quota", "rbd", "max_objects", "1000"]);
+    let df_detail = d.ok(&["df", "detail"]);
+    assert!(df_detail.contains("QUOTA OBJECTS"), "{df_detail}");
+    let rbd_row = df_detail.lines().find(|l| l.starts_with("rbd ")).unwrap();
+    assert!(
+        rbd_row.contains(" 1000 ") && rbd_row.ends_with("N/A"),
+        "{rbd_row}"
+    );
+    assert!(!d.ok(&["df"]).contains("QUOTA"));
+
+    // quorum_status: the quorum as `mon stat` has it.
+    let q = d.json(&["quorum_status"]);
+    let stat = d.json(&["mon", "stat"]);
+    assert_eq!(q["quorum_names"], stat["quorum"], "{q}");
+    assert_eq!(q["monmap"]["fsid"], stat["fsid"], "{q}");
+    assert_eq!(
+        q["quorum"].as_array().unwrap().len(),
+        stat["quorum"].as_array().unwrap().len()
+    );
+    assert!(q["election_epoch"].as_u64().unwrap() >= 1, "{q}");
+    assert!(d.ok(&["quorum_status"]).contains("\"quorum_names\""));
+
+    // osd perf: every OSD, with the writes it led and applied.
+    until("osd perf counts the writes", 30, || {
+        let p = d.json(&["osd", "perf"]);
+        let infos = p["osdstats"]["osd_perf_infos"].as_array().unwrap().clone();
+        let sum = |k: &str| -> u64 {
+            infos
+                .iter()
+                .map(|i| i["perf_stats"][k].as_u64().unwrap())
+                .sum()
+        };
+        infos.len() == 3 && sum("commits") >= 24 && sum("applies") >= 48
+    });
+    let p = d.json(&["osd", "perf"]);
+    for i in p["osdstats"]["osd_perf_infos"].as_array().unwrap() {
+        let s = &i["perf_stats"];
+        if s["commits"].as_u64().unwrap() > 0 {
+            assert!(s["commitlatency_ns"].as_u64().unwrap() > 0, "{i}");
+        }
+    }
+    assert!(d.ok(&["osd", "perf"]).contains("commit_latency(ms)"));
+
+    // pg ls-by-osd and ls-by-pool.
+    let by_osd = d.json(&["pg", "ls-by-osd", "osd.1"]);
+    let listed = by_osd["pg_stats"].as_array().unwrap();
+    let want = pgs
+        .iter()
+        .filter(|p| {
+            ["up", "acting"].iter().any(|k| {
+                p[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o.as_i64() == Some(1))
+            })
+        })
+        .count();
+    assert_eq!(listed.len(), want, "{by_osd}");
+    assert!(!listed.is_empty());
+    let by_pool = d.json(&["pg", "ls-by-pool", "rbd"]);
+    let listed = by_pool["pg_stats"].as_array().unwrap();
+    assert_eq!(
+        listed.len() as u64,
+        rbd["pg_num"].as_u64().unwrap(),
+        "{by_pool}"
+    );
+    let prefix = format!("{rbd_id}.");
+    assert!(
+        listed
+            .iter()
+            .all(|p| p["pgid"].as_str().unwrap().starts_with(&prefix))
+    );
+    assert!(d.ok(&["pg", "ls-by-pool", "rbd"]).contains("PG_STAT"));
+    let out = d.run(&["pg", "ls-by-pool", "nosuchpool"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuchpool"));
+    let out = d.run(&["pg", "ls-by-osd", "osd.x"]);
+    assert!(!out.status.success());
+}

@@ -148,6 +148,12 @@ fn add(io: &mut Io, what: &str, per_s: f64) {
 }
 
 impl History {
+    /// Whether every OSD seen has rates: two reports of its own since the
+    /// history began (what `osd pool stats` waits for).
+    pub fn every_osd_rated(&self) -> bool {
+        !self.daemons.is_empty() && self.daemons.values().all(|d| !d.rates.is_empty())
+    }
+
     /// Adds a snapshot. Rates come from each daemon's own consecutive
     /// reports and the times they were made (a snapshot that finds the
     /// same report as the last one keeps its rates, rather than reading

@@ -1,8 +1,8 @@
 //! The commands an operator types first, against a running cluster, with
 //! Ceph's columns and `--format json`: `osd df` and `osd df tree` (use,
 //! PGs, VAR and the spread's standard deviation), `osd crush tree`,
-//! `osd lspools`, `osd pool ls detail`, `df detail`, `quorum_status`,
-//! `osd perf`, `pg ls-by-osd` and `pg ls-by-pool`; each checked against
+//! `osd lspools`, `osd pool ls detail`, `osd pool stats`, `df detail`,
+//! `quorum_status`, `osd perf`, `pg ls-by-osd` and `pg ls-by-pool`; each checked against
 //! what the cluster holds (`pg dump`, `osd tree`, `mon stat`).
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
@@ -202,5 +202,25 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuchpool"));
     let out = d.run(&["pg", "ls-by-osd", "osd.x"]);
+    assert!(!out.status.success());
+
+    // osd pool stats: a writer's I/O shows on its pool, while it writes.
+    let idle = d.json(&["osd", "pool", "stats"]);
+    assert_eq!(idle[0]["pool_name"], "rbd", "{idle}");
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| d.ok(&["bench", "-p", "rbd", "6", "write"]));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let busy = d.json(&["osd", "pool", "stats", "rbd"]);
+        let io = &busy[0]["client_io_rate"];
+        assert!(io["write_op_per_sec"].as_u64().unwrap_or(0) > 0, "{busy}");
+        assert!(io["write_bytes_sec"].as_u64().unwrap_or(0) > 0, "{busy}");
+        let plain = d.ok(&["osd", "pool", "stats", "rbd"]);
+        assert!(
+            plain.contains("pool rbd id") && plain.contains("client io"),
+            "{plain}"
+        );
+        writer.join().unwrap();
+    });
+    let out = d.run(&["osd", "pool", "stats", "nosuchpool"]);
     assert!(!out.status.success());
 }

@@ -380,6 +380,16 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
+    /// Each pool's client I/O per second, from the OSDs' consecutive
+    /// reports (waits for every OSD to report twice: up to three stats
+    /// periods, `mgr_stats_period_ms`).
+    Stats {
+        /// One pool (all by default).
+        name: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
     /// Show a pool's quotas.
     GetQuota {
         /// Pool.
@@ -636,6 +646,28 @@ fn watch(ctx: &Ctx, count: u64, timeout: u64) -> anyhow::Result<()> {
     })
 }
 
+/// Each pool's client I/O per second: the OSDs' reports gathered until
+/// every OSD has reported twice since (or three stats periods passed).
+fn pool_rates(ctx: &Ctx) -> anyhow::Result<std::collections::BTreeMap<u64, shoal_mgr::gather::Io>> {
+    let period = std::time::Duration::from_millis(ctx.config.options.mgr_stats_period_ms.max(100));
+    let rt = super::common::runtime()?;
+    rt.block_on(async {
+        let monc = super::common::mon_client(ctx)?;
+        let mut history = shoal_mgr::gather::History::default();
+        let deadline = std::time::Instant::now() + 3 * period;
+        loop {
+            let snap = shoal_mgr::gather::gather(&monc)
+                .await
+                .map_err(|e| anyhow::anyhow!("{:?}: {}", e.code, e.message))?;
+            history.push(&snap);
+            if history.every_osd_rated() || std::time::Instant::now() >= deadline {
+                return Ok(history.pools);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    })
+}
+
 fn run_crush(cmd: CrushEditCmd, ctx: &Ctx) -> anyhow::Result<()> {
     let (cmd, what, format) = match cmd {
         CrushEditCmd::Tree(f) => {
@@ -701,6 +733,16 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 },
             )?;
             done(format, &v, &format!("pool '{name}' created"));
+        }
+        PoolCmd::Stats { name, format } => {
+            use super::osd_views::{pool_stats, pool_stats_plain};
+            let mut pools: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
+            if let Some(n) = &name {
+                pools.retain(|p| &p.name == n);
+                anyhow::ensure!(!pools.is_empty(), "pool {n} does not exist");
+            }
+            let rates = pool_rates(ctx)?;
+            print_typed(format, &pool_stats(&pools, &rates), |s| pool_stats_plain(s));
         }
         PoolCmd::Ls {
             view,

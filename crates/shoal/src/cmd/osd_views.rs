@@ -495,6 +495,78 @@ pub fn osd_perf_plain(p: &OsdPerf) -> String {
     out
 }
 
+/// One pool of `osd pool stats`, in Ceph's field names.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStats {
+    /// Its name.
+    pub pool_name: String,
+    /// Its id.
+    pub pool_id: u64,
+    /// Its client I/O per second, summed over the OSDs (empty when none).
+    pub client_io_rate: BTreeMap<String, u64>,
+}
+
+/// `osd pool stats` from the pools and their rates (`shoal_mgr`'s, from
+/// the OSDs' consecutive reports): every pool, in id order.
+pub fn pool_stats(
+    pools: &[shoal_monclient::replies::PoolReply],
+    rates: &BTreeMap<u64, shoal_mgr::gather::Io>,
+) -> Vec<PoolStats> {
+    let mut out: Vec<PoolStats> = pools
+        .iter()
+        .map(|p| {
+            let mut io = BTreeMap::new();
+            if let Some(r) = rates.get(&p.id) {
+                for (k, v) in [
+                    ("read_bytes_sec", r.read_bytes),
+                    ("write_bytes_sec", r.write_bytes),
+                    ("read_op_per_sec", r.read_ops),
+                    ("write_op_per_sec", r.write_ops),
+                ] {
+                    let v = v.round() as u64;
+                    if v > 0 {
+                        io.insert(k.to_string(), v);
+                    }
+                }
+            }
+            PoolStats {
+                pool_name: p.name.clone(),
+                pool_id: p.id,
+                client_io_rate: io,
+            }
+        })
+        .collect();
+    out.sort_by_key(|p| p.pool_id);
+    out
+}
+
+/// `osd pool stats` for people, as Ceph prints it.
+pub fn pool_stats_plain(pools: &[PoolStats]) -> String {
+    let mut out = String::new();
+    for p in pools {
+        out.push_str(&format!("pool {} id {}\n", p.pool_name, p.pool_id));
+        let io = &p.client_io_rate;
+        if io.is_empty() {
+            out.push_str("  nothing is going on\n\n");
+            continue;
+        }
+        let get = |k: &str| io.get(k).copied().unwrap_or(0);
+        let mut parts = Vec::new();
+        for (k, what) in [("read_bytes_sec", "rd"), ("write_bytes_sec", "wr")] {
+            if get(k) > 0 {
+                parts.push(format!("{}/s {what}", human_bytes(get(k))));
+            }
+        }
+        for (k, what) in [("read_op_per_sec", "rd"), ("write_op_per_sec", "wr")] {
+            if get(k) > 0 {
+                parts.push(format!("{} op/s {what}", get(k)));
+            }
+        }
+        out.push_str(&format!("  client io {}\n\n", parts.join(", ")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,5 +680,40 @@ mod tests {
         );
         assert_eq!((s.applylatency_ns, s.apply_latency_ms), (500_000, 0));
         assert!(osd_perf_plain(&p).contains("  1                   3                  0"));
+    }
+
+    #[test]
+    fn pool_stats_sum_rates_by_pool() {
+        let pool = |id: u64, name: &str| -> shoal_monclient::replies::PoolReply {
+            serde_json::from_value(json!({"id": id, "name": name, "type": "replicated",
+                "size": 3, "min_size": 2, "k": null, "m": null, "pg_num": 8, "pgp_num": 8,
+                "crush_rule": "r", "erasure_code_profile": null, "stripe_width": 0,
+                "snap_seq": 0, "removed_snaps": [], "allow_ec_overwrites": null,
+                "quota_max_bytes": 0, "quota_max_objects": 0, "full_quota": false}))
+            .unwrap()
+        };
+        let rates = BTreeMap::from([(
+            2,
+            shoal_mgr::gather::Io {
+                read_ops: 0.2,
+                write_ops: 12.4,
+                read_bytes: 0.0,
+                write_bytes: 3.0 * 1048576.0,
+            },
+        )]);
+        let s = pool_stats(&[pool(2, "b"), pool(1, "a")], &rates);
+        assert_eq!(s[0].pool_name, "a");
+        assert!(s[0].client_io_rate.is_empty());
+        assert_eq!(s[1].client_io_rate["write_op_per_sec"], 12);
+        assert!(!s[1].client_io_rate.contains_key("read_op_per_sec"));
+        let text = pool_stats_plain(&s);
+        assert!(
+            text.contains("pool a id 1\n  nothing is going on"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  client io 3 MiB/s wr, 12 op/s wr"),
+            "{text}"
+        );
     }
 }

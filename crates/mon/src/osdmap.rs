@@ -145,6 +145,13 @@ pub enum OsdChange {
         /// The acting set wanted; empty to follow the up set again.
         osds: Vec<i32>,
     },
+    /// Sets (or, with no pairs, removes) a PG's `pg_upmap_items`.
+    PgUpmapItems {
+        /// The PG (`1.6`).
+        pgid: String,
+        /// (from, to) pairs.
+        pairs: Vec<(i32, i32)>,
+    },
     /// An up OSD peers in an interval that started at `up_thru` (Ceph's
     /// MOSDAlive): record that it was up through that epoch.
     Alive {
@@ -621,6 +628,49 @@ impl OsdMapState {
                 }
                 inc.new_pg_temp.insert(*pg, osds.clone());
                 Ok(json!({ "pgid": pg.to_string(), "pg_temp": osds }))
+            }
+            OsdChange::PgUpmapItems { pgid, pairs } => {
+                let pg: shoal_maps::PgId = pgid
+                    .parse()
+                    .map_err(|_| invalid(format!("bad pg id {pgid:?}")))?;
+                let pool = map.pool(pg.pool).ok_or_else(|| {
+                    MonError::new(ErrorCode::NotFound, format!("no pool {}", pg.pool))
+                })?;
+                if pg.seed >= pool.pg_num {
+                    return Err(invalid(format!("pg {pg} does not exist")));
+                }
+                if pairs.len() > pool.size as usize {
+                    return Err(invalid(format!(
+                        "{} pairs for a pg of {} OSDs",
+                        pairs.len(),
+                        pool.size
+                    )));
+                }
+                let mut froms = std::collections::BTreeSet::new();
+                let mut tos = std::collections::BTreeSet::new();
+                for (from, to) in pairs {
+                    if from == to {
+                        return Err(invalid(format!("osd.{from} mapped to itself")));
+                    }
+                    if !froms.insert(*from) || !tos.insert(*to) {
+                        return Err(invalid(format!(
+                            "an OSD named twice as a source or a target in {pairs:?}"
+                        )));
+                    }
+                    existing(map, &[*from, *to])?;
+                }
+                if pairs.is_empty() {
+                    if !map.pg_upmap_items().contains_key(&pg) {
+                        return Err(MonError::new(
+                            ErrorCode::NotFound,
+                            format!("pg {pg} has no pg_upmap_items"),
+                        ));
+                    }
+                    inc.old_pg_upmap_items.insert(pg);
+                } else {
+                    inc.new_pg_upmap_items.insert(pg, pairs.clone());
+                }
+                Ok(json!({ "pgid": pg.to_string(), "pg_upmap_items": pairs }))
             }
             OsdChange::Alive { id, up_thru } => {
                 if !map.is_up(*id) {

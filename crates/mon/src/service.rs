@@ -1024,6 +1024,13 @@ impl Core {
                 MonRequest::Osd(OsdChange::CrushMove { name, parent })
             }
             Command::OsdCrushRm { name } => MonRequest::Osd(OsdChange::CrushRm { name }),
+            Command::OsdPgUpmapItems { pgid, pairs } => {
+                MonRequest::Osd(OsdChange::PgUpmapItems { pgid, pairs })
+            }
+            Command::OsdRmPgUpmapItems { pgid } => MonRequest::Osd(OsdChange::PgUpmapItems {
+                pgid,
+                pairs: Vec::new(),
+            }),
             Command::OsdCrushReweight { name, weight } => {
                 MonRequest::Osd(OsdChange::CrushReweight { name, weight })
             }

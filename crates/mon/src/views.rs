@@ -107,6 +107,17 @@ pub fn osd_dump(state: &MonState) -> Result<Value, MonError> {
         .filter(|(_, o)| o.exists)
         .map(|(id, _)| osd_json(map, id))
         .collect();
+    let upmaps: Vec<Value> = map
+        .pg_upmap_items()
+        .iter()
+        .map(|(pg, pairs)| {
+            let m: Vec<Value> = pairs
+                .iter()
+                .map(|(from, to)| json!({"from": from, "to": to}))
+                .collect();
+            json!({"pgid": pg.to_string(), "mappings": m})
+        })
+        .collect();
     Ok(json!({
         "epoch": map.epoch.0,
         "fsid": state.fsid,
@@ -114,6 +125,7 @@ pub fn osd_dump(state: &MonState) -> Result<Value, MonError> {
         "max_osd": map.max_osd(),
         "pools": pools,
         "osds": osds,
+        "pg_upmap_items": upmaps,
     }))
 }
 

@@ -252,6 +252,19 @@ pub enum Command {
         /// Item.
         name: String,
     },
+    /// Sets a PG's `pg_upmap_items`: each (from, to) pair puts OSD `to`
+    /// where CRUSH put `from` (Ceph's `osd pg-upmap-items`).
+    OsdPgUpmapItems {
+        /// The PG (`1.6`).
+        pgid: String,
+        /// (from, to) pairs.
+        pairs: Vec<(i32, i32)>,
+    },
+    /// Removes a PG's `pg_upmap_items` (`osd rm-pg-upmap-items`).
+    OsdRmPgUpmapItems {
+        /// The PG (`1.6`).
+        pgid: String,
+    },
     /// Sets a CRUSH weight (16.16).
     OsdCrushReweight {
         /// Item.

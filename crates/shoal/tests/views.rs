@@ -19,7 +19,15 @@ fn f(v: &Value) -> f64 {
 #[test]
 fn the_operators_first_commands_answer_from_the_cluster() {
     let d = Dev::new("views");
-    d.up_mem(&[
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "4",
+        "--store",
+        "mem",
         "--no-gateway",
         "--set",
         "osd_pg_stats_interval_ms=500",
@@ -48,7 +56,7 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     until("every OSD's space in osd df", 30, || {
         let df = d.json(&["osd", "df"]);
         let nodes = df["nodes"].as_array().unwrap();
-        nodes.len() == 3 && nodes.iter().all(|n| n["kb"].as_u64().unwrap() > 0)
+        nodes.len() == 4 && nodes.iter().all(|n| n["kb"].as_u64().unwrap() > 0)
     });
     let df = d.json(&["osd", "df"]);
     let s = &df["summary"];
@@ -157,7 +165,7 @@ fn the_operators_first_commands_answer_from_the_cluster() {
                 .map(|i| i["perf_stats"][k].as_u64().unwrap())
                 .sum()
         };
-        infos.len() == 3 && sum("commits") >= 24 && sum("applies") >= 48
+        infos.len() == 4 && sum("commits") >= 24 && sum("applies") >= 48
     });
     let p = d.json(&["osd", "perf"]);
     for i in p["osdstats"]["osd_perf_infos"].as_array().unwrap() {
@@ -223,4 +231,70 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     });
     let out = d.run(&["osd", "pool", "stats", "nosuchpool"]);
     assert!(!out.status.success());
+
+    // pg-upmap-items: a PG's copy moves to the OSD named, the cluster
+    // settles clean, and removing the entry gives CRUSH's placement back.
+    let pg = &pgs[0];
+    let pgid = pg["pgid"].as_str().unwrap();
+    let up: Vec<i64> = pg["up"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_i64().unwrap())
+        .collect();
+    let from = up[1];
+    let to = (0..4).find(|o| !up.contains(o)).unwrap();
+    let up_of = || -> Vec<i64> {
+        let dump = d.json(&["pg", "dump"]);
+        let p = dump["pg_stats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pgid"] == pgid)
+            .unwrap()
+            .clone();
+        p["up"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_i64().unwrap())
+            .collect()
+    };
+    let clean = || {
+        d.json(&["pg", "stat"])["num_pg_by_state"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 1
+            && d.json(&["pg", "stat"])["num_pg_by_state"][0]["name"] == "active+clean"
+    };
+    for bad in [
+        vec![pgid.to_string(), from.to_string(), from.to_string()],
+        vec![pgid.to_string(), from.to_string()],
+        vec![pgid.to_string(), from.to_string(), "99".into()],
+        vec![format!("{rbd_id}.ffff"), from.to_string(), to.to_string()],
+    ] {
+        let mut args = vec!["osd", "pg-upmap-items"];
+        args.extend(bad.iter().map(String::as_str));
+        assert!(!d.run(&args).status.success(), "{bad:?} accepted");
+    }
+    d.ok(&[
+        "osd",
+        "pg-upmap-items",
+        pgid,
+        &from.to_string(),
+        &format!("osd.{to}"),
+    ]);
+    let mut want = up.clone();
+    want[1] = to;
+    until("the PG's up set follows the upmap", 30, || up_of() == want);
+    until("the cluster clean again", 60, &clean);
+    let dumped = d.json(&["osd", "dump"]);
+    assert_eq!(dumped["pg_upmap_items"][0]["pgid"], pgid, "{dumped}");
+    assert_eq!(dumped["pg_upmap_items"][0]["mappings"][0]["to"], to);
+    d.ok(&["rados", "-p", "rbd", "stat", "o3"]);
+    d.ok(&["osd", "rm-pg-upmap-items", pgid]);
+    until("CRUSH's placement back", 30, || up_of() == up);
+    assert!(!d.run(&["osd", "rm-pg-upmap-items", pgid]).status.success());
+    until("the cluster clean at the end", 60, &clean);
 }

@@ -46,6 +46,26 @@ pub enum OsdCmd {
     Perf(FormatArg),
     /// The pools by id and name.
     Lspools(FormatArg),
+    /// Put OSDs where CRUSH puts others for one PG, as Ceph's
+    /// `pg-upmap-items PGID FROM TO [FROM TO ...]`: its data moves there.
+    PgUpmapItems {
+        /// The PG (`1.1f`).
+        pgid: String,
+        /// FROM TO pairs of OSD ids (`3` or `osd.3`).
+        #[arg(required = true, num_args = 2.., value_parser = osd_id)]
+        osds: Vec<i32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
+    /// Remove a PG's pg-upmap-items: CRUSH places it again.
+    RmPgUpmapItems {
+        /// The PG (`1.1f`).
+        pgid: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "plain")]
+        format: Format,
+    },
     /// Allocate a new OSD id.
     Create(FormatArg),
     /// Mark OSDs out: their data moves elsewhere.
@@ -552,6 +572,22 @@ pub fn run(cmd: OsdCmd, ctx: &Ctx) -> anyhow::Result<()> {
             &mon_command(ctx, &Command::OsdDown { ids: ids.clone() })?,
             &format!("marked down osd {ids:?}"),
         ),
+        OsdCmd::PgUpmapItems { pgid, osds, format } => {
+            anyhow::ensure!(
+                osds.len() % 2 == 0,
+                "pg-upmap-items takes FROM TO pairs: {} OSDs given",
+                osds.len()
+            );
+            let pairs: Vec<(i32, i32)> = osds.chunks(2).map(|p| (p[0], p[1])).collect();
+            let what = format!("set {pgid} pg_upmap_items mapping to {pairs:?}");
+            let v = mon_command(ctx, &Command::OsdPgUpmapItems { pgid, pairs })?;
+            done(format, &v, &what);
+        }
+        OsdCmd::RmPgUpmapItems { pgid, format } => {
+            let what = format!("no pg_upmap_items for {pgid}");
+            let v = mon_command(ctx, &Command::OsdRmPgUpmapItems { pgid })?;
+            done(format, &v, &what);
+        }
         OsdCmd::Rm { ids, format } => done(
             format,
             &mon_command(ctx, &Command::OsdRm { ids: ids.clone() })?,

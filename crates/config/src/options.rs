@@ -363,6 +363,14 @@ options! {
     crash_dir: String = "";
     /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).
     mon_mgr_beacon_grace_ms: u64 = 10_000u64;
+    /// The monitors' leader balances PGs (as Ceph's balancer in upmap mode): once every PG is active+clean it moves copies with pg_upmap_items until each up and in OSD holds within mon_balancer_max_deviation copies of its share (CRUSH weight times reweight), keeping each PG's failure domains; read from the central configuration (`shoal balancer on|off`).
+    mon_balancer_active: bool = false;
+    /// How often the balancer looks, in milliseconds (central configuration).
+    mon_balancer_interval_ms: u64 = 60_000u64;
+    /// The most PG copies an OSD may hold above or below its share once balanced (central configuration).
+    mon_balancer_max_deviation: u32 = 1u32;
+    /// The most copies the balancer moves in one round (central configuration).
+    mon_balancer_max_moves: u32 = 10u32;
     /// A metadata server that sends no beacon for this long loses its rank to a standby, in milliseconds (as Ceph's mds_beacon_grace).
     mon_mds_beacon_grace_ms: u64 = 8_000u64;
     /// The interval between a metadata server's beacons to the monitors, in milliseconds.

@@ -9,6 +9,7 @@
 //! `OSDMap::_pg_to_up_acting_osds`. It is pure (no I/O, no async, no floating
 //! point) and depends only on `shoal-crush` and `shoal-types`.
 
+pub mod balance;
 mod encode;
 mod error;
 mod hash;

@@ -145,6 +145,16 @@ pub enum OsdChange {
         /// The acting set wanted; empty to follow the up set again.
         osds: Vec<i32>,
     },
+    /// The balancer's round (`shoal_maps::balance`), proposed by the
+    /// leader: PGs whose `pg_upmap_items` become these pairs, and PGs
+    /// whose entries go. A PG whose target OSD is no longer up and in when
+    /// this applies is left as it is.
+    Upmaps {
+        /// (PG, its new pairs).
+        set: Vec<(String, Vec<(i32, i32)>)>,
+        /// PGs whose entries go.
+        removed: Vec<String>,
+    },
     /// Sets (or, with no pairs, removes) a PG's `pg_upmap_items`.
     PgUpmapItems {
         /// The PG (`1.6`).
@@ -628,6 +638,36 @@ impl OsdMapState {
                 }
                 inc.new_pg_temp.insert(*pg, osds.clone());
                 Ok(json!({ "pgid": pg.to_string(), "pg_temp": osds }))
+            }
+            OsdChange::Upmaps { set, removed } => {
+                let mut applied = 0u64;
+                for (pgid, pairs) in set {
+                    let Ok(pg) = pgid.parse::<shoal_maps::PgId>() else {
+                        continue;
+                    };
+                    let valid = map.pool(pg.pool).is_some_and(|p| pg.seed < p.pg_num)
+                        && pairs.iter().all(|(from, to)| {
+                            map.exists(*from)
+                                && map.is_up(*to)
+                                && map.osd(*to).is_some_and(|o| o.weight > 0)
+                        });
+                    if valid {
+                        inc.new_pg_upmap_items.insert(pg, pairs.clone());
+                        applied += 1;
+                    }
+                }
+                for pgid in removed {
+                    if let Ok(pg) = pgid.parse::<shoal_maps::PgId>()
+                        && map.pg_upmap_items().contains_key(&pg)
+                    {
+                        inc.old_pg_upmap_items.insert(pg);
+                        applied += 1;
+                    }
+                }
+                if applied == 0 {
+                    return Err(invalid("no balancer change still applies".to_string()));
+                }
+                Ok(json!({ "changed_pgs": applied }))
             }
             OsdChange::PgUpmapItems { pgid, pairs } => {
                 let pg: shoal_maps::PgId = pgid

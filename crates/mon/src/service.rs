@@ -1188,6 +1188,9 @@ impl Core {
             Command::ConfigDump => Ok(json!(state.config)),
             Command::OsdTree => crate::views::to_reply(crate::views::osd_tree(&state)),
             Command::OsdDump => crate::views::osd_dump(&state),
+            Command::BalancerStatus => {
+                crate::views::to_reply(crate::views::balancer_status(&state))
+            }
             Command::OsdStat => crate::views::to_reply(crate::views::osd_stat(&state)),
             Command::PoolLs => crate::views::pool_ls(&state),
             Command::PoolGet { name } => crate::views::pool_get(&state, name),
@@ -1496,6 +1499,66 @@ impl Core {
         }
     }
 
+    /// On the leader, every second: when the balancer is on and its
+    /// interval has passed since its last round (`last`), and every PG is
+    /// active+clean, proposes the moves that bring each OSD nearer its
+    /// share of PG copies (`shoal_maps::balance`) as one change.
+    async fn balance(&self, last: &mut Option<Instant>) {
+        let req = {
+            let s = read_state(&self.state);
+            if s.fsid.is_empty() {
+                return;
+            }
+            let Some(o) = balancer_options(&s) else {
+                return;
+            };
+            if !o.mon_balancer_active
+                || last.is_some_and(|t| {
+                    t.elapsed() < Duration::from_millis(o.mon_balancer_interval_ms)
+                })
+            {
+                return;
+            }
+            *last = Some(Instant::now());
+            if !crate::views_pg::pg_stat(&s).is_ok_and(|p| p.all_active_clean()) {
+                return;
+            }
+            let Ok(map) = s.osdmap.current() else {
+                return;
+            };
+            let pools: Vec<u64> = map.pools().keys().copied().collect();
+            let plan = match shoal_maps::balance::plan_upmaps(
+                map,
+                &pools,
+                f64::from(o.mon_balancer_max_deviation),
+                o.mon_balancer_max_moves as usize,
+            ) {
+                Ok(p) if !p.is_empty() => p,
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!("balancer: {e}");
+                    return;
+                }
+            };
+            tracing::info!(
+                set = plan.set.len(),
+                removed = plan.removed.len(),
+                "balancer: moving PG copies"
+            );
+            MonRequest::Osd(OsdChange::Upmaps {
+                set: plan
+                    .set
+                    .into_iter()
+                    .map(|(pg, pairs)| (pg.to_string(), pairs))
+                    .collect(),
+                removed: plan.removed.iter().map(|pg| pg.to_string()).collect(),
+            })
+        };
+        if let Err(e) = self.raft.client_write(req).await {
+            tracing::debug!("balancer: {e}");
+        }
+    }
+
     /// The metadata servers heard from within the grace, with addresses.
     fn fresh_mds(&self, now: Instant) -> crate::fsmap::Fresh {
         let grace = self.opts.mds_beacon_grace;
@@ -1729,12 +1792,27 @@ async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
     }
 }
 
+/// The balancer's options: the defaults under the central
+/// configuration's `global` and `mon` sections.
+pub(crate) fn balancer_options(s: &MonState) -> Option<shoal_config::Options> {
+    let who = EntityName::new(EntityType::Mon, "balancer").ok()?;
+    let sets: Vec<String> = s
+        .config_for(&who)
+        .into_iter()
+        .filter(|kv| kv.starts_with("mon_balancer_"))
+        .collect();
+    shoal_config::Config::parse("", shoal_config::ConfigSource::Defaults, &who, &sets)
+        .ok()
+        .map(|c| c.options)
+}
+
 /// On the leader, every second: chooses the active manager
 /// ([`Core::choose_mgr`]) and records the health checks whenever one is
 /// raised, changes severity or clears (`health.rs`). A new leader waits
 /// until it can tell which monitors are up before it records anything.
 async fn record_health(core: std::sync::Weak<Core>) {
     let mut leading_since: Option<Instant> = None;
+    let mut balanced_at: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(core) = core.upgrade() else { return };
@@ -1748,6 +1826,7 @@ async fn record_health(core: std::sync::Weak<Core>) {
         core.choose_mgr(since).await;
         core.choose_mds(since).await;
         core.enforce_quotas().await;
+        core.balance(&mut balanced_at).await;
         if since.elapsed() < core.contact_window() {
             continue;
         }

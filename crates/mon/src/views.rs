@@ -129,6 +129,49 @@ pub fn osd_dump(state: &MonState) -> Result<Value, MonError> {
     }))
 }
 
+/// `balancer status`: its settings (central configuration), the
+/// `pg_upmap_items` in the map, and the spread of PG copies over the up and
+/// in OSDs: each one's count beside its share, the largest deviation and
+/// the standard deviation.
+pub fn balancer_status(
+    state: &MonState,
+) -> Result<shoal_monclient::replies::BalancerStatusReply, MonError> {
+    use shoal_monclient::replies::{BALANCER_STATUS_VERSION, BalancerOsd, BalancerStatusReply};
+    let map = state.osdmap.current()?;
+    let o = crate::service::balancer_options(state)
+        .ok_or_else(|| MonError::new(ErrorCode::Internal, "the balancer's options"))?;
+    let pools: Vec<u64> = map.pools().keys().copied().collect();
+    let spread = shoal_maps::balance::spread(map, &pools)
+        .map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))?;
+    let osds: Vec<BalancerOsd> = spread
+        .count
+        .iter()
+        .map(|(osd, n)| BalancerOsd {
+            osd: *osd,
+            pgs: *n,
+            target: spread.target.get(osd).copied().unwrap_or(0.0),
+        })
+        .collect();
+    let stddev = if osds.is_empty() {
+        0.0
+    } else {
+        let sq: f64 = osds.iter().map(|o| (o.pgs as f64 - o.target).powi(2)).sum();
+        (sq / osds.len() as f64).sqrt()
+    };
+    Ok(BalancerStatusReply {
+        version: BALANCER_STATUS_VERSION,
+        active: o.mon_balancer_active,
+        mode: "upmap".into(),
+        interval_ms: o.mon_balancer_interval_ms,
+        max_deviation_allowed: o.mon_balancer_max_deviation,
+        max_moves: o.mon_balancer_max_moves,
+        pg_upmap_items: map.pg_upmap_items().len() as u64,
+        osds,
+        max_deviation: spread.max_deviation(),
+        stddev,
+    })
+}
+
 /// A typed reply as the JSON a command answers.
 pub fn to_reply<T: serde::Serialize>(r: Result<T, MonError>) -> Result<Value, MonError> {
     serde_json::to_value(r?).map_err(|e| MonError::new(ErrorCode::Internal, e.to_string()))

@@ -265,6 +265,9 @@ pub enum Command {
         /// The PG (`1.6`).
         pgid: String,
     },
+    /// The balancer: whether it is on, its settings, the `pg_upmap_items`
+    /// in the map, and each up and in OSD's PG copies beside its share.
+    BalancerStatus,
     /// Sets a CRUSH weight (16.16).
     OsdCrushReweight {
         /// Item.
@@ -474,6 +477,7 @@ impl Command {
                 | Command::AuthServiceSecrets { .. }
                 | Command::OsdTree
                 | Command::OsdDump
+                | Command::BalancerStatus
                 | Command::OsdStat
                 | Command::PoolLs
                 | Command::PoolGet { .. }

@@ -370,6 +370,51 @@ impl PgStatReply {
     }
 }
 
+/// The version of the `balancer-status` schema this build writes and reads.
+pub const BALANCER_STATUS_VERSION: u32 = 1;
+
+/// `balancer status`: the balancer's settings, the `pg_upmap_items` in the
+/// map and the spread of PG copies (schema `balancer-status`, version
+/// [`BALANCER_STATUS_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BalancerStatusReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<BALANCER_STATUS_VERSION, _>"
+    )]
+    pub version: u32,
+    /// Whether the leader balances (`mon_balancer_active`).
+    pub active: bool,
+    /// `upmap`.
+    pub mode: String,
+    /// How often it looks, ms.
+    pub interval_ms: u64,
+    /// The deviation it stops at, PG copies.
+    pub max_deviation_allowed: u32,
+    /// Moves a round at most.
+    pub max_moves: u32,
+    /// PGs with `pg_upmap_items` in the map.
+    pub pg_upmap_items: u64,
+    /// Each up and in OSD's copies beside its share.
+    pub osds: Vec<BalancerOsd>,
+    /// The largest |copies - share|.
+    pub max_deviation: f64,
+    /// The standard deviation of copies from shares.
+    pub stddev: f64,
+}
+
+/// One OSD of [`BalancerStatusReply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BalancerOsd {
+    /// Its id.
+    pub osd: i32,
+    /// PG copies it holds (up sets).
+    pub pgs: u64,
+    /// Its share.
+    pub target: f64,
+}
+
 /// The version of the `osd-stat` schema this build writes and reads.
 pub const OSD_STAT_VERSION: u32 = 1;
 

@@ -92,6 +92,9 @@ enum Command {
     /// Space used and available, in total and per pool (`df detail`: with
     /// the pools' quotas).
     Df(cmd::pg::DfArgs),
+    /// The upmap balancer the monitors run: status, on, off, eval.
+    #[command(subcommand)]
+    Balancer(cmd::balancer::BalancerCmd),
     /// The monitors' quorum, its leader and the monitor map (JSON).
     #[command(name = "quorum_status", alias = "quorum-status")]
     QuorumStatus(cmd::mon::QuorumArgs),
@@ -204,6 +207,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pg(c) => cmd::pg::run(c, &ctx),
         Command::Df(a) => cmd::pg::run_df(a, &ctx),
         Command::QuorumStatus(a) => cmd::mon::run_quorum_status(a, &ctx),
+        Command::Balancer(c) => cmd::balancer::run(c, &ctx),
         Command::Auth(c) => cmd::auth::run(c, &ctx),
         Command::Config(c) => cmd::config::run(c, &ctx),
         Command::Keyring(c) => cmd::keyring::run(c),

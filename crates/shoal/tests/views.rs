@@ -298,3 +298,93 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     assert!(!d.run(&["osd", "rm-pg-upmap-items", pgid]).status.success());
     until("the cluster clean at the end", 60, &clean);
 }
+
+#[test]
+fn the_balancer_brings_every_osd_within_one_pg_of_its_share() {
+    let d = Dev::new("balancer");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "4",
+        "--store",
+        "mem",
+        "--no-gateway",
+        "--set",
+        "osd_pg_stats_interval_ms=500",
+    ]);
+    let file = d.0.join("16k");
+    std::fs::write(&file, vec![3u8; 16384]).unwrap();
+    for i in 0..32 {
+        d.ok(&[
+            "rados",
+            "-p",
+            "rbd",
+            "put",
+            &format!("b{i}"),
+            file.to_str().unwrap(),
+        ]);
+    }
+    // Off by default; CRUSH alone leaves this pool's 96 copies uneven.
+    let before = d.json(&["balancer", "status"]);
+    assert_eq!(before["active"], false, "{before}");
+    assert!(f(&before["max_deviation"]) > 1.0, "{before}");
+    let copies: u64 = before["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["pgs"].as_u64().unwrap())
+        .sum();
+    let eval = d.ok(&["balancer", "eval"]);
+    assert!(eval.contains("current cluster score"), "{eval}");
+
+    d.ok(&["config", "set", "mon", "mon_balancer_interval_ms", "500"]);
+    assert!(d.ok(&["balancer", "on"]).contains("balancer on"));
+    let clean = || {
+        let s = d.json(&["pg", "stat"]);
+        s["num_pg_by_state"].as_array().unwrap().len() == 1
+            && s["num_pg_by_state"][0]["name"] == "active+clean"
+    };
+    until("every OSD within one PG of its share, clean", 90, || {
+        f(&d.json(&["balancer", "status"])["max_deviation"]) <= 1.0 && clean()
+    });
+    let after = d.json(&["balancer", "status"]);
+    assert!(after["pg_upmap_items"].as_u64().unwrap() > 0, "{after}");
+    let now: u64 = after["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["pgs"].as_u64().unwrap())
+        .sum();
+    assert_eq!(now, copies, "{after}");
+    // No PG has two copies on one OSD, and the data is whole.
+    for p in d.json(&["pg", "dump"])["pg_stats"].as_array().unwrap() {
+        let up: Vec<i64> = p["up"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_i64().unwrap())
+            .collect();
+        let mut distinct = up.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), up.len(), "{p}");
+        assert_eq!(up.len(), 3, "{p}");
+    }
+    let back = d.0.join("back");
+    for i in 0..32 {
+        d.ok(&[
+            "rados",
+            "-p",
+            "rbd",
+            "get",
+            &format!("b{i}"),
+            back.to_str().unwrap(),
+        ]);
+        assert_eq!(std::fs::read(&back).unwrap(), vec![3u8; 16384]);
+    }
+    d.ok(&["balancer", "off"]);
+    assert_eq!(d.json(&["balancer", "status"])["active"], false);
+}

@@ -2,6 +2,7 @@
 //! or `Args` type and a `run` function; `main` only dispatches.
 
 pub mod auth;
+pub mod balancer;
 pub mod bench;
 pub mod bench_history;
 pub mod bench_mon;

@@ -16,9 +16,9 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap()
 }
 
-#[test]
-fn the_operators_first_commands_answer_from_the_cluster() {
-    let d = Dev::new("views");
+/// A memory-store cluster of four OSDs whose PG statistics arrive twice
+/// a second.
+fn up4(d: &Dev) {
     d.ok(&[
         "dev",
         "up",
@@ -34,6 +34,19 @@ fn the_operators_first_commands_answer_from_the_cluster() {
         "--set",
         "mgr_stats_period_ms=500",
     ]);
+}
+
+/// Whether every PG is active+clean.
+fn clean(d: &Dev) -> bool {
+    let s = d.json(&["pg", "stat"]);
+    s["num_pg_by_state"].as_array().unwrap().len() == 1
+        && s["num_pg_by_state"][0]["name"] == "active+clean"
+}
+
+#[test]
+fn the_operators_first_commands_answer_from_the_cluster() {
+    let d = Dev::new("views");
+    up4(&d);
     let file = d.0.join("64k");
     std::fs::write(&file, vec![5u8; 65536]).unwrap();
     for i in 0..24 {
@@ -260,14 +273,6 @@ fn the_operators_first_commands_answer_from_the_cluster() {
             .map(|o| o.as_i64().unwrap())
             .collect()
     };
-    let clean = || {
-        d.json(&["pg", "stat"])["num_pg_by_state"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 1
-            && d.json(&["pg", "stat"])["num_pg_by_state"][0]["name"] == "active+clean"
-    };
     for bad in [
         vec![pgid.to_string(), from.to_string(), from.to_string()],
         vec![pgid.to_string(), from.to_string()],
@@ -288,7 +293,7 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     let mut want = up.clone();
     want[1] = to;
     until("the PG's up set follows the upmap", 30, || up_of() == want);
-    until("the cluster clean again", 60, &clean);
+    until("the cluster clean again", 60, || clean(&d));
     let dumped = d.json(&["osd", "dump"]);
     assert_eq!(dumped["pg_upmap_items"][0]["pgid"], pgid, "{dumped}");
     assert_eq!(dumped["pg_upmap_items"][0]["mappings"][0]["to"], to);
@@ -296,25 +301,13 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     d.ok(&["osd", "rm-pg-upmap-items", pgid]);
     until("CRUSH's placement back", 30, || up_of() == up);
     assert!(!d.run(&["osd", "rm-pg-upmap-items", pgid]).status.success());
-    until("the cluster clean at the end", 60, &clean);
+    until("the cluster clean at the end", 60, || clean(&d));
 }
 
 #[test]
 fn the_balancer_brings_every_osd_within_one_pg_of_its_share() {
     let d = Dev::new("balancer");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "4",
-        "--store",
-        "mem",
-        "--no-gateway",
-        "--set",
-        "osd_pg_stats_interval_ms=500",
-    ]);
+    up4(&d);
     let file = d.0.join("16k");
     std::fs::write(&file, vec![3u8; 16384]).unwrap();
     for i in 0..32 {
@@ -342,13 +335,8 @@ fn the_balancer_brings_every_osd_within_one_pg_of_its_share() {
 
     d.ok(&["config", "set", "mon", "mon_balancer_interval_ms", "500"]);
     assert!(d.ok(&["balancer", "on"]).contains("balancer on"));
-    let clean = || {
-        let s = d.json(&["pg", "stat"]);
-        s["num_pg_by_state"].as_array().unwrap().len() == 1
-            && s["num_pg_by_state"][0]["name"] == "active+clean"
-    };
     until("every OSD within one PG of its share, clean", 90, || {
-        f(&d.json(&["balancer", "status"])["max_deviation"]) <= 1.0 && clean()
+        f(&d.json(&["balancer", "status"])["max_deviation"]) <= 1.0 && clean(&d)
     });
     let after = d.json(&["balancer", "status"]);
     assert!(after["pg_upmap_items"].as_u64().unwrap() > 0, "{after}");

@@ -319,6 +319,8 @@ options! {
     osd_peer_timeout_ms: u64 = 30_000u64;
     /// Above this percentage of its store used, an OSD refuses writes (as Ceph's full ratio).
     osd_full_ratio_pct: u32 = 95u32;
+    /// The CRUSH weight an OSD new to CRUSH gets when it first boots (as Ceph's osd_crush_initial_weight); negative: its store's size in TiB, so that CRUSH and the balancer give each OSD a share by capacity.
+    osd_crush_initial_weight: f64 = -1.0f64;
     /// Above this share of its store used, an OSD is reported nearfull (health OSD_NEARFULL, and POOL_NEARFULL for the pools on it), as Ceph's mon_osd_nearfull_ratio.
     mon_osd_nearfull_ratio: f64 = 0.85f64;
     /// Above this share of its store used, an OSD is reported backfillfull (health OSD_BACKFILLFULL), as Ceph's mon_osd_backfillfull_ratio.

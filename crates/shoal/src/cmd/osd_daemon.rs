@@ -225,6 +225,23 @@ fn open_store(
     })
 }
 
+/// The CRUSH weight an OSD new to CRUSH asks for (16.16): the option's
+/// value, or (negative) its store's size in TiB, as Ceph weighs OSDs; at
+/// least the smallest non-zero weight, so that a tiny store still takes
+/// data.
+fn initial_weight(option: f64, statfs: Option<shoal_objectstore::StatFs>) -> u32 {
+    let tib = if option >= 0.0 {
+        option
+    } else {
+        statfs.map_or(1.0, |s| s.total_bytes as f64 / (1u64 << 40) as f64)
+    };
+    let w = (tib * 65536.0).round();
+    if option >= 0.0 && w == 0.0 {
+        return 0;
+    }
+    w.clamp(1.0, f64::from(u32::MAX)) as u32
+}
+
 fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     let entity = EntityName::osd(id);
     let config = ctx.config_for(&entity)?;
@@ -264,7 +281,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         mon_addrs: mon_addrs(&config)?,
         bind,
         host,
-        weight: 0x10000,
+        weight: initial_weight(o.osd_crush_initial_weight, store.statfs().ok()),
         net: NetConfig::from_options(o),
         pg: PgConfig {
             log_limits: LogLimits {
@@ -331,4 +348,30 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         osd.stop().await;
         anyhow::Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statfs(total_bytes: u64) -> Option<shoal_objectstore::StatFs> {
+        Some(shoal_objectstore::StatFs {
+            total_bytes,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_new_osd_weighs_its_capacity_in_tib() {
+        assert_eq!(initial_weight(-1.0, statfs(1 << 40)), 0x10000);
+        assert_eq!(initial_weight(-1.0, statfs(2 << 40)), 0x20000);
+        // 10 GiB: 0.00977 TiB, as Ceph shows it.
+        assert_eq!(initial_weight(-1.0, statfs(10 << 30)), 640);
+        // Tiny stores still take data; an unknown size counts as 1 TiB.
+        assert_eq!(initial_weight(-1.0, statfs(1024)), 1);
+        assert_eq!(initial_weight(-1.0, None), 0x10000);
+        // Given: as given, 0 included.
+        assert_eq!(initial_weight(1.5, statfs(10 << 30)), 0x18000);
+        assert_eq!(initial_weight(0.0, statfs(10 << 30)), 0);
+    }
 }

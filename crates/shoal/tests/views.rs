@@ -1,7 +1,8 @@
 //! The commands an operator types first, against a running cluster, with
 //! Ceph's columns and `--format json`: `osd df` and `osd df tree` (use,
 //! PGs, VAR and the spread's standard deviation), `osd crush tree`,
-//! `osd lspools`, `osd pool ls detail`, `osd pool stats`, `df detail`,
+//! `osd lspools`, `osd pool ls detail`, `osd pool stats`, `osd pool
+//! autoscale-status`, `df detail`,
 //! `quorum_status`, `osd perf`, `pg ls-by-osd` and `pg ls-by-pool`; each checked against
 //! what the cluster holds (`pg dump`, `osd tree`, `mon stat`).
 
@@ -155,6 +156,23 @@ fn the_operators_first_commands_answer_from_the_cluster() {
         "{rbd_row}"
     );
     assert!(!d.ok(&["df"]).contains("QUOTA"));
+
+    // osd pool autoscale-status: rbd's share of the raw space and the PG
+    // count it calls for.
+    let auto = d.json(&["osd", "pool", "autoscale-status"]);
+    let a = &auto[0];
+    assert_eq!(a["pool_name"], "rbd", "{auto}");
+    assert_eq!(a["pg_num_target"], rbd["pg_num"], "{auto}");
+    let df = d.json(&["df"]);
+    assert_eq!(a["raw_capacity"], df["stats"]["total_bytes"], "{auto}");
+    let stored = df["pools"][0]["stats"]["stored"].as_f64().unwrap();
+    let want = stored * 3.0 / df["stats"]["total_bytes"].as_f64().unwrap();
+    assert!((f(&a["capacity_ratio"]) - want).abs() < 1e-9, "{auto}");
+    assert!(a["pg_num_ideal"].as_u64().unwrap() >= 32, "{auto}");
+    assert!(
+        d.ok(&["osd", "pool", "autoscale-status"])
+            .contains("NEW PG_NUM")
+    );
 
     // quorum_status: the quorum as `mon stat` has it.
     let q = d.json(&["quorum_status"]);

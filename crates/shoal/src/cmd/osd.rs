@@ -410,6 +410,10 @@ pub enum PoolCmd {
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
     },
+    /// Each pool's share of the raw space and the PG count it calls for
+    /// (`mon_target_pg_per_osd` PG copies an OSD), as Ceph's autoscaler
+    /// computes them; NEW PG_NUM where it is off by a factor of 3.
+    AutoscaleStatus(FormatArg),
     /// Show a pool's quotas.
     GetQuota {
         /// Pool.
@@ -877,6 +881,15 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 &v,
                 &format!("set-quota {field} = {value} for pool {name}"),
             );
+        }
+        PoolCmd::AutoscaleStatus(f) => {
+            use super::osd_views::{autoscale_plain, autoscale_status};
+            let df: shoal_monclient::replies::DfReply = mon_command_as(ctx, &Command::Df)?;
+            let pools: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
+            let stat: OsdStatReply = mon_command_as(ctx, &Command::OsdStat)?;
+            let target = ctx.config.options.mon_target_pg_per_osd;
+            let v = autoscale_status(&df, &pools, stat.num_in_osds, target);
+            print_typed(f.format, &v, |v| autoscale_plain(v));
         }
         PoolCmd::GetQuota { name, format } => {
             let v: PoolReply = mon_command_as(ctx, &Command::PoolGet { name: name.clone() })?;

@@ -340,6 +340,37 @@ impl Client {
         Ok(Pool::new(self.clone(), pool.id, name))
     }
 
+    /// [`Client::pool`]; when the pool is not in this client's map, the map
+    /// is first brought up to the monitors' newest (a pool made a moment
+    /// ago may not have reached the monitor this client follows yet, as
+    /// librados's wait_for_latest_osdmap): `NoPool` only if the newest map
+    /// lacks it too.
+    pub async fn pool_latest(&self, name: &str) -> Result<Pool> {
+        match self.pool(name) {
+            Err(Error::NoPool(_)) => {}
+            other => return other,
+        }
+        let stat: shoal_monclient::replies::OsdStatReply = self
+            .mon_client()
+            .command_as(&shoal_monclient::Command::OsdStat)
+            .await
+            .map_err(|e| Error::Mon(e.to_string()))?;
+        let mut rx = self.inner.map.clone();
+        let caught_up = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch.0 >= stat.epoch));
+        let timeout = self.inner.opts.op_timeout;
+        match tokio::time::timeout(timeout, caught_up).await {
+            Ok(Ok(_)) => self.pool(name),
+            Ok(Err(_)) => Err(Error::Mon("the client stopped".into())),
+            Err(_) => Err(Error::Timeout(
+                timeout,
+                format!(
+                    "the OSD map of epoch {} (looking for pool {name})",
+                    stat.epoch
+                ),
+            )),
+        }
+    }
+
     /// Waits (at most the op timeout) until the map knows snapshot `snapid`
     /// of pool `pool`.
     pub(crate) async fn wait_pool_snap(&self, pool: u64, snapid: u64) {

@@ -357,7 +357,7 @@ pub fn run(pool: &str, a: HistoryArgs, ctx: &super::common::Ctx) -> anyhow::Resu
     let report = rt.block_on(async {
         let opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         let client = shoal_client::Client::connect(opts).await?;
-        let pool_h = client.pool(pool)?;
+        let pool_h = client.pool_latest(pool).await?;
         let names: Vec<String> = (0..a.objects)
             .map(|i| format!("{}.{i}", a.prefix))
             .collect();

@@ -708,7 +708,7 @@ async fn connect(
     let mut opts = shoal_client::ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
     opts.max_inflight_ops = opts.max_inflight_ops.max(4096);
     let client = shoal_client::Client::connect(opts).await?;
-    let pool = client.pool(pool)?;
+    let pool = client.pool_latest(pool).await?;
     Ok((client, PoolIo(pool)))
 }
 

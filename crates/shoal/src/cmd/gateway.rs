@@ -140,12 +140,12 @@ enum KeyCmd {
     },
 }
 
-fn meta_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<Meta> {
-    Ok(Meta::new(pool_of(client, pool)?))
+async fn meta_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<Meta> {
+    Ok(Meta::new(pool_of(client, pool).await?))
 }
 
-fn pool_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<shoal_client::Pool> {
-    client.pool(pool).with_context(|| {
+async fn pool_of(client: &shoal_client::Client, pool: &str) -> anyhow::Result<shoal_client::Pool> {
+    client.pool_latest(pool).await.with_context(|| {
         format!("the gateway's pool {pool} (create it: shoal osd pool create {pool} 8)")
     })
 }
@@ -168,7 +168,7 @@ pub fn run(a: GatewayArgs, ctx: &Ctx) -> anyhow::Result<()> {
         Some(GatewayCmd::User(u)) => users(u, ctx),
         Some(GatewayCmd::Sweep { pool, sweep }) => {
             super::common::with_data_client(ctx, |client| async move {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 let (runs, uploads) = m
                     .sweep(
                         sweep.stale_write_secs * 1000,
@@ -206,14 +206,14 @@ fn users(cmd: UserCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 email,
                 pool,
             } => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 let name = display_name.unwrap_or_else(|| uid.clone());
                 print(serde_json::to_value(
                     m.user_create(&uid, &name, &email).await.map_err(clear)?,
                 )?)
             }
             UserCmd::Ls { pool } => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 let ids: Vec<String> = m
                     .users()
                     .await
@@ -224,18 +224,18 @@ fn users(cmd: UserCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 print(serde_json::to_value(ids)?)
             }
             UserCmd::Info { uid, pool } => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 match m.user(&uid).await.map_err(clear)? {
                     Some(u) => print(serde_json::to_value(u)?),
                     None => anyhow::bail!("user {uid} does not exist"),
                 }
             }
             UserCmd::Rm { uid, pool } => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 m.user_remove(&uid).await.map_err(clear)
             }
             UserCmd::Key(KeyCmd::Create { uid, pool }) => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 print(serde_json::to_value(
                     m.key_create(&uid).await.map_err(clear)?,
                 )?)
@@ -245,7 +245,7 @@ fn users(cmd: UserCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 access_key,
                 pool,
             }) => {
-                let m = meta_of(&client, &pool)?;
+                let m = meta_of(&client, &pool).await?;
                 print(serde_json::to_value(
                     m.key_remove(&uid, &access_key).await.map_err(clear)?,
                 )?)
@@ -266,7 +266,7 @@ fn daemon(
     super::common::with_data_client(ctx, |client| async move {
         super::crash::for_front_end(ctx, "gateway");
         // User and bucket records cached, kept coherent by watch/notify.
-        let meta = Meta::cached(pool_of(&client, &pool)?)
+        let meta = Meta::cached(pool_of(&client, &pool).await?)
             .await
             .with_context(|| format!("watching the gateway's control object in pool {pool}"))?;
         let listener = tokio::net::TcpListener::bind(bind)

@@ -189,7 +189,10 @@ pub fn run(a: RadosArgs, ctx: &Ctx) -> anyhow::Result<()> {
         let mut opts = ClientOptions::from_loaded(&ctx.config, &ctx.name)?;
         opts.client_inc = a.client_inc;
         let client = Client::connect(opts).await?;
-        let pool = client.pool(&pool_name)?.with_namespace(&a.namespace);
+        let pool = client
+            .pool_latest(&pool_name)
+            .await?
+            .with_namespace(&a.namespace);
         let r = command(&pool, a.cmd).await;
         client.shutdown().await;
         r

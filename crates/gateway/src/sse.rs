@@ -126,11 +126,31 @@ pub fn asked(headers: &HeaderMap, which: Which) -> S3Result<Asked> {
     } else {
         None
     };
-    if which == Which::Object && headers.contains_key("x-amz-server-side-encryption-aws-kms-key-id")
-    {
+    // Every other header of the family asks for what is not offered
+    // (SSE-KMS's key id and context, S3 bucket keys): refused, never
+    // stored as if honoured.
+    let known = [
+        "",
+        "-customer-algorithm",
+        "-customer-key",
+        "-customer-key-md5",
+    ];
+    for name in headers.keys().map(|n| n.as_str()) {
+        let Some(rest) = name.strip_prefix(p) else {
+            continue;
+        };
+        if known.contains(&rest) {
+            continue;
+        }
+        if rest == "-aws-kms-key-id" || rest == "-context" {
+            return Err(s3_error!(
+                InvalidArgument,
+                "SSE-KMS is not offered: no KMS is configured (use SSE-S3 or SSE-C)"
+            ));
+        }
         return Err(s3_error!(
             InvalidArgument,
-            "SSE-KMS is not offered: no KMS is configured (use SSE-S3 or SSE-C)"
+            "{name} is not supported: nothing stored"
         ));
     }
     if algorithm.is_none() && key.is_none() && key_md5.is_none() {

@@ -388,21 +388,27 @@ impl Key {
     ) -> Result<Vec<u8>, SseError> {
         let key = self.run(prefix);
         let first = off / CHUNK as u64;
-        let mut out = Vec::with_capacity(sealed.len());
-        for (i, c) in sealed.chunks(SEALED).enumerate() {
-            if c.len() <= TAG {
+        // One copy of what was read, each chunk opened in place and its
+        // plaintext moved down over the tags before it.
+        let mut out = sealed.to_vec();
+        let mut plain_len = 0;
+        for (i, at) in (0..sealed.len()).step_by(SEALED).enumerate() {
+            let end = (at + SEALED).min(sealed.len());
+            if end - at <= TAG {
                 return Err(SseError::Malformed(format!(
                     "{prefix}.{stripe}: a sealed chunk of {} bytes",
-                    c.len()
+                    end - at
                 )));
             }
-            let mut c = c.to_vec();
             let n = nonce(stripe * CHUNKS_PER_STRIPE + first + i as u64);
-            let plain = key
-                .open_in_place(n, Aad::empty(), &mut c)
-                .map_err(|_| SseError::Tag(format!("{prefix}.{stripe}")))?;
-            out.extend_from_slice(plain);
+            let opened = key
+                .open_in_place(n, Aad::empty(), &mut out[at..end])
+                .map_err(|_| SseError::Tag(format!("{prefix}.{stripe}")))?
+                .len();
+            out.copy_within(at..at + opened, plain_len);
+            plain_len += opened;
         }
+        out.truncate(plain_len);
         let skip = (off - first * CHUNK as u64) as usize;
         let end = skip + len as usize;
         if out.len() < end {

@@ -305,6 +305,8 @@ impl World {
             mon_timeout: Duration::from_secs(5),
             scrub_interval: Duration::from_secs(86_400),
             deep_scrub_interval: Duration::from_secs(7 * 86_400),
+            // Often, so stray copies go while the nemesis still moves PGs.
+            stray_check_interval: Duration::from_secs(1),
             observer: Some(observer),
             op_shards: 1,
         }

@@ -347,6 +347,8 @@ options! {
     osd_scrub_interval_ms: u64 = 86_400_000u64;
     /// Deep-scrub (compare replicas' data checksums too) each PG at least this often, in milliseconds.
     osd_deep_scrub_interval_ms: u64 = 604_800_000u64;
+    /// How often a stray — an OSD holding a copy of a PG it is no longer a member of (after an OSD out, an upmap, a balancer move) — asks the PG's primary whether the copy may go, in milliseconds; the copy is removed once the PG is active and clean without it.
+    osd_stray_check_interval_ms: u64 = 5_000u64;
     /// Scheduled scrubs an OSD runs at once as primary (as Ceph's osd_max_scrubs; 0: none are scheduled); scrubs asked for with `pg scrub` or `osd scrub` do not wait for one.
     osd_max_scrubs: u32 = 1u32;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.

@@ -59,6 +59,8 @@ pub struct OsdOptions {
     pub scrub_interval: Duration,
     /// Deep-scrub each PG at least this often.
     pub deep_scrub_interval: Duration,
+    /// Between a stray copy's questions to its primary (may it go?).
+    pub stray_check_interval: Duration,
     /// Who watches the OSD's acknowledged writes (the simulation's
     /// checkers; `None` in a daemon).
     pub observer: Option<Arc<dyn crate::ctx::Observer>>,
@@ -231,6 +233,7 @@ impl Osd {
         tasks.push(tokio::spawn(Arc::clone(&inner).watch_space()));
         tasks.push(tokio::spawn(Arc::clone(&inner).report_stats()));
         tasks.push(tokio::spawn(Arc::clone(&inner).schedule_scrubs()));
+        tasks.push(tokio::spawn(Arc::clone(&inner).check_strays()));
         Ok(Osd { inner, tasks })
     }
 
@@ -580,9 +583,33 @@ impl Inner {
         }
     }
 
+    /// Now and then, asks every PG that is a stray here to ask its
+    /// primary whether its copy may go (`pg/engine/purge.rs`), and forgets
+    /// the PGs whose copy went.
+    async fn check_strays(self: Arc<Self>) {
+        let every = self
+            .opts
+            .stray_check_interval
+            .max(Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(every).await;
+            let pgs: Vec<_> = {
+                let mut pgs = lock(&self.pgs);
+                pgs.retain(|_, tx| !tx.is_closed());
+                pgs.values().cloned().collect()
+            };
+            for tx in pgs {
+                let _ = tx.send(PgEvent::StrayTick);
+            }
+        }
+    }
+
     /// PGs this OSD holds.
     pub(crate) fn pg_count(&self) -> usize {
-        lock(&self.pgs).len()
+        lock(&self.pgs)
+            .values()
+            .filter(|tx| !tx.is_closed())
+            .count()
     }
 
     pub(crate) async fn pg_stats(&self) -> Vec<PgStat> {
@@ -640,6 +667,7 @@ impl Inner {
             Message::PgInfo(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPush(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPushBatch(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
+            Message::PgStray(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgPull(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::PgScrub(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
             Message::EcRead(m) if from_osd => (m.pool, m.pg_seed, m.epoch),
@@ -651,6 +679,7 @@ impl Inner {
             | Message::PgInfo(_)
             | Message::PgPush(_)
             | Message::PgPushBatch(_)
+            | Message::PgStray(_)
             | Message::PgPull(_)
             | Message::EcRead(_)
             | Message::PgScrub(_) => {
@@ -829,7 +858,7 @@ impl Inner {
         // A primary searching for unfound objects asks OSDs that may hold
         // no copy of the PG: they say so without opening one.
         if let Message::PgQuery(q) = &r.msg
-            && !lock(&self.pgs).contains_key(&pgid)
+            && lock(&self.pgs).get(&pgid).is_none_or(|tx| tx.is_closed())
             && !self
                 .ctx
                 .store
@@ -852,6 +881,26 @@ impl Inner {
             });
             return;
         }
+        // A stray asks its PG's primary whether its copy may go: a PG we
+        // do not run here is not ours to judge (and no actor opens for it).
+        if let Message::PgStray(_) = &r.msg {
+            let tx = lock(&self.pgs)
+                .get(&pgid)
+                .filter(|tx| !tx.is_closed())
+                .cloned();
+            let Some(tx) = tx else {
+                let m = format!("osd.{} runs no copy of pg {pgid}", self.opts.id);
+                return refuse(r, OsdErrorCode::WrongPrimary, m);
+            };
+            let Message::PgStray(msg) = r.msg else { return };
+            let from = r.peer.name.id().parse::<i32>().unwrap_or(-1);
+            let _ = tx.send(PgEvent::StrayAsks {
+                from,
+                msg,
+                responder: r.responder,
+            });
+            return;
+        }
         let tx = if r.from_osd {
             // A peer may make us a member of a PG we have not seen yet.
             match self.pg(pgid) {
@@ -859,7 +908,7 @@ impl Inner {
                 Err(e) => return refuse(r, OsdErrorCode::Io, e.to_string()),
             }
         } else {
-            match lock(&self.pgs).get(&pgid) {
+            match lock(&self.pgs).get(&pgid).filter(|tx| !tx.is_closed()) {
                 Some(tx) => tx.clone(),
                 None => {
                     let m = format!(

@@ -26,6 +26,6 @@ pub use osd::{
     CmpOp, CopyProgress, EcRead, EcReadReply, OpCode, OsdErrorCode, OsdNotify, OsdNotifyReply,
     OsdOp, OsdOpReply, OsdSubOp, OsdSubOpResult, OsdWatch, OsdWatchReply, PgCommand,
     PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgPushBatch, PgQuery, PgScrub,
-    PgScrubMap, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, WatchNotify, WatchNotifyAck,
-    WatcherInfo,
+    PgScrubMap, PgStray, RepOp, RepOpReply, ScrubObject, StrayShard, TxnOp, WatchNotify,
+    WatchNotifyAck, WatcherInfo,
 };

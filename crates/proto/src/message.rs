@@ -9,7 +9,7 @@ use prost::Message as _;
 pub use crate::osd::{
     EcRead, EcReadReply, OsdNotify, OsdNotifyReply, OsdOp, OsdOpReply, OsdWatch, OsdWatchReply,
     PgCommand, PgCommandReply, PgInfo, PgList, PgListReply, PgPull, PgPush, PgPushBatch, PgQuery,
-    PgScrub, PgScrubMap, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
+    PgScrub, PgScrubMap, PgStray, RepOp, RepOpReply, WatchNotify, WatchNotifyAck,
 };
 
 /// Handshake, first frame from the connecting side.
@@ -426,6 +426,7 @@ messages! {
     220 => WatchNotify,
     221 => WatchNotifyAck,
     222 => PgPushBatch,
+    223 => PgStray,
     300 => MdsRequest,
     301 => MdsReply,
     302 => MdsPush,

@@ -745,6 +745,31 @@ pub struct PgPushBatch {
     pub data_lengths: Vec<u64>,
 }
 
+/// A stray — an OSD that holds a copy of a PG while in neither its up
+/// nor its acting set (left behind by a move: an OSD marked out, an upmap,
+/// a balancer step) — asks the PG's acting primary whether the copy may
+/// go. The primary answers with a [`RepOpReply`]: code 0 when the PG is
+/// active and clean with the sender in none of its sets (the copy serves
+/// nothing any more), else why not (`Again`: not clean yet; `WrongPrimary`;
+/// `InvalidArgument`: the sender is a member). The stray deletes only if it
+/// is still a stray of the same primary when the answer comes.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PgStray {
+    /// Pool id.
+    #[prost(uint64, tag = "1")]
+    pub pool: u64,
+    /// PG seed.
+    #[prost(uint32, tag = "2")]
+    pub pg_seed: u32,
+    /// The stray's map epoch.
+    #[prost(uint32, tag = "3")]
+    pub epoch: u32,
+    /// The newest change of the stray's copy (its log's last update), for
+    /// the primary's log line.
+    #[prost(string, tag = "4")]
+    pub last_update: String,
+}
+
 /// Recovery: the primary asks a member for the next step of a copy of one
 /// object; the answer is a [`PgPush`] (with `exists` false when the member
 /// has none), its `before` equal to `progress`.

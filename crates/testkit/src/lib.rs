@@ -78,6 +78,8 @@ pub struct Cluster {
     pub pg: PgConfig,
     /// The OSDs' scheduled scrub and deep-scrub intervals.
     pub scrub_intervals: (Duration, Duration),
+    /// Between a stray copy's questions to its primary.
+    pub stray_check_interval: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -123,6 +125,7 @@ impl Cluster {
                 ..PgConfig::default()
             },
             scrub_intervals: (Duration::from_secs(86_400), Duration::from_secs(7 * 86_400)),
+            stray_check_interval: Duration::from_millis(500),
         }
     }
 
@@ -252,6 +255,7 @@ impl Cluster {
             mon_timeout: Duration::from_secs(8),
             scrub_interval: self.scrub_intervals.0,
             deep_scrub_interval: self.scrub_intervals.1,
+            stray_check_interval: self.stray_check_interval,
             observer: None,
             op_shards: 1,
         };

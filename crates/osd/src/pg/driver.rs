@@ -170,6 +170,8 @@ impl Pg {
                     msgs,
                     interval_start,
                 } => self.send_activations(msgs, interval_start),
+                Effect::AskToPurge { primary } => self.ask_to_purge(primary),
+                Effect::RemoveCopy => self.remove_copy().await,
                 Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
                 Effect::PumpRecovery => {
                     let fx = self.core.pump();
@@ -260,6 +262,70 @@ impl Pg {
                     });
                 });
             }
+        }
+    }
+
+    /// Asks `primary` whether our stray copy may go; a yes comes back as
+    /// [`PgEvent::PurgeGranted`], anything else is left for the next tick.
+    fn ask_to_purge(&self, primary: i32) {
+        let Some(map) = self.core.map.clone() else {
+            return;
+        };
+        let ctx = std::sync::Arc::clone(&self.ctx);
+        let events = self.events.clone();
+        let pg = self.core.id;
+        let msg = shoal_proto::PgStray {
+            pool: pg.pool,
+            pg_seed: pg.seed,
+            epoch: map.epoch.0,
+            last_update: self.core.log.info.last_update.to_string(),
+        };
+        tokio::spawn(async move {
+            let asked = async {
+                let conn = ctx.peer(&map, primary).await?;
+                let timeout = ctx.cfg.peer_timeout;
+                let reply = conn.request_with_timeout(msg, Bytes::new(), timeout).await;
+                reply.map_err(|e| e.to_string())
+            };
+            match asked.await {
+                Ok(r) => match r.msg {
+                    shoal_proto::Message::RepOpReply(a) if a.code == OsdErrorCode::Ok as u32 => {
+                        let _ = events.send(PgEvent::PurgeGranted { primary });
+                    }
+                    shoal_proto::Message::RepOpReply(a) => {
+                        tracing::debug!(%pg, primary, "the stray copy stays: {}", a.message)
+                    }
+                    other => tracing::warn!(%pg, primary,
+                        "osd.{primary} answered a stray's question with {:?}", other.msg_type()),
+                },
+                Err(e) => tracing::debug!(%pg, primary, "cannot ask about the stray copy: {e}"),
+            }
+        });
+    }
+
+    /// Removes every collection of the PG this OSD holds (off the shard's
+    /// thread: a large copy takes a while) and ends the actor. A failure
+    /// leaves the copy, for the next tick to try again.
+    async fn remove_copy(&mut self) {
+        let store = std::sync::Arc::clone(&self.ctx.store);
+        let pg = self.core.id;
+        let r = shoal_net::runtime::offload_try("removing a stray copy", move || {
+            let mut t = Transaction::new();
+            let held = store.list_collections().map_err(|e| e.to_string())?;
+            for c in held {
+                if c.pool == pg.pool && c.seed == pg.seed {
+                    t.remove_collection(c);
+                }
+            }
+            store.apply_transaction(t).map_err(|e| e.to_string())
+        })
+        .await;
+        match r {
+            Ok(()) => {
+                self.removed = true;
+                self.ctx.stats_changed.notify_one();
+            }
+            Err(e) => tracing::warn!(%pg, "removing the stray copy failed: {e}"),
         }
     }
 

@@ -137,6 +137,15 @@ pub enum Effect {
         /// Where the chunk starts (None: the PG's first object).
         cursor: Option<ObjectKey>,
     },
+    /// Ask the acting primary whether the copy this stray holds may go
+    /// (`purge.rs`); a yes comes back as `PurgeGranted`.
+    AskToPurge {
+        /// The primary asked.
+        primary: i32,
+    },
+    /// Remove every collection of the PG this OSD holds, and stop the PG
+    /// (a stray whose primary is clean without it).
+    RemoveCopy,
     /// Queue a transaction whose outcome nobody waits for (scrub stamps).
     Record(Transaction),
     /// Start recovering what the activation found missing.
@@ -1078,6 +1087,7 @@ mod ec_rollback;
 mod map;
 mod ops;
 mod peering;
+mod purge;
 mod snaptrim;
 mod strays;
 

@@ -232,6 +232,23 @@ pub enum PgEvent {
         /// Deep-scrub at least this often.
         deep_every_ms: u64,
     },
+    /// Now and then, from the OSD: a stray asks its primary whether its
+    /// copy may go (`engine/purge.rs`).
+    StrayTick,
+    /// A stray asks us, its primary, whether its copy may go.
+    StrayAsks {
+        /// The stray.
+        from: i32,
+        /// The message.
+        msg: shoal_proto::PgStray,
+        /// Where the answer goes.
+        responder: Responder,
+    },
+    /// Our primary agreed that our copy serves nothing.
+    PurgeGranted {
+        /// The primary that agreed.
+        primary: i32,
+    },
     /// An administrative command (scrub, deep-scrub, repair, query).
     Command {
         /// The message.
@@ -329,6 +346,8 @@ pub struct Pg {
     copy_fence: Arc<std::sync::Mutex<u64>>,
     /// The OSD's scrub slot this PG's scheduled scrub holds.
     scrub_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The copy was removed (a stray's): the actor ends.
+    removed: bool,
 }
 
 impl std::fmt::Debug for Pg {
@@ -469,6 +488,7 @@ impl Pg {
             conns: HashMap::new(),
             copy_fence: Arc::default(),
             scrub_slot: None,
+            removed: false,
         };
         // Log lines name the OSD (several share a process in tests).
         let span = tracing::debug_span!("osd", id = pg.ctx.whoami);
@@ -487,6 +507,11 @@ impl Pg {
                 PgEvent::Crash => return,
                 ev => {
                     self.handle(ev).await;
+                    if self.removed {
+                        // The copy is gone: the OSD opens a new PG if a
+                        // later map makes it a member again.
+                        return;
+                    }
                     if self.core.scrub.is_none() {
                         self.scrub_slot = None;
                     }
@@ -665,6 +690,23 @@ impl Pg {
                 if self.core.scrub.is_some() {
                     self.scrub_slot = Some(slot);
                 }
+                self.drive(fx).await
+            }
+            PgEvent::StrayTick => {
+                let fx = self.core.stray_tick();
+                self.drive(fx).await
+            }
+            PgEvent::StrayAsks {
+                from,
+                msg,
+                responder,
+            } => {
+                let to = self.token(responder);
+                let fx = self.core.stray_asks(from, &msg, to);
+                self.drive_for_peer(fx).await
+            }
+            PgEvent::PurgeGranted { primary } => {
+                let fx = self.core.purge_granted(primary);
                 self.drive(fx).await
             }
             PgEvent::Command { msg, responder } => self.command(msg, responder).await,

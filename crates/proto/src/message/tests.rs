@@ -194,6 +194,14 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 ..PgPushBatch::default()
             })
         }),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(pool, pg_seed, epoch)| {
+            Message::PgStray(PgStray {
+                pool,
+                pg_seed,
+                epoch,
+                last_update: format!("{epoch}'{pg_seed}"),
+            })
+        }),
         (any::<u32>(), bytes32(), any::<u32>()).prop_map(|(cursor_hash, cursor_name, max)| {
             Message::PgList(PgList {
                 cursor_hash,
@@ -407,6 +415,7 @@ fn an_osd_refusal_is_the_requests_own_reply_type() {
         (RepOp::default().into(), MessageType::RepOpReply),
         (PgPush::default().into(), MessageType::RepOpReply),
         (PgPushBatch::default().into(), MessageType::RepOpReply),
+        (PgStray::default().into(), MessageType::RepOpReply),
     ];
     for (req, ty) in requests {
         let reply = req.osd_refusal(11, "no such pool".into(), 7);

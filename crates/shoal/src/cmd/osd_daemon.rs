@@ -312,6 +312,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
         mon_timeout: Duration::from_millis(o.mon_command_timeout_ms) + Duration::from_secs(3),
         scrub_interval: Duration::from_millis(o.osd_scrub_interval_ms),
         deep_scrub_interval: Duration::from_millis(o.osd_deep_scrub_interval_ms),
+        stray_check_interval: Duration::from_millis(o.osd_stray_check_interval_ms),
     };
     // Shard 0: the main thread runs the messenger and its share of PGs to
     // completion, as every other shard thread does (shoal_osd::shards).

@@ -553,13 +553,28 @@ impl PgCore {
         // The PG's objects are those the lister holds and those it lacks
         // (a member mid-backfill holds few of them: listing its store alone
         // would make the others look deleted — the simulation found this).
-        let lister = if primary_backfill { plan.auth } else { me };
+        // The lister is a member whose copy is whole but for the objects
+        // it lacks: us, or when we are backfilled the authoritative member
+        // unless it is backfilled too (an erasure-coded member moved to
+        // another position holds the authoritative log over a shard it has
+        // barely begun: listing it made a backfill that copied nothing,
+        // and the PG clean without its objects — the simulation found this
+        // once strays were removed), then any member that is not.
+        let whole = |o: &i32| plan.members.get(o).is_some_and(|m| !m.backfill);
+        let lister = if primary_backfill {
+            std::iter::once(plan.auth)
+                .chain(plan.members.keys().copied())
+                .find(whole)
+                .unwrap_or(plan.auth)
+        } else {
+            me
+        };
         let lacks: Vec<ObjectKey> = plan
             .members
             .get(&lister)
             .map(|m| m.missing.keys().cloned().collect())
             .unwrap_or_default();
-        let from = primary_backfill.then_some(plan.auth);
+        let from = primary_backfill.then_some(lister);
         self.plan = Some(plan);
         vec![Effect::ListForBackfill {
             from,

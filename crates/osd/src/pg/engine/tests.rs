@@ -2471,3 +2471,119 @@ fn a_removed_snapshot_is_trimmed_object_by_object_as_logged_changes() {
     assert!(!p.store.exists(&coll, &a.clone_for(3)).unwrap());
     assert_eq!((p.log.info.objects, p.log.info.bytes), (2, 6));
 }
+
+// ---- stray copies ------------------------------------------------------
+
+fn stray_answer(fx: &[Effect]) -> (ReplyTo, u32) {
+    match fx {
+        [
+            Effect::Reply {
+                to,
+                msg: Message::RepOpReply(r),
+                ..
+            },
+        ] => (*to, r.code),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn stray_question() -> shoal_proto::PgStray {
+    shoal_proto::PgStray {
+        pool: PG.pool,
+        pg_seed: PG.seed,
+        epoch: EPOCH,
+        last_update: "9'4".into(),
+    }
+}
+
+#[test]
+fn a_clean_primary_lets_a_stray_remove_its_copy_and_nobody_else() {
+    let mut p = member(1, &[1, 2, 3]);
+    assert!(p.purge_ready());
+    let q = stray_question();
+    assert_eq!(
+        stray_answer(&p.stray_asks(4, &q, ReplyTo(1))),
+        (ReplyTo(1), OsdErrorCode::Ok as u32)
+    );
+    // A member of the PG is no stray.
+    assert_eq!(
+        stray_answer(&p.stray_asks(2, &q, ReplyTo(2))).1,
+        OsdErrorCode::InvalidArgument as u32
+    );
+    // Nor a backfill target (in the up set, not acting).
+    p.up = vec![1, 2, 4];
+    assert_eq!(
+        stray_answer(&p.stray_asks(4, &q, ReplyTo(3))).1,
+        OsdErrorCode::InvalidArgument as u32
+    );
+    // A replica does not judge.
+    let mut r = member(2, &[1, 2, 3]);
+    assert_eq!(
+        stray_answer(&r.stray_asks(4, &q, ReplyTo(4))).1,
+        OsdErrorCode::WrongPrimary as u32
+    );
+}
+
+#[test]
+fn a_primary_not_clean_keeps_every_stray_copy() {
+    let q = stray_question();
+    let not_ready = |p: &mut PgCore| {
+        assert!(!p.purge_ready());
+        assert_eq!(
+            stray_answer(&p.stray_asks(4, &q, ReplyTo(1))).1,
+            OsdErrorCode::Again as u32
+        );
+    };
+    // Undersized: two copies of three.
+    not_ready(&mut member(1, &[1, 2]));
+    // Remapped: a pg_temp keeps osd.4's copy serving while osd.3 fills.
+    let mut p = member(1, &[1, 2, 3]);
+    p.up = vec![1, 2, 5];
+    p.acting = vec![1, 2, 3];
+    not_ready(&mut p);
+    // Still peering or activating.
+    let mut p = member(1, &[1, 2, 3]);
+    p.state = State::Peering;
+    not_ready(&mut p);
+    // Recovering.
+    let mut p = member(1, &[1, 2, 3]);
+    p.recovery = Some(crate::pg::recover::RecoveryState::new(
+        1,
+        1,
+        &MissingSet::default(),
+        std::iter::empty(),
+    ));
+    not_ready(&mut p);
+    // Waiting for a pg_temp to go.
+    let mut p = member(1, &[1, 2, 3]);
+    p.peering.waiting_pg_temp = Some(Vec::new());
+    not_ready(&mut p);
+    // A scrub left an inconsistency a stray copy might still repair.
+    let mut p = member(1, &[1, 2, 3]);
+    p.scrub_record.inconsistent = vec![("obj".into(), "data differs".into())];
+    not_ready(&mut p);
+}
+
+#[test]
+fn a_stray_asks_its_primary_and_removes_its_copy_only_while_still_a_stray_of_it() {
+    // osd.4 holds a copy; the PG's sets are 1, 2, 3.
+    let mut s = member(4, &[1, 2, 3]);
+    s.state = State::Stray;
+    assert_eq!(s.stray_tick(), vec![Effect::AskToPurge { primary: 1 }]);
+    assert_eq!(s.purge_granted(1), vec![Effect::RemoveCopy]);
+    // An answer from another OSD than our primary: kept.
+    assert_eq!(s.purge_granted(2), vec![]);
+    // A newer map made us a member again before the answer came: kept.
+    let mut m = member(4, &[1, 2, 4]);
+    m.state = State::ReplicaWaiting;
+    assert_eq!(m.stray_tick(), vec![]);
+    assert_eq!(m.purge_granted(1), vec![]);
+    // A member (replica or primary) never asks.
+    assert_eq!(member(2, &[1, 2, 3]).stray_tick(), vec![]);
+    assert_eq!(member(1, &[1, 2, 3]).stray_tick(), vec![]);
+    // No primary (the PG is down): nobody to ask.
+    let mut d = member(4, &[1, 2, 3]);
+    d.state = State::Stray;
+    d.primary = -1;
+    assert_eq!(d.stray_tick(), vec![]);
+}

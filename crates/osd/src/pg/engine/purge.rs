@@ -1,0 +1,114 @@
+//! Copies left behind. When a PG moves off an OSD (the OSD is marked out,
+//! an upmap or the balancer moves it, CRUSH weights change), the OSD keeps
+//! its copy while the new members are backfilled from it, and is then in
+//! neither the up nor the acting set: a stray. Once the PG is active and
+//! clean without it, the copy serves nothing and only holds space (Ceph's
+//! primary sends its strays `MOSDPGRemove` when it goes clean). Here the
+//! stray asks: now and then ([`PgCore::stray_tick`]) it sends the acting
+//! primary a [`PgStray`]; the primary agrees only while it is active and
+//! clean — nothing to recover, every position held by its up OSD, no
+//! `pg_temp`, no inconsistency left by a scrub — and the asker is in none
+//! of its sets ([`PgCore::stray_asks`]); the stray removes its copy (every
+//! collection of the PG it holds, the shards of positions an erasure-coded
+//! PG left included) only if, when the answer comes, it is still a stray
+//! of that same primary ([`PgCore::purge_granted`]).
+
+use bytes::Bytes;
+use shoal_proto::{OsdErrorCode, PgStray, RepOpReply};
+
+use super::{Effect, PgCore, ReplyTo, is_osd};
+use crate::pg::State;
+
+impl PgCore {
+    /// Whether copies outside the PG's sets serve nothing any more: the
+    /// PG is active with nothing to recover or activate, every position of
+    /// the pool is held by the OSD CRUSH (and the upmaps) put there — not
+    /// undersized, not remapped, no `pg_temp` asked for — and no scrub
+    /// left an inconsistency a stray copy might help repair.
+    pub(in crate::pg) fn purge_ready(&self) -> bool {
+        let Some(pool) = &self.pool else {
+            return false;
+        };
+        let settled = self.state == State::Active
+            && self.recovery.is_none()
+            && self.pending_activation.is_none()
+            && self.peering.waiting_pg_temp.is_none()
+            && self.scrub_record.inconsistent.is_empty();
+        let placed = match &self.ec {
+            Some(ec) => ec.acting == ec.up && ec.up.iter().all(|o| is_osd(*o)),
+            None => self.acting == self.up,
+        };
+        settled && placed && self.acting.len() == pool.size as usize
+    }
+
+    /// A stray asks whether its copy may go: yes (code 0) only from the
+    /// primary of an active and clean PG, to an OSD in none of its sets.
+    pub(in crate::pg) fn stray_asks(
+        &mut self,
+        from: i32,
+        msg: &PgStray,
+        to: ReplyTo,
+    ) -> Vec<Effect> {
+        let epoch = self.epoch();
+        let refuse = |code: OsdErrorCode, message: String| Effect::Reply {
+            to,
+            msg: RepOpReply {
+                code: code as u32,
+                message,
+                epoch,
+            }
+            .into(),
+            data: Bytes::new(),
+            data_crc: None,
+        };
+        if !self.is_primary() {
+            let m = format!("osd.{} is not the primary of pg {}", self.whoami, self.id);
+            return vec![refuse(OsdErrorCode::WrongPrimary, m)];
+        }
+        if !is_osd(from) || self.up.contains(&from) || self.acting.contains(&from) {
+            let m = format!("osd.{from} is a member of pg {} in epoch {epoch}", self.id);
+            return vec![refuse(OsdErrorCode::InvalidArgument, m)];
+        }
+        if !self.purge_ready() {
+            let m = format!("pg {} is not active and clean yet", self.id);
+            return vec![refuse(OsdErrorCode::Again, m)];
+        }
+        tracing::info!(pg = %self.id, osd = from, epoch = msg.epoch,
+            last_update = %msg.last_update, "a stray copy may go: the PG is clean without it");
+        vec![refuse(OsdErrorCode::Ok, String::new())]
+    }
+
+    /// The OSD's periodic look at its PGs: a stray with a primary to ask
+    /// asks it whether its copy may go.
+    pub(in crate::pg) fn stray_tick(&self) -> Vec<Effect> {
+        if !self.is_stray() {
+            return Vec::new();
+        }
+        vec![Effect::AskToPurge {
+            primary: self.primary,
+        }]
+    }
+
+    /// `primary` agreed that our copy serves nothing: remove it, if we are
+    /// still a stray of that primary (a newer map may have made us a
+    /// member again, or moved the PG to a primary that has not judged it).
+    pub(in crate::pg) fn purge_granted(&mut self, primary: i32) -> Vec<Effect> {
+        if !self.is_stray() || self.primary != primary {
+            return Vec::new();
+        }
+        tracing::info!(pg = %self.id, primary, last_update = %self.log.info.last_update,
+            "removing the copy left here: the PG is clean on its members");
+        vec![Effect::RemoveCopy]
+    }
+
+    /// In neither set of a PG whose pool exists, with an acting primary
+    /// that is another OSD.
+    fn is_stray(&self) -> bool {
+        self.state == State::Stray
+            && self.pool.is_some()
+            && is_osd(self.primary)
+            && self.primary != self.whoami
+            && !self.up.contains(&self.whoami)
+            && !self.acting.contains(&self.whoami)
+    }
+}

@@ -78,6 +78,8 @@ for o in 0 1 2 3; do
   bytes=$SMALL; [ "$o" -ge 2 ] && bytes=$BIG
   "$SHOAL" osd crush reweight "osd.$o" "$(python3 -c "print($bytes / 2**40)")" >/dev/null
 done
+# On by default: off until the data is in, so "before" is CRUSH's alone.
+"$SHOAL" balancer off >/dev/null
 wait_for 120 "a clean cluster" clean
 
 # Half the raw space: raw = 6 SMALL, three copies.

@@ -370,7 +370,7 @@ options! {
     /// The PG copies each OSD should hold, which `osd pool autoscale-status` sizes pools' pg_num by (as Ceph's mon_target_pg_per_osd).
     mon_target_pg_per_osd: u32 = 100u32;
     /// The monitors' leader balances PGs (as Ceph's balancer in upmap mode): once every PG is active+clean it moves copies with pg_upmap_items until each up and in OSD holds within mon_balancer_max_deviation copies of its share (CRUSH weight times reweight), keeping each PG's failure domains; read from the central configuration (`shoal balancer on|off`).
-    mon_balancer_active: bool = false;
+    mon_balancer_active: bool = true;
     /// How often the balancer looks, in milliseconds (central configuration).
     mon_balancer_interval_ms: u64 = 60_000u64;
     /// The most PG copies an OSD may hold above or below its share once balanced (central configuration).

@@ -1822,7 +1822,13 @@ async fn record_health(core: std::sync::Weak<Core>) {
             }
             continue;
         }
-        let since = *leading_since.get_or_insert_with(Instant::now);
+        let since = *leading_since.get_or_insert_with(|| {
+            // The balancer's first round comes an interval after taking
+            // the lead (as Ceph's balancer module sleeps first), not while
+            // a new cluster's pools are still being made.
+            balanced_at = Some(Instant::now());
+            Instant::now()
+        });
         core.choose_mgr(since).await;
         core.choose_mds(since).await;
         core.enforce_quotas().await;

@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Dev, until};
+use common::{Dev, start_osd, until};
 
 /// KiB each OSD's store holds, from `osd df`.
 fn used(d: &Dev) -> BTreeMap<i64, u64> {
@@ -206,4 +206,49 @@ fn an_erasure_coded_pgs_shards_leave_an_osd_marked_out() {
         || d.all_active_clean() && used(&d)[&2] < start[&2] / 10,
     );
     check(&d, "ec", 24);
+}
+
+#[test]
+fn an_osd_restarted_with_stray_copies_on_its_block_store_removes_them() {
+    let d = Dev::new("strays-restart");
+    // Block stores; strays ask only once an hour until osd.3 restarts.
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "4",
+        "--no-gateway",
+        "--set",
+        "osd_pg_stats_interval_ms=500",
+        "--set",
+        "mgr_stats_period_ms=500",
+        "--set",
+        "osd_stray_check_interval_ms=3600000",
+    ]);
+    d.ok(&["balancer", "off"]);
+    let base = settled(&d, "the empty cluster clean");
+    fill(&d, "rbd", 24);
+    let start = settled(&d, "the cluster clean after the writes");
+    let data3 = start[&3].saturating_sub(base[&3]);
+    assert!(data3 >= 1024, "osd.3 holds its share: {base:?} → {start:?}");
+    d.ok(&["osd", "out", "3"]);
+    let out = settled(&d, "the cluster clean with osd.3 out");
+    assert!(
+        out[&3] + data3 / 2 > start[&3],
+        "the copies stay until osd.3 asks: {start:?} → {out:?}"
+    );
+    // Restarted with a shorter interval, it finds its strays in its store
+    // and removes them; the block store's space comes back.
+    let conf = d.0.join("shoal.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text.push_str("\n[osd.3]\nosd_stray_check_interval_ms = 500\n");
+    std::fs::write(&conf, text).unwrap();
+    d.kill9("osd.3");
+    start_osd(&d, 3);
+    until("osd.3's stray copies gone after its restart", 120, || {
+        d.all_active_clean() && used(&d)[&3] < base[&3] + data3 / 10
+    });
+    check(&d, "rbd", 24);
 }

@@ -173,6 +173,28 @@ fn apply_op(colls: &mut Collections, op: &Op) -> Delta {
             colls.insert(c, BTreeMap::new());
             return Delta::default();
         }
+        Op::SplitCollection { dst, bits, rem, .. } => {
+            let moving: Vec<ObjectKey> = colls
+                .get(&c)
+                .map(|objs| {
+                    objs.keys()
+                        .filter(|k| crate::transaction::split_moves(k.hash, *bits, *rem))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut delta = Delta::default();
+            for k in moving {
+                let Some(obj) = colls.get_mut(&c).and_then(|objs| objs.remove(&k)) else {
+                    continue;
+                };
+                delta = delta.add(Delta::removed(&obj));
+                if let Some(to) = colls.get_mut(dst) {
+                    delta = delta.add(replace(to, &k, obj));
+                }
+            }
+            return delta;
+        }
         Op::RemoveCollection(_) => {
             return colls
                 .remove(&c)
@@ -241,7 +263,9 @@ fn apply_op(colls: &mut Collections, op: &Op) -> Delta {
         | Op::OmapRemoveRange { oid: o, .. } => change(objs, o, |obj| {
             obj.meta.apply(op);
         }),
-        Op::CreateCollection(_) | Op::RemoveCollection(_) => Delta::default(),
+        Op::CreateCollection(_) | Op::RemoveCollection(_) | Op::SplitCollection { .. } => {
+            Delta::default()
+        }
     }
 }
 

@@ -41,9 +41,18 @@ impl Model {
     /// Apply `txn` all-or-nothing; `false` (and no change) if a precondition fails.
     pub fn apply(&mut self, txn: &Transaction) -> bool {
         let mut next = self.clone();
+        // After a split only further splits may touch its collections.
+        let mut split = std::collections::BTreeSet::new();
         for op in txn.ops() {
+            let c = op.collection();
+            if split.contains(&c) && !matches!(op, Op::SplitCollection { .. }) {
+                return false;
+            }
             if !next.apply_op(op) {
                 return false;
+            }
+            if let Op::SplitCollection { dst, .. } = op {
+                split.extend([c, *dst]);
             }
         }
         *self = next;
@@ -55,6 +64,29 @@ impl Model {
         match op {
             Op::CreateCollection(_) => return self.colls.insert(c, BTreeMap::new()).is_none(),
             Op::RemoveCollection(_) => return self.colls.remove(&c).is_some(),
+            Op::SplitCollection { dst, bits, rem, .. } => {
+                if *dst == c || *bits > 32 || (*bits < 32 && u64::from(*rem) >> *bits != 0) {
+                    return false;
+                }
+                let (Some(mut from), Some(mut to)) =
+                    (self.colls.remove(&c), self.colls.remove(dst))
+                else {
+                    return false;
+                };
+                let moving: Vec<ObjectKey> = from
+                    .keys()
+                    .filter(|k| crate::transaction::split_moves(k.hash, *bits, *rem))
+                    .cloned()
+                    .collect();
+                for k in moving {
+                    if let Some(o) = from.remove(&k) {
+                        to.insert(k, o);
+                    }
+                }
+                self.colls.insert(c, from);
+                self.colls.insert(*dst, to);
+                return true;
+            }
             _ => {}
         }
         let Some(objs) = self.colls.get_mut(&c) else {
@@ -160,7 +192,7 @@ impl Model {
             Op::OmapSetHeader(_, o, h) => {
                 objs.entry(o.clone()).or_default().omap_header = h.clone()
             }
-            Op::CreateCollection(_) | Op::RemoveCollection(_) => {}
+            Op::CreateCollection(_) | Op::RemoveCollection(_) | Op::SplitCollection { .. } => {}
         }
         true
     }
@@ -337,6 +369,15 @@ impl TxnGen {
                 src: o,
                 dst: self.obj(),
             },
+            19 if self.rng.one_in(3) => {
+                let bits = self.rng.below(6) as u32;
+                Op::SplitCollection {
+                    coll: c,
+                    dst: self.coll(),
+                    bits,
+                    rem: self.rng.below(1 << bits) as u32,
+                }
+            }
             _ => {
                 let offset = self.rng.below(self.offset_max);
                 let n = 1 + self.rng.below(3000);

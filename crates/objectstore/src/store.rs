@@ -19,7 +19,9 @@ use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 ///    every precondition first; if one fails it returns the error and nothing changed.
 ///    Preconditions: every op's collection exists (after the earlier ops of the same
 ///    transaction); `CreateCollection` needs the collection absent; `Remove` and the
-///    source of `Clone`, `CloneRange` and `Rename` need the object present; offsets and
+///    source of `Clone`, `CloneRange` and `Rename` need the object present;
+///    `SplitCollection` needs both collections, distinct, and after it only further
+///    splits may touch either in the same transaction; offsets and
 ///    lengths stay within [`crate::types::OBJECT_SIZE_MAX`]; names within
 ///    [`crate::types::OBJECT_NAME_BYTES_MAX`]; the transaction within
 ///    [`crate::types::TRANSACTION_OPS_MAX`] and [`crate::types::TRANSACTION_DATA_BYTES_MAX`].

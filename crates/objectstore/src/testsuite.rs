@@ -37,6 +37,7 @@ pub fn run_all(factory: &mut dyn FnMut() -> Box<dyn ObjectStore>) {
     clone_rename(&*factory());
     omap_xattrs(&*factory());
     collections(&*factory());
+    split(&*factory());
     model_check(&*factory(), 0x5eed, 300);
 }
 
@@ -383,6 +384,110 @@ pub fn collections(s: &dyn ObjectStore) {
         "space of removed objects is freed"
     );
     assert_eq!(ok(s.space(), "space").free_bytes, after.free_bytes);
+}
+
+/// A PG split: the objects whose hash's low bits match move to the child
+/// with their data, xattrs and omap, nothing is copied, the rest stay;
+/// malformed splits are refused with no effect.
+pub fn split(s: &dyn ObjectStore) {
+    setup(s);
+    let child = CollectionId::new(3, 5);
+    let key = |hash: u32, name: &str| ObjectKey::new(hash, name);
+    let mut t = Transaction::new();
+    t.create_collection(child);
+    // Low two bits: 0b01 moves, the others stay.
+    for (i, hash) in [0x11u32, 0x15, 0x12, 0x20, 0xffff_fffd].iter().enumerate() {
+        let o = key(*hash, &format!("o{i}"));
+        t.write(C, o.clone(), 0, Bytes::from(vec![i as u8 + 1; 20_000]));
+        t.set_xattrs(
+            C,
+            o.clone(),
+            BTreeMap::from([("x".into(), Bytes::from(vec![i as u8]))]),
+        );
+        t.omap_set_keys(
+            C,
+            o,
+            BTreeMap::from([(Bytes::from_static(b"k"), Bytes::from(vec![i as u8; 3]))]),
+        );
+    }
+    // The child already holds an object of a key that moves: replaced.
+    t.write(child, key(0x11, "o0"), 0, Bytes::from_static(b"old"));
+    ok(s.apply_transaction(t), "fill");
+    ok(s.flush(), "flush");
+    let before = ok(s.statfs(), "statfs");
+
+    for bad in [
+        (C, 2, 1),     // into itself
+        (child, 2, 4), // rem wider than bits
+        (child, 33, 1),
+        (CollectionId::new(3, 9), 2, 1), // no such collection
+    ] {
+        let mut t = Transaction::new();
+        t.split_collection(C, bad.0, bad.1, bad.2);
+        assert!(s.apply_transaction(t).is_err(), "split {bad:?} refused");
+    }
+    let mut t = Transaction::new();
+    t.split_collection(C, child, 2, 1).touch(C, key(1, "after"));
+    assert!(
+        s.apply_transaction(t).is_err(),
+        "an op on a split collection after the split is refused"
+    );
+    let listed = ok(s.list_objects(&C, None, 100), "list");
+    assert_eq!(listed.objects.len(), 5, "nothing moved");
+
+    let mut t = Transaction::new();
+    t.split_collection(C, child, 2, 1);
+    ok(s.apply_transaction(t), "split");
+    ok(s.flush(), "flush");
+    let names = |c: &CollectionId| -> Vec<Vec<u8>> {
+        let mut n: Vec<Vec<u8>> = ok(s.list_objects(c, None, 100), "list")
+            .objects
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(&child),
+        vec![b"o0".to_vec(), b"o1".to_vec(), b"o4".to_vec()]
+    );
+    assert_eq!(names(&C), vec![b"o2".to_vec(), b"o3".to_vec()]);
+    for (i, hash) in [0x11u32, 0x15, 0x12, 0x20, 0xffff_fffd].iter().enumerate() {
+        let o = key(*hash, &format!("o{i}"));
+        let at = if hash & 3 == 1 { child } else { C };
+        let other = if at == child { C } else { child };
+        assert!(!ok(s.exists(&other, &o), "exists"), "o{i} in one place");
+        let data = ok(s.read(&at, &o, 0, u64::MAX), "read");
+        assert_eq!(data, Bytes::from(vec![i as u8 + 1; 20_000]), "o{i}'s data");
+        let x = ok(s.getxattrs(&at, &o), "xattrs");
+        assert_eq!(
+            x.get("x"),
+            Some(&Bytes::from(vec![i as u8])),
+            "o{i}'s xattr"
+        );
+        let omap = ok(
+            s.omap_range(&at, &o, Bound::Unbounded, Bound::Unbounded, 10),
+            "omap",
+        );
+        assert_eq!(
+            omap,
+            vec![(Bytes::from_static(b"k"), Bytes::from(vec![i as u8; 3]))],
+            "o{i}'s omap"
+        );
+    }
+    let after = ok(s.statfs(), "statfs");
+    assert_eq!(
+        (after.objects, after.stored_bytes),
+        (before.objects - 1, before.stored_bytes - 3),
+        "the replaced object is gone, nothing else changes"
+    );
+    assert!(
+        after.free_bytes >= before.free_bytes,
+        "a split copies no data: {} free before, {} after",
+        before.free_bytes,
+        after.free_bytes
+    );
 }
 
 /// Random transactions against the reference model; compares the full state every few.

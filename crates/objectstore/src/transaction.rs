@@ -14,6 +14,22 @@ pub enum Op {
     CreateCollection(CollectionId),
     /// Remove a collection and every object in it; it must exist.
     RemoveCollection(CollectionId),
+    /// Move every object of `coll` whose hash's low `bits` bits equal
+    /// `rem` into `dst` (a PG split: the child's objects leave the parent
+    /// in place, no data copied), replacing an object of the same key
+    /// there. Both collections must exist and differ; `rem` must fit in
+    /// `bits` (at most 32). Later ops of the same transaction may touch
+    /// either collection only if they are splits too.
+    SplitCollection {
+        /// The parent: the collection the objects leave.
+        coll: CollectionId,
+        /// The child they go to.
+        dst: CollectionId,
+        /// How many low bits of the hash are compared.
+        bits: u32,
+        /// Their value for the objects that move.
+        rem: u32,
+    },
     /// Create the object if absent; no other effect.
     Touch(CollectionId, ObjectKey),
     /// Write `data` at `offset`, extending the object if needed (a gap reads as zeros).
@@ -128,7 +144,8 @@ impl Op {
             | Op::Clone { coll, .. }
             | Op::CloneRange { coll, .. }
             | Op::OmapRemoveRange { coll, .. }
-            | Op::Rename { coll, .. } => *coll,
+            | Op::Rename { coll, .. }
+            | Op::SplitCollection { coll, .. } => *coll,
         }
     }
 }
@@ -186,6 +203,22 @@ impl Transaction {
     /// See [`Op::RemoveCollection`].
     pub fn remove_collection(&mut self, c: CollectionId) -> &mut Self {
         self.push(Op::RemoveCollection(c))
+    }
+
+    /// See [`Op::SplitCollection`].
+    pub fn split_collection(
+        &mut self,
+        coll: CollectionId,
+        dst: CollectionId,
+        bits: u32,
+        rem: u32,
+    ) -> &mut Self {
+        self.push(Op::SplitCollection {
+            coll,
+            dst,
+            bits,
+            rem,
+        })
     }
 
     /// See [`Op::Touch`].
@@ -340,4 +373,15 @@ impl Transaction {
     pub fn rename(&mut self, coll: CollectionId, src: ObjectKey, dst: ObjectKey) -> &mut Self {
         self.push(Op::Rename { coll, src, dst })
     }
+}
+
+/// Whether an object of hash `hash` moves in a split on (`bits`, `rem`):
+/// its low `bits` bits equal `rem` (see [`Op::SplitCollection`]).
+pub fn split_moves(hash: u32, bits: u32, rem: u32) -> bool {
+    let mask = if bits >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << bits) - 1
+    };
+    hash & mask == rem
 }

@@ -23,6 +23,8 @@ struct Overlay<'a, V: View> {
     /// Collections removed earlier in this transaction: their old objects are gone.
     reset: HashSet<CollectionId>,
     objs: HashMap<(CollectionId, ObjectKey), bool>,
+    /// Collections a split touched earlier in this transaction.
+    split: HashSet<CollectionId>,
 }
 
 impl<V: View> Overlay<'_, V> {
@@ -116,9 +118,15 @@ pub(crate) fn validate(view: &impl View, txn: &Transaction) -> Result<()> {
         colls: HashMap::new(),
         reset: HashSet::new(),
         objs: HashMap::new(),
+        split: HashSet::new(),
     };
     for op in txn.ops() {
         let c = op.collection();
+        if ov.split.contains(&c) && !matches!(op, Op::SplitCollection { .. }) {
+            return Err(Error::InvalidArgument(format!(
+                "an op on {c} after a split of it in the same transaction"
+            )));
+        }
         match op {
             Op::CreateCollection(_) => {
                 if ov.coll(&c) {
@@ -131,6 +139,22 @@ pub(crate) fn validate(view: &impl View, txn: &Transaction) -> Result<()> {
                 ov.colls.insert(c, false);
                 ov.reset.insert(c);
                 ov.objs.retain(|(cc, _), _| *cc != c);
+            }
+            Op::SplitCollection { dst, bits, rem, .. } => {
+                ov.need_coll(&c)?;
+                ov.need_coll(dst)?;
+                if *dst == c || *bits > 32 || (*bits < 32 && u64::from(*rem) >> *bits != 0) {
+                    return Err(Error::InvalidArgument(format!(
+                        "split of {c} into {dst} on {bits} bits = {rem}"
+                    )));
+                }
+                // Which objects move depends on the state, not only on
+                // this transaction: after a split only further splits may
+                // touch either collection in the same transaction (a PG
+                // split writes its logs first, then moves the objects), so
+                // existence is not tracked past it.
+                ov.split.insert(c);
+                ov.split.insert(*dst);
             }
             Op::Remove(_, o) => {
                 ov.need_coll(&c)?;

@@ -198,6 +198,28 @@ impl<'a> Applier<'a> {
                 self.st.colls.remove(&c);
                 self.dirty_colls.insert(c);
             }
+            Op::SplitCollection { dst, bits, rem, .. } => {
+                // The onodes move; their extents stay where they are.
+                let moving: Vec<ObjectKey> = self
+                    .st
+                    .colls
+                    .get(&c)
+                    .map(|m| {
+                        m.keys()
+                            .filter(|k| crate::transaction::split_moves(k.hash, *bits, *rem))
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for o in moving {
+                    if let Some(on) = self.take_onode(&c, &o) {
+                        if let Some(old) = self.take_onode(dst, &o) {
+                            self.free_onode(&old);
+                        }
+                        self.put_onode(dst, &o, on);
+                    }
+                }
+            }
             Op::Touch(_, o) => {
                 self.onode(&c, o)?;
             }

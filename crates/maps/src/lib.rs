@@ -27,7 +27,7 @@ pub use incremental::Incremental;
 pub use interval::{IntervalHistory, IntervalKey, PastInterval};
 pub use mapping::PgMapping;
 pub use osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, PRIMARY_AFFINITY_DEFAULT, WEIGHT_IN, WEIGHT_OUT};
-pub use pg::PgId;
+pub use pg::{PgId, SplitChild, split_children};
 pub use pool::{
     DEFAULT_STRIPE_UNIT, FLAG_EC_OVERWRITES, FLAG_FULL_QUOTA, FLAG_HASHPSPOOL, MAX_PG_NUM,
     MAX_POOL_SIZE, Pool, PoolKind,

@@ -26,6 +26,7 @@ pub mod pieces;
 pub mod recovery;
 pub mod scrub;
 pub mod shards;
+pub mod split;
 pub mod watch;
 
 mod heartbeat;

@@ -26,6 +26,14 @@ fn used(d: &Dev) -> BTreeMap<i64, u64> {
 /// A memory-store cluster of four OSDs that report every half second and
 /// whose strays ask their primaries as often.
 fn up4(d: &Dev) {
+    up4_on(d, "mem", 500);
+}
+
+/// Four OSDs on `store`, reporting every half second, whose strays ask
+/// their primaries every `stray_ms`; the balancer off (the moves are the
+/// test's own).
+fn up4_on(d: &Dev, store: &str, stray_ms: u64) {
+    let stray = format!("osd_stray_check_interval_ms={stray_ms}");
     d.ok(&[
         "dev",
         "up",
@@ -34,16 +42,15 @@ fn up4(d: &Dev) {
         "--osds",
         "4",
         "--store",
-        "mem",
+        store,
         "--no-gateway",
         "--set",
         "osd_pg_stats_interval_ms=500",
         "--set",
         "mgr_stats_period_ms=500",
         "--set",
-        "osd_stray_check_interval_ms=500",
+        &stray,
     ]);
-    // The moves are the test's own.
     d.ok(&["balancer", "off"]);
 }
 
@@ -212,22 +219,7 @@ fn an_erasure_coded_pgs_shards_leave_an_osd_marked_out() {
 fn an_osd_restarted_with_stray_copies_on_its_block_store_removes_them() {
     let d = Dev::new("strays-restart");
     // Block stores; strays ask only once an hour until osd.3 restarts.
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "4",
-        "--no-gateway",
-        "--set",
-        "osd_pg_stats_interval_ms=500",
-        "--set",
-        "mgr_stats_period_ms=500",
-        "--set",
-        "osd_stray_check_interval_ms=3600000",
-    ]);
-    d.ok(&["balancer", "off"]);
+    up4_on(&d, "block", 3_600_000);
     let base = settled(&d, "the empty cluster clean");
     fill(&d, "rbd", 24);
     let start = settled(&d, "the cluster clean after the writes");

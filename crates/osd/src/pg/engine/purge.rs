@@ -13,10 +13,9 @@
 //! PG left included) only if, when the answer comes, it is still a stray
 //! of that same primary ([`PgCore::purge_granted`]).
 
-use bytes::Bytes;
-use shoal_proto::{OsdErrorCode, PgStray, RepOpReply};
+use shoal_proto::{OsdErrorCode, PgStray};
 
-use super::{Effect, PgCore, ReplyTo, is_osd};
+use super::{Effect, PgCore, ReplyTo, is_osd, rep_reply};
 use crate::pg::State;
 
 impl PgCore {
@@ -50,17 +49,7 @@ impl PgCore {
         to: ReplyTo,
     ) -> Vec<Effect> {
         let epoch = self.epoch();
-        let refuse = |code: OsdErrorCode, message: String| Effect::Reply {
-            to,
-            msg: RepOpReply {
-                code: code as u32,
-                message,
-                epoch,
-            }
-            .into(),
-            data: Bytes::new(),
-            data_crc: None,
-        };
+        let refuse = |code: OsdErrorCode, message: String| rep_reply(to, code, epoch, message);
         if !self.is_primary() {
             let m = format!("osd.{} is not the primary of pg {}", self.whoami, self.id);
             return vec![refuse(OsdErrorCode::WrongPrimary, m)];

@@ -768,6 +768,11 @@ pub struct PgStray {
     /// the primary's log line.
     #[prost(string, tag = "4")]
     pub last_update: String,
+    /// The asker is a member of the PG (erasure coding) that still holds
+    /// the shards of positions it left, and asks to drop those alone; the
+    /// primary agrees on the same condition, with the asker in its sets.
+    #[prost(bool, tag = "5")]
+    pub member: bool,
 }
 
 /// Recovery: the primary asks a member for the next step of a copy of one

@@ -170,7 +170,7 @@ impl Pg {
                     msgs,
                     interval_start,
                 } => self.send_activations(msgs, interval_start),
-                Effect::AskToPurge { primary } => self.ask_to_purge(primary),
+                Effect::AskToPurge { primary, member } => self.ask_to_purge(primary, member),
                 Effect::RemoveCopy => self.remove_copy().await,
                 Effect::RunWaiting(key) => Box::pin(self.run_waiting_for(&key)).await,
                 Effect::PumpRecovery => {
@@ -265,9 +265,10 @@ impl Pg {
         }
     }
 
-    /// Asks `primary` whether our stray copy may go; a yes comes back as
+    /// Asks `primary` whether our stray copy (as a `member`: the shards of
+    /// positions we left) may go; a yes comes back as
     /// [`PgEvent::PurgeGranted`], anything else is left for the next tick.
-    fn ask_to_purge(&self, primary: i32) {
+    fn ask_to_purge(&self, primary: i32, member: bool) {
         let Some(map) = self.core.map.clone() else {
             return;
         };
@@ -279,7 +280,9 @@ impl Pg {
             pg_seed: pg.seed,
             epoch: map.epoch.0,
             last_update: self.core.log.info.last_update.to_string(),
+            member,
         };
+        let interval_start = self.core.interval_start;
         tokio::spawn(async move {
             let asked = async {
                 let conn = ctx.peer(&map, primary).await?;
@@ -290,7 +293,11 @@ impl Pg {
             match asked.await {
                 Ok(r) => match r.msg {
                     shoal_proto::Message::RepOpReply(a) if a.code == OsdErrorCode::Ok as u32 => {
-                        let _ = events.send(PgEvent::PurgeGranted { primary });
+                        let _ = events.send(PgEvent::PurgeGranted {
+                            primary,
+                            member,
+                            interval_start,
+                        });
                     }
                     shoal_proto::Message::RepOpReply(a) => {
                         tracing::debug!(%pg, primary, "the stray copy stays: {}", a.message)

@@ -142,6 +142,8 @@ pub enum Effect {
     AskToPurge {
         /// The primary asked.
         primary: i32,
+        /// We ask as a member, to drop the shards of positions we left.
+        member: bool,
     },
     /// Remove every collection of the PG this OSD holds, and stop the PG
     /// (a stray whose primary is clean without it).

@@ -244,10 +244,15 @@ pub enum PgEvent {
         /// Where the answer goes.
         responder: Responder,
     },
-    /// Our primary agreed that our copy serves nothing.
+    /// Our primary agreed that our copy (or, as a member, the shards we
+    /// hold of positions we left) serves nothing.
     PurgeGranted {
         /// The primary that agreed.
         primary: i32,
+        /// We asked as a member.
+        member: bool,
+        /// Our interval when we asked.
+        interval_start: u32,
     },
     /// An administrative command (scrub, deep-scrub, repair, query).
     Command {
@@ -705,8 +710,12 @@ impl Pg {
                 let fx = self.core.stray_asks(from, &msg, to);
                 self.drive_for_peer(fx).await
             }
-            PgEvent::PurgeGranted { primary } => {
-                let fx = self.core.purge_granted(primary);
+            PgEvent::PurgeGranted {
+                primary,
+                member,
+                interval_start,
+            } => {
+                let fx = self.core.purge_granted(primary, member, interval_start);
                 self.drive(fx).await
             }
             PgEvent::Command { msg, responder } => self.command(msg, responder).await,

@@ -200,6 +200,7 @@ fn osd_messages() -> impl Strategy<Value = Message> {
                 pg_seed,
                 epoch,
                 last_update: format!("{epoch}'{pg_seed}"),
+                member: epoch % 2 == 0,
             })
         }),
         (any::<u32>(), bytes32(), any::<u32>()).prop_map(|(cursor_hash, cursor_name, max)| {

@@ -11,7 +11,9 @@
 //! of its sets ([`PgCore::stray_asks`]); the stray removes its copy (every
 //! collection of the PG it holds, the shards of positions an erasure-coded
 //! PG left included) only if, when the answer comes, it is still a stray
-//! of that same primary ([`PgCore::purge_granted`]).
+//! of that same primary ([`PgCore::purge_granted`]). A member of an
+//! erasure-coded PG that holds the shards of positions it left asks the
+//! same way (`member`), and drops those shards alone.
 
 use shoal_proto::{OsdErrorCode, PgStray};
 
@@ -54,35 +56,80 @@ impl PgCore {
             let m = format!("osd.{} is not the primary of pg {}", self.whoami, self.id);
             return vec![refuse(OsdErrorCode::WrongPrimary, m)];
         }
-        if !is_osd(from) || self.up.contains(&from) || self.acting.contains(&from) {
-            let m = format!("osd.{from} is a member of pg {} in epoch {epoch}", self.id);
+        let member = self.up.contains(&from) || self.acting.contains(&from);
+        if !is_osd(from) || member != msg.member {
+            let is = if member { "is" } else { "is not" };
+            let m = format!(
+                "osd.{from} {is} a member of pg {} in epoch {epoch}",
+                self.id
+            );
             return vec![refuse(OsdErrorCode::InvalidArgument, m)];
         }
         if !self.purge_ready() {
             let m = format!("pg {} is not active and clean yet", self.id);
             return vec![refuse(OsdErrorCode::Again, m)];
         }
-        tracing::info!(pg = %self.id, osd = from, epoch = msg.epoch,
+        tracing::info!(pg = %self.id, osd = from, epoch = msg.epoch, member,
             last_update = %msg.last_update, "a stray copy may go: the PG is clean without it");
         vec![refuse(OsdErrorCode::Ok, String::new())]
     }
 
     /// The OSD's periodic look at its PGs: a stray with a primary to ask
-    /// asks it whether its copy may go.
-    pub(in crate::pg) fn stray_tick(&self) -> Vec<Effect> {
-        if !self.is_stray() {
+    /// asks it whether its copy may go. A member of an erasure-coded PG
+    /// still holding shards of positions it left (an activation drops them
+    /// once every member is complete, but a recovery that ends without a
+    /// new interval has none) asks to drop those; a primary holding such
+    /// shards drops them itself once clean.
+    pub(in crate::pg) fn stray_tick(&mut self) -> Vec<Effect> {
+        if self.is_stray() {
+            return vec![Effect::AskToPurge {
+                primary: self.primary,
+                member: false,
+            }];
+        }
+        if self.strays.is_empty() {
             return Vec::new();
         }
-        vec![Effect::AskToPurge {
-            primary: self.primary,
-        }]
+        if self.is_primary() && self.purge_ready() {
+            let mut txn = shoal_objectstore::Transaction::new();
+            self.purge_strays(&mut txn);
+            return vec![Effect::Record(txn)];
+        }
+        if self.state == State::ReplicaActive && is_osd(self.primary) {
+            return vec![Effect::AskToPurge {
+                primary: self.primary,
+                member: true,
+            }];
+        }
+        Vec::new()
     }
 
     /// `primary` agreed that our copy serves nothing: remove it, if we are
     /// still a stray of that primary (a newer map may have made us a
     /// member again, or moved the PG to a primary that has not judged it).
-    pub(in crate::pg) fn purge_granted(&mut self, primary: i32) -> Vec<Effect> {
-        if !self.is_stray() || self.primary != primary {
+    pub(in crate::pg) fn purge_granted(
+        &mut self,
+        primary: i32,
+        member: bool,
+        interval_start: u32,
+    ) -> Vec<Effect> {
+        if self.primary != primary {
+            return Vec::new();
+        }
+        if member {
+            // Still a member of the same interval: the shards of positions
+            // we left go, never our own position's.
+            if self.state != State::ReplicaActive
+                || self.interval_start != interval_start
+                || self.strays.is_empty()
+            {
+                return Vec::new();
+            }
+            let mut txn = shoal_objectstore::Transaction::new();
+            self.purge_strays(&mut txn);
+            return vec![Effect::Record(txn)];
+        }
+        if !self.is_stray() {
             return Vec::new();
         }
         tracing::info!(pg = %self.id, primary, last_update = %self.log.info.last_update,

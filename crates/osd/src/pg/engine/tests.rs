@@ -2493,6 +2493,7 @@ fn stray_question() -> shoal_proto::PgStray {
         pg_seed: PG.seed,
         epoch: EPOCH,
         last_update: "9'4".into(),
+        member: false,
     }
 }
 
@@ -2569,15 +2570,23 @@ fn a_stray_asks_its_primary_and_removes_its_copy_only_while_still_a_stray_of_it(
     // osd.4 holds a copy; the PG's sets are 1, 2, 3.
     let mut s = member(4, &[1, 2, 3]);
     s.state = State::Stray;
-    assert_eq!(s.stray_tick(), vec![Effect::AskToPurge { primary: 1 }]);
-    assert_eq!(s.purge_granted(1), vec![Effect::RemoveCopy]);
-    // An answer from another OSD than our primary: kept.
-    assert_eq!(s.purge_granted(2), vec![]);
+    assert_eq!(
+        s.stray_tick(),
+        vec![Effect::AskToPurge {
+            primary: 1,
+            member: false
+        }]
+    );
+    assert_eq!(s.purge_granted(1, false, START), vec![Effect::RemoveCopy]);
+    // An answer from another OSD than our primary, or one given to a
+    // member's question: kept.
+    assert_eq!(s.purge_granted(2, false, START), vec![]);
+    assert_eq!(s.purge_granted(1, true, START), vec![]);
     // A newer map made us a member again before the answer came: kept.
     let mut m = member(4, &[1, 2, 4]);
     m.state = State::ReplicaWaiting;
     assert_eq!(m.stray_tick(), vec![]);
-    assert_eq!(m.purge_granted(1), vec![]);
+    assert_eq!(m.purge_granted(1, false, START), vec![]);
     // A member (replica or primary) never asks.
     assert_eq!(member(2, &[1, 2, 3]).stray_tick(), vec![]);
     assert_eq!(member(1, &[1, 2, 3]).stray_tick(), vec![]);
@@ -2586,4 +2595,60 @@ fn a_stray_asks_its_primary_and_removes_its_copy_only_while_still_a_stray_of_it(
     d.state = State::Stray;
     d.primary = -1;
     assert_eq!(d.stray_tick(), vec![]);
+}
+
+#[test]
+fn a_member_drops_the_shards_of_positions_it_left_once_its_primary_is_clean() {
+    let q = shoal_proto::PgStray {
+        member: true,
+        ..stray_question()
+    };
+    // The primary agrees to a member asking as a member, and only then.
+    let mut p = member(1, &[1, 2, 3]);
+    assert_eq!(
+        stray_answer(&p.stray_asks(2, &q, ReplyTo(1))).1,
+        OsdErrorCode::Ok as u32
+    );
+    assert_eq!(
+        stray_answer(&p.stray_asks(4, &q, ReplyTo(2))).1,
+        OsdErrorCode::InvalidArgument as u32
+    );
+    p.state = State::Activating;
+    assert_eq!(
+        stray_answer(&p.stray_asks(2, &q, ReplyTo(3))).1,
+        OsdErrorCode::Again as u32
+    );
+
+    // osd.2 holds shard 0 from a position it left, beside its own.
+    let mut r = member(2, &[1, 2, 3]);
+    assert_eq!(r.stray_tick(), vec![]);
+    r.strays.insert(0);
+    assert_eq!(
+        r.stray_tick(),
+        vec![Effect::AskToPurge {
+            primary: 1,
+            member: true
+        }]
+    );
+    // An answer to a question asked in another interval: kept.
+    assert_eq!(r.purge_granted(1, true, START - 1), vec![]);
+    // An answer meant for a stray: kept.
+    assert_eq!(r.purge_granted(1, false, START), vec![]);
+    let mut txn = Transaction::new();
+    txn.remove_collection(r.stray_coll(0));
+    assert_eq!(r.purge_granted(1, true, START), vec![Effect::Record(txn)]);
+    assert!(r.strays.is_empty());
+    assert_eq!(r.stray_tick(), vec![]);
+
+    // A clean primary holding such a shard drops it without asking; one
+    // that is not clean keeps it.
+    let mut p = member(1, &[1, 2, 3]);
+    p.strays.insert(2);
+    p.state = State::Peering;
+    assert_eq!(p.stray_tick(), vec![]);
+    p.state = State::Active;
+    let mut txn = Transaction::new();
+    txn.remove_collection(p.stray_coll(2));
+    assert_eq!(p.stray_tick(), vec![Effect::Record(txn)]);
+    assert!(p.strays.is_empty());
 }

@@ -56,16 +56,13 @@ pub fn split_children(parent: u32, old_pg_num: u32, new_pg_num: u32) -> Vec<Spli
     let old_mask = crate::pg_mask(old_pg_num);
     let mask = crate::pg_mask(new_pg_num);
     let full = mask.count_ones();
+    let half = (mask >> 1) + 1;
     (old_pg_num..new_pg_num)
         .filter(|c| crate::stable_mod(*c, old_pg_num, old_mask) == parent)
         .map(|seed| {
-            let half = (mask >> 1) + 1;
-            let sibling_exists = seed < half && seed + half < new_pg_num;
-            let bits = if seed < half && !sibling_exists {
-                full - 1
-            } else {
-                full
-            };
+            // No sibling `seed + half` below the count: its objects fold here.
+            let folded = seed < half && seed + half >= new_pg_num;
+            let bits = if folded { full - 1 } else { full };
             SplitChild { seed, bits }
         })
         .collect()

@@ -532,15 +532,8 @@ impl Inner {
             if pgs.contains_key(&pg) {
                 return;
             }
-            // The PG's collection, or (erasure coded) those of its shards.
             let r = shoal_net::runtime::blocking(|| {
-                let mut t = shoal_objectstore::Transaction::new();
-                for c in inner.ctx.store.list_collections()? {
-                    if c.pool == pg.pool && c.seed == pg.seed {
-                        t.remove_collection(c);
-                    }
-                }
-                inner.ctx.store.apply_transaction(t)
+                crate::object::remove_pg_collections(inner.ctx.store.as_ref(), pg)
             });
             drop(pgs);
             if let Err(e) = r {

@@ -30,6 +30,22 @@ pub fn collection(pg: PgId) -> CollectionId {
     CollectionId::new(pg.pool, pg.seed)
 }
 
+/// Removes every collection of `pg` the store holds — the PG's, or (erasure
+/// coded) each of its shards' — in one transaction: a deleted pool's PG,
+/// or a stray copy.
+pub fn remove_pg_collections(
+    store: &dyn shoal_objectstore::ObjectStore,
+    pg: PgId,
+) -> shoal_objectstore::Result<()> {
+    let mut t = shoal_objectstore::Transaction::new();
+    for c in store.list_collections()? {
+        if c.pool == pg.pool && c.seed == pg.seed {
+            t.remove_collection(c);
+        }
+    }
+    store.apply_transaction(t)
+}
+
 /// An object of the OSD's own that stands for client object `key` (a
 /// half-made copy, a rollback stash): hash 0 and a name led by `prefix`
 /// (which starts with NUL, so listings and scrub pass it over), then

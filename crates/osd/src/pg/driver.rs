@@ -317,14 +317,7 @@ impl Pg {
         let store = std::sync::Arc::clone(&self.ctx.store);
         let pg = self.core.id;
         let r = shoal_net::runtime::offload_try("removing a stray copy", move || {
-            let mut t = Transaction::new();
-            let held = store.list_collections().map_err(|e| e.to_string())?;
-            for c in held {
-                if c.pool == pg.pool && c.seed == pg.seed {
-                    t.remove_collection(c);
-                }
-            }
-            store.apply_transaction(t).map_err(|e| e.to_string())
+            crate::object::remove_pg_collections(store.as_ref(), pg).map_err(|e| e.to_string())
         })
         .await;
         match r {

@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Dev, start_osd, until};
+use common::{Dev, start_osd};
 
 /// KiB each OSD's store holds, from `osd df`.
 fn used(d: &Dev) -> BTreeMap<i64, u64> {
@@ -83,7 +83,7 @@ fn check(d: &Dev, pool: &str, n: usize) {
 fn settled(d: &Dev, what: &str) -> BTreeMap<i64, u64> {
     let mut last = BTreeMap::new();
     let mut out = BTreeMap::new();
-    until(what, 90, || {
+    d.until(what, 90, || {
         if !d.all_active_clean() {
             return false;
         }
@@ -114,7 +114,7 @@ fn an_osd_marked_out_gives_its_space_back_and_takes_only_its_share_when_in_again
 
     // Out: its PGs move to the other three, then its copies go.
     d.ok(&["osd", "out", "3"]);
-    until("osd.3 empty once its PGs are clean elsewhere", 120, || {
+    d.until("osd.3 empty once its PGs are clean elsewhere", 120, || {
         d.all_active_clean() && used(&d)[&3] < start[&3] / 20
     });
     let out = settled(&d, "the cluster clean with osd.3 out");
@@ -128,7 +128,7 @@ fn an_osd_marked_out_gives_its_space_back_and_takes_only_its_share_when_in_again
     // In again: its PGs come back and the OSDs that held them meanwhile
     // give that space back, so the total is what it was.
     d.ok(&["osd", "in", "3"]);
-    until(
+    d.until(
         "the temporary copies gone after osd.3 is in again",
         120,
         || {
@@ -176,7 +176,7 @@ fn an_osd_marked_out_gives_its_space_back_and_takes_only_its_share_when_in_again
         &from.to_string(),
         &to.to_string(),
     ]);
-    until("the moved copy gone from its old OSD", 120, || {
+    d.until("the moved copy gone from its old OSD", 120, || {
         d.all_active_clean() && used(&d)[&from] + bytes / 1024 / 2 < before[&from]
     });
     check(&d, "rbd", 40);
@@ -207,7 +207,7 @@ fn an_erasure_coded_pgs_shards_leave_an_osd_marked_out() {
     let start = settled(&d, "the cluster clean after the writes");
     assert!(start[&2] > 0, "{start:?}");
     d.ok(&["osd", "out", "2"]);
-    until(
+    d.until(
         "osd.2's shards gone once the PGs are clean elsewhere",
         120,
         || d.all_active_clean() && used(&d)[&2] < start[&2] / 10,
@@ -235,12 +235,28 @@ fn an_osd_restarted_with_stray_copies_on_its_block_store_removes_them() {
     // and removes them; the block store's space comes back.
     let conf = d.0.join("shoal.conf");
     let mut text = std::fs::read_to_string(&conf).unwrap();
-    text.push_str("\n[osd.3]\nosd_stray_check_interval_ms = 500\n");
+    text.push_str("\n[osd.3]\nosd_stray_check_interval_ms = 500\nlog_level = \"info,osd=debug\"\n");
     std::fs::write(&conf, text).unwrap();
     d.kill9("osd.3");
     start_osd(&d, 3);
-    until("osd.3's stray copies gone after its restart", 120, || {
-        d.all_active_clean() && used(&d)[&3] < base[&3] + data3 / 10
-    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let now = used(&d);
+        if d.all_active_clean() && now[&3] < base[&3] + data3 / 10 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // What the stray and its primaries said of the copies.
+            let log = std::fs::read_to_string(d.0.join("out/osd.3.log")).unwrap_or_default();
+            let said: Vec<&str> = log.lines().filter(|l| l.contains("stray")).collect();
+            let said = said[said.len().saturating_sub(40)..].join("\n");
+            panic!(
+                "osd.3's stray copies not gone 120 s after its restart: {base:?} → {now:?}\n\
+                 osd.3 on its strays:\n{said}\nthe daemons' logs:\n{}",
+                d.logs(40)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
     check(&d, "rbd", 24);
 }

@@ -78,11 +78,7 @@ impl Dev {
             if std::time::Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                let logs = Command::new(SHOAL)
-                    .args(["dev", "logs", "--dir", self.dir(), "--lines", "60"])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
+                let logs = self.logs(60);
                 panic!("shoal {args:?} hung for 90 s; the daemons' logs:\n{logs}");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -91,6 +87,37 @@ impl Dev {
             status,
             stdout: out.join().unwrap(),
             stderr: err.join().unwrap(),
+        }
+    }
+
+    /// The last `lines` lines of every daemon's log.
+    pub fn logs(&self, lines: usize) -> String {
+        Command::new(SHOAL)
+            .args([
+                "dev",
+                "logs",
+                "--dir",
+                self.dir(),
+                "--lines",
+                &lines.to_string(),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `f` holds, at most `secs` seconds, as [`until`] does;
+    /// fails the test naming `what`, with the daemons' logs, otherwise.
+    pub fn until(&self, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !f() {
+            if Instant::now() >= deadline {
+                panic!(
+                    "{what}: not within {secs} s; the daemons' logs:\n{}",
+                    self.logs(80)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(300));
         }
     }
 

@@ -377,6 +377,8 @@ options! {
     mon_balancer_max_deviation: u32 = 1u32;
     /// The most copies the balancer moves in one round (central configuration).
     mon_balancer_max_moves: u32 = 10u32;
+    /// The largest share of object copies that may be misplaced while a pool's pgp_num follows a grown pg_num (as Ceph's target_max_misplaced_ratio): the leader moves it a step only below this, each step about this share of the pool's PGs (central configuration).
+    mon_target_max_misplaced_ratio: f64 = 0.05f64;
     /// A metadata server that sends no beacon for this long loses its rank to a standby, in milliseconds (as Ceph's mds_beacon_grace).
     mon_mds_beacon_grace_ms: u64 = 8_000u64;
     /// The interval between a metadata server's beacons to the monitors, in milliseconds.

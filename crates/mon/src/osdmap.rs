@@ -108,6 +108,14 @@ pub enum OsdChange {
         /// At the quota.
         full: bool,
     },
+    /// Moves a pool's `pgp_num` one step toward its target (proposed by
+    /// the leader while the misplaced ratio allows).
+    PgpStep {
+        /// Pool id.
+        pool: u64,
+        /// The new `pgp_num`.
+        pgp_num: u32,
+    },
     /// Hands out a pool's next self-managed snapshot id.
     SnapCreate {
         /// Pool name.
@@ -285,6 +293,11 @@ pub struct OsdMapState {
     /// ([`EcProfile::to_map`]); a new cluster has Ceph's `default`.
     #[serde(default = "default_ec_profiles")]
     pub ec_profiles: BTreeMap<String, BTreeMap<String, String>>,
+    /// Pools whose `pg_num` grew, by id, with the `pgp_num` their
+    /// placement moves to: the leader raises `pgp_num` in steps bounded by
+    /// the misplaced ratio (`mon_target_max_misplaced_ratio`).
+    #[serde(default)]
+    pub pgp_num_target: BTreeMap<u64, u32>,
 }
 
 fn default_ec_profiles() -> BTreeMap<String, BTreeMap<String, String>> {
@@ -344,6 +357,7 @@ impl Default for OsdMapState {
             full_interval: default_full_interval(),
             boot_nonce: BTreeMap::new(),
             ec_profiles: default_ec_profiles(),
+            pgp_num_target: BTreeMap::new(),
         }
     }
 }
@@ -491,8 +505,33 @@ impl OsdMapState {
             OsdChange::EcProfileRm { name } => {
                 self.ec_profiles.remove(name);
             }
+            OsdChange::PoolSet { key, .. } => {
+                let counts: Vec<(u64, u32, u32)> = (inc.new_pools.iter())
+                    .map(|(id, p)| (*id, map.pool(*id).map_or(p.pg_num, |b| b.pg_num), p.pg_num))
+                    .collect();
+                for (id, before, pg_num) in counts {
+                    match key.as_str() {
+                        // More PGs: the OSDs split them where they are;
+                        // the leader moves their placement after, in steps.
+                        "pg_num" if pg_num > before => {
+                            self.pgp_num_target.insert(id, pg_num);
+                        }
+                        // The operator placed them by hand.
+                        "pgp_num" => {
+                            self.pgp_num_target.remove(&id);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            OsdChange::PgpStep { pool, pgp_num }
+                if self.pgp_num_target.get(pool) == Some(pgp_num) =>
+            {
+                self.pgp_num_target.remove(pool);
+            }
             _ => {}
         }
+        self.pgp_num_target.retain(|id, _| next.pool(*id).is_some());
         self.record(&inc, &next);
         let epoch = next.epoch.0;
         self.map = Some(next);
@@ -537,6 +576,25 @@ impl OsdMapState {
                 set_pool_property(map, &mut pool, key, value)?;
                 inc.new_pools.insert(pool.id, pool);
                 Ok(json!({ "pool": name, key.clone(): value }))
+            }
+            OsdChange::PgpStep { pool, pgp_num } => {
+                let Some(target) = self.pgp_num_target.get(pool).copied() else {
+                    return Err(invalid(format!("pool {pool} has no pgp_num to move to")));
+                };
+                let mut p = map
+                    .pool(*pool)
+                    .cloned()
+                    .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no pool {pool}")))?;
+                if *pgp_num == 0 || *pgp_num > p.pg_num.min(target) || *pgp_num == p.pgp_num {
+                    return Err(invalid(format!(
+                        "pgp_num {pgp_num} is not a step of pool {} from {} toward {target}",
+                        p.name, p.pgp_num
+                    )));
+                }
+                p.pgp_num = *pgp_num;
+                let name = p.name.clone();
+                inc.new_pools.insert(p.id, p);
+                Ok(json!({ "pool": name, "pgp_num": pgp_num }))
             }
             OsdChange::PoolQuotaFull { name, full } => {
                 let mut pool = pool_named(map, name)?.clone();
@@ -1130,10 +1188,30 @@ fn set_pool_property(
                 }
             }
         }
-        "pg_num" | "pgp_num" => {
-            return Err(invalid(
-                "changing pg_num is not supported yet: PG split and merge come with the OSDs",
-            ));
+        "pg_num" => {
+            let n = num()?;
+            if n < pool.pg_num {
+                return Err(invalid(format!(
+                    "pool {} has {} PGs: merging PGs is not supported yet, pg_num only grows",
+                    pool.name, pool.pg_num
+                )));
+            }
+            if n > POOL_PG_NUM_MAX {
+                return Err(invalid(format!(
+                    "pg_num must be 1..={POOL_PG_NUM_MAX}, not {n}"
+                )));
+            }
+            pool.pg_num = n;
+        }
+        "pgp_num" => {
+            let n = num()?;
+            if n == 0 || n > pool.pg_num {
+                return Err(invalid(format!(
+                    "pgp_num must be 1..={} (the pool's pg_num), not {n}",
+                    pool.pg_num
+                )));
+            }
+            pool.pgp_num = n;
         }
         // The leader sets or clears the full flag from the PG statistics
         // once the new quota is known.
@@ -1151,8 +1229,8 @@ fn set_pool_property(
         }
         other => {
             return Err(invalid(format!(
-                "unknown pool property {other:?} (size, min_size, crush_rule, \
-                 allow_ec_overwrites, quota_max_bytes, quota_max_objects)"
+                "unknown pool property {other:?} (size, min_size, pg_num, pgp_num, \
+                 crush_rule, allow_ec_overwrites, quota_max_bytes, quota_max_objects)"
             )));
         }
     }

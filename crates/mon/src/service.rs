@@ -1559,6 +1559,55 @@ impl Core {
         }
     }
 
+    /// On the leader, every second: a pool whose `pg_num` grew has its
+    /// `pgp_num` moved toward it a step at a time (Ceph's manager does so),
+    /// each step about `mon_target_max_misplaced_ratio` of its PGs, taken
+    /// only once every PG of the pool is active as of the last step and
+    /// the misplaced share is below that ratio. `stepped`: the epoch of
+    /// each pool's last step.
+    async fn step_pgp(&self, stepped: &mut BTreeMap<u64, u32>) {
+        let req = {
+            let s = read_state(&self.state);
+            let Ok(map) = s.osdmap.current() else {
+                return;
+            };
+            let Some(o) = balancer_options(&s) else {
+                return;
+            };
+            let ratio = o.mon_target_max_misplaced_ratio.clamp(0.0, 1.0);
+            stepped.retain(|id, _| s.osdmap.pgp_num_target.contains_key(id));
+            let mut next = None;
+            for (id, target) in &s.osdmap.pgp_num_target {
+                let Some(pool) = map.pool(*id) else { continue };
+                let since = stepped.get(id).copied().unwrap_or(0);
+                let Some(misplaced) = crate::views_pg::pool_active_since(&s, *id, since) else {
+                    continue;
+                };
+                if misplaced > ratio || pool.pgp_num == *target {
+                    continue;
+                }
+                let step = ((f64::from(pool.pg_num) * ratio) as u32).max(1);
+                let pgp_num = if pool.pgp_num < *target {
+                    pool.pgp_num.saturating_add(step).min(*target)
+                } else {
+                    pool.pgp_num.saturating_sub(step).max(*target)
+                };
+                tracing::info!(pool = %pool.name, from = pool.pgp_num, to = pgp_num, target,
+                    "moving the placement of a split pool's PGs a step");
+                stepped.insert(*id, map.epoch.0 + 1);
+                next = Some(MonRequest::Osd(OsdChange::PgpStep { pool: *id, pgp_num }));
+                break;
+            }
+            match next {
+                Some(r) => r,
+                None => return,
+            }
+        };
+        if let Err(e) = self.raft.client_write(req).await {
+            tracing::debug!("pgp_num step: {e}");
+        }
+    }
+
     /// The metadata servers heard from within the grace, with addresses.
     fn fresh_mds(&self, now: Instant) -> crate::fsmap::Fresh {
         let grace = self.opts.mds_beacon_grace;
@@ -1799,7 +1848,9 @@ pub(crate) fn balancer_options(s: &MonState) -> Option<shoal_config::Options> {
     let sets: Vec<String> = s
         .config_for(&who)
         .into_iter()
-        .filter(|kv| kv.starts_with("mon_balancer_"))
+        .filter(|kv| {
+            kv.starts_with("mon_balancer_") || kv.starts_with("mon_target_max_misplaced_ratio")
+        })
         .collect();
     shoal_config::Config::parse("", shoal_config::ConfigSource::Defaults, &who, &sets)
         .ok()
@@ -1813,6 +1864,7 @@ pub(crate) fn balancer_options(s: &MonState) -> Option<shoal_config::Options> {
 async fn record_health(core: std::sync::Weak<Core>) {
     let mut leading_since: Option<Instant> = None;
     let mut balanced_at: Option<Instant> = None;
+    let mut pgp_stepped = BTreeMap::new();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(core) = core.upgrade() else { return };
@@ -1833,6 +1885,7 @@ async fn record_health(core: std::sync::Weak<Core>) {
         core.choose_mds(since).await;
         core.enforce_quotas().await;
         core.balance(&mut balanced_at).await;
+        core.step_pgp(&mut pgp_stepped).await;
         if since.elapsed() < core.contact_window() {
             continue;
         }

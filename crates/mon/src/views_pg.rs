@@ -205,6 +205,22 @@ pub fn pg_stat(state: &MonState) -> Result<PgStatReply, MonError> {
     })
 }
 
+/// Whether every PG of `pool` is active as reported at epoch `since` or
+/// later (a step of its placement is seen through), and the share of the
+/// cluster's object copies misplaced.
+pub fn pool_active_since(state: &MonState, pool: u64, since: u32) -> Option<f64> {
+    let (map, rows) = all_rows(state).ok()?;
+    let settled = rows.iter().filter(|r| r.pgid.pool == pool).all(|r| {
+        r.entry.as_ref().is_some_and(|e| e.epoch >= since)
+            && r.state.split('+').any(|s| s == "active")
+    });
+    if !settled {
+        return None;
+    }
+    let (copies, _) = degraded_copies(map, &rows);
+    Some(misplaced_copies(&rows) as f64 / copies.max(1) as f64)
+}
+
 /// A PG's intervals since `since` (`pg past-intervals`): what peering
 /// must hear from.
 pub fn past_intervals(state: &MonState, pgid: &str, since: u32) -> Result<Value, MonError> {

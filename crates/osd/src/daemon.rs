@@ -83,7 +83,11 @@ pub(crate) struct Inner {
     pub(crate) monc: MonClient,
     pub(crate) addr: SocketAddr,
     sink: Arc<UpdateSink>,
+    /// The newest map received (ahead of `applied` while one is applied).
     map: watch::Receiver<Option<Arc<OsdMap>>>,
+    /// The newest map every PG here has been handed (and split for): what
+    /// messages are routed by.
+    applied: watch::Sender<Option<Arc<OsdMap>>>,
     pgs: Mutex<BTreeMap<PgId, mpsc::UnboundedSender<PgEvent>>>,
     /// Per connection, messages waiting for a newer map (in arrival order).
     held: Mutex<BTreeMap<u64, VecDeque<Held>>>,
@@ -208,6 +212,7 @@ impl Osd {
             addr,
             sink,
             map,
+            applied: watch::Sender::new(None),
             pgs: Mutex::new(BTreeMap::new()),
             held: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(BTreeSet::new()),
@@ -318,7 +323,13 @@ impl Inner {
         parsed
     }
 
+    /// The map messages are routed by: the newest every PG here was handed.
     pub(crate) fn current_map(&self) -> Option<Arc<OsdMap>> {
+        self.applied.borrow().clone()
+    }
+
+    /// The newest map received.
+    fn received_map(&self) -> Option<Arc<OsdMap>> {
         self.map.borrow().clone()
     }
 
@@ -418,11 +429,11 @@ impl Inner {
         // This process boots at least once: a map that still has us up is
         // our previous process's (the monitors mark it down, then us up).
         while let Some(map) = every.recv().await {
-            self.apply_map(&map);
+            self.apply_map(&map).await;
             let listed = map.osd(me).and_then(|i| i.addr.clone());
             let up_here = map.is_up(me) && listed.as_deref() == Some(&self.addr.to_string());
             // Boot once per map that says so, not for each map queued behind it.
-            let newest = self.current_map().map_or(0, |m| m.epoch.0);
+            let newest = self.received_map().map_or(0, |m| m.epoch.0);
             let first = booted_at == 0;
             if (first || !up_here) && map.epoch.0 > booted_at && map.epoch.0 >= newest {
                 booted_at = map.epoch.0;
@@ -453,7 +464,7 @@ impl Inner {
         }
     }
 
-    fn apply_map(self: &Arc<Self>, map: &Arc<OsdMap>) {
+    async fn apply_map(self: &Arc<Self>, map: &Arc<OsdMap>) {
         let me = self.opts.id;
         let weights = map.crush_weights();
         let mut ws = shoal_crush::Workspace::default();
@@ -494,11 +505,16 @@ impl Inner {
             peers.insert(*id);
         }
         *lock(&self.peers) = peers;
-        for pg in mine {
-            if let Err(e) = self.pg(pg) {
-                tracing::error!("{e}");
-            }
-        }
+        // The PGs open here get the map first. Where it changes a pool's
+        // `pg_num` (and on the first map: a copy may have missed a split
+        // while the OSD was down) they split first, and the OSD waits for
+        // them: their children must be in the store before anything of
+        // this map is routed, or a message for a child would open it empty.
+        let before = self.current_map();
+        let resized = |pool: u64| {
+            let count = |m: &OsdMap| m.pool(pool).map(|p| p.pg_num);
+            before.as_deref().is_none_or(|b| count(b) != count(map))
+        };
         let pgs: Vec<(PgId, mpsc::UnboundedSender<PgEvent>)> = lock(&self.pgs)
             .iter()
             .map(|(k, v)| (*k, v.clone()))
@@ -506,12 +522,33 @@ impl Inner {
         // A pool absent from this map may exist in a newer one: a peer that
         // saw the newer map already made us open its PG (route). Only a
         // pool the newest map lacks too is gone.
-        let newest = self.current_map();
+        let newest = self.received_map();
+        let mut splits = Vec::new();
         for (pg, tx) in pgs {
-            let _ = tx.send(PgEvent::Map(Arc::clone(map)));
             let gone = |m: &OsdMap| m.pool(pg.pool).is_none();
             if gone(map) && newest.as_deref().is_none_or(gone) {
+                let _ = tx.send(PgEvent::Map(Arc::clone(map)));
                 self.remove_pg(pg, tx);
+            } else if resized(pg.pool) {
+                let (done, wait) = oneshot::channel();
+                let map = Arc::clone(map);
+                if tx.send(PgEvent::MapSplit { map, done }).is_ok() {
+                    splits.push(wait);
+                }
+            } else {
+                let _ = tx.send(PgEvent::Map(Arc::clone(map)));
+            }
+        }
+        let mut children = Vec::new();
+        for wait in splits {
+            children.extend(wait.await.unwrap_or_default());
+        }
+        self.applied.send_replace(Some(Arc::clone(map)));
+        // Then the PGs new here, split children among them: opened with
+        // this map.
+        for pg in mine.into_iter().chain(children) {
+            if let Err(e) = self.pg(pg) {
+                tracing::error!("{e}");
             }
         }
     }
@@ -730,7 +767,7 @@ impl Inner {
     /// Routes the messages held for connection `conn`, in order, as the
     /// maps they need arrive (or their wait runs out).
     async fn release_held(self: Arc<Self>, conn: u64) {
-        let mut rx = self.map.clone();
+        let mut rx = self.applied.subscribe();
         loop {
             let (ready, wait) = {
                 let mut held = lock(&self.held);

@@ -9,9 +9,189 @@
 //! come from what the store moved. Pure: the same function on every member
 //! gives every member the same child.
 
-use crate::log::{Dup, LogEntry, PgInfoData};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use shoal_maps::SplitChild;
+use shoal_objectstore::{CollectionId, ObjectKey, ObjectStore, Transaction};
+
+use crate::log::{Dup, LogEntry, LogLimits, PgInfoData, PgLog};
 use crate::missing::MissingSet;
-use shoal_objectstore::ObjectKey;
+use crate::object::pg_meta_key;
+
+/// The omap key (in the PG meta object) of the pool's `pg_num` a copy was
+/// last split for: a copy that finds a larger one in a map splits first.
+/// Absent in copies made before splits existed: the first map's counts.
+pub const PG_NUM_KEY: &[u8] = b"pg_num";
+
+/// The `pg_num` stored under [`PG_NUM_KEY`] (0: none).
+pub fn stored_pg_num(omap: &BTreeMap<Bytes, Bytes>) -> u32 {
+    omap.get(PG_NUM_KEY)
+        .and_then(|b| <[u8; 4]>::try_from(b.as_ref()).ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// The store op that records `pg_num` for the copy in `coll`.
+pub fn persist_pg_num(coll: CollectionId, pg_num: u32, txn: &mut Transaction) {
+    let v = Bytes::copy_from_slice(&pg_num.to_le_bytes());
+    txn.omap_set_keys(
+        coll,
+        pg_meta_key(),
+        BTreeMap::from([(Bytes::from_static(PG_NUM_KEY), v)]),
+    );
+}
+
+/// Whether an object of hash `hash` goes to `child`.
+pub fn moves_to(child: &SplitChild, hash: u32) -> bool {
+    let mask = if child.bits >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << child.bits) - 1
+    };
+    hash & mask == child.seed
+}
+
+/// Why a copy could not be split.
+#[derive(Debug, thiserror::Error)]
+#[error("splitting {coll:?}: {why}")]
+pub struct SplitError {
+    coll: CollectionId,
+    why: String,
+}
+
+/// Meta keys a child copies from its parent as they are.
+const INHERITED: [&[u8]; 2] = [crate::pg::SCRUB_KEY, crate::pg::SNAP_TRIMMED_KEY];
+
+/// Adds to `txn` the split of the copy in `src` into `children` (each in
+/// the collection of its seed, same shard) for a pool now of `pg_num`
+/// PGs: each child's collection made with its meta object — its half of
+/// the log and missing set ([`split_log`]), the parent's dups, scrub
+/// stamps and trimmed snapshots, its object counts from what the store
+/// holds — then the parent's meta rewritten, then the objects moved
+/// (`SplitCollection`, last, as the store requires). A child collection
+/// already there (a copy left from before) is replaced. Reads `src` as
+/// the store has it: every transaction queued so far is visible.
+pub fn split_txn(
+    store: &dyn ObjectStore,
+    src: CollectionId,
+    children: &[SplitChild],
+    pg_num: u32,
+    limits: LogLimits,
+    txn: &mut Transaction,
+) -> Result<(), SplitError> {
+    let err = |why: String| SplitError { coll: src, why };
+    let meta = pg_meta_key();
+    let omap: BTreeMap<Bytes, Bytes> = store
+        .omap_range(&src, &meta, Bound::Unbounded, Bound::Unbounded, usize::MAX)
+        .map_err(|e| err(e.to_string()))?
+        .into_iter()
+        .collect();
+    let log = PgLog::load(&omap).map_err(|e| err(e.to_string()))?;
+    let missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
+    // What each child takes, counted in the store: the objects clients
+    // made (the OSD's own names start with a NUL byte).
+    let mut stats = vec![(0u64, 0u64); children.len()];
+    let mut start: Option<ObjectKey> = None;
+    loop {
+        let page = store
+            .list_objects(&src, start.as_ref(), 1024)
+            .map_err(|e| err(e.to_string()))?;
+        for key in &page.objects {
+            if key.name.first().is_none_or(|b| *b == 0) {
+                continue;
+            }
+            if let Some(i) = children.iter().position(|c| moves_to(c, key.hash)) {
+                // An erasure-coded shard records the object's size.
+                let size = if src.shard == CollectionId::NO_SHARD {
+                    store.stat(&src, key).map_err(|e| err(e.to_string()))?.size
+                } else {
+                    crate::ec::logical_size(store, &src, key)
+                        .map_err(|e| err(e.to_string()))?
+                        .unwrap_or(0)
+                };
+                stats[i].0 += 1;
+                stats[i].1 += size;
+            }
+        }
+        match page.next {
+            Some(next) => start = Some(next),
+            None => break,
+        }
+    }
+    let dups: Vec<Dup> = log.dups().cloned().collect();
+    let mut parent = SplitSide {
+        info: log.info,
+        entries: log.entries().cloned().collect(),
+        dups: dups.clone(),
+        missing: missing.clone(),
+    };
+    for (child, child_stats) in children.iter().zip(stats) {
+        let dst = CollectionId {
+            seed: child.seed,
+            ..src
+        };
+        let (kept, side) = split_log(
+            parent.info,
+            &parent.entries,
+            &dups,
+            &parent.missing,
+            |k| moves_to(child, k.hash),
+            child_stats,
+        );
+        parent = kept;
+        if store
+            .collection_exists(&dst)
+            .map_err(|e| err(e.to_string()))?
+        {
+            tracing::warn!(?dst, "replacing a copy of a split's child left from before");
+            txn.remove_collection(dst);
+        }
+        txn.create_collection(dst);
+        txn.touch(dst, meta.clone());
+        PgLog::default().replace(side.info, side.entries, side.dups, limits, dst, txn);
+        MissingSet::default().replace(side.missing, dst, txn);
+        let inherited: BTreeMap<Bytes, Bytes> = INHERITED
+            .iter()
+            .filter_map(|k| omap.get(*k).map(|v| (Bytes::from_static(k), v.clone())))
+            .collect();
+        if !inherited.is_empty() {
+            txn.omap_set_keys(dst, meta.clone(), inherited);
+        }
+        persist_pg_num(dst, pg_num, txn);
+    }
+    // An erasure-coded shard's rollback stashes (hidden, hash 0, so no
+    // split moves them) go with the objects they belong to: the child
+    // rolls back what its members did not all apply.
+    if src.shard != CollectionId::NO_SHARD {
+        let stashes =
+            crate::ec::rollback::list_stashes(store, src).map_err(|e| err(e.to_string()))?;
+        for stash in stashes.into_values().flatten() {
+            let Some(object) = crate::ec::rollback::stashed_key(&stash) else {
+                continue;
+            };
+            if let Some(child) = children.iter().find(|c| moves_to(c, object.hash)) {
+                let dst = CollectionId {
+                    seed: child.seed,
+                    ..src
+                };
+                move_object(store, src, dst, &stash, txn).map_err(|e| err(e.to_string()))?;
+            }
+        }
+    }
+    let mut log = log;
+    log.replace(parent.info, parent.entries, dups, limits, src, txn);
+    missing.clone().replace(parent.missing, src, txn);
+    persist_pg_num(src, pg_num, txn);
+    for child in children {
+        let dst = CollectionId {
+            seed: child.seed,
+            ..src
+        };
+        txn.split_collection(src, dst, child.bits, child.seed);
+    }
+    Ok(())
+}
 
 /// One side of a split: what the parent keeps, or what the child starts
 /// with.
@@ -68,6 +248,40 @@ pub fn split_log(
         missing: MissingSet::from_map(child_missing.into_iter().collect()),
     };
     (parent, child)
+}
+
+/// Adds to `txn` a copy of object `key` of `src` in `dst` — data, xattrs
+/// and omap — and its removal from `src`.
+fn move_object(
+    store: &dyn ObjectStore,
+    src: CollectionId,
+    dst: CollectionId,
+    key: &ObjectKey,
+    txn: &mut Transaction,
+) -> shoal_objectstore::Result<()> {
+    let size = store.stat(&src, key)?.size;
+    txn.touch(dst, key.clone());
+    if size > 0 {
+        let data = store.read(&src, key, 0, size)?;
+        txn.write(dst, key.clone(), 0, data);
+    }
+    let xattrs = store.getxattrs(&src, key)?;
+    if !xattrs.is_empty() {
+        txn.set_xattrs(dst, key.clone(), xattrs);
+    }
+    let header = store.omap_get_header(&src, key)?;
+    if !header.is_empty() {
+        txn.omap_set_header(dst, key.clone(), header);
+    }
+    let omap: BTreeMap<Bytes, Bytes> = store
+        .omap_range(&src, key, Bound::Unbounded, Bound::Unbounded, usize::MAX)?
+        .into_iter()
+        .collect();
+    if !omap.is_empty() {
+        txn.omap_set_keys(dst, key.clone(), omap);
+    }
+    txn.remove(src, key.clone());
+    Ok(())
 }
 
 #[cfg(test)]

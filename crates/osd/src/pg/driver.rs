@@ -4,6 +4,7 @@
 //! changes on the members' connections.
 
 use bytes::Bytes;
+use shoal_maps::{OsdMap, PgId};
 use shoal_net::Responder;
 use shoal_objectstore::Transaction;
 use shoal_proto::{OsdErrorCode, RepOpReply};
@@ -327,6 +328,74 @@ impl Pg {
             }
             Err(e) => tracing::warn!(%pg, "removing the stray copy failed: {e}"),
         }
+    }
+
+    /// Splits this copy if `map` gives its pool more PGs than it was last
+    /// split for (Ceph splits a PG as its OSD advances to the map that
+    /// grows `pg_num`): every collection of the PG held here, in one
+    /// transaction, before the map's new interval. Copies in flight are
+    /// fenced first (one landing after the split would go to the parent).
+    /// Returns the children made here. A copy that never knew its count
+    /// takes the map's.
+    pub(super) fn split_for(&mut self, map: &OsdMap) -> Vec<PgId> {
+        let id = self.core.id;
+        let Some(pool) = map.pool(id.pool) else {
+            return Vec::new();
+        };
+        let (old, new) = (self.core.pg_num, pool.pg_num);
+        if old == new || self.removed {
+            return Vec::new();
+        }
+        let store = std::sync::Arc::clone(&self.ctx.store);
+        let mut txn = shoal_objectstore::Transaction::new();
+        let children = shoal_maps::split_children(id.seed, old, new);
+        if old == 0 || new < old || children.is_empty() {
+            if new < old {
+                tracing::error!(pg = %id, old, new, "the pool's pg_num shrank: merging is not supported; the copy stays as it is");
+            }
+            // Durable with the PG's next change; lost, it is written again.
+            crate::split::persist_pg_num(self.core.coll, new, &mut txn);
+            match store.queue_transaction(txn) {
+                Ok(_) => self.core.pg_num = new,
+                Err(e) => tracing::warn!(pg = %id, "recording the pool's pg_num: {e}"),
+            }
+            return Vec::new();
+        }
+        crate::recovery::CopyFence::bump(&self.copy_fence);
+        let own = self.core.coll;
+        let colls = std::iter::once(own).chain(
+            self.core
+                .strays
+                .iter()
+                .map(|s| shoal_objectstore::CollectionId { shard: *s, ..own }),
+        );
+        let limits = self.core.cfg.log_limits;
+        for c in colls {
+            if let Err(e) =
+                crate::split::split_txn(store.as_ref(), c, &children, new, limits, &mut txn)
+            {
+                tracing::error!(pg = %id, "cannot split: {e}");
+                return Vec::new();
+            }
+        }
+        if let Err(e) = store.apply_transaction(txn) {
+            tracing::error!(pg = %id, "splitting failed in the store: {e}");
+            return Vec::new();
+        }
+        self.core.pg_num = new;
+        self.core.reload_log();
+        self.core.reload_missing();
+        let seeds: Vec<u32> = children.iter().map(|c| c.seed).collect();
+        tracing::info!(pg = %id, old, new, children = ?seeds, objects = self.core.log.info.objects,
+            "split: the children's objects moved to their collections");
+        self.ctx.stats_changed.notify_one();
+        seeds
+            .into_iter()
+            .map(|seed| PgId {
+                pool: id.pool,
+                seed,
+            })
+            .collect()
     }
 
     /// [`PgEvent::SnapTrim`] after `delay` (or now, behind the queued events).

@@ -358,6 +358,9 @@ pub struct PgCore {
     pub(super) ec_committed: Version,
     /// Erasure coding: the shards we hold from positions we left.
     pub(super) strays: std::collections::BTreeSet<u8>,
+    /// The pool's `pg_num` this copy was last split for
+    /// ([`crate::split::PG_NUM_KEY`]; 0: not known yet).
+    pub(super) pg_num: u32,
     /// Erasure coding, on the primary: the strays peering heard of, by
     /// the OSD holding each.
     pub(super) stray_sources: Vec<(i32, super::peering::Stray)>,
@@ -475,6 +478,22 @@ impl PgCore {
             && let Ok(stashes) = crate::ec::rollback::list_stashes(self.store.as_ref(), self.coll)
         {
             self.stashes = stashes;
+        }
+    }
+
+    /// Reloads the missing set from the store (after a split rewrote it).
+    pub(super) fn reload_missing(&mut self) {
+        let omap = self.store.omap_range(
+            &self.coll,
+            &object::pg_meta_key(),
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            super::OMAP_ALL,
+        );
+        if let Ok(omap) = omap
+            && let Ok(missing) = crate::missing::MissingSet::load(&omap.into_iter().collect())
+        {
+            self.missing = missing;
         }
     }
 
@@ -1095,7 +1114,7 @@ mod strays;
 
 pub(super) use answers::SCRUB_LIST_CHUNK;
 pub(super) use ops::Op;
-pub(super) use snaptrim::{SNAP_TRIMMED_KEY, decode_trimmed};
+pub(crate) use snaptrim::{SNAP_TRIMMED_KEY, decode_trimmed};
 
 #[cfg(test)]
 mod tests;

@@ -38,8 +38,10 @@ use crate::missing::MissingSet;
 use crate::object::pg_meta_key;
 use engine::PgCore;
 
+pub(crate) use engine::SNAP_TRIMMED_KEY;
 pub use peering::{MemberLog, MemberRecovery, RecoveryPlan, plan_recovery, plan_recovery_k};
 pub use recover::RecoveryProgress;
+pub(crate) use scrub::SCRUB_KEY;
 
 /// Most omap entries read from a PG's meta object at once (its log and dups).
 pub(crate) const OMAP_ALL: usize = 1 << 24;
@@ -64,6 +66,16 @@ pub struct ClientOp {
 pub enum PgEvent {
     /// A new OSD map.
     Map(Arc<OsdMap>),
+    /// A new OSD map that changes the pool's `pg_num` (or the first since
+    /// the OSD started): the PG splits first if it must, and answers with
+    /// the children it made here once they are in the store, for the OSD
+    /// to open before it routes anything of this map.
+    MapSplit {
+        /// The map.
+        map: Arc<OsdMap>,
+        /// The children made here (none if the PG did not split).
+        done: oneshot::Sender<Vec<PgId>>,
+    },
     /// A client op (this OSD should be primary).
     Client(ClientOp),
     /// A replicated transaction from the primary.
@@ -385,6 +397,7 @@ impl Pg {
         let mut missing = MissingSet::default();
         let mut stashes = BTreeMap::new();
         let mut strays = std::collections::BTreeSet::new();
+        let mut pg_num = 0;
         let log = if store
             .collection_exists(&coll)
             .map_err(|e| err(e.to_string()))?
@@ -407,6 +420,7 @@ impl Pg {
                 snap_trimmed = engine::decode_trimmed(b);
             }
             missing = MissingSet::load(&omap).map_err(|e| err(e.to_string()))?;
+            pg_num = crate::split::stored_pg_num(&omap);
             // Copies a crash interrupted start again from their first step.
             let mut t = Transaction::new();
             let temps = crate::copy::remove_temps(store.as_ref(), coll, &mut t)
@@ -483,6 +497,7 @@ impl Pg {
             scrub_record,
             snap_trim: None,
             snap_trimmed,
+            pg_num,
         };
         let pg = Pg {
             core,
@@ -532,8 +547,15 @@ impl Pg {
     async fn handle(&mut self, ev: PgEvent) {
         match ev {
             PgEvent::Map(map) => {
+                self.split_for(&map);
                 let fx = self.step(|core| core.advance_map(map));
                 self.drive(fx).await
+            }
+            PgEvent::MapSplit { map, done } => {
+                let children = self.split_for(&map);
+                let fx = self.step(|core| core.advance_map(map));
+                self.drive(fx).await;
+                let _ = done.send(children);
             }
             PgEvent::Client(op) => {
                 let op = self.engine_op(op);

@@ -479,8 +479,13 @@ impl PgCore {
                 .is_none_or(|s| s.iter().map(|(_, sh)| *sh).collect::<BTreeSet<u8>>().len() >= k);
             let pull_from = if targets.contains(&me) || !enough {
                 let plan = self.plan.as_ref();
+                // Erasure coding rebuilds from k shards, whoever holds
+                // them (strays included): when every member moved to
+                // another position (a split child placed anew), none holds
+                // the object at its own, and the shards they left serve.
                 let src = plan
                     .and_then(|p| p.sources(&key, &self.acting).into_iter().find(|o| *o != me))
+                    .or_else(|| ec_sources.as_ref().and_then(|s| s.first().map(|(o, _)| *o)))
                     .filter(|_| enough);
                 match src {
                     Some(src) => Some(src),

@@ -1,5 +1,6 @@
 //! A new OSD map: whether it starts a new interval (a changed up or acting
-//! set, primary, pool size or `min_size`, or epochs this PG did not see),
+//! set, primary, pool size or `min_size`, a split, or epochs this PG did
+//! not see),
 //! and what the PG does then — fail what is in flight, drop what the old
 //! interval planned, peer (primary) or wait for the primary (member).
 
@@ -51,7 +52,13 @@ impl PgCore {
             None => (self.up.clone(), self.acting.clone()),
         };
         let before = (self.pool.as_ref()).map(|p| key(&prev_up, &prev_acting, self.primary, p));
-        let changed = gap || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
+        // A split starts a new interval for the parent (its children start
+        // their first): what was in flight may belong to a child now.
+        let split = self.pool.as_ref().is_some_and(|p| {
+            !shoal_maps::split_children(self.id.seed, p.pg_num, pool.pg_num).is_empty()
+        });
+        let changed =
+            gap || split || before != Some(key(&m.up, &m.acting, m.acting_primary, &pool));
         let (up, acting) = if pool.is_erasure() {
             self.set_ec(&pool, &m);
             let members = |v: &[i32]| v.iter().copied().filter(|o| super::is_osd(*o)).collect();

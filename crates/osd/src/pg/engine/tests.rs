@@ -89,6 +89,7 @@ fn member_on(whoami: i32, acting: &[i32], store: Arc<dyn ObjectStore>) -> PgCore
         scrub_record: Default::default(),
         snap_trim: None,
         snap_trimmed: Vec::new(),
+        pg_num: 0,
     }
 }
 

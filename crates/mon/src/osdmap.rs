@@ -1709,6 +1709,63 @@ mod tests {
         assert_eq!(e.code, ErrorCode::NotFound);
     }
 
+    /// `pg_num` only grows and leaves `pgp_num` for the leader to move in
+    /// steps toward it; a step past the target, or with none, is refused;
+    /// `pgp_num` set by hand ends the stepping.
+    #[test]
+    fn pg_num_grows_and_pgp_num_follows_it_in_steps() {
+        let mut s = state();
+        create(&mut s, "rbd", 8, rep(3, 2)).unwrap();
+        let set = |s: &mut OsdMapState, key: &str, value: &str| {
+            s.apply(&OsdChange::PoolSet {
+                name: "rbd".into(),
+                key: key.into(),
+                value: value.into(),
+            })
+        };
+        let counts = |s: &OsdMapState| {
+            let p = s.current().unwrap().pool_by_name("rbd").unwrap();
+            (p.pg_num, p.pgp_num)
+        };
+        for bad in ["4", "0", "x", "70000"] {
+            let e = set(&mut s, "pg_num", bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        }
+        assert!(
+            set(&mut s, "pg_num", "4")
+                .unwrap_err()
+                .message
+                .contains("merging")
+        );
+        set(&mut s, "pg_num", "32").unwrap();
+        assert_eq!(counts(&s), (32, 8));
+        assert_eq!(s.pgp_num_target.get(&1), Some(&32));
+        let step = |s: &mut OsdMapState, n: u32| {
+            s.apply(&OsdChange::PgpStep {
+                pool: 1,
+                pgp_num: n,
+            })
+        };
+        assert!(step(&mut s, 40).is_err(), "past the target");
+        assert!(step(&mut s, 8).is_err(), "no step at all");
+        step(&mut s, 16).unwrap();
+        assert_eq!(counts(&s), (32, 16));
+        step(&mut s, 32).unwrap();
+        assert_eq!(counts(&s), (32, 32));
+        assert!(s.pgp_num_target.is_empty(), "reached");
+        assert!(step(&mut s, 24).is_err(), "no target left");
+        // By hand: within pg_num, and the leader no longer steps.
+        set(&mut s, "pg_num", "64").unwrap();
+        assert!(set(&mut s, "pgp_num", "65").is_err());
+        set(&mut s, "pgp_num", "40").unwrap();
+        assert_eq!(counts(&s), (64, 40));
+        assert!(s.pgp_num_target.is_empty());
+        // A removed pool's target goes with it.
+        set(&mut s, "pg_num", "128").unwrap();
+        s.apply(&OsdChange::PoolRm { name: "rbd".into() }).unwrap();
+        assert!(s.pgp_num_target.is_empty());
+    }
+
     #[test]
     fn incrementals_rebuild_the_map_and_serde_round_trips() {
         let mut s = state();

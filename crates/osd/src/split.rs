@@ -303,6 +303,124 @@ mod tests {
         }
     }
 
+    /// A copy with objects of both halves, a log naming them, a missing
+    /// object of each and (erasure coded) a rollback stash: one
+    /// transaction splits it, and each side reads back whole.
+    #[test]
+    fn a_copy_splits_in_one_transaction_and_each_side_has_its_objects_log_and_stashes() {
+        use shoal_objectstore::MemStore;
+        let store = MemStore::new(1 << 30);
+        for shard in [CollectionId::NO_SHARD, 1] {
+            let parent = CollectionId::shard(3, 1, shard);
+            // Sizes: the shard's recorded logical size, or the copy's.
+            let size = if shard == CollectionId::NO_SHARD {
+                100
+            } else {
+                300
+            };
+            let mut t = Transaction::new();
+            t.create_collection(parent);
+            t.touch(parent, pg_meta_key());
+            // Pool of 4 PGs growing to 8: PG 1's child is 5 (hash & 7 == 5).
+            let hashes = [0x1u32, 0x5, 0x9, 0xd, 0x15, 0x11];
+            for h in hashes {
+                let key = ObjectKey::new(h, format!("o{h:x}"));
+                t.write(parent, key.clone(), 0, Bytes::from(vec![1u8; 100]));
+                if shard != CollectionId::NO_SHARD {
+                    let size = Bytes::copy_from_slice(&300u64.to_le_bytes());
+                    t.set_xattrs(
+                        parent,
+                        key,
+                        BTreeMap::from([(crate::ec::SIZE_XATTR.into(), size)]),
+                    );
+                }
+            }
+            let entries: Vec<LogEntry> = hashes
+                .iter()
+                .enumerate()
+                .map(|(i, h)| entry(i as u64 + 1, *h))
+                .collect();
+            let info = PgInfoData {
+                last_update: Version { epoch: 7, v: 6 },
+                log_tail: Version::default(),
+                last_epoch_started: 6,
+                objects: 6,
+                bytes: 6 * size,
+            };
+            PgLog::default().replace(
+                info,
+                entries,
+                Vec::new(),
+                LogLimits::default(),
+                parent,
+                &mut t,
+            );
+            let lacks = |h: u32| {
+                (
+                    ObjectKey::new(h, format!("o{h:x}")),
+                    Version { epoch: 7, v: 9 },
+                )
+            };
+            let missing = MissingSet::from_map([lacks(0x5), lacks(0x1)].into_iter().collect());
+            MissingSet::default().replace(missing, parent, &mut t);
+            let moving = ObjectKey::new(0xd, "od");
+            let stash = crate::ec::rollback::stash_key(Version { epoch: 7, v: 4 }, &moving);
+            t.write(parent, stash.clone(), 0, Bytes::from_static(b"old bytes"));
+            store.apply_transaction(t).unwrap();
+
+            let children = shoal_maps::split_children(1, 4, 8);
+            assert_eq!(children, vec![SplitChild { seed: 5, bits: 3 }]);
+            let mut t = Transaction::new();
+            split_txn(&store, parent, &children, 8, LogLimits::default(), &mut t).unwrap();
+            store.apply_transaction(t).unwrap();
+
+            let child = CollectionId { seed: 5, ..parent };
+            let list = |c: &CollectionId| -> Vec<u32> {
+                let l = store.list_objects(c, None, 100).unwrap().objects;
+                l.iter()
+                    .filter(|k| k.name[0] != 0)
+                    .map(|k| k.hash)
+                    .collect()
+            };
+            assert_eq!(list(&parent), vec![0x1, 0x9, 0x11], "shard {shard}");
+            assert_eq!(list(&child), vec![0x5, 0xd, 0x15], "shard {shard}");
+            let load = |c: &CollectionId| {
+                let omap: BTreeMap<Bytes, Bytes> = store
+                    .omap_range(
+                        c,
+                        &pg_meta_key(),
+                        Bound::Unbounded,
+                        Bound::Unbounded,
+                        usize::MAX,
+                    )
+                    .unwrap()
+                    .into_iter()
+                    .collect();
+                let log = PgLog::load(&omap).unwrap();
+                let missing = MissingSet::load(&omap).unwrap();
+                (log, missing, stored_pg_num(&omap))
+            };
+            let (plog, pmissing, ppg) = load(&parent);
+            let (clog, cmissing, cpg) = load(&child);
+            let versions = |l: &PgLog| l.entries().map(|e| e.version.v).collect::<Vec<_>>();
+            assert_eq!(versions(&plog), vec![1, 3, 6]);
+            assert_eq!(versions(&clog), vec![2, 4, 5]);
+            for (log, objects) in [(&plog, 3), (&clog, 3)] {
+                assert_eq!(log.info.last_update, info.last_update);
+                assert_eq!(log.info.objects, objects);
+                assert_eq!(log.info.bytes, objects * size);
+            }
+            assert!(pmissing.contains(&ObjectKey::new(0x1, "o1")) && pmissing.len() == 1);
+            assert!(cmissing.contains(&ObjectKey::new(0x5, "o5")) && cmissing.len() == 1);
+            assert_eq!((ppg, cpg), (8, 8));
+            // The stash went with its object (erasure coded only).
+            let stashes = crate::ec::rollback::list_stashes(&store, child).unwrap();
+            let moved = shard != CollectionId::NO_SHARD;
+            assert_eq!(stashes.values().flatten().any(|k| *k == stash), moved);
+            assert_eq!(store.exists(&parent, &stash).unwrap(), !moved);
+        }
+    }
+
     #[test]
     fn each_entry_and_missing_object_goes_with_its_object_and_both_keep_the_history() {
         let entries: Vec<LogEntry> = [(3, 0x1), (4, 0x2), (5, 0x5), (6, 0x1), (7, 0x6)]

@@ -796,8 +796,15 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 for p in v {
                     if detail {
                         out.push_str(&format!(
-                            "pool {} '{}' {} size {} min_size {} pg_num {} crush_rule {}",
-                            p.id, p.name, p.kind, p.size, p.min_size, p.pg_num, p.crush_rule
+                            "pool {} '{}' {} size {} min_size {} pg_num {} pgp_num {} crush_rule {}",
+                            p.id,
+                            p.name,
+                            p.kind,
+                            p.size,
+                            p.min_size,
+                            p.pg_num,
+                            p.pgp_num,
+                            p.crush_rule
                         ));
                         if let Some(profile) = &p.erasure_code_profile {
                             out.push_str(&format!(

@@ -67,6 +67,9 @@ pub struct SimConfig {
     /// One more client takes, uses, removes and reads snapshots
     /// ([`snapshots`]), on the pool whichever its kind.
     pub snapshots: bool,
+    /// The nemesis also grows the clients' pool's `pg_num` (PGs split
+    /// while the faults go on; the leader moves `pgp_num` after them).
+    pub splits: bool,
 }
 
 impl SimConfig {
@@ -84,6 +87,15 @@ impl SimConfig {
             verbose: false,
             erasure: None,
             snapshots: false,
+            splits: false,
+        }
+    }
+
+    /// [`SimConfig::quick`] with PG splits among the faults.
+    pub fn quick_splits() -> SimConfig {
+        SimConfig {
+            splits: true,
+            ..SimConfig::quick()
         }
     }
 
@@ -121,6 +133,8 @@ pub struct Report {
     pub virtual_ms: u64,
     /// The words of the PG states seen during the faults.
     pub states: std::collections::BTreeSet<String>,
+    /// The clients' pool's (pg_num, pgp_num) at the end (splits move them).
+    pub pg_num: (u32, u32),
     /// The snapshot client's snapshots taken and removed, and reads at
     /// snapshots checked.
     pub snapshots: (usize, usize, usize),

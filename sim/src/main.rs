@@ -5,6 +5,7 @@
 //! shoal-sim --seeds 0..1000         # a range; stops at the first failure
 //! shoal-sim --seeds 0..100 --erasure 2+1   # with an erasure-coded pool
 //! shoal-sim --seeds 0..100 --snapshots     # with the snapshot client
+//! shoal-sim --seeds 0..100 --splits        # PGs split among the faults
 //! ```
 
 use std::process::ExitCode;
@@ -13,12 +14,20 @@ use shoal_sim::{SimConfig, run};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots]"
+        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots] [--splits]"
     );
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
+    // The daemons' own log lines, for a seed being replayed:
+    // `SHOAL_SIM_LOG=osd=debug shoal-sim --seed N`.
+    if let Ok(spec) = std::env::var("SHOAL_SIM_LOG")
+        && let Err(e) = shoal_config::logging::init(&spec)
+    {
+        eprintln!("SHOAL_SIM_LOG: {e}");
+        return ExitCode::FAILURE;
+    }
     let mut cfg = SimConfig::quick();
     let mut seeds: Option<(u64, u64)> = None;
     let mut args = std::env::args().skip(1);
@@ -44,6 +53,7 @@ fn main() -> ExitCode {
             },
             "--verbose" => cfg.verbose = true,
             "--snapshots" => cfg.snapshots = true,
+            "--splits" => cfg.splits = true,
             "--erasure" => {
                 let km = args.next().unwrap_or_default();
                 match km

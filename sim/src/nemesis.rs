@@ -41,7 +41,12 @@ pub enum Fault {
     PoolCreate,
     /// Delete the scratch pool.
     PoolRm,
+    /// Double the clients' pool's `pg_num` (up to [`SPLIT_PG_NUM_MAX`]).
+    Split,
 }
+
+/// The most PGs splits grow the clients' pool to.
+pub const SPLIT_PG_NUM_MAX: u32 = 64;
 
 /// The pool the nemesis creates and deletes (the clients use `rbd`).
 pub const SCRATCH: &str = "scratch";
@@ -65,6 +70,17 @@ fn choose(w: &mut World) -> Fault {
     loop {
         let roll = w.rng.range(0, 99);
         let pick = |w: &mut World, v: &[i32]| w.rng.pick(v).copied();
+        // With splits on, one roll in ten grows the pool (the other
+        // faults keep their rolls, so runs without splits stay as they were).
+        if w.cfg.splits && w.rng.range(0, 9) == 0 {
+            let pg_num = w
+                .newest_map()
+                .and_then(|m| m.pool_by_name("rbd").map(|p| p.pg_num))
+                .unwrap_or(SPLIT_PG_NUM_MAX);
+            if pg_num < SPLIT_PG_NUM_MAX {
+                return Fault::Split;
+            }
+        }
         let fault = match roll {
             0..=19 if ids.len() - running.len() < CRASHED_MAX => {
                 pick(w, &running).map(Fault::Crash)
@@ -162,6 +178,20 @@ async fn apply(w: &mut World, f: &Fault) -> Result<(), String> {
             })
             .await?;
             w.note("pool scratch created");
+        }
+        Fault::Split => {
+            let pg_num = w
+                .newest_map()
+                .and_then(|m| m.pool_by_name("rbd").map(|p| p.pg_num))
+                .unwrap_or(SPLIT_PG_NUM_MAX);
+            let to = (pg_num * 2).min(SPLIT_PG_NUM_MAX);
+            w.command(shoal_mon::Command::PoolSet {
+                name: "rbd".into(),
+                key: "pg_num".into(),
+                value: to.to_string(),
+            })
+            .await?;
+            w.note(format!("pool rbd split: pg_num {pg_num} → {to}"));
         }
         Fault::PoolRm => {
             w.command(shoal_mon::Command::PoolRm {

@@ -476,6 +476,14 @@ impl World {
                 stats.insert(*id, osd.pg_stats().await);
             }
         }
+        // A split pool is clean once its placement has followed too: the
+        // leader moves pgp_num step by step after every step is clean.
+        if let Some(p) = map.pools().values().find(|p| p.pgp_num != p.pg_num) {
+            return Some(format!(
+                "pool {}: pgp_num {} still moving to pg_num {}",
+                p.name, p.pgp_num, p.pg_num
+            ));
+        }
         let pgs = map
             .pools()
             .iter()
@@ -694,6 +702,10 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         acked: w.acks.all().len(),
         virtual_ms: w.now_ms(),
         states: std::mem::take(&mut w.states),
+        pg_num: w
+            .newest_map()
+            .and_then(|m| m.pool_by_name("rbd").map(|p| (p.pg_num, p.pgp_num)))
+            .unwrap_or_default(),
         snapshots,
     })
 }

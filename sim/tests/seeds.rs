@@ -2,7 +2,8 @@
 //! nextest spreads them over the cores; seeds 350-499 ran here too until
 //! CI's time neared its bound, and pass: `shoal-sim --seeds 350..500`),
 //! seeds 0-49 with an erasure-coded 2+1 and 3+1 pool, seeds 0-29 with the
-//! snapshot client (19 of it on a 2+1 pool), and the same seed twice
+//! snapshot client (19 of it on a 2+1 pool), seeds 0-15 with PG splits
+//! among the faults (8 of them on a 2+1 pool), and the same seed twice
 //! giving the same trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
 //! -- --ignored` runs N more seeds (thousands behind the flag); a failing
 //! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
@@ -274,4 +275,36 @@ fn many_seeds() {
             panic!("{f}");
         }
     }
+}
+
+/// PGs split among the faults (`shoal-sim --splits`): the nemesis doubles
+/// the clients' pool's `pg_num` now and then, the OSDs split their copies
+/// as they follow the maps (crashed ones when they restart), the leader
+/// moves `pgp_num` after it, and every invariant holds — acknowledged
+/// writes in the log of the PG holding their object, copies alike once
+/// clean, every read the newest acknowledged write.
+#[test]
+fn split_seeds() {
+    let mut grown = 0;
+    for (cfg, seeds) in [
+        (SimConfig::quick_splits(), 0..16u64),
+        (
+            SimConfig {
+                splits: true,
+                ..SimConfig::quick_erasure(2, 1)
+            },
+            0..8,
+        ),
+    ] {
+        for seed in seeds {
+            match run(seed, &cfg) {
+                Ok(r) => {
+                    assert_eq!(r.pg_num.0, r.pg_num.1, "seed {seed}: pgp_num follows");
+                    grown += usize::from(r.pg_num.0 > cfg.pg_num);
+                }
+                Err(f) => panic!("splits: {f}"),
+            }
+        }
+    }
+    assert!(grown >= 12, "only {grown} of 24 runs split their pool");
 }

@@ -66,6 +66,8 @@ impl OsdMap {
 #[derive(Debug)]
 struct Open {
     key: IntervalKey,
+    /// The pool's `pg_num` (a split starts an interval).
+    pg_num: u32,
     first: u32,
     last: u32,
     /// The primary's `up_thru` in the newest map of the interval.
@@ -114,9 +116,20 @@ impl IntervalHistory {
     /// Adds the map of the next epoch (epochs must be consecutive).
     pub fn push(&mut self, map: &OsdMap) {
         let epoch = map.epoch.0;
-        let key = map.pg_interval_key(self.pg);
+        // Before a split made it, a PG's history is its parent's (Ceph
+        // gives the child the parent's past intervals): the PG its seed
+        // folds to under the count of that map.
+        let pg_num = map.pool(self.pg.pool).map_or(0, |p| p.pg_num);
+        let pg = match pg_num {
+            n if n > 0 && self.pg.seed >= n => PgId {
+                seed: crate::stable_mod(self.pg.seed, n, crate::pg_mask(n)),
+                ..self.pg
+            },
+            _ => self.pg,
+        };
+        let key = map.pg_interval_key(pg);
         match (&mut self.open, key) {
-            (Some(open), Some(key)) if open.key == key => {
+            (Some(open), Some(key)) if open.key == key && open.pg_num == pg_num => {
                 open.last = epoch;
                 open.primary_up_thru = map.up_thru(key.primary);
             }
@@ -126,6 +139,7 @@ impl IntervalHistory {
                 }
                 *open = key.map(|key| Open {
                     primary_up_thru: map.up_thru(key.primary),
+                    pg_num,
                     key,
                     first: epoch,
                     last: epoch,
@@ -200,6 +214,36 @@ mod tests {
         assert!(!iv[1].acting.contains(&victim));
         // Its primary never had its up_thru recorded: no writes possible.
         assert!(!iv[1].maybe_went_rw);
+    }
+
+    /// Before the split that made it, a child's intervals are its
+    /// parent's (peering must hear from the members that took its
+    /// objects' writes); the split starts one.
+    #[test]
+    fn a_childs_history_before_its_split_is_its_parents() {
+        let child = PgId { pool: 1, seed: 1 };
+        let mut map = cluster();
+        let parent = map.pg_to_up_acting(PgId { pool: 1, seed: 0 }).unwrap();
+        step(&mut map, |i| {
+            i.new_up_thru.insert(parent.acting_primary, 2);
+        });
+        let mut h = IntervalHistory::new(child);
+        h.push(&map); // e2: the parent's
+        let mut pool = map.pool(1).unwrap().clone();
+        pool.pg_num = 2;
+        step(&mut map, |i| {
+            i.new_pools.insert(1, pool);
+        });
+        h.push(&map); // e3: split (pgp_num 1: the child sits where the parent does)
+        step(&mut map, |_| {});
+        h.push(&map); // e4
+        let iv = h.finish();
+        assert_eq!(iv.len(), 2, "{iv:?}");
+        assert_eq!((iv[0].first, iv[0].last), (2, 2));
+        assert_eq!(iv[0].acting, parent.acting);
+        assert!(iv[0].maybe_went_rw);
+        assert_eq!((iv[1].first, iv[1].last), (3, 4));
+        assert_eq!(iv[1].acting, parent.acting);
     }
 
     #[test]

@@ -279,6 +279,9 @@ pub struct AckedWrite {
     pub osd: i32,
     /// The PG.
     pub pg: shoal_maps::PgId,
+    /// The hash of the object changed (after a split, the PG holding it
+    /// is the one its hash folds to under the pool's new count).
+    pub hash: u32,
     /// The epoch the primary's interval began.
     pub interval_start: u32,
     /// The change's version.

@@ -13,9 +13,21 @@ use shoal_osd::log::PgLog;
 use crate::invariants::load_log;
 
 /// Checks every acknowledged write against the OSDs' stores as they are.
-pub fn check(acks: &[AckedWrite], stores: &BTreeMap<i32, &dyn ObjectStore>) -> Result<(), String> {
+/// `pg_num(pool)` is the pool's (first, current) PG count: after a split
+/// the write is in the log of the PG its object's hash folds to now (the
+/// split gave the child the entry), or — the OSDs not split yet — under
+/// an earlier count.
+pub fn check(
+    acks: &[AckedWrite],
+    stores: &BTreeMap<i32, &dyn ObjectStore>,
+    pg_num: impl Fn(u64) -> (u32, u32),
+) -> Result<(), String> {
     let mut auth: BTreeMap<PgId, (i32, PgLog)> = BTreeMap::new();
     for a in acks {
+        let a = &AckedWrite {
+            pg: holder(a, stores, pg_num(a.pg.pool)),
+            ..a.clone()
+        };
         let (osd, log) = match auth.entry(a.pg) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -31,8 +43,13 @@ pub fn check(acks: &[AckedWrite], stores: &BTreeMap<i32, &dyn ObjectStore>) -> R
         };
         if a.version > log.info.last_update {
             return Err(format!(
-                "pg {}: {} (acknowledged by osd.{}) is newer than the authoritative log (osd.{}, up to {})",
-                a.pg, a.version, a.osd, osd, log.info.last_update
+                "pg {}: {} (acknowledged by osd.{}) is newer than the authoritative log (osd.{}, up to {}); {}",
+                a.pg,
+                a.version,
+                a.osd,
+                osd,
+                log.info.last_update,
+                who_has(a, stores)
             ));
         }
         if a.version > log.info.log_tail
@@ -55,6 +72,34 @@ pub fn check(acks: &[AckedWrite], stores: &BTreeMap<i32, &dyn ObjectStore>) -> R
         }
     }
     Ok(())
+}
+
+/// The PG holding `a`'s object now: under the largest count (halving from
+/// the current one to the first) whose PG some store holds with a history
+/// that reaches the write.
+fn holder(
+    a: &AckedWrite,
+    stores: &BTreeMap<i32, &dyn ObjectStore>,
+    (first, now): (u32, u32),
+) -> PgId {
+    let mut n = now;
+    while n > first.max(1) {
+        let pg = PgId {
+            pool: a.pg.pool,
+            seed: shoal_maps::stable_mod(a.hash, n, shoal_maps::pg_mask(n)),
+        };
+        // A member new to the child may hold it empty before the members
+        // that split it have: the holder is the one whose history reaches
+        // the write.
+        if stores
+            .values()
+            .any(|s| load_log(*s, pg).is_some_and(|l| l.info.last_update >= a.version))
+        {
+            return pg;
+        }
+        n /= 2;
+    }
+    a.pg
 }
 
 /// What each store's log holds at the write's version.
@@ -128,10 +173,15 @@ mod tests {
         AckedWrite {
             osd: 0,
             pg: PG,
+            hash: 0,
             interval_start: 1,
             version: Version { epoch: 1, v },
             reqid: req(tid),
         }
+    }
+
+    fn check_(acks: &[AckedWrite], stores: &BTreeMap<i32, &dyn ObjectStore>) -> Result<(), String> {
+        check(acks, stores, |_| (8, 8))
     }
 
     #[test]
@@ -143,20 +193,20 @@ mod tests {
             (1, &behind as &dyn ObjectStore),
         ]);
         let acks = [ack(1, 10), ack(3, 12)];
-        assert_eq!(check(&acks, &both), Ok(()));
+        assert_eq!(check_(&acks, &both), Ok(()));
         // Only the member that is behind is left: 1'3 is lost.
         let one: BTreeMap<i32, &dyn ObjectStore> =
             BTreeMap::from([(1, &behind as &dyn ObjectStore)]);
-        let e = check(&acks, &one).unwrap_err();
+        let e = check_(&acks, &one).unwrap_err();
         assert!(e.contains("newer than the authoritative log"), "{e}");
         // The version is there but another write holds it.
-        let e = check(&[ack(2, 99)], &both).unwrap_err();
+        let e = check_(&[ack(2, 99)], &both).unwrap_err();
         assert!(e.contains("missing from the authoritative log"), "{e}");
         // Trimmed entries count as held.
         let trimmed = store(&[10, 11, 12], 1);
         let t: BTreeMap<i32, &dyn ObjectStore> =
             BTreeMap::from([(0, &trimmed as &dyn ObjectStore)]);
-        assert_eq!(check(&acks, &t), Ok(()));
-        assert!(check(&acks, &BTreeMap::new()).is_err());
+        assert_eq!(check_(&acks, &t), Ok(()));
+        assert!(check_(&acks, &BTreeMap::new()).is_err());
     }
 }

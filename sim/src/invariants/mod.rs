@@ -35,7 +35,23 @@ pub fn check(w: &World) -> Result<(), String> {
         .iter()
         .map(|(id, s)| (*id, s.store.as_ref() as &dyn ObjectStore))
         .collect();
-    acked_in_log::check(&acks, &stores)?;
+    // The pool's first count, and its count now (the nemesis splits it;
+    // an OSD may have split for a map the world has not seen yet: the
+    // largest seed any store holds counts too).
+    let first = w.cfg.pg_num;
+    let pg_num = |pool: u64| {
+        let mapped = w.newest_map().and_then(|m| m.pool(pool).map(|p| p.pg_num));
+        let held = stores
+            .values()
+            .filter_map(|s| s.list_collections().ok())
+            .flatten()
+            .filter(|c| c.pool == pool)
+            .map(|c| (c.seed + 1).next_power_of_two())
+            .max();
+        let now = mapped.unwrap_or(first).max(held.unwrap_or(0)).max(first);
+        (first, now)
+    };
+    acked_in_log::check(&acks, &stores, pg_num)?;
     Ok(())
 }
 

@@ -53,6 +53,7 @@ mod tests {
         AckedWrite {
             osd,
             pg: PgId { pool: 1, seed: 3 },
+            hash: 3,
             interval_start,
             version: Version {
                 epoch: interval_start,

@@ -1071,6 +1071,7 @@ impl PgCore {
                     fx.push(Effect::Acked(AckedWrite {
                         osd: self.whoami,
                         pg: self.id,
+                        hash: f.key.hash,
                         interval_start: self.interval_start,
                         version,
                         reqid: id.clone(),

@@ -252,6 +252,7 @@ impl PgCore {
                     fx.push(Effect::Acked(AckedWrite {
                         osd: self.whoami,
                         pg: self.id,
+                        hash: key.hash,
                         interval_start: self.interval_start,
                         version,
                         reqid,

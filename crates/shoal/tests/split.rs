@@ -149,3 +149,64 @@ fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follo
     assert!(!out.status.success());
     assert_eq!(counts(&d)["r"], (32, 32));
 }
+
+/// An OSD down while its pool splits (block stores, where its copies
+/// wait as they were) splits them when it starts again, from the count it
+/// recorded, and the PGs come clean with every object.
+#[test]
+fn an_osd_down_during_a_split_splits_its_copies_when_it_returns() {
+    let d = Dev::new("split-restart");
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "3",
+        "--no-gateway",
+        "--set",
+        "osd_pg_stats_interval_ms=500",
+        "--set",
+        "mgr_stats_period_ms=500",
+    ]);
+    d.ok(&["balancer", "off"]);
+    d.ok(&["osd", "pool", "create", "r", "4"]);
+    let file = d.0.join("obj");
+    let data: Vec<u8> = (0..70_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    for i in 0..24 {
+        let name = format!("o{i}");
+        d.ok(&["rados", "-p", "r", "put", &name, file.to_str().unwrap()]);
+    }
+    d.until("the cluster clean after the writes", 90, || {
+        d.all_active_clean()
+    });
+    d.kill9("osd.2");
+    d.ok(&["osd", "down", "2"]);
+    d.ok(&["osd", "pool", "set", "r", "pg_num", "16"]);
+    // Written while osd.2 is away: it must catch up on them, in children.
+    for i in 24..32 {
+        let name = format!("o{i}");
+        d.ok(&["rados", "-p", "r", "put", &name, file.to_str().unwrap()]);
+    }
+    common::start_osd(&d, 2);
+    d.until(
+        "every PG clean with osd.2 back and pgp_num at 16",
+        180,
+        || counts(&d)["r"] == (16, 16) && d.all_active_clean(),
+    );
+    let back = d.0.join("back");
+    for i in 0..32 {
+        let name = format!("o{i}");
+        d.ok(&["rados", "-p", "r", "get", &name, back.to_str().unwrap()]);
+        assert!(std::fs::read(&back).unwrap() == data, "{name}");
+    }
+    let (objects, pgs) = reported(&d, "r");
+    assert_eq!((objects, pgs), (32, 16));
+    // osd.2's log says it split what it held.
+    let log = std::fs::read_to_string(d.0.join("out/osd.2.log")).unwrap();
+    assert!(
+        log.contains("split: the children's objects moved") && log.contains("old=4 new=16"),
+        "osd.2 split nothing after its restart"
+    );
+}

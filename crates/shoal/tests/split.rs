@@ -39,9 +39,9 @@ fn reported(d: &Dev, pool: &str) -> (u64, usize) {
     (objects, rows.len())
 }
 
-#[test]
-fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follows() {
-    let d = Dev::new("split");
+/// Three OSDs on block stores reporting every half second; the balancer
+/// off (the moves are the split's).
+fn up3(d: &Dev) {
     d.ok(&[
         "dev",
         "up",
@@ -56,6 +56,12 @@ fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follo
         "mgr_stats_period_ms=500",
     ]);
     d.ok(&["balancer", "off"]);
+}
+
+#[test]
+fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follows() {
+    let d = Dev::new("split");
+    up3(&d);
     // Steps of a quarter of the PGs, so the test moves in a few.
     d.ok(&[
         "config",
@@ -156,20 +162,7 @@ fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follo
 #[test]
 fn an_osd_down_during_a_split_splits_its_copies_when_it_returns() {
     let d = Dev::new("split-restart");
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--no-gateway",
-        "--set",
-        "osd_pg_stats_interval_ms=500",
-        "--set",
-        "mgr_stats_period_ms=500",
-    ]);
-    d.ok(&["balancer", "off"]);
+    up3(&d);
     d.ok(&["osd", "pool", "create", "r", "4"]);
     let file = d.0.join("obj");
     let data: Vec<u8> = (0..70_000u32).map(|i| (i * 13 % 241) as u8).collect();

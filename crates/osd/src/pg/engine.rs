@@ -460,15 +460,8 @@ impl PgCore {
     /// Reloads the log's in-memory view from the store (after the store
     /// refused a transaction whose log entry was already appended here).
     pub(super) fn reload_log(&mut self) {
-        let omap = self.store.omap_range(
-            &self.coll,
-            &object::pg_meta_key(),
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            super::OMAP_ALL,
-        );
-        if let Ok(omap) = omap
-            && let Ok(log) = PgLog::load(&omap.into_iter().collect())
+        if let Some(omap) = self.meta_omap()
+            && let Ok(log) = PgLog::load(&omap)
         {
             self.log = log;
         }
@@ -483,6 +476,15 @@ impl PgCore {
 
     /// Reloads the missing set from the store (after a split rewrote it).
     pub(super) fn reload_missing(&mut self) {
+        if let Some(omap) = self.meta_omap()
+            && let Ok(missing) = crate::missing::MissingSet::load(&omap)
+        {
+            self.missing = missing;
+        }
+    }
+
+    /// The PG meta object's whole omap as the store has it.
+    fn meta_omap(&self) -> Option<std::collections::BTreeMap<Bytes, Bytes>> {
         let omap = self.store.omap_range(
             &self.coll,
             &object::pg_meta_key(),
@@ -490,11 +492,7 @@ impl PgCore {
             std::ops::Bound::Unbounded,
             super::OMAP_ALL,
         );
-        if let Ok(omap) = omap
-            && let Ok(missing) = crate::missing::MissingSet::load(&omap.into_iter().collect())
-        {
-            self.missing = missing;
-        }
+        omap.ok().map(|o| o.into_iter().collect())
     }
 
     fn apply_delta(&mut self, (objects, bytes): (i64, i64)) {

@@ -833,7 +833,7 @@ fn acked(v: u64) -> Effect {
     Effect::Acked(AckedWrite {
         osd: 1,
         pg: PG,
-        hash: 0,
+        hash: e.key.hash,
         interval_start: START,
         version: e.version,
         reqid: e.reqid.unwrap(),

@@ -263,7 +263,11 @@ fn leader_kill_during_a_stream_of_creations_then_restart_then_no_quorum() {
     }
     let after = mons.status_until(|v| v["health"]["status"] == "HEALTH_OK");
     assert_eq!(after["fsid"], fsid.as_str());
-    assert_eq!(after["state_version"], status["state_version"], "{after}");
+    // Nothing acknowledged is lost (the version never goes back); the
+    // leader's timers (health, secrets) may have written once more between
+    // the status read and the stop — CI saw 203 → 204 under load.
+    let version = |v: &Value| v["state_version"].as_u64().unwrap();
+    assert!(version(&after) >= version(&status), "{status} → {after}");
     assert_eq!(mons.json(&["auth", "ls", "--format", "json"]).unwrap(), ls);
     assert_eq!(
         mons.json(&["osd", "dump", "--format", "json"]).unwrap(),

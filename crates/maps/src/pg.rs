@@ -40,6 +40,18 @@ pub struct SplitChild {
     pub bits: u32,
 }
 
+impl SplitChild {
+    /// Whether an object of hash `hash` goes to this child.
+    pub fn takes(&self, hash: u32) -> bool {
+        let mask = if self.bits >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.bits) - 1
+        };
+        hash & mask == self.seed
+    }
+}
+
 /// The children PG `parent` splits into when its pool's `pg_num` grows
 /// from `old_pg_num` to `new_pg_num` (Ceph's `pg_t::is_split`): every new
 /// seed whose fold under the old count is `parent`. An object of the parent
@@ -99,14 +111,7 @@ mod tests {
                     let now = crate::stable_mod(*x, new, nm);
                     let passes: Vec<u32> = children[parent as usize]
                         .iter()
-                        .filter(|c| {
-                            let mask = if c.bits >= 32 {
-                                u32::MAX
-                            } else {
-                                (1 << c.bits) - 1
-                            };
-                            x & mask == c.seed
-                        })
+                        .filter(|c| c.takes(*x))
                         .map(|c| c.seed)
                         .collect();
                     let want = if now == parent { vec![] } else { vec![now] };

@@ -42,16 +42,6 @@ pub fn persist_pg_num(coll: CollectionId, pg_num: u32, txn: &mut Transaction) {
     );
 }
 
-/// Whether an object of hash `hash` goes to `child`.
-pub fn moves_to(child: &SplitChild, hash: u32) -> bool {
-    let mask = if child.bits >= 32 {
-        u32::MAX
-    } else {
-        (1u32 << child.bits) - 1
-    };
-    hash & mask == child.seed
-}
-
 /// Why a copy could not be split.
 #[derive(Debug, thiserror::Error)]
 #[error("splitting {coll:?}: {why}")]
@@ -101,7 +91,7 @@ pub fn split_txn(
             if key.name.first().is_none_or(|b| *b == 0) {
                 continue;
             }
-            if let Some(i) = children.iter().position(|c| moves_to(c, key.hash)) {
+            if let Some(i) = children.iter().position(|c| c.takes(key.hash)) {
                 // An erasure-coded shard records the object's size.
                 let size = if src.shard == CollectionId::NO_SHARD {
                     store.stat(&src, key).map_err(|e| err(e.to_string()))?.size
@@ -136,7 +126,7 @@ pub fn split_txn(
             &parent.entries,
             &dups,
             &parent.missing,
-            |k| moves_to(child, k.hash),
+            |k| child.takes(k.hash),
             child_stats,
         );
         parent = kept;
@@ -170,7 +160,7 @@ pub fn split_txn(
             let Some(object) = crate::ec::rollback::stashed_key(&stash) else {
                 continue;
             };
-            if let Some(child) = children.iter().find(|c| moves_to(c, object.hash)) {
+            if let Some(child) = children.iter().find(|c| c.takes(object.hash)) {
                 let dst = CollectionId {
                     seed: child.seed,
                     ..src
@@ -179,9 +169,9 @@ pub fn split_txn(
             }
         }
     }
-    let mut log = log;
+    let (mut log, mut missing) = (log, missing);
     log.replace(parent.info, parent.entries, dups, limits, src, txn);
-    missing.clone().replace(parent.missing, src, txn);
+    missing.replace(parent.missing, src, txn);
     persist_pg_num(src, pg_num, txn);
     for child in children {
         let dst = CollectionId {

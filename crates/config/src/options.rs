@@ -367,8 +367,16 @@ options! {
     crash_dir: String = "";
     /// A manager that sends no beacon for this long loses its role (a standby takes over), in milliseconds (as Ceph's mon_mgr_beacon_grace).
     mon_mgr_beacon_grace_ms: u64 = 10_000u64;
-    /// The PG copies each OSD should hold, which `osd pool autoscale-status` sizes pools' pg_num by (as Ceph's mon_target_pg_per_osd).
+    /// The PG copies each OSD should hold, which the autoscaler sizes pools' pg_num by (as Ceph's mon_target_pg_per_osd; central configuration).
     mon_target_pg_per_osd: u32 = 100u32;
+    /// How often the monitors' leader looks at pools whose pg_autoscale_mode is on, in milliseconds (central configuration; Ceph's autoscaler sleeps 60 s).
+    mon_pg_autoscale_interval_ms: u64 = 60_000u64;
+    /// The factor a pool's pg_num must be off by before the autoscaler changes it or warns (as Ceph's autoscaler threshold; central configuration).
+    mon_pg_autoscale_threshold: f64 = 3.0f64;
+    /// The fewest PGs the autoscaler sizes a pool to (Ceph's autoscaler floors at 32; Shoal lets pools start small and grow with their data; central configuration).
+    mon_pg_autoscale_pg_num_min: u32 = 8u32;
+    /// The pg_autoscale_mode a new pool gets: on (the leader raises its pg_num as its data grows), warn (a health check says when it is off by the threshold) or off (central configuration).
+    osd_pool_default_pg_autoscale_mode: String = "on";
     /// The monitors' leader balances PGs (as Ceph's balancer in upmap mode): once every PG is active+clean it moves copies with pg_upmap_items until each up and in OSD holds within mon_balancer_max_deviation copies of its share (CRUSH weight times reweight), keeping each PG's failure domains; read from the central configuration (`shoal balancer on|off`).
     mon_balancer_active: bool = true;
     /// How often the balancer looks, in milliseconds (central configuration).

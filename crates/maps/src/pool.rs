@@ -14,6 +14,14 @@ pub const FLAG_EC_OVERWRITES: u64 = 1 << 17;
 /// its quota allows; OSDs refuse what would add to it (deletes pass). Set
 /// and cleared by the monitors' leader from the PG statistics.
 pub const FLAG_FULL_QUOTA: u64 = 1 << 10;
+/// Shoal's: the pool's `pg_autoscale_mode` is `off` (the autoscaler leaves
+/// its `pg_num` alone). Neither this nor [`FLAG_AUTOSCALE_WARN`]: `on`.
+/// Ceph keeps the mode among a pool's options; Shoal keeps it in bits far
+/// above Ceph's flags.
+pub const FLAG_AUTOSCALE_OFF: u64 = 1 << 40;
+/// Shoal's: the pool's `pg_autoscale_mode` is `warn` (a health check, no
+/// change).
+pub const FLAG_AUTOSCALE_WARN: u64 = 1 << 41;
 /// The stripe unit of an erasure-coded pool whose map names none.
 pub const DEFAULT_STRIPE_UNIT: u32 = 4096;
 
@@ -26,6 +34,49 @@ pub const MAX_POOL_SIZE: u32 = shoal_crush::MAX_REPLICAS as u32;
 pub const MAX_PG_NUM: u32 = 1 << 16;
 /// Most runs of removed snapshots one pool records.
 pub const MAX_REMOVED_SNAP_RUNS: usize = 1 << 16;
+
+/// What the monitors' autoscaler does with a pool's `pg_num` (Ceph's
+/// `pg_autoscale_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AutoscaleMode {
+    /// Changes it when its share of the data calls for 3× more PGs.
+    On,
+    /// Raises a health check (`POOL_TOO_FEW_PGS`, `POOL_TOO_MANY_PGS`).
+    Warn,
+    /// Leaves it alone.
+    Off,
+}
+
+impl AutoscaleMode {
+    /// Its name in commands and replies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AutoscaleMode::On => "on",
+            AutoscaleMode::Warn => "warn",
+            AutoscaleMode::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for AutoscaleMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" => Ok(AutoscaleMode::On),
+            "warn" => Ok(AutoscaleMode::Warn),
+            "off" => Ok(AutoscaleMode::Off),
+            other => Err(format!(
+                "pg_autoscale_mode is on, warn or off, not {other:?}"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AutoscaleMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How a pool keeps its objects safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -132,6 +183,27 @@ impl Pool {
     /// Whether the pool is at its quota: writes that add are refused.
     pub fn full_quota(&self) -> bool {
         self.flags & FLAG_FULL_QUOTA != 0
+    }
+
+    /// Its `pg_autoscale_mode`.
+    pub fn autoscale_mode(&self) -> AutoscaleMode {
+        if self.flags & FLAG_AUTOSCALE_OFF != 0 {
+            AutoscaleMode::Off
+        } else if self.flags & FLAG_AUTOSCALE_WARN != 0 {
+            AutoscaleMode::Warn
+        } else {
+            AutoscaleMode::On
+        }
+    }
+
+    /// Sets its `pg_autoscale_mode`.
+    pub fn set_autoscale_mode(&mut self, mode: AutoscaleMode) {
+        self.flags &= !(FLAG_AUTOSCALE_OFF | FLAG_AUTOSCALE_WARN);
+        self.flags |= match mode {
+            AutoscaleMode::On => 0,
+            AutoscaleMode::Warn => FLAG_AUTOSCALE_WARN,
+            AutoscaleMode::Off => FLAG_AUTOSCALE_OFF,
+        };
     }
 
     /// Whether the pool is erasure coded.

@@ -9,6 +9,7 @@
 //! This crate depends on the messenger and the configuration schema, never
 //! on the OSD or the client library.
 
+mod autoscale;
 mod fsmap;
 mod health;
 mod mgrmap;

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_crush::{CrushMap, RULE_ERASURE, Rule, Step};
 use shoal_ec::EcProfile;
-use shoal_maps::{FLAG_EC_OVERWRITES, Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT};
+use shoal_maps::{
+    AutoscaleMode, FLAG_EC_OVERWRITES, Incremental, OsdMap, Pool, PoolKind, WEIGHT_IN, WEIGHT_OUT,
+};
 use shoal_net::Secret;
 
 use shoal_monclient::{ErrorCode, MonError};
@@ -77,6 +79,11 @@ pub enum OsdChange {
         pg_num: u32,
         /// Redundancy.
         spec: PoolSpec,
+        /// Its `pg_autoscale_mode` (`on`, `warn`, `off`; none: `on`),
+        /// from the central `osd_pool_default_pg_autoscale_mode` when the
+        /// command was taken.
+        #[serde(default)]
+        autoscale_mode: Option<String>,
     },
     /// Deletes a pool.
     PoolRm {
@@ -107,6 +114,15 @@ pub enum OsdChange {
         name: String,
         /// At the quota.
         full: bool,
+    },
+    /// Raises a pool's `pg_num` (proposed by the leader's autoscaler for a
+    /// pool whose mode is `on`); `pgp_num` follows in steps, as after
+    /// `osd pool set NAME pg_num`, and the mode stays.
+    AutoscalePgNum {
+        /// Pool id.
+        pool: u64,
+        /// The new `pg_num`.
+        pg_num: u32,
     },
     /// Moves a pool's `pgp_num` one step toward its target (proposed by
     /// the leader while the misplaced ratio allows).
@@ -505,6 +521,9 @@ impl OsdMapState {
             OsdChange::EcProfileRm { name } => {
                 self.ec_profiles.remove(name);
             }
+            OsdChange::AutoscalePgNum { pool, pg_num } => {
+                self.pgp_num_target.insert(*pool, *pg_num);
+            }
             OsdChange::PoolSet { key, .. } => {
                 let counts: Vec<(u64, u32, u32)> = (inc.new_pools.iter())
                     .map(|(id, p)| (*id, map.pool(*id).map_or(p.pg_num, |b| b.pg_num), p.pg_num))
@@ -550,8 +569,19 @@ impl OsdMapState {
         inc: &mut Incremental,
     ) -> Result<Value, MonError> {
         match change {
-            OsdChange::PoolCreate { name, pg_num, spec } => {
-                self.pool_create(map, inc, name, *pg_num, spec)
+            OsdChange::PoolCreate {
+                name,
+                pg_num,
+                spec,
+                autoscale_mode,
+            } => {
+                let mode = match autoscale_mode.as_deref() {
+                    None => AutoscaleMode::On,
+                    Some(m) => m
+                        .parse()
+                        .map_err(|e| invalid(format!("osd_pool_default_pg_autoscale_mode: {e}")))?,
+                };
+                self.pool_create(map, inc, name, *pg_num, spec, mode)
             }
             OsdChange::PoolRm { name } => {
                 let pool = pool_named(map, name)?;
@@ -576,6 +606,29 @@ impl OsdMapState {
                 set_pool_property(map, &mut pool, key, value)?;
                 inc.new_pools.insert(pool.id, pool);
                 Ok(json!({ "pool": name, key.clone(): value }))
+            }
+            OsdChange::AutoscalePgNum { pool, pg_num } => {
+                let mut p = map
+                    .pool(*pool)
+                    .cloned()
+                    .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no pool {pool}")))?;
+                if p.autoscale_mode() != AutoscaleMode::On {
+                    return Err(invalid(format!(
+                        "pool {}'s pg_autoscale_mode is {}",
+                        p.name,
+                        p.autoscale_mode()
+                    )));
+                }
+                if *pg_num <= p.pg_num || *pg_num > POOL_PG_NUM_MAX {
+                    return Err(invalid(format!(
+                        "the autoscaler only grows pool {} ({} PGs) up to {POOL_PG_NUM_MAX}, not to {pg_num}",
+                        p.name, p.pg_num
+                    )));
+                }
+                p.pg_num = *pg_num;
+                let name = p.name.clone();
+                inc.new_pools.insert(p.id, p);
+                Ok(json!({ "pool": name, "pg_num": pg_num }))
             }
             OsdChange::PgpStep { pool, pgp_num } => {
                 let Some(target) = self.pgp_num_target.get(pool).copied() else {
@@ -919,6 +972,7 @@ impl OsdMapState {
         name: &str,
         pg_num: u32,
         spec: &PoolSpec,
+        mode: AutoscaleMode,
     ) -> Result<Value, MonError> {
         check_pool_name(name)?;
         if map.pool_by_name(name).is_some() {
@@ -936,7 +990,7 @@ impl OsdMapState {
             .pool_max
             .max(map.pools().keys().next_back().copied().unwrap_or(0))
             + 1;
-        let pool = match spec {
+        let mut pool = match spec {
             PoolSpec::Replicated { size, min_size } => {
                 check_sizes(*size, *min_size)?;
                 Pool::replicated(id, name, *size, *min_size, pg_num, 0)
@@ -960,6 +1014,7 @@ impl OsdMapState {
                 pool
             }
         };
+        pool.set_autoscale_mode(mode);
         pool.validate().map_err(map_err)?;
         inc.new_pools.insert(id, pool);
         Ok(json!({ "pool": name, "id": id }))
@@ -1202,6 +1257,13 @@ fn set_pool_property(
                 )));
             }
             pool.pg_num = n;
+            // The operator chose the count: the autoscaler keeps off it
+            // (as Ceph does).
+            pool.set_autoscale_mode(AutoscaleMode::Off);
+        }
+        "pg_autoscale_mode" => {
+            let mode: AutoscaleMode = value.parse().map_err(invalid)?;
+            pool.set_autoscale_mode(mode);
         }
         "pgp_num" => {
             let n = num()?;
@@ -1230,7 +1292,8 @@ fn set_pool_property(
         other => {
             return Err(invalid(format!(
                 "unknown pool property {other:?} (size, min_size, pg_num, pgp_num, \
-                 crush_rule, allow_ec_overwrites, quota_max_bytes, quota_max_objects)"
+                 crush_rule, allow_ec_overwrites, quota_max_bytes, quota_max_objects, \
+                 pg_autoscale_mode)"
             )));
         }
     }
@@ -1401,6 +1464,7 @@ mod tests {
             name: name.into(),
             pg_num,
             spec,
+            autoscale_mode: None,
         })
     }
 

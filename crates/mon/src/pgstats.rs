@@ -164,6 +164,7 @@ pub(crate) mod tests {
                 name: name.into(),
                 pg_num: 8,
                 spec: spec.clone(),
+                autoscale_mode: None,
             })
             .unwrap();
         }

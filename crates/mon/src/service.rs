@@ -980,7 +980,14 @@ impl Core {
                 MonRequest::Osd(OsdChange::PgTemp { pgid, osds })
             }
             Command::PoolCreate { name, pg_num, spec } => {
-                MonRequest::Osd(OsdChange::PoolCreate { name, pg_num, spec })
+                let autoscale_mode = leader_options(&read_state(&self.state))
+                    .map(|o| o.osd_pool_default_pg_autoscale_mode);
+                MonRequest::Osd(OsdChange::PoolCreate {
+                    name,
+                    pg_num,
+                    spec,
+                    autoscale_mode,
+                })
             }
             Command::PoolRm { name, sure } => {
                 if !sure {
@@ -1191,6 +1198,10 @@ impl Core {
             Command::BalancerStatus => {
                 crate::views::to_reply(crate::views::balancer_status(&state))
             }
+            Command::PoolAutoscaleStatus => crate::views::to_reply(
+                crate::autoscale::Settings::central(&state)
+                    .and_then(|s| crate::autoscale::status(&state, &s)),
+            ),
             Command::OsdStat => crate::views::to_reply(crate::views::osd_stat(&state)),
             Command::PoolLs => crate::views::pool_ls(&state),
             Command::PoolGet { name } => crate::views::pool_get(&state, name),
@@ -1509,7 +1520,7 @@ impl Core {
             if s.fsid.is_empty() {
                 return;
             }
-            let Some(o) = balancer_options(&s) else {
+            let Some(o) = leader_options(&s) else {
                 return;
             };
             if !o.mon_balancer_active
@@ -1559,6 +1570,47 @@ impl Core {
         }
     }
 
+    /// On the leader, every second: once `mon_pg_autoscale_interval_ms`
+    /// has passed since its last round (`last`), grows the pool whose
+    /// `pg_autoscale_mode` is on and whose share of the data calls for
+    /// the threshold times more PGs ([`crate::autoscale::next_growth`]).
+    async fn autoscale(&self, last: &mut Option<Instant>) {
+        let req = {
+            let s = read_state(&self.state);
+            if s.fsid.is_empty() {
+                return;
+            }
+            let Some(o) = leader_options(&s) else {
+                return;
+            };
+            if last.is_some_and(|t| {
+                t.elapsed() < Duration::from_millis(o.mon_pg_autoscale_interval_ms)
+            }) {
+                return;
+            }
+            *last = Some(Instant::now());
+            let settings = crate::autoscale::Settings::of(&o);
+            let Some((pool, pg_num)) =
+                crate::autoscale::next_growth(&s, &settings, &self.opts.full_ratios)
+            else {
+                return;
+            };
+            let name = s
+                .osdmap
+                .current()
+                .ok()
+                .and_then(|m| m.pool(pool).map(|p| (p.name.clone(), p.pg_num)));
+            if let Some((name, from)) = name {
+                tracing::info!(pool = %name, from, to = pg_num,
+                    "autoscaler: growing a pool's PGs with its data");
+            }
+            MonRequest::Osd(OsdChange::AutoscalePgNum { pool, pg_num })
+        };
+        if let Err(e) = self.raft.client_write(req).await {
+            tracing::debug!("autoscaler: {e}");
+        }
+    }
+
     /// On the leader, every second: a pool whose `pg_num` grew has its
     /// `pgp_num` moved toward it a step at a time (Ceph's manager does so),
     /// each step about `mon_target_max_misplaced_ratio` of its PGs, taken
@@ -1571,7 +1623,7 @@ impl Core {
             let Ok(map) = s.osdmap.current() else {
                 return;
             };
-            let Some(o) = balancer_options(&s) else {
+            let Some(o) = leader_options(&s) else {
                 return;
             };
             let ratio = o.mon_target_max_misplaced_ratio.clamp(0.0, 1.0);
@@ -1841,15 +1893,23 @@ async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
     }
 }
 
-/// The balancer's options: the defaults under the central
+/// The options of the leader's timers (balancer, autoscaler, placement
+/// steps, new pools' autoscale mode): the defaults under the central
 /// configuration's `global` and `mon` sections.
-pub(crate) fn balancer_options(s: &MonState) -> Option<shoal_config::Options> {
+pub(crate) fn leader_options(s: &MonState) -> Option<shoal_config::Options> {
     let who = EntityName::new(EntityType::Mon, "balancer").ok()?;
     let sets: Vec<String> = s
         .config_for(&who)
         .into_iter()
         .filter(|kv| {
-            kv.starts_with("mon_balancer_") || kv.starts_with("mon_target_max_misplaced_ratio")
+            [
+                "mon_balancer_",
+                "mon_target_",
+                "mon_pg_autoscale_",
+                "osd_pool_default_pg_autoscale_mode",
+            ]
+            .iter()
+            .any(|p| kv.starts_with(p))
         })
         .collect();
     shoal_config::Config::parse("", shoal_config::ConfigSource::Defaults, &who, &sets)
@@ -1864,6 +1924,7 @@ pub(crate) fn balancer_options(s: &MonState) -> Option<shoal_config::Options> {
 async fn record_health(core: std::sync::Weak<Core>) {
     let mut leading_since: Option<Instant> = None;
     let mut balanced_at: Option<Instant> = None;
+    let mut autoscaled_at: Option<Instant> = None;
     let mut pgp_stepped = BTreeMap::new();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1875,16 +1936,18 @@ async fn record_health(core: std::sync::Weak<Core>) {
             continue;
         }
         let since = *leading_since.get_or_insert_with(|| {
-            // The balancer's first round comes an interval after taking
-            // the lead (as Ceph's balancer module sleeps first), not while
-            // a new cluster's pools are still being made.
+            // The balancer's and the autoscaler's first rounds come an
+            // interval after taking the lead (as Ceph's modules sleep
+            // first), not while a new cluster's pools are still being made.
             balanced_at = Some(Instant::now());
+            autoscaled_at = Some(Instant::now());
             Instant::now()
         });
         core.choose_mgr(since).await;
         core.choose_mds(since).await;
         core.enforce_quotas().await;
         core.balance(&mut balanced_at).await;
+        core.autoscale(&mut autoscaled_at).await;
         core.step_pgp(&mut pgp_stepped).await;
         if since.elapsed() < core.contact_window() {
             continue;

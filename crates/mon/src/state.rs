@@ -872,6 +872,7 @@ mod tests {
                 size: 1,
                 min_size: 1,
             },
+            autoscale_mode: None,
         });
         assert_eq!(code(s.apply(&create)), None);
         assert_eq!(code(s.apply(&MonRequest::Osd(OsdChange::OsdCreate))), None);

@@ -51,6 +51,7 @@ fn pool_reply(p: &Pool, crush: &shoal_crush::CrushMap) -> PoolReply {
         quota_max_bytes: p.quota_max_bytes,
         quota_max_objects: p.quota_max_objects,
         full_quota: p.full_quota(),
+        pg_autoscale_mode: p.autoscale_mode().to_string(),
     }
 }
 
@@ -138,7 +139,7 @@ pub fn balancer_status(
 ) -> Result<shoal_monclient::replies::BalancerStatusReply, MonError> {
     use shoal_monclient::replies::{BALANCER_STATUS_VERSION, BalancerOsd, BalancerStatusReply};
     let map = state.osdmap.current()?;
-    let o = crate::service::balancer_options(state)
+    let o = crate::service::leader_options(state)
         .ok_or_else(|| MonError::new(ErrorCode::Internal, "the balancer's options"))?;
     let pools: Vec<u64> = map.pools().keys().copied().collect();
     let spread = shoal_maps::balance::spread(map, &pools)
@@ -470,6 +471,7 @@ fn raw_checks(
     if let Ok(map) = state.osdmap.current() {
         checks.extend(crate::views_space::space_health(state, map, ratios));
     }
+    checks.extend(crate::autoscale::health(state));
     if !state.osdmap.flags.is_empty() {
         let flags: Vec<&str> = state.osdmap.flags.iter().map(String::as_str).collect();
         checks.push(HealthCheck::warn(

@@ -109,7 +109,7 @@ fn all_rows(state: &MonState) -> Result<(&OsdMap, Vec<PgRow>), MonError> {
 }
 
 /// Cluster space from the OSDs' reports: (total, used, available).
-fn raw_space(state: &MonState) -> (u64, u64, u64) {
+pub(crate) fn raw_space(state: &MonState) -> (u64, u64, u64) {
     state
         .osd_statfs
         .values()
@@ -221,6 +221,15 @@ pub fn pool_active_since(state: &MonState, pool: u64, since: u32) -> Option<f64>
     Some(misplaced_copies(&rows) as f64 / copies.max(1) as f64)
 }
 
+/// Whether every PG of `pool` is reported active+clean as of now.
+pub fn pool_clean(state: &MonState, pool: u64) -> bool {
+    all_rows(state).is_ok_and(|(_, rows)| {
+        rows.iter()
+            .filter(|r| r.pgid.pool == pool)
+            .all(|r| r.state == "active+clean")
+    })
+}
+
 /// A PG's intervals since `since` (`pg past-intervals`): what peering
 /// must hear from.
 pub fn past_intervals(state: &MonState, pgid: &str, since: u32) -> Result<Value, MonError> {
@@ -276,7 +285,7 @@ fn misplaced_copies(rows: &[PgRow]) -> u64 {
 
 /// Raw bytes a pool uses per byte stored: its size for replicated pools,
 /// (k+m)/k for erasure-coded ones.
-fn raw_per_stored(pool: &Pool) -> f64 {
+pub(crate) fn raw_per_stored(pool: &Pool) -> f64 {
     match pool.kind {
         PoolKind::Replicated => f64::from(pool.size.max(1)),
         PoolKind::Erasure { k, m } => f64::from(k + m) / f64::from(k.max(1)),
@@ -580,12 +589,12 @@ fn check(code: &str, summary: &str, rows: &[&PgRow]) -> HealthCheck {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::osdmap::OsdChange;
     use crate::pgstats::{OsdStatfs, PgStatReport, PgStats, record};
 
-    fn state() -> MonState {
+    pub(crate) fn state() -> MonState {
         MonState {
             fsid: "f".into(),
             osdmap: crate::pgstats::tests::cluster(),
@@ -593,14 +602,14 @@ mod tests {
         }
     }
 
-    fn primary(s: &MonState, pgid: &str) -> i32 {
+    pub(crate) fn primary(s: &MonState, pgid: &str) -> i32 {
         let map = s.osdmap.current().unwrap();
         map.pg_to_up_acting(pgid.parse().unwrap())
             .unwrap()
             .acting_primary
     }
 
-    fn report(s: &mut MonState, id: i32, avail: u64, pgs: &[(&str, &str, u64)]) {
+    pub(crate) fn report(s: &mut MonState, id: i32, avail: u64, pgs: &[(&str, &str, u64)]) {
         let map = s.osdmap.current().unwrap().clone();
         // The report describes the PG as the current map places it.
         let acting = |pgid: &str| map.pg_to_up_acting(pgid.parse().unwrap()).unwrap().acting;

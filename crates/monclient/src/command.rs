@@ -268,6 +268,9 @@ pub enum Command {
     /// The balancer: whether it is on, its settings, the `pg_upmap_items`
     /// in the map, and each up and in OSD's PG copies beside its share.
     BalancerStatus,
+    /// The autoscaler's view: each pool's share of the raw space, the PG
+    /// count it calls for and its `pg_autoscale_mode`.
+    PoolAutoscaleStatus,
     /// Sets a CRUSH weight (16.16).
     OsdCrushReweight {
         /// Item.
@@ -478,6 +481,7 @@ impl Command {
                 | Command::OsdTree
                 | Command::OsdDump
                 | Command::BalancerStatus
+                | Command::PoolAutoscaleStatus
                 | Command::OsdStat
                 | Command::PoolLs
                 | Command::PoolGet { .. }

@@ -415,6 +415,58 @@ pub struct BalancerOsd {
     pub target: f64,
 }
 
+/// The version of the `autoscale-status` schema this build writes and
+/// reads.
+pub const AUTOSCALE_STATUS_VERSION: u32 = 1;
+
+/// `osd pool autoscale-status`: each pool's share of the raw space and the
+/// PG count it calls for (schema `autoscale-status`, version
+/// [`AUTOSCALE_STATUS_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoscaleStatusReply {
+    /// The schema's version.
+    #[serde(
+        default = "v1",
+        deserialize_with = "known_version::<AUTOSCALE_STATUS_VERSION, _>"
+    )]
+    pub version: u32,
+    /// `mon_target_pg_per_osd` (central).
+    pub target_pg_per_osd: u32,
+    /// The factor a pool must be off by (`mon_pg_autoscale_threshold`).
+    pub threshold: f64,
+    /// Up and in OSDs the PG budget is counted over.
+    pub osds_in: u64,
+    /// Each pool, by id.
+    pub pools: Vec<PoolAutoscale>,
+}
+
+/// One pool of [`AutoscaleStatusReply`], in Ceph's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolAutoscale {
+    /// The pool.
+    pub pool_name: String,
+    /// Its id.
+    pub pool_id: u64,
+    /// Bytes stored (before redundancy).
+    pub logical_used: u64,
+    /// Raw bytes per stored byte: its size, or (k + m) / k.
+    pub raw_used_rate: f64,
+    /// Raw bytes over every OSD.
+    pub raw_capacity: u64,
+    /// Its share of the raw capacity (stored × rate / capacity).
+    pub capacity_ratio: f64,
+    /// Its PGs now (or the count placement is moving to).
+    pub pg_num_target: u32,
+    /// The PGs its share calls for: its share of `mon_target_pg_per_osd`
+    /// × OSDs, over its rate, to the nearest power of two, at least
+    /// `mon_pg_autoscale_pg_num_min`.
+    pub pg_num_ideal: u32,
+    /// Its `pg_autoscale_mode`: `on`, `warn` or `off`.
+    pub pg_autoscale_mode: String,
+    /// Whether the ideal is off from `pg_num` by the threshold or more.
+    pub would_adjust: bool,
+}
+
 /// The version of the `osd-stat` schema this build writes and reads.
 pub const OSD_STAT_VERSION: u32 = 1;
 
@@ -813,6 +865,8 @@ pub struct PoolReply {
     pub quota_max_objects: u64,
     /// Whether it is at its quota (writes refused).
     pub full_quota: bool,
+    /// What the autoscaler does with its `pg_num`: `on`, `warn` or `off`.
+    pub pg_autoscale_mode: String,
 }
 
 /// The version of the `osd-map` schema this build writes and reads.

@@ -203,3 +203,182 @@ fn an_osd_down_during_a_split_splits_its_copies_when_it_returns() {
         "osd.2 split nothing after its restart"
     );
 }
+
+/// The PG states seen, by name, from `pg stat`.
+fn pg_states(d: &Dev) -> Vec<String> {
+    let v = d.json(&["pg", "stat"]);
+    v["num_pg_by_state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The autoscaler, on by default: a pool made with 8 PGs grows to 32 as
+/// clients fill it (its share of the raw space calls for 3× more), while
+/// `bench history` checks every op and no PG is ever degraded; placement
+/// follows in steps. Setting `pg_num` by hand turns the pool's mode off;
+/// a pool in `warn` mode gets POOL_TOO_FEW_PGS instead of a split.
+#[test]
+fn a_pool_grows_from_8_pgs_as_it_is_filled_and_stays_clean() {
+    let d = Dev::new("autoscale");
+    // 320 MiB OSDs, so tens of MiB are a share of the space worth PGs.
+    d.ok(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--osds",
+        "3",
+        "--store",
+        "block",
+        "--osd-bytes",
+        "335544320",
+        "--no-gateway",
+        "--set",
+        "osd_pg_stats_interval_ms=500",
+        "--set",
+        "mgr_stats_period_ms=500",
+    ]);
+    d.ok(&["balancer", "off"]);
+    for (k, v) in [
+        ("mon_pg_autoscale_interval_ms", "1000"),
+        ("mon_target_max_misplaced_ratio", "0.25"),
+    ] {
+        d.ok(&["config", "set", "global", k, v]);
+    }
+    d.ok(&["osd", "pool", "create", "g", "8"]);
+    let mode = d.json(&["osd", "pool", "get", "g", "pg_autoscale_mode"]);
+    assert_eq!(mode["pg_autoscale_mode"], "on", "{mode}");
+    let status = |d: &Dev| -> serde_json::Value {
+        let v = d.json(&["osd", "pool", "autoscale-status"]);
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pool_name"] == "g")
+            .cloned()
+            .unwrap()
+    };
+    let empty = status(&d);
+    assert_eq!(
+        (&empty["pg_num_ideal"], &empty["would_adjust"]),
+        (&serde_json::json!(8), &serde_json::json!(false)),
+        "{empty}"
+    );
+
+    let history = Command::new(SHOAL)
+        .args(with_test_sets(&[
+            "bench",
+            "-p",
+            "g",
+            "history",
+            "40",
+            "--objects",
+            "64",
+        ]))
+        .env("SHOAL_CONF", d.0.join("shoal.conf"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 24 objects of 4 MiB: 96 MiB stored, 288 MiB of the 960 raw, a
+    // share of 0.3: 0.3 × 100 PGs an OSD × 3 OSDs / 3 copies = 30 → 32.
+    let file = d.0.join("obj");
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    for i in 0..24 {
+        let name = format!("big{i}");
+        d.ok(&["rados", "-p", "g", "put", &name, file.to_str().unwrap()]);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    d.until(
+        "pool g grown to 32 PGs, placed, every PG clean",
+        180,
+        || {
+            seen.extend(pg_states(&d));
+            counts(&d)["g"] == (32, 32) && d.all_active_clean()
+        },
+    );
+    let bad: Vec<&String> = seen
+        .iter()
+        .filter(|s| {
+            // (`stale` and `unknown` show for a moment while the
+            // children's first reports come in.)
+            [
+                "degraded",
+                "undersized",
+                "incomplete",
+                "down",
+                "inconsistent",
+            ]
+            .iter()
+            .any(|w| s.split('+').any(|p| p == *w))
+        })
+        .collect();
+    assert!(bad.is_empty(), "PG states while growing: {seen:?}");
+    let out = history.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "history: {text}");
+    assert!(
+        text.contains("writes acknowledged, 0 failed") && text.contains("reads, 0 failed"),
+        "history: {text}"
+    );
+    let grown = status(&d);
+    assert_eq!(grown["pg_num_target"], 32, "{grown}");
+    assert_eq!(grown["would_adjust"], false, "{grown}");
+    assert_eq!(grown["pg_autoscale_mode"], "on", "{grown}");
+    let back = d.0.join("back");
+    for i in [0, 11, 23] {
+        let name = format!("big{i}");
+        d.ok(&["rados", "-p", "g", "get", &name, back.to_str().unwrap()]);
+        assert!(std::fs::read(&back).unwrap() == data, "{name}");
+    }
+    // The leader's log says what it grew.
+    let logs: String = std::fs::read_dir(d.0.join("out"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mon."))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        logs.contains("autoscaler: growing"),
+        "no monitor's log says it grew g"
+    );
+
+    // pg_num set by hand: the operator's count, the autoscaler off.
+    d.ok(&["osd", "pool", "set", "g", "pg_num", "64"]);
+    let mode = d.json(&["osd", "pool", "get", "g", "pg_autoscale_mode"]);
+    assert_eq!(mode["pg_autoscale_mode"], "off", "{mode}");
+    let detail = d.ok(&["osd", "pool", "ls", "detail"]);
+    assert!(detail.contains("autoscale_mode off"), "{detail}");
+
+    // warn, as the default for new pools: a health check, no split.
+    d.ok(&[
+        "config",
+        "set",
+        "global",
+        "osd_pool_default_pg_autoscale_mode",
+        "warn",
+    ]);
+    d.ok(&["osd", "pool", "create", "w", "2"]);
+    d.until("POOL_TOO_FEW_PGS for pool w", 60, || {
+        d.json(&["health", "detail"])["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| {
+                c["code"] == "POOL_TOO_FEW_PGS"
+                    && c["detail"][0] == "Pool w has 2 placement groups, should have 8"
+            })
+    });
+    assert_eq!(counts(&d)["w"], (2, 2));
+    let out = d.run(&["osd", "pool", "set", "w", "pg_autoscale_mode", "sometimes"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("on, warn or off"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -170,7 +170,9 @@ fn the_operators_first_commands_answer_from_the_cluster() {
     let stored = df["pools"][0]["stats"]["stored"].as_f64().unwrap();
     let want = stored * 3.0 / df["stats"]["total_bytes"].as_f64().unwrap();
     assert!((f(&a["capacity_ratio"]) - want).abs() < 1e-9, "{auto}");
-    assert!(a["pg_num_ideal"].as_u64().unwrap() >= 32, "{auto}");
+    // At least the floor (mon_pg_autoscale_pg_num_min, 8); on by default.
+    assert!(a["pg_num_ideal"].as_u64().unwrap() >= 8, "{auto}");
+    assert_eq!(a["pg_autoscale_mode"], "on", "{auto}");
     assert!(
         d.ok(&["osd", "pool", "autoscale-status"])
             .contains("NEW PG_NUM")

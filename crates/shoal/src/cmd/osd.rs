@@ -411,8 +411,9 @@ pub enum PoolCmd {
         format: Format,
     },
     /// Each pool's share of the raw space and the PG count it calls for
-    /// (`mon_target_pg_per_osd` PG copies an OSD), as Ceph's autoscaler
-    /// computes them; NEW PG_NUM where it is off by a factor of 3.
+    /// (`mon_target_pg_per_osd` PG copies an OSD), as the monitors'
+    /// autoscaler computes them; NEW PG_NUM where it is off by the
+    /// threshold (3×), and each pool's `pg_autoscale_mode`.
     AutoscaleStatus(FormatArg),
     /// Show a pool's quotas.
     GetQuota {
@@ -796,7 +797,8 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                 for p in v {
                     if detail {
                         out.push_str(&format!(
-                            "pool {} '{}' {} size {} min_size {} pg_num {} pgp_num {} crush_rule {}",
+                            "pool {} '{}' {} size {} min_size {} pg_num {} pgp_num {} crush_rule {} \
+                             autoscale_mode {}",
                             p.id,
                             p.name,
                             p.kind,
@@ -804,7 +806,8 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                             p.min_size,
                             p.pg_num,
                             p.pgp_num,
-                            p.crush_rule
+                            p.crush_rule,
+                            p.pg_autoscale_mode
                         ));
                         if let Some(profile) = &p.erasure_code_profile {
                             out.push_str(&format!(
@@ -890,13 +893,12 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             );
         }
         PoolCmd::AutoscaleStatus(f) => {
-            use super::osd_views::{autoscale_plain, autoscale_status};
-            let df: shoal_monclient::replies::DfReply = mon_command_as(ctx, &Command::Df)?;
-            let pools: Vec<PoolReply> = mon_command_as(ctx, &Command::PoolLs)?;
-            let stat: OsdStatReply = mon_command_as(ctx, &Command::OsdStat)?;
-            let target = ctx.config.options.mon_target_pg_per_osd;
-            let v = autoscale_status(&df, &pools, stat.num_in_osds, target);
-            print_typed(f.format, &v, |v| autoscale_plain(v));
+            let v: shoal_monclient::replies::AutoscaleStatusReply =
+                mon_command_as(ctx, &Command::PoolAutoscaleStatus)?;
+            // Ceph's JSON is the list of pools.
+            print_typed(f.format, &v.pools, |_| {
+                super::osd_views::autoscale_plain(&v)
+            });
         }
         PoolCmd::GetQuota { name, format } => {
             let v: PoolReply = mon_command_as(ctx, &Command::PoolGet { name: name.clone() })?;

@@ -567,92 +567,12 @@ pub fn pool_stats_plain(pools: &[PoolStats]) -> String {
     out
 }
 
-/// One pool of `osd pool autoscale-status`, in Ceph's field names.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AutoscaleStatus {
-    /// The pool.
-    pub pool_name: String,
-    /// Its id.
-    pub pool_id: u64,
-    /// Bytes stored (before redundancy).
-    pub logical_used: u64,
-    /// Raw bytes per stored byte: its size, or (k + m) / k.
-    pub raw_used_rate: f64,
-    /// Raw bytes over every OSD.
-    pub raw_capacity: u64,
-    /// Its share of the raw capacity (stored × rate / capacity).
-    pub capacity_ratio: f64,
-    /// Its PGs now.
-    pub pg_num_target: u32,
-    /// The PGs its share calls for: the share of `mon_target_pg_per_osd`
-    /// × OSDs, over its rate, to the nearest power of two, at least 32.
-    pub pg_num_ideal: u32,
-    /// Whether that is off from `pg_num` by a factor of 3 or more (when an
-    /// autoscaler would change it).
-    pub would_adjust: bool,
-}
-
-/// The nearest power of two (ties up), at least 1.
-fn nearest_power_of_two(x: f64) -> u32 {
-    if x <= 1.0 {
-        return 1;
-    }
-    let lo = 2f64.powi(x.log2().floor() as i32);
-    let hi = lo * 2.0;
-    let p = if x - lo < hi - x { lo } else { hi };
-    p.min(f64::from(u32::MAX)) as u32
-}
-
-/// `osd pool autoscale-status`: each pool's share of the raw space and the
-/// PG count it calls for, as Ceph's autoscaler computes it.
-pub fn autoscale_status(
-    df: &shoal_monclient::replies::DfReply,
-    pools: &[shoal_monclient::replies::PoolReply],
-    osds_in: u64,
-    target_pg_per_osd: u32,
-) -> Vec<AutoscaleStatus> {
-    const PG_NUM_MIN: u32 = 32;
-    let capacity = df.stats.total_bytes;
-    let budget = f64::from(target_pg_per_osd) * osds_in as f64;
-    let mut out: Vec<AutoscaleStatus> = pools
-        .iter()
-        .map(|p| {
-            let rate = match (p.k, p.m) {
-                (Some(k), Some(m)) if k > 0 => f64::from(k + m) / f64::from(k),
-                _ => f64::from(p.size.max(1)),
-            };
-            let stored = df
-                .pools
-                .iter()
-                .find(|d| d.id == p.id)
-                .map_or(0, |d| d.stats.stored);
-            let ratio = if capacity == 0 {
-                0.0
-            } else {
-                stored as f64 * rate / capacity as f64
-            };
-            let ideal = nearest_power_of_two(ratio * budget / rate).max(PG_NUM_MIN);
-            let now = p.pg_num.max(1);
-            AutoscaleStatus {
-                pool_name: p.name.clone(),
-                pool_id: p.id,
-                logical_used: stored,
-                raw_used_rate: rate,
-                raw_capacity: capacity,
-                capacity_ratio: ratio,
-                pg_num_target: p.pg_num,
-                pg_num_ideal: ideal,
-                would_adjust: ideal >= now.saturating_mul(3) || ideal.saturating_mul(3) <= now,
-            }
-        })
-        .collect();
-    out.sort_by_key(|p| p.pool_id);
-    out
-}
-
-/// `osd pool autoscale-status` for people.
-pub fn autoscale_plain(v: &[AutoscaleStatus]) -> String {
+/// `osd pool autoscale-status` for people: each pool's size, rate, raw
+/// capacity, share, PG count, the count it calls for where it is off by
+/// the threshold, and its mode.
+pub fn autoscale_plain(v: &shoal_monclient::replies::AutoscaleStatusReply) -> String {
     let width = v
+        .pools
         .iter()
         .map(|p| p.pool_name.len())
         .max()
@@ -662,7 +582,7 @@ pub fn autoscale_plain(v: &[AutoscaleStatus]) -> String {
         "{:<width$} {:>10} {:>5} {:>12} {:>7} {:>7} {:>11}  {}\n",
         "POOL", "SIZE", "RATE", "RAW CAPACITY", "RATIO", "PG_NUM", "NEW PG_NUM", "AUTOSCALE"
     );
-    for p in v {
+    for p in &v.pools {
         out.push_str(&format!(
             "{:<width$} {:>10} {:>5.1} {:>12} {:>7.4} {:>7} {:>11}  {}\n",
             p.pool_name,
@@ -676,8 +596,7 @@ pub fn autoscale_plain(v: &[AutoscaleStatus]) -> String {
             } else {
                 String::new()
             },
-            // PG split and merge are not there yet: nothing changes pg_num.
-            "warn",
+            p.pg_autoscale_mode,
         ));
     }
     out
@@ -799,47 +718,36 @@ mod tests {
     }
 
     #[test]
-    fn autoscale_sizes_pools_by_their_share() {
-        let df: shoal_monclient::replies::DfReply = serde_json::from_value(json!({
-            "epoch": 3,
-            "stats": {"total_bytes": 1u64 << 40, "total_avail_bytes": 0,
-                      "total_used_raw_bytes": 0, "total_used_raw_ratio": 0.0, "num_osds": 10},
+    fn autoscale_status_prints_the_new_count_only_where_it_would_change() {
+        let v: shoal_monclient::replies::AutoscaleStatusReply = serde_json::from_value(json!({
+            "version": 1, "target_pg_per_osd": 100, "threshold": 3.0, "osds_in": 10,
             "pools": [
-                {"name": "big", "id": 1, "pg_num": 32,
-                 "quota": {"max_bytes": 0, "max_objects": 0, "full": false},
-                 "stats": {"stored": 1u64 << 38, "objects": 1, "bytes_used": 0,
-                           "percent_used": 0.0, "max_avail": 0}},
-                {"name": "empty", "id": 2, "pg_num": 256,
-                 "quota": {"max_bytes": 0, "max_objects": 0, "full": false},
-                 "stats": {"stored": 0, "objects": 0, "bytes_used": 0,
-                           "percent_used": 0.0, "max_avail": 0}},
+                {"pool_name": "big", "pool_id": 1, "logical_used": 1u64 << 38,
+                 "raw_used_rate": 3.0, "raw_capacity": 1u64 << 40, "capacity_ratio": 0.75,
+                 "pg_num_target": 32, "pg_num_ideal": 256, "pg_autoscale_mode": "on",
+                 "would_adjust": true},
+                {"pool_name": "quiet", "pool_id": 2, "logical_used": 0,
+                 "raw_used_rate": 3.0, "raw_capacity": 1u64 << 40, "capacity_ratio": 0.0,
+                 "pg_num_target": 8, "pg_num_ideal": 8, "pg_autoscale_mode": "warn",
+                 "would_adjust": false},
             ],
         }))
         .unwrap();
-        let pool = |id: u64, name: &str, pg_num: u32| -> shoal_monclient::replies::PoolReply {
-            serde_json::from_value(json!({"id": id, "name": name, "type": "replicated",
-                "size": 3, "min_size": 2, "k": null, "m": null, "pg_num": pg_num,
-                "pgp_num": pg_num, "crush_rule": "r", "erasure_code_profile": null,
-                "stripe_width": 0, "snap_seq": 0, "removed_snaps": [],
-                "allow_ec_overwrites": null, "quota_max_bytes": 0, "quota_max_objects": 0,
-                "full_quota": false}))
-            .unwrap()
-        };
-        let s = autoscale_status(&df, &[pool(2, "empty", 256), pool(1, "big", 32)], 10, 100);
-        // big: 1/4 of the data × 3 copies = 0.75 of the raw space; 0.75 ×
-        // 1000 PG copies / 3 = 250 → 256, 8 × 32: would grow.
-        assert_eq!(s[0].pool_name, "big");
-        assert!((s[0].capacity_ratio - 0.75).abs() < 1e-9);
-        assert_eq!((s[0].pg_num_ideal, s[0].would_adjust), (256, true));
-        // empty: the minimum, 32, is 1/8 of 256: would shrink.
-        assert_eq!((s[1].pg_num_ideal, s[1].would_adjust), (32, true));
-        assert_eq!(nearest_power_of_two(90.0), 64);
-        assert_eq!(nearest_power_of_two(96.0), 128);
-        let text = autoscale_plain(&s);
+        let text = autoscale_plain(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("NEW PG_NUM") && lines[0].ends_with("AUTOSCALE"));
         assert!(
-            text.contains("NEW PG_NUM") && text.contains("256"),
+            lines[1].starts_with("big") && lines[1].contains(" 256 "),
             "{text}"
         );
+        assert!(lines[1].ends_with("on"), "{text}");
+        assert!(
+            lines[2].starts_with("quiet") && lines[2].ends_with("warn"),
+            "{text}"
+        );
+        // No new count: the PG count is the last word before the mode.
+        let words: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(words[words.len() - 2..], ["8", "warn"], "{text}");
     }
 
     #[test]
@@ -849,7 +757,8 @@ mod tests {
                 "size": 3, "min_size": 2, "k": null, "m": null, "pg_num": 8, "pgp_num": 8,
                 "crush_rule": "r", "erasure_code_profile": null, "stripe_width": 0,
                 "snap_seq": 0, "removed_snaps": [], "allow_ec_overwrites": null,
-                "quota_max_bytes": 0, "quota_max_objects": 0, "full_quota": false}))
+                "quota_max_bytes": 0, "quota_max_objects": 0, "full_quota": false,
+                "pg_autoscale_mode": "on"}))
             .unwrap()
         };
         let rates = BTreeMap::from([(

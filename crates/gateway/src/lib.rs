@@ -6,6 +6,8 @@
 pub mod acl;
 pub mod cache;
 pub mod checksum;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lock;
 pub mod meta;
 pub mod metrics;

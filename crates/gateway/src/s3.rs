@@ -2762,7 +2762,7 @@ fn encode_token(last: &str) -> String {
     last.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn decode_token(t: &str) -> S3Result<String> {
+pub(crate) fn decode_token(t: &str) -> S3Result<String> {
     let bad = || s3_error!(InvalidArgument, "the continuation token is not valid");
     if t.len() % 2 != 0 {
         return Err(bad());
@@ -3592,7 +3592,7 @@ fn retention(mode: &str, until_ms: u64, now: u64) -> S3Result<lock::Retention> {
 }
 
 /// An ISO 8601 date (`2030-01-01T00:00:00Z`) as ms since the Unix epoch.
-fn parse_date(s: &str) -> S3Result<u64> {
+pub(crate) fn parse_date(s: &str) -> S3Result<u64> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|_| s3_error!(InvalidArgument, "{s:?} is not an ISO 8601 date"))?;
     Ok((t.unix_timestamp_nanos() / 1_000_000).max(0) as u64)

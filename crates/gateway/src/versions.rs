@@ -72,7 +72,7 @@ fn key_prefix(key: &str) -> String {
 }
 
 /// The key, order and version id a record's omap key names.
-fn parse_record(k: &[u8]) -> Option<(String, u64, String)> {
+pub(crate) fn parse_record(k: &[u8]) -> Option<(String, u64, String)> {
     let s = std::str::from_utf8(k).ok()?.strip_prefix('\0')?;
     let (key, rest) = s.rsplit_once('\0')?;
     let order = u64::from_str_radix(rest.get(..16)?, 16).ok()?;

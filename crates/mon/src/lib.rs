@@ -11,6 +11,8 @@
 
 mod autoscale;
 mod fsmap;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod mgrmap;
 mod mkfs;

@@ -18,6 +18,8 @@ pub mod ctx;
 pub mod daemon;
 pub mod ec;
 pub mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod log;
 pub mod missing;
 pub mod object;

@@ -30,6 +30,8 @@ pub mod device;
 mod extent;
 pub mod fault;
 pub mod fsck;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod guard;
 mod journal;
 mod meta;

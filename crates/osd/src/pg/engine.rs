@@ -1112,6 +1112,13 @@ mod snaptrim;
 mod strays;
 
 pub(super) use answers::SCRUB_LIST_CHUNK;
+
+/// The trimmed-snapshot runs a PG's meta object records, from its bytes
+/// (for the fuzzers, `crate::fuzzing`).
+#[doc(hidden)]
+pub fn decode_trimmed_runs(b: &[u8]) -> Vec<(u64, u64)> {
+    snaptrim::decode_trimmed(b)
+}
 pub(super) use ops::Op;
 pub(crate) use snaptrim::{SNAP_TRIMMED_KEY, decode_trimmed};
 

@@ -33,6 +33,14 @@ use shoal_proto::{OsdOp, PgCommand, PgInfo, PgList, PgPull, PgPush, PgQuery, PgS
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ctx::OsdCtx;
+
+/// A PG's last scrub record, from its bytes (for the fuzzers,
+/// `crate::fuzzing`): its deep stamp and inconsistent objects.
+#[doc(hidden)]
+pub fn scrub_record_decode(b: &[u8]) -> (u64, usize) {
+    let r = scrub::ScrubRecord::decode(b);
+    (r.deep_stamp_ms, r.inconsistent.len())
+}
 use crate::log::{PgLog, Version};
 use crate::missing::MissingSet;
 use crate::object::pg_meta_key;

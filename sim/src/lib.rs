@@ -70,6 +70,10 @@ pub struct SimConfig {
     /// The nemesis also grows the clients' pool's `pg_num` (PGs split
     /// while the faults go on; the leader moves `pgp_num` after them).
     pub splits: bool,
+    /// The nemesis also black-holes links, one way or both (what crosses
+    /// is held silently on connections that stay open, until the network
+    /// heals), as `deploy/faults.sh` does with real hosts.
+    pub black_holes: bool,
 }
 
 impl SimConfig {
@@ -88,6 +92,15 @@ impl SimConfig {
             erasure: None,
             snapshots: false,
             splits: false,
+            black_holes: false,
+        }
+    }
+
+    /// [`SimConfig::quick`] with black holes among the faults.
+    pub fn quick_black_holes() -> SimConfig {
+        SimConfig {
+            black_holes: true,
+            ..SimConfig::quick()
         }
     }
 
@@ -133,6 +146,8 @@ pub struct Report {
     pub virtual_ms: u64,
     /// The words of the PG states seen during the faults.
     pub states: std::collections::BTreeSet<String>,
+    /// Black holes the nemesis made.
+    pub black_holes: usize,
     /// The clients' pool's (pg_num, pgp_num) at the end (splits move them).
     pub pg_num: (u32, u32),
     /// The snapshot client's snapshots taken and removed, and reads at

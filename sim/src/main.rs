@@ -6,6 +6,7 @@
 //! shoal-sim --seeds 0..100 --erasure 2+1   # with an erasure-coded pool
 //! shoal-sim --seeds 0..100 --snapshots     # with the snapshot client
 //! shoal-sim --seeds 0..100 --splits        # PGs split among the faults
+//! shoal-sim --seeds 0..100 --black-holes   # links that drop silently, one way or both
 //! ```
 
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use shoal_sim::{SimConfig, run};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots] [--splits]"
+        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots] [--splits] [--black-holes]"
     );
     ExitCode::from(2)
 }
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
             "--verbose" => cfg.verbose = true,
             "--snapshots" => cfg.snapshots = true,
             "--splits" => cfg.splits = true,
+            "--black-holes" => cfg.black_holes = true,
             "--erasure" => {
                 let km = args.next().unwrap_or_default();
                 match km

@@ -1,5 +1,6 @@
 //! The nemesis: for the fault phase, it picks a fault now and then —
-//! crash an OSD or a monitor, restart one, cut two nodes apart, slow a
+//! crash an OSD or a monitor, restart one, cut two nodes apart (or, with
+//! black holes on, drop what crosses silently, one way or both), slow a
 //! link, heal the network, mark an OSD out or in, create or delete a
 //! scratch pool — applies it, and runs the invariant checkers after each.
 
@@ -43,6 +44,9 @@ pub enum Fault {
     PoolRm,
     /// Double the clients' pool's `pg_num` (up to [`SPLIT_PG_NUM_MAX`]).
     Split,
+    /// Black-hole what goes from the first node to the second (and back
+    /// too, when the flag says both ways) until the network heals.
+    BlackHole(String, String, bool),
 }
 
 /// The most PGs splits grow the clients' pool to.
@@ -79,6 +83,21 @@ fn choose(w: &mut World) -> Fault {
                 .unwrap_or(SPLIT_PG_NUM_MAX);
             if pg_num < SPLIT_PG_NUM_MAX {
                 return Fault::Split;
+            }
+        }
+        // With black holes on, one roll in five makes one (the other
+        // faults keep their rolls).
+        if w.cfg.black_holes && w.rng.range(0, 4) == 0 {
+            let all = nodes(w);
+            let a = w.rng.pick(&all).cloned();
+            let b = w.rng.pick(&all).cloned();
+            let both = w.rng.chance(1, 2);
+            let lone_mon = w.mons.len() == 1;
+            if let (Some(a), Some(b)) = (a, b)
+                && a != b
+                && !(lone_mon && (a.starts_with("mon") || b.starts_with("mon")))
+            {
+                return Fault::BlackHole(a, b, both);
             }
         }
         let fault = match roll {
@@ -158,6 +177,17 @@ async fn apply(w: &mut World, f: &Fault) -> Result<(), String> {
         Fault::Slow(a, b, l) => {
             w.net.slow(a, b, *l);
             w.note(format!("slow {a} - {b}: {}-{} ms", l.min_ms, l.max_ms));
+        }
+        Fault::BlackHole(a, b, both) => {
+            w.black_holes += 1;
+            w.net.black_hole(a, b);
+            if *both {
+                w.net.black_hole(b, a);
+            }
+            w.note(format!(
+                "black hole {a} {} {b}",
+                if *both { "<->" } else { "->" }
+            ));
         }
         Fault::Heal => {
             w.net.heal();

@@ -108,6 +108,8 @@ pub struct World {
     /// Every word of a PG state a primary reported during the faults
     /// (`active`, `peering`, `backfilling`, `incomplete`, ...).
     pub states: std::collections::BTreeSet<String>,
+    /// Black holes the nemesis made.
+    pub black_holes: usize,
     dir: PathBuf,
     /// The monitors (None while one is down).
     pub mons: BTreeMap<String, Option<Monitor>>,
@@ -238,6 +240,7 @@ impl World {
             osds: BTreeMap::new(),
             pool: 0,
             states: Default::default(),
+            black_holes: 0,
             dir,
             mons,
             admin,
@@ -702,6 +705,7 @@ pub async fn simulate(seed: u64, cfg: SimConfig) -> Result<Report, Failure> {
         acked: w.acks.all().len(),
         virtual_ms: w.now_ms(),
         states: std::mem::take(&mut w.states),
+        black_holes: w.black_holes,
         pg_num: w
             .newest_map()
             .and_then(|m| m.pool_by_name("rbd").map(|p| (p.pg_num, p.pgp_num)))

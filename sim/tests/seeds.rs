@@ -3,7 +3,8 @@
 //! CI's time neared its bound, and pass: `shoal-sim --seeds 350..500`),
 //! seeds 0-49 with an erasure-coded 2+1 and 3+1 pool, seeds 0-29 with the
 //! snapshot client (19 of it on a 2+1 pool), seeds 0-15 with PG splits
-//! among the faults (8 of them on a 2+1 pool), and the same seed twice
+//! among the faults (8 of them on a 2+1 pool), 24 with black holes
+//! (links that drop silently, 8 on a 2+1 pool), and the same seed twice
 //! giving the same trace. `SHOAL_SIM_SEEDS=N cargo test -p shoal-sim --release --test seeds
 //! -- --ignored` runs N more seeds (thousands behind the flag); a failing
 //! seed replays with `cargo run -p shoal-sim -- --seed S --verbose`.
@@ -308,4 +309,32 @@ fn split_seeds() {
         }
     }
     assert!(grown >= 12, "only {grown} of 24 runs split their pool");
+}
+
+/// Links that drop what crosses silently (`shoal-sim --black-holes`), one
+/// way or both, with the connections left open, as a real switch or
+/// firewall does (where the older partitions reset connections): what is
+/// written waits and arrives when the network heals; connecting times
+/// out. Replicated and 2+1 EC pools; every invariant holds.
+#[test]
+fn black_hole_seeds() {
+    let mut holes = 0;
+    for (cfg, seeds) in [
+        (SimConfig::quick_black_holes(), 0..16u64),
+        (
+            SimConfig {
+                black_holes: true,
+                ..SimConfig::quick_erasure(2, 1)
+            },
+            200..208,
+        ),
+    ] {
+        for seed in seeds {
+            match run(seed, &cfg) {
+                Ok(r) => holes += r.black_holes,
+                Err(f) => panic!("black holes: {f}"),
+            }
+        }
+    }
+    assert!(holes >= 24, "only {holes} black holes in 24 runs");
 }

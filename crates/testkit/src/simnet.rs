@@ -8,6 +8,11 @@
 //!
 //! - **partition** two nodes: their streams break, and connecting hangs for
 //!   a while and then times out, as to an unreachable host;
+//! - **black-hole** one direction between two nodes (or both, as two):
+//!   what is written that way is held silently — no error, no reset, the
+//!   connection stays open, as when a switch drops packets and TCP keeps
+//!   retransmitting — and arrives, in order, once the network heals;
+//!   connecting between them hangs and then times out;
 //! - **slow** a link: its chunks take a latency from a wider range;
 //! - **kill** a node: its streams break, its listeners close, connecting to
 //!   it is refused (the host is up, the process is gone), and the killed
@@ -96,6 +101,9 @@ struct Pipe {
     eof: bool,
     /// The link broke.
     broken: bool,
+    /// Its direction is black-holed: nothing is delivered (what is written
+    /// waits) until the network heals.
+    held: bool,
     reader: Option<Waker>,
 }
 
@@ -136,6 +144,8 @@ struct NetState {
     latency: Latency,
     slow: BTreeMap<(String, String), Latency>,
     partitions: BTreeSet<(String, String)>,
+    /// Black-holed directions: (from, to).
+    holes: BTreeSet<(String, String)>,
     /// Current incarnation of each node (a kill starts the next).
     incarnations: BTreeMap<String, u64>,
     listeners: BTreeMap<SocketAddr, Listening>,
@@ -169,6 +179,7 @@ impl SimNet {
                 latency,
                 slow: BTreeMap::new(),
                 partitions: BTreeSet::new(),
+                holes: BTreeSet::new(),
                 incarnations: BTreeMap::new(),
                 listeners: BTreeMap::new(),
                 links: Vec::new(),
@@ -205,11 +216,59 @@ impl SimNet {
         Self::break_links(&mut st, |l| pair(&l.a, &l.b) == pair(a, b));
     }
 
-    /// Ends every partition and slow link.
+    /// Black-holes the direction from `from` to `to`: what either writes
+    /// that way is held without a word, on connections that stay open,
+    /// and new connections between them time out, until
+    /// [`SimNet::heal`].
+    pub fn black_hole(&self, from: &str, to: &str) {
+        let mut st = self.lock();
+        st.holes.insert((from.to_string(), to.to_string()));
+        st.links.retain(|w| w.strong_count() > 0);
+        for l in st.links.iter().filter_map(Weak::upgrade) {
+            for (i, (src, dst)) in [(&l.a, &l.b), (&l.b, &l.a)].into_iter().enumerate() {
+                if src == from && dst == to {
+                    lock(&l.pipes[i]).held = true;
+                }
+            }
+        }
+    }
+
+    /// Ends every partition, black hole and slow link; what black holes
+    /// held arrives (after a latency, in order).
     pub fn heal(&self) {
         let mut st = self.lock();
         st.partitions.clear();
         st.slow.clear();
+        st.holes.clear();
+        st.links.retain(|w| w.strong_count() > 0);
+        let links: Vec<Arc<Link>> = st.links.iter().filter_map(Weak::upgrade).collect();
+        for l in links {
+            for p in &l.pipes {
+                let mut p = lock(p);
+                if !p.held {
+                    continue;
+                }
+                p.held = false;
+                // Retransmitted now: each chunk arrives a latency from
+                // now at the earliest, still in order.
+                let l = st.latency;
+                let at = Instant::now() + Duration::from_millis(st.rng.range(l.min_ms, l.max_ms));
+                for c in p.chunks.iter_mut() {
+                    c.0 = c.0.max(at);
+                }
+                if let Some(last) = p.last.as_mut() {
+                    *last = (*last).max(at);
+                }
+                if let Some(w) = p.reader.take() {
+                    w.wake();
+                }
+            }
+        }
+    }
+
+    /// The black-holed directions in force.
+    pub fn black_holes(&self) -> Vec<(String, String)> {
+        self.lock().holes.iter().cloned().collect()
     }
 
     /// Chunks between `a` and `b` take a latency in `latency`.
@@ -282,7 +341,9 @@ impl SimHost {
             return Reach::Refused;
         };
         let (to, inc, backlog) = (l.node.clone(), l.incarnation, l.backlog.clone());
-        if st.partitions.contains(&pair(&self.node, &to)) {
+        let holed = st.holes.contains(&(self.node.clone(), to.clone()))
+            || st.holes.contains(&(to.clone(), self.node.clone()));
+        if st.partitions.contains(&pair(&self.node, &to)) || holed {
             return Reach::Unreachable(Duration::from_millis(st.rng.range(200, 1500)));
         }
         Reach::Ok(to, inc, backlog)
@@ -353,6 +414,11 @@ impl Transport for SimHost {
                     .is_some_and(|l| l.incarnation == their_inc);
                 if st.partitions.contains(&pair(&link.a, &link.b)) || !same {
                     return Err(io::Error::new(io::ErrorKind::ConnectionReset, "reset"));
+                }
+                let holed = st.holes.contains(&(link.a.clone(), link.b.clone()))
+                    || st.holes.contains(&(link.b.clone(), link.a.clone()));
+                if holed {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "host unreachable"));
                 }
                 st.links.push(Arc::downgrade(&link));
                 st.next_port = st.next_port.wrapping_add(1);
@@ -515,6 +581,11 @@ impl AsyncRead for SimRead {
                     "link broken",
                 )));
             }
+            if p.held {
+                // Nothing crosses a black hole; heal wakes the reader.
+                p.reader = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
             let Some((at, _)) = p.chunks.front() else {
                 if p.eof {
                     return Poll::Ready(Ok(()));
@@ -543,5 +614,55 @@ impl AsyncRead for SimRead {
                 self.chunk = bytes;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+    }
+
+    /// A black hole holds what crosses it without an error, on a
+    /// connection that stays open, delivers it in order once healed, and
+    /// makes new connections time out meanwhile; the other way still
+    /// flows when only one way is holed.
+    #[tokio::test(start_paused = true)]
+    async fn a_black_hole_holds_silently_and_delivers_on_heal() {
+        let net = SimNet::new(
+            7,
+            Latency {
+                min_ms: 1,
+                max_ms: 5,
+            },
+        );
+        let (a, b) = (net.host("a"), net.host("b"));
+        let mut listener = b.bind(addr(1)).await.unwrap();
+        let mut to_b = a.connect(addr(1)).await.unwrap();
+        let mut at_b = listener.accept().await.unwrap();
+
+        net.black_hole("a", "b");
+        to_b.write.write_all(b"held").await.unwrap();
+        let mut buf = [0u8; 4];
+        let r = tokio::time::timeout(Duration::from_secs(30), at_b.read.read_exact(&mut buf)).await;
+        assert!(r.is_err(), "nothing crosses the hole, and no error either");
+        // b → a still flows.
+        at_b.write.write_all(b"back").await.unwrap();
+        to_b.read.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"back");
+        // Connecting across it times out.
+        let e = a.connect(addr(1)).await.err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(net.black_holes(), vec![("a".to_string(), "b".to_string())]);
+
+        net.heal();
+        to_b.write.write_all(b"more").await.unwrap();
+        let mut all = [0u8; 8];
+        at_b.read.read_exact(&mut all).await.unwrap();
+        assert_eq!(&all, b"heldmore");
+        assert!(net.black_holes().is_empty());
     }
 }

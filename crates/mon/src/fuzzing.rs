@@ -217,7 +217,9 @@ fn change(i: &mut Input<'_>) -> OsdChange {
     }
 }
 
-fn booted() -> MonState {
+/// A state bootstrapped with one monitor, keeping `history` maps and a
+/// full map every `full_interval` (the tests' starting point too).
+pub(crate) fn bootstrapped(history: u32, full_interval: u32) -> MonState {
     let mut s = MonState::default();
     let mut mons = BTreeMap::new();
     mons.insert(
@@ -230,12 +232,17 @@ fn booted() -> MonState {
     let r = s.apply(&MonRequest::Bootstrap {
         fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
         failure_domain: "host".into(),
-        history: 50,
-        full_interval: 10,
+        history,
+        full_interval,
         mons,
         auth: BTreeMap::new(),
     });
     assert!(matches!(r, MonResponse::Ok(_)), "{r:?}");
+    s
+}
+
+fn booted() -> MonState {
+    let mut s = bootstrapped(50, 10);
     let boots = (0..3)
         .map(|id| Boot {
             id,

@@ -695,25 +695,7 @@ mod tests {
     use super::*;
 
     fn booted() -> MonState {
-        let mut s = MonState::default();
-        let mut mons = BTreeMap::new();
-        mons.insert(
-            "a".to_string(),
-            MonInfo {
-                id: node_id("a"),
-                addr: "127.0.0.1:6789".into(),
-            },
-        );
-        let r = s.apply(&MonRequest::Bootstrap {
-            fsid: "00112233-4455-6677-8899-aabbccddeeff".into(),
-            failure_domain: "host".into(),
-            history: 500,
-            full_interval: 100,
-            mons,
-            auth: BTreeMap::new(),
-        });
-        assert!(matches!(r, MonResponse::Ok(_)));
-        s
+        crate::fuzzing::bootstrapped(500, 100)
     }
 
     fn code(r: MonResponse) -> Option<ErrorCode> {

@@ -138,6 +138,15 @@ pub fn next_growth(state: &MonState, s: &Settings, ratios: &FullRatios) -> Optio
 /// `warn` and whose `pg_num` is off by the threshold, as Ceph's
 /// autoscaler warns.
 pub fn health(state: &MonState) -> Vec<HealthCheck> {
+    // Most clusters have no pool in warn: nothing to size.
+    let any_warn = state.osdmap.current().is_ok_and(|m| {
+        m.pools()
+            .values()
+            .any(|p| p.autoscale_mode() == AutoscaleMode::Warn)
+    });
+    if !any_warn {
+        return Vec::new();
+    }
     let Ok(s) = Settings::central(state) else {
         return Vec::new();
     };

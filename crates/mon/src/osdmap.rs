@@ -608,10 +608,7 @@ impl OsdMapState {
                 Ok(json!({ "pool": name, key.clone(): value }))
             }
             OsdChange::AutoscalePgNum { pool, pg_num } => {
-                let mut p = map
-                    .pool(*pool)
-                    .cloned()
-                    .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no pool {pool}")))?;
+                let mut p = pool_by_id(map, *pool)?.clone();
                 if p.autoscale_mode() != AutoscaleMode::On {
                     return Err(invalid(format!(
                         "pool {}'s pg_autoscale_mode is {}",
@@ -634,10 +631,7 @@ impl OsdMapState {
                 let Some(target) = self.pgp_num_target.get(pool).copied() else {
                     return Err(invalid(format!("pool {pool} has no pgp_num to move to")));
                 };
-                let mut p = map
-                    .pool(*pool)
-                    .cloned()
-                    .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no pool {pool}")))?;
+                let mut p = pool_by_id(map, *pool)?.clone();
                 if *pgp_num == 0 || *pgp_num > p.pg_num.min(target) || *pgp_num == p.pgp_num {
                     return Err(invalid(format!(
                         "pgp_num {pgp_num} is not a step of pool {} from {} toward {target}",
@@ -1143,6 +1137,11 @@ fn check_sizes(size: u32, min_size: u32) -> Result<(), MonError> {
         )));
     }
     Ok(())
+}
+
+fn pool_by_id(map: &OsdMap, id: u64) -> Result<&Pool, MonError> {
+    map.pool(id)
+        .ok_or_else(|| MonError::new(ErrorCode::NotFound, format!("no pool {id}")))
 }
 
 fn pool_named<'a>(map: &'a OsdMap, name: &str) -> Result<&'a Pool, MonError> {

@@ -1523,14 +1523,9 @@ impl Core {
             let Some(o) = leader_options(&s) else {
                 return;
             };
-            if !o.mon_balancer_active
-                || last.is_some_and(|t| {
-                    t.elapsed() < Duration::from_millis(o.mon_balancer_interval_ms)
-                })
-            {
+            if !o.mon_balancer_active || !round_due(last, o.mon_balancer_interval_ms) {
                 return;
             }
-            *last = Some(Instant::now());
             if !crate::views_pg::pg_stat(&s).is_ok_and(|p| p.all_active_clean()) {
                 return;
             }
@@ -1583,12 +1578,9 @@ impl Core {
             let Some(o) = leader_options(&s) else {
                 return;
             };
-            if last.is_some_and(|t| {
-                t.elapsed() < Duration::from_millis(o.mon_pg_autoscale_interval_ms)
-            }) {
+            if !round_due(last, o.mon_pg_autoscale_interval_ms) {
                 return;
             }
-            *last = Some(Instant::now());
             let settings = crate::autoscale::Settings::of(&o);
             let Some((pool, pg_num)) =
                 crate::autoscale::next_growth(&s, &settings, &self.opts.full_ratios)
@@ -1891,6 +1883,16 @@ async fn rotate_service_secrets(core: std::sync::Weak<Core>) {
             }
         }
     }
+}
+
+/// Whether a leader's round that runs every `interval_ms` is due, its last
+/// having been at `last`; when it is, now becomes the last.
+fn round_due(last: &mut Option<Instant>, interval_ms: u64) -> bool {
+    if last.is_some_and(|t| t.elapsed() < Duration::from_millis(interval_ms)) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// The options of the leader's timers (balancer, autoscaler, placement

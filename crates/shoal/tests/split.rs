@@ -39,29 +39,33 @@ fn reported(d: &Dev, pool: &str) -> (u64, usize) {
     (objects, rows.len())
 }
 
-/// Three OSDs on block stores reporting every half second; the balancer
-/// off (the moves are the split's).
-fn up3(d: &Dev) {
-    d.ok(&[
+/// Three OSDs on block stores reporting every half second, with `more`
+/// arguments for `dev up`; the balancer off (the moves are the split's).
+fn up3(d: &Dev, more: &[&str]) {
+    let mut args = vec![
         "dev",
         "up",
         "--dir",
         d.dir(),
         "--osds",
         "3",
+        "--store",
+        "block",
         "--no-gateway",
         "--set",
         "osd_pg_stats_interval_ms=500",
         "--set",
         "mgr_stats_period_ms=500",
-    ]);
+    ];
+    args.extend_from_slice(more);
+    d.ok(&args);
     d.ok(&["balancer", "off"]);
 }
 
 #[test]
 fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follows() {
     let d = Dev::new("split");
-    up3(&d);
+    up3(&d, &[]);
     // Steps of a quarter of the PGs, so the test moves in a few.
     d.ok(&[
         "config",
@@ -162,7 +166,7 @@ fn replicated_and_erasure_coded_pools_split_under_load_and_their_placement_follo
 #[test]
 fn an_osd_down_during_a_split_splits_its_copies_when_it_returns() {
     let d = Dev::new("split-restart");
-    up3(&d);
+    up3(&d, &[]);
     d.ok(&["osd", "pool", "create", "r", "4"]);
     let file = d.0.join("obj");
     let data: Vec<u8> = (0..70_000u32).map(|i| (i * 13 % 241) as u8).collect();
@@ -224,24 +228,7 @@ fn pg_states(d: &Dev) -> Vec<String> {
 fn a_pool_grows_from_8_pgs_as_it_is_filled_and_stays_clean() {
     let d = Dev::new("autoscale");
     // 320 MiB OSDs, so tens of MiB are a share of the space worth PGs.
-    d.ok(&[
-        "dev",
-        "up",
-        "--dir",
-        d.dir(),
-        "--osds",
-        "3",
-        "--store",
-        "block",
-        "--osd-bytes",
-        "335544320",
-        "--no-gateway",
-        "--set",
-        "osd_pg_stats_interval_ms=500",
-        "--set",
-        "mgr_stats_period_ms=500",
-    ]);
-    d.ok(&["balancer", "off"]);
+    up3(&d, &["--osd-bytes", "335544320"]);
     for (k, v) in [
         ("mon_pg_autoscale_interval_ms", "1000"),
         ("mon_target_max_misplaced_ratio", "0.25"),

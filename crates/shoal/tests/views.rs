@@ -161,15 +161,28 @@ fn the_operators_first_commands_answer_from_the_cluster() {
 
     // osd pool autoscale-status: rbd's share of the raw space and the PG
     // count it calls for.
-    let auto = d.json(&["osd", "pool", "autoscale-status"]);
+    // The ratio is the pool's stored bytes times its raw rate over the raw
+    // capacity, as `df` has them; the OSDs' statistics may move between the
+    // two commands, so compare a pair taken while `df` held still.
+    let mut auto = serde_json::Value::Null;
+    d.until(
+        "autoscale-status and df agree on the pool's bytes",
+        30,
+        || {
+            let before = d.json(&["df"]);
+            auto = d.json(&["osd", "pool", "autoscale-status"]);
+            let df = d.json(&["df"]);
+            let stored = df["pools"][0]["stats"]["stored"].as_f64().unwrap();
+            let want = stored * 3.0 / df["stats"]["total_bytes"].as_f64().unwrap();
+            before["pools"] == df["pools"]
+                && auto[0]["raw_capacity"] == df["stats"]["total_bytes"]
+                && (f(&auto[0]["capacity_ratio"]) - want).abs() < 1e-9
+        },
+    );
     let a = &auto[0];
     assert_eq!(a["pool_name"], "rbd", "{auto}");
     assert_eq!(a["pg_num_target"], rbd["pg_num"], "{auto}");
-    let df = d.json(&["df"]);
-    assert_eq!(a["raw_capacity"], df["stats"]["total_bytes"], "{auto}");
-    let stored = df["pools"][0]["stats"]["stored"].as_f64().unwrap();
-    let want = stored * 3.0 / df["stats"]["total_bytes"].as_f64().unwrap();
-    assert!((f(&a["capacity_ratio"]) - want).abs() < 1e-9, "{auto}");
+    assert_eq!(a["raw_used_rate"], 3.0, "{auto}");
     // At least the floor (mon_pg_autoscale_pg_num_min, 8); on by default.
     assert!(a["pg_num_ideal"].as_u64().unwrap() >= 8, "{auto}");
     assert_eq!(a["pg_autoscale_mode"], "on", "{auto}");

@@ -54,6 +54,12 @@ fn data_err(e: ClientError) -> Errno {
     }
 }
 
+/// How long a data write sent behind its writer's back is retried while
+/// the cluster refuses it for want of space (Ceph's client holds such
+/// writes until the cluster has room, without end). Past it the write is
+/// the file's error, reported by its next fsync.
+const FULL_RETRY: Duration = Duration::from_secs(600);
+
 /// One data write waiting for its inode's writer.
 type QueuedWrite = (u64, Bytes, tokio::sync::OwnedSemaphorePermit);
 
@@ -64,6 +70,11 @@ struct Writes {
     count: HashMap<u64, u32>,
     /// The first failure of each inode's writes.
     errors: HashMap<u64, Errno>,
+    /// A data write was refused for want of space and none has succeeded
+    /// since: writes wait for their answer (ENOSPC from `write` itself,
+    /// as Ceph's client answers a full pool) and closes wait for the
+    /// writes in flight, so no failure goes unreported to a close.
+    full: bool,
     /// Each busy inode's writer: one task applies its writes in order.
     writers: HashMap<u64, mpsc::UnboundedSender<QueuedWrite>>,
 }
@@ -301,7 +312,10 @@ impl FsClient {
 
     /// Waits until every request sent so far is answered (durable); an
     /// asynchronous one that failed fails this.
-    pub async fn sync(&self) -> FsResult<()> {
+    /// Makes everything written so far durable and reports the first
+    /// failure not yet reported: of `ino`'s data writes when given (an
+    /// fsync of a file), else of any inode's (a sync of the file system).
+    pub async fn sync(&self, ino: Option<u64>) -> FsResult<()> {
         self.wait_writes(None).await;
         let dirty: Vec<u64> = lock(&self.state).dirty.keys().copied().collect();
         for ino in dirty {
@@ -310,7 +324,7 @@ impl FsClient {
         self.request(Op::Sync, 0, 0).await?;
         let failed = {
             let mut w = lock(&self.writes);
-            let first = w.errors.keys().next().copied();
+            let first = ino.or_else(|| w.errors.keys().next().copied());
             first.and_then(|i| w.errors.remove(&i))
         };
         if let Some(e) = failed {
@@ -565,7 +579,24 @@ impl FsClient {
     }
 
     /// Writes `data` at `off` (straight to the OSDs, durable on return).
+    /// A refusal for want of space puts the client in its full state
+    /// ([`FsClient::is_full`]); a write that succeeds takes it out.
     pub async fn write(&self, ino: u64, off: u64, data: Bytes) -> FsResult<()> {
+        let r = self.write_data(ino, off, data).await;
+        match &r {
+            Ok(()) => lock(&self.writes).full = false,
+            Err(e) if e.errno == libc::ENOSPC => lock(&self.writes).full = true,
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Whether the last data write answered was refused for want of space.
+    pub fn is_full(&self) -> bool {
+        lock(&self.writes).full
+    }
+
+    async fn write_data(&self, ino: u64, off: u64, data: Bytes) -> FsResult<()> {
         let writes = pieces(off, off + data.len() as u64)
             .into_iter()
             .map(|(objno, in_obj, n)| {
@@ -588,6 +619,10 @@ impl FsClient {
     /// One task per inode applies its writes in the order given; reads,
     /// truncates, fsyncs and revokes of the inode wait for them.
     pub fn write_behind(self: &Arc<Self>, ino: u64, off: u64, data: Bytes) -> bool {
+        if self.is_full() {
+            // The caller writes and waits: its `write` gets the ENOSPC.
+            return false;
+        }
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let Ok(permit) = Arc::clone(&self.write_budget).try_acquire_many_owned(n.max(1)) else {
             return false;
@@ -605,7 +640,23 @@ impl FsClient {
         let c = Arc::clone(self);
         tokio::spawn(async move {
             while let Some((off, data, permit)) = rx.recv().await {
-                let r = c.write(ino, off, data).await;
+                // The writer of this data was told it was written: a
+                // refusal for want of space is retried (as Ceph's client
+                // holds writes while the cluster is full) until space is
+                // freed or FULL_RETRY runs out; only then is it the file's
+                // error, for its close or fsync.
+                let deadline = tokio::time::Instant::now() + FULL_RETRY;
+                let r = loop {
+                    match c.write(ino, off, data.clone()).await {
+                        Err(e)
+                            if e.errno == libc::ENOSPC
+                                && tokio::time::Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        r => break r,
+                    }
+                };
                 drop(permit);
                 let mut w = lock(&c.writes);
                 if let Err(e) = r {
@@ -690,7 +741,7 @@ impl FsClient {
 
     /// Ends the session (capabilities and opens go) and stops.
     pub async fn close(&self) {
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.sync()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.sync(None)).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.request(Op::SessionClose, 0, 0))
             .await;
         self.messenger.shutdown().await;

@@ -281,9 +281,9 @@ impl Filesystem for ShoalFuse {
 
     fn destroy(&mut self) {
         let c = Arc::clone(&self.c);
-        let _ = self
-            .rt
-            .block_on(async move { tokio::time::timeout(Duration::from_secs(10), c.sync()).await });
+        let _ = self.rt.block_on(async move {
+            tokio::time::timeout(Duration::from_secs(10), c.sync(None)).await
+        });
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
@@ -788,13 +788,31 @@ impl Filesystem for ShoalFuse {
         reply: ReplyEmpty,
     ) {
         // Close does not mean fsync: once the data written is durable, what
-        // changed goes to the MDS, unawaited.
+        // changed goes to the MDS, unawaited. But a data write that failed
+        // is the close's error (as Ceph's client returns it), and while the
+        // cluster refuses writes for want of space the close waits for the
+        // file's writes in flight, so none fails unreported.
         let c = Arc::clone(&self.c);
+        if c.is_full() {
+            self.rt.spawn(async move {
+                c.wait_writes(Some(ino)).await;
+                c.flush_dirty(ino);
+                match c.take_write_error(ino) {
+                    Some(e) => reply.error(e.errno),
+                    None => reply.ok(),
+                }
+            });
+            return;
+        }
+        let failed = c.take_write_error(ino);
         self.rt.spawn(async move {
             c.wait_writes(Some(ino)).await;
             c.flush_dirty(ino);
         });
-        reply.ok();
+        match failed {
+            Some(e) => reply.error(e.errno),
+            None => reply.ok(),
+        }
     }
 
     fn release(
@@ -829,7 +847,7 @@ impl Filesystem for ShoalFuse {
         reply: ReplyEmpty,
     ) {
         self.c.flush_dirty(ino);
-        self.sync(reply);
+        self.sync(Some(ino), reply);
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -947,7 +965,7 @@ impl Filesystem for ShoalFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.sync(reply);
+        self.sync(None, reply);
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
@@ -1197,10 +1215,12 @@ impl Filesystem for ShoalFuse {
 
 impl ShoalFuse {
     /// Answers once everything sent so far is durable (fsync).
-    fn sync(&self, reply: ReplyEmpty) {
+    /// Makes everything durable; reports `ino`'s failed data write (an
+    /// fsync) or any inode's (`None`: a sync of the file system).
+    fn sync(&self, ino: Option<u64>, reply: ReplyEmpty) {
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {
-            match c.sync().await {
+            match c.sync(ino).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e.errno),
             }

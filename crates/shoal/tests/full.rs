@@ -41,6 +41,51 @@ fn fs_write(path: &std::path::Path, len: usize) -> i32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
+/// Writes `n` files of 256 KiB under `dir` as tar does (write, close, no
+/// fsync): for each, the errno its write or close failed with (0: none)
+/// and its content.
+fn fs_write_unsynced(dir: &std::path::Path, n: usize) -> Vec<(i32, Vec<u8>)> {
+    std::fs::create_dir_all(dir).unwrap();
+    let files: Vec<Vec<u8>> = (0..n)
+        .map(|i| object(7000 + i as u32)[..256 << 10].to_vec())
+        .collect();
+    for (i, data) in files.iter().enumerate() {
+        std::fs::write(unsynced_src(dir, i), data).unwrap();
+    }
+    // Python's close reports close(2)'s error, which Rust's drop ignores.
+    let code = "import os,sys\n\
+        for src, dst in zip(sys.argv[1::2], sys.argv[2::2]):\n\
+        \x20   data=open(src,'rb').read()\n\
+        \x20   try:\n\
+        \x20       fd=os.open(dst,os.O_WRONLY|os.O_CREAT|os.O_TRUNC)\n\
+        \x20       try:\n\
+        \x20           os.write(fd,data)\n\
+        \x20       finally:\n\
+        \x20           os.close(fd)\n\
+        \x20       print(0)\n\
+        \x20   except OSError as e:\n\
+        \x20       print(e.errno)\n";
+    let mut args = vec!["-c".to_string(), code.to_string()];
+    for i in 0..n {
+        args.push(unsynced_src(dir, i).to_str().unwrap().to_string());
+        args.push(dir.join(format!("f{i}")).to_str().unwrap().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = python(180, &args, &[]);
+    let errnos: Vec<i32> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(errnos.len(), n, "{out:?}");
+    errnos.into_iter().zip(files).collect()
+}
+
+/// Where `fs_write_unsynced` keeps file `i`'s content, outside the mount.
+fn unsynced_src(dir: &std::path::Path, i: usize) -> std::path::PathBuf {
+    let base = dir.parent().unwrap().parent().unwrap();
+    base.join(format!("unsynced-src-{i}"))
+}
+
 /// An S3 request through boto3 against the dev gateway (`MB BUCKET`,
 /// `PUT KEY` or `DELETE KEY` of bucket `full`): the HTTP status it got.
 fn s3(d: &Dev, what: &str, key: &str) -> u16 {
@@ -280,6 +325,7 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
     }
 
     // Each front end in its own terms; deletes still work.
+    let mut unsynced = Vec::new();
     if let (Some(m), Some(n)) = (&mount, &nbd) {
         assert_eq!(s3(&d, "PUT", "after-full"), 507, "S3 PUT on a full cluster");
         assert_eq!(
@@ -287,6 +333,17 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
             204,
             "S3 DELETE on a full cluster"
         );
+        // Files written as tar writes them, the first writes this client
+        // makes on the full cluster: each is refused (ENOSPC from its
+        // write or close) or kept and written once space is freed; none
+        // is silently short.
+        unsynced = fs_write_unsynced(&m.path.join("unsynced"), 6);
+        for (errno, _) in &unsynced {
+            assert!(
+                [0, libc_enospc()].contains(errno),
+                "a file written without fsync on a full cluster: errno {errno}"
+            );
+        }
         let errno = fs_write(&m.path.join("after-full"), 4 << 20);
         assert_eq!(errno, libc_enospc(), "a file written on a full cluster");
         std::fs::remove_file(m.path.join("before")).unwrap();
@@ -318,6 +375,22 @@ fn full_osds_are_reported_refuse_writes_and_clear_when_freed() {
     if let (Some(m), Some(n)) = (&mount, &nbd) {
         assert_eq!(s3(&d, "PUT", "after-freed"), 200);
         assert_eq!(fs_write(&m.path.join("after-freed"), 4 << 20), 0);
+        for (i, (errno, data)) in unsynced.iter().enumerate() {
+            if *errno == 0 {
+                let got = std::fs::read(m.path.join(format!("unsynced/f{i}"))).unwrap();
+                assert!(
+                    got == *data,
+                    "unsynced/f{i}: its write and close succeeded on the full cluster, \
+                     but it reads back {} bytes that differ",
+                    got.len()
+                );
+            }
+        }
+        eprintln!(
+            "files written without fsync on the full cluster: {} refused, {} kept",
+            unsynced.iter().filter(|(e, _)| *e != 0).count(),
+            unsynced.iter().filter(|(e, _)| *e == 0).count()
+        );
         let out = nbd_write(&format!("nbd://{}/rbd/img", n.addr), 0);
         assert!(
             out.contains("wrote 4194304"),

@@ -587,49 +587,27 @@ def fs_probe_workload(c, w, stop):
 FAULTS = ["kill_osd", "kill_mon_leader", "kill_mds", "kill_gateway", "kill_mgr", "osd_out_in", "osd_full"]
 
 
+def victim(c, kind, rng):
+    """The daemon a kill fault takes (None: none to take)."""
+    if kind == "kill_osd":
+        return rng.choice([n for n in c.names() if n.startswith("osd.")])
+    if kind == "kill_gateway":
+        return rng.choice([n for n in c.names() if n.startswith("gateway")])
+    if kind == "kill_mon_leader":
+        leader = (c.try_json("mon", "stat") or {}).get("leader")
+        return f"mon.{leader}" if leader else rng.choice([n for n in c.names() if n.startswith("mon.")])
+    if kind == "kill_mds":
+        fss = (c.try_json("fs", "status") or {}).get("filesystems") or [{}]
+        act = (fss[0].get("active") or {}).get("name")
+        return act and f"mds.{act}"
+    if kind == "kill_mgr":
+        act = ((c.try_json("mgr", "stat") or {}).get("active") or {}).get("name")
+        return act and f"mgr.{act}"
+    raise ValueError(kind)
+
+
 def fault(c, kind, rng, hold):
     """Applies one fault, holds it, undoes it; returns a line for the report."""
-    if kind == "kill_osd":
-        name = rng.choice([n for n in c.names() if n.startswith("osd.")])
-        how = c.kill9(name)
-        time.sleep(hold)
-        c.restart(name, how)
-        return name
-    if kind == "kill_mon_leader":
-        st = c.try_json("mon", "stat") or {}
-        leader = st.get("leader")
-        name = f"mon.{leader}" if leader else rng.choice([n for n in c.names() if n.startswith("mon.")])
-        how = c.kill9(name)
-        time.sleep(min(hold, 10))
-        c.restart(name, how)
-        return name
-    if kind == "kill_mds":
-        st = c.try_json("fs", "status") or {}
-        fss = st.get("filesystems") or [{}]
-        act = (fss[0].get("active") or {}).get("name")
-        if not act:
-            return "no active MDS (skipped)"
-        name = f"mds.{act}"
-        how = c.kill9(name)
-        time.sleep(min(hold, 10))
-        c.restart(name, how)
-        return name
-    if kind == "kill_gateway":
-        name = rng.choice([n for n in c.names() if n.startswith("gateway")])
-        how = c.kill9(name)
-        time.sleep(min(hold, 10))
-        c.restart(name, how)
-        return name
-    if kind == "kill_mgr":
-        st = c.try_json("mgr", "stat") or {}
-        act = (st.get("active") or {}).get("name")
-        if not act:
-            return "no active manager (skipped)"
-        name = f"mgr.{act}"
-        how = c.kill9(name)
-        time.sleep(min(hold, 10))
-        c.restart(name, how)
-        return name
     if kind == "osd_out_in":
         osd = rng.choice([n for n in c.names() if n.startswith("osd.")])[4:]
         c.run("osd", "out", osd)
@@ -638,7 +616,15 @@ def fault(c, kind, rng, hold):
         return f"osd.{osd}"
     if kind == "osd_full":
         return fill_an_osd(c, hold)
-    raise ValueError(kind)
+    name = victim(c, kind, rng)
+    if not name:
+        return "nothing active to kill (skipped)"
+    how = c.kill9(name)
+    # An OSD stays down for the whole hold; the others come back sooner,
+    # as a supervisor would start them.
+    time.sleep(hold if kind == "kill_osd" else min(hold, 10))
+    c.restart(name, how)
+    return name
 
 
 def fill_an_osd(c, hold):

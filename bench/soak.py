@@ -304,7 +304,7 @@ def fio(uri, region, bs, seed, verify_only=False, timeout=300):
         "fio", "--name=soak", "--ioengine=nbd", f"--uri={uri}",
         f"--offset={region * NBD_REGION}", f"--size={NBD_REGION}",
         f"--bs={bs}", "--rw=randwrite", "--iodepth=8", "--verify=crc32c",
-        "--verify_fatal=1", f"--randseed={seed}", "--output-format=json",
+        "--verify_fatal=1", "--verify_state_save=0", f"--randseed={seed}", "--output-format=json",
     ]
     if verify_only:
         args.append("--verify_only")

@@ -87,7 +87,6 @@ class Cluster:
         self.conf = os.path.join(d, "shoal.conf")
         self.extra = {}  # name -> Popen of daemons started here
         self.restarted = {}  # name -> last restart time
-        self.lock = threading.Lock()
 
     def run(self, *args, timeout=60, check=True):
         p = subprocess.run(

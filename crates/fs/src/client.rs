@@ -310,11 +310,10 @@ impl FsClient {
         self.enqueue(op, uid, gid, None)
     }
 
-    /// Waits until every request sent so far is answered (durable); an
-    /// asynchronous one that failed fails this.
-    /// Makes everything written so far durable and reports the first
-    /// failure not yet reported: of `ino`'s data writes when given (an
-    /// fsync of a file), else of any inode's (a sync of the file system).
+    /// Waits until every request and data write sent so far is durable;
+    /// reports the first failure not yet reported: an asynchronous
+    /// request's, or of `ino`'s data writes when given (an fsync of a
+    /// file), else of any inode's (a sync of the file system).
     pub async fn sync(&self, ino: Option<u64>) -> FsResult<()> {
         self.wait_writes(None).await;
         let dirty: Vec<u64> = lock(&self.state).dirty.keys().copied().collect();

@@ -793,26 +793,19 @@ impl Filesystem for ShoalFuse {
         // cluster refuses writes for want of space the close waits for the
         // file's writes in flight, so none fails unreported.
         let c = Arc::clone(&self.c);
-        if c.is_full() {
-            self.rt.spawn(async move {
-                c.wait_writes(Some(ino)).await;
-                c.flush_dirty(ino);
-                match c.take_write_error(ino) {
-                    Some(e) => reply.error(e.errno),
-                    None => reply.ok(),
-                }
-            });
-            return;
-        }
-        let failed = c.take_write_error(ino);
+        let reply = if c.is_full() {
+            Some(reply)
+        } else {
+            answer(reply, c.take_write_error(ino));
+            None
+        };
         self.rt.spawn(async move {
             c.wait_writes(Some(ino)).await;
             c.flush_dirty(ino);
+            if let Some(reply) = reply {
+                answer(reply, c.take_write_error(ino));
+            }
         });
-        match failed {
-            Some(e) => reply.error(e.errno),
-            None => reply.ok(),
-        }
     }
 
     fn release(
@@ -1213,10 +1206,18 @@ impl Filesystem for ShoalFuse {
     }
 }
 
+/// Answers `reply` with `failed`'s errno, or success.
+fn answer(reply: ReplyEmpty, failed: Option<Errno>) {
+    match failed {
+        Some(e) => reply.error(e.errno),
+        None => reply.ok(),
+    }
+}
+
 impl ShoalFuse {
-    /// Answers once everything sent so far is durable (fsync).
-    /// Makes everything durable; reports `ino`'s failed data write (an
-    /// fsync) or any inode's (`None`: a sync of the file system).
+    /// Answers once everything sent so far is durable, with `ino`'s failed
+    /// data write (an fsync) or any inode's (`None`: a sync of the file
+    /// system).
     fn sync(&self, ino: Option<u64>, reply: ReplyEmpty) {
         let c = Arc::clone(&self.c);
         self.rt.spawn(async move {

@@ -755,6 +755,9 @@ impl Filesystem for ShoalFuse {
                     return Err(Errno::new(libc::EFBIG, "beyond the largest file size"));
                 }
                 let n = data.len() as u32;
+                // After the inode's writes behind (a refused one may still
+                // be retried): an older write never lands over this one.
+                c.wait_writes(Some(ino)).await;
                 c.write(ino, off, data).await?;
                 let i = getattr(&c, ino, Duration::from_secs(3600)).await?;
                 let now = now_ns();

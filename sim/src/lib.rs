@@ -59,6 +59,9 @@ pub struct SimConfig {
     /// PG log entries kept (small, so members fall behind the log and are
     /// backfilled).
     pub log_entries: usize,
+    /// PG log entries a clean PG keeps (fewer still: a member that misses
+    /// changes after a clean spell is more often backfilled).
+    pub log_entries_clean: usize,
     /// Print the trace as it happens.
     pub verbose: bool,
     /// The pool is erasure coded with this `k` and `m` (failure domain:
@@ -88,6 +91,7 @@ impl SimConfig {
             faults: Duration::from_secs(20),
             liveness: Duration::from_secs(300),
             log_entries: 40,
+            log_entries_clean: 10,
             verbose: false,
             erasure: None,
             snapshots: false,

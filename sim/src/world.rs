@@ -297,6 +297,7 @@ impl World {
                     entries_max: self.cfg.log_entries,
                     dups_max: 2000,
                 },
+                log_entries_clean: self.cfg.log_entries_clean,
                 peer_timeout: Duration::from_secs(5),
                 ..PgConfig::default()
             },

@@ -15,8 +15,11 @@ use crate::log::LogLimits;
 /// PG settings taken from the configuration.
 #[derive(Debug, Clone)]
 pub struct PgConfig {
-    /// PG log length and dups kept.
+    /// PG log length and dups kept (the length while the PG is not clean).
     pub log_limits: LogLimits,
+    /// Log entries a clean PG keeps (Ceph's `osd_min_pg_log_entries`; at
+    /// most `log_limits.entries_max`).
+    pub log_entries_clean: usize,
     /// How long to wait for a peer's answer (replication, peering, recovery).
     pub peer_timeout: Duration,
     /// Most object names one listing page returns.
@@ -52,6 +55,7 @@ impl Default for PgConfig {
     fn default() -> Self {
         PgConfig {
             log_limits: LogLimits::default(),
+            log_entries_clean: 250,
             peer_timeout: Duration::from_secs(30),
             list_max: 1024,
             full_ratio: 0.95,

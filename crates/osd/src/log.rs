@@ -338,6 +338,10 @@ impl StoredDup {
     }
 }
 
+/// Most entries one change trims beyond its own: a log whose limit
+/// dropped (its PG went clean) shortens over a few dozen changes.
+pub const TRIM_STEP: usize = 64;
+
 /// How many entries and dups a log keeps.
 #[derive(Debug, Clone, Copy)]
 pub struct LogLimits {
@@ -436,8 +440,9 @@ impl PgLog {
         }
     }
 
-    /// Appends `e` (newer than every entry), trims to `limits`, and adds the
-    /// omap updates that persist it all to `txn`, in the PG's collection `coll`.
+    /// Appends `e` (newer than every entry), trims towards `limits` (at most
+    /// [`TRIM_STEP`] entries beyond one), and adds the omap updates that
+    /// persist it all to `txn`, in the PG's collection `coll`.
     pub fn append(
         &mut self,
         e: LogEntry,
@@ -450,7 +455,15 @@ impl PgLog {
         set.insert(key(LOG_PREFIX, e.version), Bytes::from(e.encode()));
         self.info.last_update = e.version;
         self.push_entry(e);
-        while self.entries.len() > limits.entries_max.max(1) {
+        // A log shortened (its PG went clean) is trimmed a step per change,
+        // not all at once in one change's transaction.
+        let mut trim = self
+            .entries
+            .len()
+            .saturating_sub(limits.entries_max.max(1))
+            .min(TRIM_STEP);
+        while trim > 0 {
+            trim -= 1;
             let Some(old) = self.entries.pop_front() else {
                 break;
             };
@@ -688,6 +701,58 @@ mod tests {
         assert_eq!(log.entries_after(Version { epoch: 3, v: 8 }).count(), 2);
         assert_eq!(log.next_version(2), Version { epoch: 3, v: 11 });
         assert_eq!(log.next_version(7), Version { epoch: 7, v: 11 });
+    }
+
+    #[test]
+    fn a_shortened_limit_trims_a_step_per_change_and_keeps_every_request_id() {
+        let store = MemStore::new(1 << 30);
+        let c = CollectionId::new(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(c);
+        store.apply_transaction(t).unwrap();
+        let long = LogLimits {
+            entries_max: 1000,
+            dups_max: 1000,
+        };
+        let short = LogLimits {
+            entries_max: 10,
+            ..long
+        };
+        let mut log = PgLog::default();
+        let n = 2 * TRIM_STEP as u64 + 50;
+        for v in 1..=n {
+            let mut t = Transaction::new();
+            log.append(entry(v, v), long, c, &mut t);
+            store.apply_transaction(t).unwrap();
+        }
+        assert_eq!(log.len() as u64, n);
+        // The PG went clean: each change trims at most a step beyond one.
+        let mut v = n;
+        let mut lens = Vec::new();
+        while log.len() > 10 {
+            v += 1;
+            let mut t = Transaction::new();
+            log.append(entry(v, v), short, c, &mut t);
+            store.apply_transaction(t).unwrap();
+            lens.push(log.len());
+        }
+        assert_eq!(
+            lens,
+            vec![
+                n as usize + 1 - TRIM_STEP,
+                n as usize + 2 - 2 * TRIM_STEP,
+                10
+            ]
+        );
+        // Trimmed entries became dups: every request is still known, and so
+        // after a reload.
+        let reloaded = PgLog::load(&omap(&store, c)).unwrap();
+        for r in 1..=v {
+            assert_eq!(log.lookup(&id(r)).map(|x| x.0.v), Some(r), "{r}");
+            assert_eq!(reloaded.lookup(&id(r)), log.lookup(&id(r)));
+        }
+        assert_eq!(reloaded.len(), 10);
+        assert_eq!(reloaded.info, log.info);
     }
 
     /// The omap changes `append` adds: (keys set, keys removed).

@@ -403,6 +403,39 @@ pub(super) fn is_osd(o: i32) -> bool {
 }
 
 impl PgCore {
+    /// Every position of the pool is held by the OSD CRUSH (and the
+    /// upmaps) put there: not undersized, not remapped.
+    pub(super) fn placed_whole(&self) -> bool {
+        let Some(pool) = &self.pool else {
+            return false;
+        };
+        let placed = match &self.ec {
+            Some(ec) => ec.acting == ec.up && ec.up.iter().all(|o| is_osd(*o)),
+            None => self.acting == self.up,
+        };
+        placed && self.acting.len() == pool.size as usize
+    }
+
+    /// What this member's log keeps now (Ceph's `osd_min_pg_log_entries`
+    /// and `osd_max_pg_log_entries`): the short log of a clean PG, or the
+    /// long one while a position is empty or remapped or objects are
+    /// missing, so that a member that misses changes then catches up from
+    /// the log rather than by backfill. A replica sees only its own missing
+    /// set: one that trims while another member recovers leaves the long
+    /// log to the primary.
+    pub(super) fn log_limits(&self) -> crate::log::LogLimits {
+        let mut limits = self.cfg.log_limits;
+        let settled = match self.state {
+            State::Active => self.recovery.is_none() && self.pending_activation.is_none(),
+            State::ReplicaActive => self.missing.is_empty(),
+            _ => false,
+        };
+        if settled && self.placed_whole() {
+            limits.entries_max = limits.entries_max.min(self.cfg.log_entries_clean);
+        }
+        limits
+    }
+
     pub(super) fn epoch(&self) -> u32 {
         self.map.as_ref().map_or(0, |m| m.epoch.0)
     }
@@ -570,7 +603,7 @@ impl PgCore {
         }
         self.apply_delta((msg.objects_delta, msg.bytes_delta));
         self.log
-            .append(entry, self.cfg.log_limits, self.coll, &mut txn);
+            .append(entry, self.log_limits(), self.coll, &mut txn);
         OsdCounters::add(&self.counters.rep_ops, 1);
         vec![
             Effect::Wrote(data.len() as u64),
@@ -917,7 +950,7 @@ impl PgCore {
         let reqid = entry.reqid.clone();
         let key = entry.key.clone();
         self.log
-            .append(entry, self.cfg.log_limits, self.coll, &mut txn);
+            .append(entry, self.log_limits(), self.coll, &mut txn);
         if let Some(id) = &reqid {
             self.inflight_reqids.insert(id.clone(), version);
         }

@@ -288,6 +288,7 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
                 entries_max: o.osd_pg_log_entries_max as usize,
                 dups_max: o.osd_pg_log_dups_max as usize,
             },
+            log_entries_clean: o.osd_pg_log_entries_min as usize,
             peer_timeout: Duration::from_millis(o.osd_peer_timeout_ms),
             list_max: 1024,
             full_ratio: f64::from(o.osd_full_ratio_pct.min(100)) / 100.0,

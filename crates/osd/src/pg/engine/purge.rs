@@ -27,19 +27,12 @@ impl PgCore {
     /// undersized, not remapped, no `pg_temp` asked for — and no scrub
     /// left an inconsistency a stray copy might help repair.
     pub(in crate::pg) fn purge_ready(&self) -> bool {
-        let Some(pool) = &self.pool else {
-            return false;
-        };
         let settled = self.state == State::Active
             && self.recovery.is_none()
             && self.pending_activation.is_none()
             && self.peering.waiting_pg_temp.is_none()
             && self.scrub_record.inconsistent.is_empty();
-        let placed = match &self.ec {
-            Some(ec) => ec.acting == ec.up && ec.up.iter().all(|o| is_osd(*o)),
-            None => self.acting == self.up,
-        };
-        settled && placed && self.acting.len() == pool.size as usize
+        settled && self.placed_whole()
     }
 
     /// A stray asks whether its copy may go: yes (code 0) only from the

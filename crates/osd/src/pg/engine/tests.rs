@@ -2654,3 +2654,44 @@ fn a_member_drops_the_shards_of_positions_it_left_once_its_primary_is_clean() {
     assert_eq!(p.stray_tick(), vec![Effect::Record(txn)]);
     assert!(p.strays.is_empty());
 }
+
+#[test]
+fn a_clean_pg_keeps_the_short_log_and_one_not_clean_the_long() {
+    // A replica of a clean PG: its log shortens to the clean length.
+    let mut r = member(2, &[1, 2, 3]);
+    r.cfg.log_entries_clean = 3;
+    r.cfg.log_limits.entries_max = 6;
+    let mut v = 0;
+    let mut apply = |r: &mut PgCore, n: u64| {
+        for _ in 0..n {
+            v += 1;
+            let (msg, data) = rep(r, v, b"hello");
+            let fx = r.rep_op(msg, data, ReplyTo(v));
+            run_applies(r, &fx);
+        }
+    };
+    apply(&mut r, 8);
+    assert_eq!(r.log.len(), 3);
+    // Missing an object, it keeps the long log again.
+    let key = ObjectKey::new(0x42, b"lost".to_vec());
+    r.missing = MissingSet::from_map([(key, Version { epoch: EPOCH, v: 1 })].into());
+    apply(&mut r, 8);
+    assert_eq!(r.log.len(), 6);
+    r.missing = MissingSet::default();
+    apply(&mut r, 1);
+    assert_eq!(r.log.len(), 3);
+
+    // The primary: clean only while active with every position held by
+    // its up OSD.
+    let mut p = member(1, &[1, 2, 3]);
+    p.cfg.log_entries_clean = 3;
+    p.state = State::Peering;
+    assert_eq!(p.log_limits().entries_max, 3000, "peering");
+    p.state = State::Active;
+    assert_eq!(p.log_limits().entries_max, 3, "clean");
+    p.up = vec![1, 2, 4];
+    assert_eq!(p.log_limits().entries_max, 3000, "remapped");
+    p.up = vec![1, 2];
+    p.acting = vec![1, 2];
+    assert_eq!(p.log_limits().entries_max, 3000, "undersized");
+}

@@ -15,7 +15,7 @@ use shoal_sim::{SimConfig, run};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots] [--splits] [--black-holes]"
+        "usage: shoal-sim (--seed N | --seeds A..B) [--verbose] [--faults-secs S] [--erasure K+M] [--snapshots] [--splits] [--black-holes] [--log-entries N] [--log-entries-clean N]"
     );
     ExitCode::from(2)
 }
@@ -50,6 +50,14 @@ fn main() -> ExitCode {
             }
             "--faults-secs" => match args.next().and_then(|s| s.parse::<u64>().ok()) {
                 Some(s) => cfg.faults = std::time::Duration::from_secs(s),
+                None => return usage(),
+            },
+            "--log-entries" => match args.next().and_then(|s| s.parse::<usize>().ok()) {
+                Some(n) => cfg.log_entries = n,
+                None => return usage(),
+            },
+            "--log-entries-clean" => match args.next().and_then(|s| s.parse::<usize>().ok()) {
+                Some(n) => cfg.log_entries_clean = n,
                 None => return usage(),
             },
             "--verbose" => cfg.verbose = true,

@@ -147,6 +147,10 @@ pub(crate) struct Inner {
 #[derive(Debug, Clone)]
 struct Placement {
     interval: Option<shoal_maps::IntervalKey>,
+    /// The pool's `pg_num`: a split starts a new interval of every PG that
+    /// splits (and moves some of its objects to the children), as Ceph's
+    /// client sees it.
+    pg_num: Option<u32>,
     primary: i32,
     addr: Option<SocketAddr>,
 }
@@ -574,6 +578,7 @@ impl Client {
         let primary = m.as_ref().map_or(-1, |m| m.acting_primary);
         let place = Arc::new(Placement {
             interval: map.pg_interval_key(pg),
+            pg_num: map.pool(pg.pool).map(|p| p.pg_num),
             primary,
             addr: map
                 .osd(primary)
@@ -594,16 +599,23 @@ impl Client {
         place
     }
 
+    /// Resolves once a map newer than `sent` starts a new interval of
+    /// `pg` (its sets or primary changed, or its pool's `pg_num`: a split),
+    /// saying why: the ops sent to it then are sent again.
     pub(crate) async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
         let mut rx = self.inner.map.clone();
-        let before = self.placement(sent, pg).interval.clone();
+        let placed = self.placement(sent, pg);
+        let before = (placed.interval.clone(), placed.pg_num);
         loop {
             // Compare with the newest map first: it may have come before
             // this future was first polled.
             let newest = rx.borrow_and_update().clone();
             if let Some(map) = newest
                 && map.epoch > sent.epoch
-                && self.placement(&map, pg).interval != before
+                && {
+                    let now = self.placement(&map, pg);
+                    (now.interval.clone(), now.pg_num) != before
+                }
             {
                 return format!("pg {pg} changed interval in epoch {}", map.epoch.0);
             }

@@ -135,6 +135,12 @@ impl PgCore {
         } else {
             txn.create_collection(new);
         }
+        // The new copy is split as far as ours: an OSD down while the pool
+        // splits again splits it from this count when it returns (without
+        // it, the copy would take the first map's count and never split).
+        if self.pg_num > 0 {
+            crate::split::persist_pg_num(new, self.pg_num, txn);
+        }
         self.coll = new;
         self.log = PgLog::default();
         self.missing = MissingSet::default();

@@ -2695,3 +2695,37 @@ fn a_clean_pg_keeps_the_short_log_and_one_not_clean_the_long() {
     p.acting = vec![1, 2];
     assert_eq!(p.log_limits().entries_max, 3000, "undersized");
 }
+
+/// An erasure-coded member moved to another position is backfilled into
+/// that position's collection: the new copy records the `pg_num` ours was
+/// split for, so a split made while the OSD is down is made when it
+/// returns (`shoal-sim --seed 20 --splits --erasure 2+1`: without it the
+/// copy took the first map's count, kept its parent's objects and log,
+/// and its stale log named an object the PG never had).
+#[test]
+fn a_copy_backfilled_into_another_position_keeps_its_split_count() {
+    use std::ops::Bound;
+    let mut r = member(2, &[1, 2, 3]);
+    r.pg_num = 32;
+    let new = shoal_objectstore::CollectionId::shard(PG.pool, PG.seed, 1);
+    let mut txn = Transaction::new();
+    r.begin_backfill(new, &[], Version::default(), None, &mut txn)
+        .unwrap();
+    // The activation then persists the authoritative log there.
+    r.log.persist_info(new, &mut txn);
+    r.store.apply_transaction(txn).unwrap();
+    let omap: BTreeMap<Bytes, Bytes> = r
+        .store
+        .omap_range(
+            &new,
+            &crate::object::pg_meta_key(),
+            Bound::Unbounded,
+            Bound::Unbounded,
+            usize::MAX,
+        )
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(crate::split::stored_pg_num(&omap), 32);
+    assert_eq!(r.coll, new);
+}

@@ -480,14 +480,27 @@ impl World {
                 stats.insert(*id, osd.pg_stats().await);
             }
         }
+        let unclean_pg = Self::unclean_pg(&map, &stats);
         // A split pool is clean once its placement has followed too: the
         // leader moves pgp_num step by step after every step is clean.
         if let Some(p) = map.pools().values().find(|p| p.pgp_num != p.pg_num) {
             return Some(format!(
-                "pool {}: pgp_num {} still moving to pg_num {}",
-                p.name, p.pgp_num, p.pg_num
+                "pool {}: pgp_num {} still moving to pg_num {}{}",
+                p.name,
+                p.pgp_num,
+                p.pg_num,
+                unclean_pg.map(|w| format!(" ({w})")).unwrap_or_default()
             ));
         }
+        unclean_pg
+    }
+
+    /// The first PG of `map` not active+clean on its primary (per `stats`,
+    /// each running OSD's), with its acting set the up set.
+    fn unclean_pg(
+        map: &OsdMap,
+        stats: &BTreeMap<i32, Vec<shoal_osd::pg::PgStat>>,
+    ) -> Option<String> {
         let pgs = map
             .pools()
             .iter()

@@ -604,8 +604,7 @@ impl Client {
     /// saying why: the ops sent to it then are sent again.
     pub(crate) async fn pg_changes_interval(&self, pg: PgId, sent: &OsdMap) -> String {
         let mut rx = self.inner.map.clone();
-        let placed = self.placement(sent, pg);
-        let before = (placed.interval.clone(), placed.pg_num);
+        let before = self.placement(sent, pg);
         loop {
             // Compare with the newest map first: it may have come before
             // this future was first polled.
@@ -614,7 +613,7 @@ impl Client {
                 && map.epoch > sent.epoch
                 && {
                     let now = self.placement(&map, pg);
-                    (now.interval.clone(), now.pg_num) != before
+                    now.interval != before.interval || now.pg_num != before.pg_num
                 }
             {
                 return format!("pg {pg} changed interval in epoch {}", map.epoch.0);

@@ -530,16 +530,25 @@ fn lacking(copies: &[(ObjectKey, PgPush, Bytes)]) -> PgCore {
 }
 
 fn persisted_missing(store: &dyn ObjectStore) -> MissingSet {
-    let omap = store
+    MissingSet::load(&meta_omap(store, collection(PG))).unwrap()
+}
+
+/// The omap of the PG meta object in `coll`.
+fn meta_omap(
+    store: &dyn ObjectStore,
+    coll: shoal_objectstore::CollectionId,
+) -> BTreeMap<Bytes, Bytes> {
+    store
         .omap_range(
-            &collection(PG),
+            &coll,
             &crate::object::pg_meta_key(),
             std::ops::Bound::Unbounded,
             std::ops::Bound::Unbounded,
-            1 << 20,
+            usize::MAX,
         )
-        .unwrap();
-    MissingSet::load(&omap.into_iter().collect()).unwrap()
+        .unwrap()
+        .into_iter()
+        .collect()
 }
 
 #[test]
@@ -2704,7 +2713,6 @@ fn a_clean_pg_keeps_the_short_log_and_one_not_clean_the_long() {
 /// and its stale log named an object the PG never had).
 #[test]
 fn a_copy_backfilled_into_another_position_keeps_its_split_count() {
-    use std::ops::Bound;
     let mut r = member(2, &[1, 2, 3]);
     r.pg_num = 32;
     let new = shoal_objectstore::CollectionId::shard(PG.pool, PG.seed, 1);
@@ -2714,18 +2722,7 @@ fn a_copy_backfilled_into_another_position_keeps_its_split_count() {
     // The activation then persists the authoritative log there.
     r.log.persist_info(new, &mut txn);
     r.store.apply_transaction(txn).unwrap();
-    let omap: BTreeMap<Bytes, Bytes> = r
-        .store
-        .omap_range(
-            &new,
-            &crate::object::pg_meta_key(),
-            Bound::Unbounded,
-            Bound::Unbounded,
-            usize::MAX,
-        )
-        .unwrap()
-        .into_iter()
-        .collect();
+    let omap = meta_omap(r.store.as_ref(), new);
     assert_eq!(crate::split::stored_pg_num(&omap), 32);
     assert_eq!(r.coll, new);
 }

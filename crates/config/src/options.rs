@@ -313,7 +313,7 @@ options! {
     osd_pg_stats_interval_ms: u64 = 5_000u64;
     /// PG log entries kept per PG while it is degraded, recovering, backfilling or remapped (Ceph's `osd_max_pg_log_entries`): a member that missed up to this many changes catches up from the log rather than by backfill.
     osd_pg_log_entries_max: u32 = 3_000u32;
-    /// PG log entries a clean PG keeps (Ceph's `osd_min_pg_log_entries`); a longer log is trimmed to it a little with every change once the PG is clean.
+    /// PG log entries a clean PG keeps (Ceph's `osd_min_pg_log_entries`; at most `osd_pg_log_entries_max`, else the OSD refuses to start); a longer log is trimmed to it a little with every change once the PG is clean.
     osd_pg_log_entries_min: u32 = 250u32;
     /// Request ids of trimmed PG log entries kept per PG for resend detection.
     osd_pg_log_dups_max: u32 = 3_000u32;

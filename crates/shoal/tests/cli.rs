@@ -581,3 +581,28 @@ fn a_secure_dev_cluster_names_both_modes_to_a_crc_client() {
     let log = std::fs::read_to_string(d.0.join("out").join("mon.a.log")).unwrap();
     assert!(log.contains(line), "mon.a's log:\n{log}");
 }
+
+/// Options that cannot hold together stop the OSD at once, with a line
+/// naming both: a clean PG's log longer than the longest log.
+#[test]
+fn an_osd_refuses_a_clean_pg_log_longer_than_the_longest() {
+    let d = Dev::new("cli-log-limits");
+    let o = d.run(&[
+        "dev",
+        "up",
+        "--dir",
+        d.dir(),
+        "--store",
+        "mem",
+        "--osds",
+        "1",
+        "--set",
+        "osd_pg_log_entries_min=5000",
+    ]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("osd_pg_log_entries_min (5000) is larger than osd_pg_log_entries_max (3000)"),
+        "{err}"
+    );
+}

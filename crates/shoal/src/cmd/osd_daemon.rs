@@ -273,6 +273,13 @@ fn run_daemon(ctx: &Ctx, id: u32, data: Option<PathBuf>) -> anyhow::Result<()> {
     } else {
         o.osd_host.clone()
     };
+    if o.osd_pg_log_entries_min > o.osd_pg_log_entries_max {
+        bail!(
+            "osd_pg_log_entries_min ({}) is larger than osd_pg_log_entries_max ({}): a clean PG's log cannot be longer than the longest log",
+            o.osd_pg_log_entries_min,
+            o.osd_pg_log_entries_max
+        );
+    }
     let opts = OsdOptions {
         observer: None,
         op_shards: shoal_osd::shards::shards_for(o.osd_op_num_shards),

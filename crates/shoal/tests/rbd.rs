@@ -315,21 +315,42 @@ fn images_from_the_command_line() {
     // A run past a second prints its per-second line from a worker thread
     // while the command goes on (it once blocked on standard output, locked
     // by the command, and took the worker's queued writes with it).
-    let long = d.ok(&[
-        "rbd",
-        "bench",
-        "ecdisk",
-        "--io-type",
-        "write",
-        "--io-threads",
-        "8",
-        "--io-total",
-        "4M",
-        "--io-pattern",
-        "rand",
-    ]);
-    assert!(long.contains("ops: 1024"), "{long}");
-    assert!(long.lines().any(|l| l.starts_with("    1 ")), "{long}");
+    // The run doubles until it lasts past a second (a faster build or
+    // machine finishes 4 MiB sooner).
+    let mut total_mib = 4u64;
+    loop {
+        let total = format!("{total_mib}M");
+        let long = d.ok(&[
+            "rbd",
+            "bench",
+            "ecdisk",
+            "--io-type",
+            "write",
+            "--io-threads",
+            "8",
+            "--io-total",
+            &total,
+            "--io-pattern",
+            "rand",
+        ]);
+        assert!(
+            long.contains(&format!("ops: {} ", total_mib * 256)),
+            "{long}"
+        );
+        let elapsed: f64 = long
+            .split("elapsed:")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no elapsed time: {long}"));
+        if elapsed < 1.5 {
+            assert!(total_mib < 256, "4 KiB writes never took a second: {long}");
+            total_mib *= 4;
+            continue;
+        }
+        assert!(long.lines().any(|l| l.starts_with("    1 ")), "{long}");
+        break;
+    }
 }
 
 /// Reads `shoal rbd stamp`'s lines as they come.

@@ -303,8 +303,12 @@ fn split_seeds() {
         // Seeds 20 and 26: a member moved to another position, then down
         // through the next split, came back with a copy that never split
         // (its new position's collection had no recorded pg_num), and its
-        // stale log named an object of the child.
-        (erasure, (0..8).chain([20, 26]).collect()),
+        // stale log named an object of the child. Seed 27: a shard
+        // restarted after a split kept the rollback stashes the split
+        // moved to the children in its memory (reloaded only once its
+        // first map said it was erasure coded), and every activation then
+        // removed one that was gone: refused, the PG peered for ever.
+        (erasure, (0..8).chain([20, 26, 27]).collect()),
     ] {
         for seed in seeds {
             match run(seed, &cfg) {
@@ -316,7 +320,7 @@ fn split_seeds() {
             }
         }
     }
-    assert!(grown >= 12, "only {grown} of 27 runs split their pool");
+    assert!(grown >= 12, "only {grown} of 28 runs split their pool");
 }
 
 /// Links that drop what crosses silently (`shoal-sim --black-holes`), one

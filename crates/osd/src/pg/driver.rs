@@ -207,6 +207,7 @@ impl Pg {
                 // Nothing was applied: the store checks before it changes
                 // anything. The log's view goes back to the store's.
                 let code = store_error_code(&e);
+                tracing::warn!(pg = %self.core.id, "the store refused a transaction: {e}");
                 match then {
                     Then::AckRep { to, epoch } => {
                         self.core.reload_log();

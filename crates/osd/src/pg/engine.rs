@@ -498,9 +498,11 @@ impl PgCore {
         {
             self.log = log;
         }
-        // Erasure coding: the refused change's stashes were not made, and
-        // the ones it rolled forward are still there.
-        if self.ec.is_some()
+        // Erasure coding: the refused change's stashes were not made, the
+        // ones it rolled forward are still there, and a split moved some
+        // to the children. (A shard's collection says so: `ec` is set by
+        // the first map, after a restarted copy's split.)
+        if self.coll.shard != shoal_objectstore::CollectionId::NO_SHARD
             && let Ok(stashes) = crate::ec::rollback::list_stashes(self.store.as_ref(), self.coll)
         {
             self.stashes = stashes;

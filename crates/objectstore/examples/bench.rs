@@ -1,7 +1,7 @@
 //! Figures for BlockStore next to MemStore from the same run (a benchmark, not a test):
 //!
 //! `cargo run --release -p shoal-objectstore --example bench -- [DIR] [--overwrites SECONDS]
-//! [--objects N]`
+//! [--objects N [--max-open-secs S] [--max-bytes-per-object B]]`
 //!
 //! DIR (default: the system temp dir) should be on the disk an OSD would use. With
 //! `--overwrites`, only the 16-writer durable 4 KiB overwrite row runs, on BlockStore, for
@@ -176,8 +176,16 @@ fn rss_bytes() -> u64 {
         * 1024
 }
 
+/// The most an open may take, in seconds and resident bytes per object
+/// (`bench/store-open.sh` states them; over either, the run fails).
+#[derive(Debug, Clone, Copy)]
+struct OpenLimits {
+    secs: Option<f64>,
+    bytes_per_object: Option<u64>,
+}
+
 /// Make a store of `n` objects, close it, and time its open.
-fn open_objects(dir: &std::path::Path, n: u32) {
+fn open_objects(dir: &std::path::Path, n: u32, limits: OpenLimits) {
     let data_bytes = (u64::from(n) * 4096 * 2).max(1 << 30);
     BlockStore::mkfs(
         dir,
@@ -226,18 +234,24 @@ fn open_objects(dir: &std::path::Path, n: u32) {
     // The open is measured in a fresh process: this one's allocator keeps what the
     // store just freed and would lend it to the next open.
     let me = std::env::current_exe().unwrap();
-    let ok = std::process::Command::new(me)
-        .arg("--open")
-        .arg(dir)
-        .arg(n.to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    let mut cmd = std::process::Command::new(me);
+    cmd.arg("--open").arg(dir).arg(n.to_string());
+    if let Some(s) = limits.secs {
+        cmd.arg("--max-open-secs").arg(s.to_string());
+    }
+    if let Some(b) = limits.bytes_per_object {
+        cmd.arg("--max-bytes-per-object").arg(b.to_string());
+    }
+    let ok = cmd.status().unwrap().success();
+    if !ok {
+        let _ = std::fs::remove_dir_all(dir);
+        std::process::exit(1);
+    }
 }
 
-/// Open the store at `dir` (holding `n` objects) and report the time and memory.
-fn open_only(dir: &std::path::Path, n: u64) {
+/// Open the store at `dir` (holding `n` objects) and report the time and memory;
+/// false if either is over its limit.
+fn open_only(dir: &std::path::Path, n: u64, limits: OpenLimits) -> bool {
     let before = rss_bytes();
     let start = Instant::now();
     let s = BlockStore::open(dir, &OpenOptions::default()).unwrap();
@@ -250,10 +264,23 @@ fn open_only(dir: &std::path::Path, n: u64) {
         after.saturating_sub(before) / n.max(1)
     );
     drop(s);
+    let mut ok = true;
+    if let Some(max) = limits.secs.filter(|m| took.as_secs_f64() > *m) {
+        println!("FAIL: the open took {:.2} s, over {max} s", took.as_secs_f64());
+        ok = false;
+    }
+    let per_object = after.saturating_sub(before) / n.max(1);
+    if let Some(max) = limits.bytes_per_object.filter(|m| per_object > *m) {
+        println!("FAIL: {per_object} bytes per object resident, over {max}");
+        ok = false;
+    }
+    ok
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("bench: {why}\nusage: bench [DIR] [--overwrites SECONDS] [--objects N]");
+    eprintln!(
+        "bench: {why}\nusage: bench [DIR] [--overwrites SECONDS] [--objects N [--max-open-secs S] [--max-bytes-per-object B]]"
+    );
     std::process::exit(2)
 }
 
@@ -270,6 +297,10 @@ fn flag_value<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only: Option<f64> = flag_value(&args, "--overwrites");
+    let limits = OpenLimits {
+        secs: flag_value(&args, "--max-open-secs"),
+        bytes_per_object: flag_value(&args, "--max-bytes-per-object"),
+    };
     let base = args
         .iter()
         .find(|a| !a.starts_with("--") && a.parse::<f64>().is_err())
@@ -282,12 +313,14 @@ fn main() {
         ) else {
             usage("--open takes a store directory and its object count");
         };
-        open_only(std::path::Path::new(dir), n);
+        if !open_only(std::path::Path::new(dir), n, limits) {
+            std::process::exit(1);
+        }
         return;
     }
     let dir = base.join(format!("shoal-objectstore-bench-{}", std::process::id()));
     if let Some(n) = flag_value::<u32>(&args, "--objects") {
-        open_objects(&dir, n);
+        open_objects(&dir, n, limits);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }

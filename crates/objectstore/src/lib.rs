@@ -22,6 +22,7 @@ mod store;
 mod ticket;
 mod transaction;
 mod validate;
+mod vecmap;
 
 pub use block::BlockStore;
 pub use crash::CrashStore;

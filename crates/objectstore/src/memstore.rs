@@ -386,7 +386,13 @@ impl ObjectStore for MemStore {
     }
 
     fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
-        self.with_object(c, o, |obj| obj.meta.xattrs.clone())
+        self.with_object(c, o, |obj| {
+            obj.meta
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
     }
 
     fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes> {

@@ -7,11 +7,12 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use crate::transaction::Op;
+use crate::vecmap::VecMap;
 
 /// Xattrs and omap of one object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ObjMeta {
-    pub xattrs: BTreeMap<String, Bytes>,
+    pub xattrs: VecMap<String, Bytes>,
     pub omap_header: Bytes,
     pub omap: BTreeMap<Bytes, Bytes>,
 }

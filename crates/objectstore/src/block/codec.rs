@@ -1,7 +1,6 @@
 //! Byte formats of the metadata records and keys. Every record starts with a format
 //! version; decoding checks bounds before it parses (hostile or torn bytes give `Err`).
 
-use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
@@ -9,6 +8,7 @@ use super::extent::{Extent, ExtentMap};
 use crate::error::{Error, Result};
 use crate::objmeta::ObjMeta;
 use crate::types::{COLLECTION_ID_BYTES, CollectionId, ObjectKey};
+use crate::vecmap::VecMap;
 
 pub(crate) const RECORD_VERSION: u8 = 1;
 
@@ -17,7 +17,7 @@ pub(crate) const RECORD_VERSION: u8 = 1;
 pub(crate) struct ObjectRecord {
     pub size: u64,
     pub extents: ExtentMap,
-    pub xattrs: BTreeMap<String, Bytes>,
+    pub xattrs: VecMap<String, Bytes>,
     pub omap_header: Bytes,
 }
 
@@ -130,8 +130,11 @@ impl ObjectRecord {
             return Err(Error::Corrupt(format!("object record version {v}")));
         }
         let size = r.u64()?;
-        let mut extents = ExtentMap::default();
-        for _ in 0..r.count(20)? {
+        let n = r.count(20)?;
+        let mut extents = ExtentMap {
+            extents: VecMap::with_capacity(n),
+        };
+        for _ in 0..n {
             let l = r.u64()?;
             let pblock = r.u64()?;
             let n = r.count(4)?;
@@ -140,8 +143,9 @@ impl ObjectRecord {
                 return Err(Error::Corrupt("bad extent in object record".into()));
             }
         }
-        let mut xattrs = BTreeMap::new();
-        for _ in 0..r.count(8)? {
+        let n = r.count(8)?;
+        let mut xattrs = VecMap::with_capacity(n);
+        for _ in 0..n {
             let k = String::from_utf8(r.bytes32()?.to_vec())
                 .map_err(|_| Error::Corrupt("xattr name is not UTF-8".into()))?;
             xattrs.insert(k, Bytes::copy_from_slice(r.bytes32()?));

@@ -1,8 +1,7 @@
 //! The extent map of one object: logical block -> (device block, crc32c per block).
 
-use std::collections::BTreeMap;
-
 use super::alloc::Run;
+use crate::vecmap::VecMap;
 
 /// A run of device blocks backing consecutive logical blocks; one crc per block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +19,7 @@ impl Extent {
 /// Extents keyed by first logical block; never overlapping. Unmapped blocks read as zeros.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ExtentMap {
-    pub extents: BTreeMap<u64, Extent>,
+    pub extents: VecMap<u64, Extent>,
 }
 
 /// A mapped block found by `lookup`.
@@ -55,10 +54,10 @@ impl ExtentMap {
         }
         self.split_at(start);
         self.split_at(end);
-        let keys: Vec<u64> = self.extents.range(start..end).map(|(k, _)| *k).collect();
-        keys.into_iter()
-            .filter_map(|k| self.extents.remove(&k))
-            .map(|e| (e.pblock, e.len()))
+        self.extents
+            .drain_range(start..end)
+            .into_iter()
+            .map(|(_, e)| (e.pblock, e.len()))
             .collect()
     }
 

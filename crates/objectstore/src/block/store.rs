@@ -211,7 +211,14 @@ impl ObjectStore for BlockStore {
     }
 
     fn getxattrs(&self, c: &CollectionId, o: &ObjectKey) -> Result<BTreeMap<String, Bytes>> {
-        self.with_onode(c, o, |_, on| Ok(on.meta.xattrs.clone()))
+        self.with_onode(c, o, |_, on| {
+            Ok(on
+                .meta
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect())
+        })
     }
 
     fn omap_get_header(&self, c: &CollectionId, o: &ObjectKey) -> Result<Bytes> {

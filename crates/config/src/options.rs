@@ -355,6 +355,8 @@ options! {
     osd_max_scrubs: u32 = 1u32;
     /// Size of the data file `shoal osd mkfs` creates for a block store, in bytes.
     osd_store_bytes: u64 = 10u64 << 30;
+    /// Recently read data a block store keeps in memory, in bytes (as Ceph's bluestore_cache_size; 0: none, every read goes to the device). Reads of at most 64 KiB fill it; a deep scrub reads past it.
+    osd_store_cache_bytes: u64 = 256u64 << 20;
     /// Reserve the block store's data file in full at mkfs (fallocate), so a filesystem too small for it fails there rather than mid-write; otherwise the file is sparse and takes space as it is written (as Ceph's bluestore_block_preallocate_file).
     osd_store_preallocate: bool = false;
     /// How long a client op may take, resends included, before it fails with a timeout, in milliseconds.

@@ -266,7 +266,10 @@ fn open_only(dir: &std::path::Path, n: u64, limits: OpenLimits) -> bool {
     drop(s);
     let mut ok = true;
     if let Some(max) = limits.secs.filter(|m| took.as_secs_f64() > *m) {
-        println!("FAIL: the open took {:.2} s, over {max} s", took.as_secs_f64());
+        println!(
+            "FAIL: the open took {:.2} s, over {max} s",
+            took.as_secs_f64()
+        );
         ok = false;
     }
     let per_object = after.saturating_sub(before) / n.max(1);

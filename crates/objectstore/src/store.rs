@@ -103,6 +103,18 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
         Ok((self.read(c, o, offset, len)?, None))
     }
 
+    /// [`ObjectStore::read`] from the media itself, never from a cache of
+    /// recently read data: a deep scrub checks what the device holds.
+    fn read_from_media(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        self.read(c, o, offset, len)
+    }
+
     /// One xattr.
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>>;
 
@@ -205,6 +217,15 @@ impl<S: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<S> {
         len: u64,
     ) -> Result<(Bytes, Option<u32>)> {
         (**self).read_with_crc(c, o, offset, len)
+    }
+    fn read_from_media(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        (**self).read_from_media(c, o, offset, len)
     }
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {
         (**self).getxattr(c, o, name)

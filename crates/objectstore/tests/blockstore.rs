@@ -1109,3 +1109,185 @@ fn large_reads_zero_holes_in_reused_buffers_and_carry_the_crc_of_what_they_retur
         }
     }
 }
+
+/// The data cache serves blocks read again and never a block's old
+/// contents: after every kind of change (a deferred overwrite, a rewrite
+/// to fresh blocks, a removal and a new object on the freed blocks, a
+/// truncation, a zeroed range), a read gives what was last acknowledged,
+/// alone and with readers racing the changes; a store without a cache
+/// serves every read from the device.
+#[test]
+fn the_data_cache_serves_hot_blocks_and_never_stale_ones() {
+    let d = TempDir::new("cache");
+    let s = Arc::new(new_store(&d, 32));
+    let c = CollectionId::new(4, 1);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.apply_transaction(t).unwrap();
+    let obj = |i: u64| ObjectKey::new(i as u32, format!("c{i}"));
+    let mut want: Vec<Vec<u8>> = vec![Vec::new(); 8];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for step in 0..1500u64 {
+        let i = next() % 8;
+        let o = obj(i);
+        let mut t = Transaction::new();
+        let w = &mut want[i as usize];
+        let fill =
+            |len: usize| -> Vec<u8> { (0..len).map(|b| (step + b as u64 / 4096) as u8).collect() };
+        match next() % 6 {
+            // A small overwrite (deferred when its blocks are mapped).
+            0 | 1 => {
+                let off = (next() % 16) as usize * 1024;
+                let data = fill(3000);
+                t.write(c, o.clone(), off as u64, Bytes::from(data.clone()));
+                if w.len() < off + data.len() {
+                    w.resize(off + data.len(), 0);
+                }
+                w[off..off + data.len()].copy_from_slice(&data);
+            }
+            // A rewrite past the deferred size: fresh blocks.
+            2 => {
+                let data = fill(48 * 1024);
+                t.write(c, o.clone(), 0, Bytes::from(data.clone()));
+                if w.len() < data.len() {
+                    w.resize(data.len(), 0);
+                }
+                w[..data.len()].copy_from_slice(&data);
+            }
+            // Gone, then made again on whatever blocks are free.
+            3 => {
+                if !w.is_empty() {
+                    t.remove(c, o.clone());
+                }
+                let data = fill(8192);
+                t.write(c, o.clone(), 0, Bytes::from(data.clone()));
+                *w = data;
+            }
+            4 => {
+                let size = (next() % 40_000) as usize;
+                t.truncate(c, o.clone(), size as u64);
+                w.resize(size, 0);
+            }
+            _ => {
+                let (off, len) = ((next() % 30_000) as usize, (next() % 9000) as usize);
+                t.zero(c, o.clone(), off as u64, len as u64);
+                if w.len() < off + len {
+                    w.resize(off + len, 0);
+                }
+                w[off..off + len].fill(0);
+            }
+        }
+        s.apply_transaction(t).unwrap();
+        // Read twice: from the device (or the overlay), then from the cache.
+        for _ in 0..2 {
+            let j = next() % 8;
+            let w = &want[j as usize];
+            if w.is_empty() {
+                continue;
+            }
+            let off = (next() as usize) % w.len();
+            let len = ((next() % 20_000) as usize).min(w.len() - off);
+            let got = s.read(&c, &obj(j), off as u64, len as u64).unwrap();
+            assert!(
+                got[..] == w[off..off + len],
+                "step {step}: object {j} [{off}, +{len})"
+            );
+        }
+    }
+    let stats = s.cache_stats();
+    assert!(stats.hits > 500 && stats.fills > 500, "{stats:?}");
+
+    // Readers racing a writer: every read is some acknowledged version of
+    // the object, whole (each version's bytes are one value).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let got = s.read(&c, &obj(100), 0, 16384).unwrap();
+                    assert!(got.iter().all(|b| *b == got[0]), "a torn or stale read");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    for v in 0..400u32 {
+        let mut t = Transaction::new();
+        let len = if v % 3 == 0 { 40_960 } else { 16384 };
+        t.write(c, obj(100), 0, Bytes::from(vec![v as u8; len]));
+        if v % 3 == 0 {
+            t.truncate(c, obj(100), 16384);
+        }
+        s.apply_transaction(t).unwrap();
+        let got = s.read(&c, &obj(100), 0, 16384).unwrap();
+        assert!(got.iter().all(|b| *b == v as u8), "version {v}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(reads > 0);
+    drop(Arc::try_unwrap(s).unwrap());
+
+    // Without a cache nothing is kept.
+    let s = BlockStore::open(
+        &d.0,
+        &OpenOptions {
+            cache_bytes: 0,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        s.read(&c, &obj(100), 0, 4096).unwrap();
+    }
+    assert_eq!(s.cache_stats().hits, 0);
+    assert_eq!(s.cache_stats().blocks, 0);
+}
+
+/// A block rotting on the device while the cache holds it: reads are
+/// served the good copy, but a read from the media (a deep scrub's) finds
+/// the damage.
+#[test]
+fn a_read_from_the_media_finds_damage_the_cache_would_hide() {
+    use std::os::unix::fs::FileExt;
+    let d = TempDir::new("cachecrc");
+    let c = CollectionId::new(1, 1);
+    let o = ObjectKey::new(5, "victim");
+    let s = new_store(&d, 16);
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, o.clone(), 0, Bytes::from(vec![0xcdu8; 12 * 4096]));
+    s.apply_transaction(t).unwrap();
+    assert_eq!(s.read(&c, &o, 4096, 4096).unwrap(), vec![0xcdu8; 4096]);
+    let data_path = d.0.join(block::DATA_FILE);
+    let img = std::fs::read(&data_path).unwrap();
+    let pos = img
+        .windows(4096)
+        .position(|w| w.iter().all(|b| *b == 0xcd))
+        .unwrap()
+        + 4096
+        + 100;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data_path)
+        .unwrap();
+    f.write_at(&[0x00], pos as u64).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(
+        s.read(&c, &o, 4096, 4096).unwrap(),
+        vec![0xcdu8; 4096],
+        "the cached copy"
+    );
+    assert!(matches!(
+        s.read_from_media(&c, &o, 0, 12 * 4096),
+        Err(Error::Checksum { .. })
+    ));
+}

@@ -46,7 +46,7 @@ fn fill(
     if deep {
         let mut off = 0;
         while off < s.size {
-            let chunk = store.read(c, k, off, READ_CHUNK.min(s.size - off))?;
+            let chunk = store.read_from_media(c, k, off, READ_CHUNK.min(s.size - off))?;
             if chunk.is_empty() {
                 break;
             }

@@ -398,7 +398,7 @@ impl<'a> Applier<'a> {
     fn put_data(&mut self, pb: u64, bytes: Bytes) {
         for (i, blk) in (0..bytes.len()).step_by(BLOCK).enumerate() {
             let b = pb + i as u64;
-            let seq = self.st.overlay.stage(b, bytes.slice(blk..blk + BLOCK));
+            let seq = self.st.stage(b, bytes.slice(blk..blk + BLOCK));
             self.batch.landed.push((b, seq));
         }
         self.batch.data.push((pb, bytes));
@@ -410,7 +410,7 @@ impl<'a> Applier<'a> {
         for (i, blk) in (0..bytes.len()).step_by(BLOCK).enumerate() {
             let b = pb + i as u64;
             let blk = bytes.slice(blk..blk + BLOCK);
-            let seq = self.st.overlay.stage(b, blk.clone());
+            let seq = self.st.stage(b, blk.clone());
             self.batch.deferred.push((seq, b, blk));
         }
     }
@@ -434,7 +434,7 @@ impl<'a> Applier<'a> {
             };
             on.extents.set_crc(lb, crc);
             let blk = Bytes::from(blk);
-            let seq = self.st.overlay.stage(m.pblock, blk.clone());
+            let seq = self.st.stage(m.pblock, blk.clone());
             self.batch.deferred.push((seq, m.pblock, blk));
         }
         self.counters

@@ -1,7 +1,6 @@
 //! Byte formats of the metadata records and keys. Every record starts with a format
 //! version; decoding checks bounds before it parses (hostile or torn bytes give `Err`).
 
-
 use bytes::Bytes;
 
 use super::extent::{Extent, ExtentMap};

@@ -22,6 +22,8 @@
 
 mod alloc;
 mod apply;
+mod cache;
+pub use cache::CacheStats;
 mod codec;
 mod commit;
 mod crc;
@@ -116,13 +118,20 @@ pub struct OpenOptions {
     /// The owner the store must record (an OSD opening its own store); `None` accepts
     /// any store.
     pub identity: Option<StoreIdentity>,
+    /// The most recently read data kept in memory, in bytes (0: none; see
+    /// `cache.rs`).
+    pub cache_bytes: u64,
 }
+
+/// [`OpenOptions::cache_bytes`]'s default.
+pub const CACHE_BYTES_DEFAULT: u64 = 128 << 20;
 
 impl Default for OpenOptions {
     fn default() -> Self {
         Self {
             direct_io: true,
             identity: None,
+            cache_bytes: CACHE_BYTES_DEFAULT,
         }
     }
 }
@@ -555,7 +564,7 @@ impl BlockStore {
             dev.sync()
                 .map_err(|e| Error::io("syncing the converted label", e))?;
         }
-        Self::start(dev, db, loaded, replayed.next_seq)
+        Self::start(dev, db, loaded, replayed.next_seq, opts.cache_bytes)
     }
 
     fn start(
@@ -563,6 +572,7 @@ impl BlockStore {
         db: redb::Database,
         loaded: meta::Loaded,
         next_seq: u64,
+        cache_bytes: u64,
     ) -> Result<Self> {
         replay_deferred(&*dev, &db, &loaded.deferred)?;
         let free = FreeList::from_runs(loaded.free.iter().copied())
@@ -575,6 +585,7 @@ impl BlockStore {
             reuse_gen: 0,
             total_blocks: loaded.total_blocks,
             journal_blocks: loaded.journal.blocks,
+            cache: Arc::new(cache::BlockCache::new(cache_bytes)),
         };
         let shared = Arc::new(Shared {
             state: RwLock::new(state),
@@ -602,6 +613,11 @@ impl BlockStore {
             direct_io: false,
             _lock: None,
         })
+    }
+
+    /// What the data cache holds and has served.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.shared.read_state().cache.stats()
     }
 
     /// The owner the store records, if any.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::alloc::FreeList;
+use super::cache::{self, BlockCache};
 use super::deferred::Overlay;
 use super::device::{AlignedBuf, BufPool, Device};
 use super::meta::Onode;
@@ -36,6 +37,19 @@ pub(crate) struct State {
     /// for reuse. An unlocked read that fails its checksum retries under the lock if
     /// this moved, and reports corruption only if it did not.
     pub reuse_gen: u64,
+    /// Recently read blocks (`cache.rs`); a block is invalidated as its new contents
+    /// are staged ([`State::stage`]).
+    pub cache: Arc<BlockCache>,
+}
+
+impl State {
+    /// New contents for device block `pb` (deferred, or copy-on-write data not yet
+    /// on the device): readers see them through the overlay, and the cache forgets
+    /// the block's old contents. Returns the overlay's sequence.
+    pub fn stage(&mut self, pb: u64, data: Bytes) -> u64 {
+        self.cache.invalidate(pb);
+        self.overlay.stage(pb, data)
+    }
 }
 
 /// Why an unlocked read failed.
@@ -58,6 +72,12 @@ pub(crate) struct ReadPlan {
     pieces: Vec<Piece>,
     /// Overlay contents of the blocks read (deferred, or data not yet on the device).
     overlay: std::collections::HashMap<u64, Bytes>,
+    /// Blocks the cache holds with the checksums the plan wants.
+    cached: std::collections::HashMap<u64, Bytes>,
+    cache: Arc<BlockCache>,
+    /// The cache's generation when the plan was made (under the state's lock).
+    cache_gen: u64,
+    use_cache: bool,
     buf_len: usize,
     start: usize,
     len: usize,
@@ -66,12 +86,18 @@ pub(crate) struct ReadPlan {
 
 impl ReadPlan {
     /// Plan reading `[off, off+len)` of `on`; `len` is already clamped to the size.
-    pub fn new(st: &State, on: &Onode, off: u64, len: u64) -> Self {
+    /// `use_cache`: blocks the data cache holds come from it, and a small read fills
+    /// it (otherwise every block comes from the device, or the overlay).
+    pub fn new(st: &State, on: &Onode, off: u64, len: u64, use_cache: bool) -> Self {
         let lb0 = off / B;
         let lb1 = (off + len).min(on.size).div_ceil(B).max(lb0);
         let mut plan = ReadPlan {
             pieces: Vec::new(),
             overlay: std::collections::HashMap::new(),
+            cached: std::collections::HashMap::new(),
+            cache: Arc::clone(&st.cache),
+            cache_gen: st.cache.generation(),
+            use_cache,
             buf_len: ((lb1 - lb0) * B) as usize,
             start: (off - lb0 * B) as usize,
             len: len as usize,
@@ -81,9 +107,13 @@ impl ReadPlan {
             let at = ((lb - lb0) * B) as usize;
             match mapped {
                 Some((pb, crcs)) => {
-                    for i in 0..crcs.len() as u64 {
+                    for (i, crc) in (0..crcs.len() as u64).zip(crcs) {
                         if let Some(d) = st.overlay.get(pb + i) {
                             plan.overlay.insert(pb + i, d.clone());
+                        } else if let Some(d) =
+                            use_cache.then(|| st.cache.get(pb + i, *crc)).flatten()
+                        {
+                            plan.cached.insert(pb + i, d);
                         }
                     }
                     plan.pieces
@@ -104,6 +134,9 @@ impl ReadPlan {
     ) -> std::result::Result<(Bytes, u32), ReadFailure> {
         let mut buf = pool.take(self.buf_len);
         let (start, end) = (self.start, self.start + self.len);
+        // Small reads keep what they read from the device (`cache.rs`).
+        let fill = self.use_cache && self.cache.enabled() && self.buf_len <= cache::FILL_BYTES_MAX;
+        let mut fills = Vec::new();
         let mut crc = 0;
         // Folds block `at..at + BLOCK` of the buffer, of checksum `block_crc`,
         // into the crc of the bytes returned.
@@ -127,18 +160,30 @@ impl ReadPlan {
                 }
                 continue;
             };
-            dev.read_at(pb * B, out)
-                .map_err(|e| ReadFailure::Other(Error::io("reading data", e)))?;
+            let held = |b: u64| self.overlay.get(&b).or_else(|| self.cached.get(&b));
+            // A piece the overlay and the cache hold whole costs no device read.
+            let from_device = (*pb..*pb + *blocks as u64).any(|b| held(b).is_none());
+            if from_device {
+                dev.read_at(pb * B, out)
+                    .map_err(|e| ReadFailure::Other(Error::io("reading data", e)))?;
+            }
             for (i, (blk, want)) in out.chunks_mut(BLOCK).zip(crcs).enumerate() {
                 let b = pb + i as u64;
-                if let Some(d) = self.overlay.get(&b) {
+                let overlaid = self.overlay.get(&b);
+                if let Some(d) = overlaid.or_else(|| self.cached.get(&b).filter(|_| !from_device)) {
                     blk.copy_from_slice(d);
                 }
                 if crc32c::crc32c(blk) != *want {
                     return Err(ReadFailure::Checksum(b * B));
                 }
                 fold(blk, at + i * BLOCK, *want);
+                if from_device && overlaid.is_none() && fill {
+                    fills.push((b, *want, Bytes::copy_from_slice(blk)));
+                }
             }
+        }
+        if !fills.is_empty() {
+            self.cache.insert(self.cache_gen, fills);
         }
         Ok((pool.bytes(buf, self.start, self.len), crc))
     }

@@ -17,6 +17,61 @@ use crate::transaction::Transaction;
 use crate::types::{CollectionId, Listing, ObjectKey, ObjectStat, StatFs};
 use crate::validate::validate;
 
+impl BlockStore {
+    /// Reads `[offset, offset + len)`: planned under the lock, the device read
+    /// without it (writers and the committer are not held up by read I/O);
+    /// `cached`: blocks the data cache holds are taken from it, and a small
+    /// read fills it.
+    fn read_planned(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+        cached: bool,
+    ) -> Result<(Bytes, Option<u32>)> {
+        let plan = self.with_onode(c, o, |st, on| {
+            let len = crate::validate::check_read(on.size, offset, len)?;
+            Ok((len > 0).then(|| ReadPlan::new(st, on, offset, len, cached)))
+        })?;
+        let Some(plan) = plan else {
+            return Ok((Bytes::new(), Some(0)));
+        };
+        let device_offset = match plan.execute(&*self.shared.dev, &self.shared.read_bufs) {
+            Ok((b, crc)) => return Ok((b, Some(crc))),
+            Err(ReadFailure::Other(e)) => return Err(e),
+            Err(ReadFailure::Checksum(at)) => at,
+        };
+        if self.shared.read_state().reuse_gen == plan.reuse_gen {
+            self.shared
+                .counters
+                .checksum_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Checksum { device_offset });
+        }
+        // A block changed under the unlocked read: read again holding the lock.
+        self.shared
+            .counters
+            .read_retries
+            .fetch_add(1, Ordering::Relaxed);
+        self.with_onode(c, o, |st, on| {
+            let len = crate::validate::check_read(on.size, offset, len)?;
+            if len == 0 {
+                return Ok((Bytes::new(), Some(0)));
+            }
+            let b = read_range(
+                st,
+                &*self.shared.dev,
+                &self.shared.counters,
+                on,
+                offset,
+                len,
+            )?;
+            Ok((b, None))
+        })
+    }
+}
+
 impl ObjectStore for BlockStore {
     fn queue_transaction(&self, txn: Transaction) -> Result<CommitTicket> {
         if let Some(reason) = self.shared.poison_reason() {
@@ -163,47 +218,17 @@ impl ObjectStore for BlockStore {
         offset: u64,
         len: u64,
     ) -> Result<(Bytes, Option<u32>)> {
-        // Plan under the lock, read the device without it (writers and the committer
-        // are not held up by read I/O).
-        let plan = self.with_onode(c, o, |st, on| {
-            let len = crate::validate::check_read(on.size, offset, len)?;
-            Ok((len > 0).then(|| ReadPlan::new(st, on, offset, len)))
-        })?;
-        let Some(plan) = plan else {
-            return Ok((Bytes::new(), Some(0)));
-        };
-        let device_offset = match plan.execute(&*self.shared.dev, &self.shared.read_bufs) {
-            Ok((b, crc)) => return Ok((b, Some(crc))),
-            Err(ReadFailure::Other(e)) => return Err(e),
-            Err(ReadFailure::Checksum(at)) => at,
-        };
-        if self.shared.read_state().reuse_gen == plan.reuse_gen {
-            self.shared
-                .counters
-                .checksum_errors
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Checksum { device_offset });
-        }
-        // A block changed under the unlocked read: read again holding the lock.
-        self.shared
-            .counters
-            .read_retries
-            .fetch_add(1, Ordering::Relaxed);
-        self.with_onode(c, o, |st, on| {
-            let len = crate::validate::check_read(on.size, offset, len)?;
-            if len == 0 {
-                return Ok((Bytes::new(), Some(0)));
-            }
-            let b = read_range(
-                st,
-                &*self.shared.dev,
-                &self.shared.counters,
-                on,
-                offset,
-                len,
-            )?;
-            Ok((b, None))
-        })
+        self.read_planned(c, o, offset, len, true)
+    }
+
+    fn read_from_media(
+        &self,
+        c: &CollectionId,
+        o: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        self.read_planned(c, o, offset, len, false).map(|(b, _)| b)
     }
 
     fn getxattr(&self, c: &CollectionId, o: &ObjectKey, name: &str) -> Result<Option<Bytes>> {

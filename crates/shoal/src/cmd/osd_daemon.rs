@@ -217,6 +217,7 @@ fn open_store(
             &dir.join(STORE_DIR),
             &OpenOptions {
                 identity,
+                cache_bytes: config.options.osd_store_cache_bytes,
                 ..OpenOptions::default()
             },
         )?),

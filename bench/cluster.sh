@@ -11,15 +11,16 @@
 #                         [--set KEY=VALUE]...
 #   --set: a setting of the dev cluster, every daemon and tool
 #   (`--set ms_mode=secure`: the whole cluster in secure mode)
-#   --osd-gib: each OSD's store size (default 4; the R1 and R5 rows of a
-#   fast run can fill 4 GiB BlockStore OSDs, which then refuse writes)
+#   --osd-gib: each OSD's store size (default 24, sparse files; the R1 and R5
+#   rows of 20 s at ~650 MB/s filled 4 GiB BlockStore OSDs, which then
+#   refused writes and stopped the run)
 #   SHOAL=path/to/shoal (default: target/release/shoal, built if missing)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 STORE=mem
 SECS=20
-OSD_GIB=4
+OSD_GIB=24
 OUT="${TMPDIR:-/tmp}/shoal-bench-$$"
 SETS=()
 while [ $# -gt 0 ]; do

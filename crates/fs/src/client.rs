@@ -287,6 +287,7 @@ impl FsClient {
         let req = Request {
             session: 0,
             tid,
+            oldest_tid: 0,
             uid,
             gid,
             op,
@@ -511,6 +512,7 @@ impl FsClient {
         let req = Request {
             session: 0,
             tid,
+            oldest_tid: 0,
             uid: 0,
             gid: 0,
             op: Op::Flush { ino, set },
@@ -779,6 +781,7 @@ impl FsClient {
         let req = Request {
             session: 0,
             tid: 0,
+            oldest_tid: 0,
             uid: 0,
             gid: 0,
             op: Op::SessionOpen {
@@ -1025,10 +1028,13 @@ async fn send_one(c: &Arc<FsClient>, tid: u64) {
         let mut st = lock(&c.state);
         let session = st.session;
         let Some(conn) = st.conn.clone() else { return };
+        // Every lower tid has been answered: the MDS may forget those.
+        let oldest = st.inflight.keys().next().copied().unwrap_or(tid);
         let Some(inf) = st.inflight.get_mut(&tid) else {
             return;
         };
         inf.req.session = session;
+        inf.req.oldest_tid = oldest;
         (conn, msg::encode(&inf.req))
     };
     let pending = match conn.submit(MdsRequest { body }, Bytes::new()).await {

@@ -590,6 +590,51 @@ macro_rules! tryh {
     };
 }
 
+/// Answers of mutating requests kept for resends, by session and tid: a
+/// client that lost an answer (its connection broke, or the MDS failed
+/// over) sends the request again and gets the same answer rather than
+/// doing it twice. Bounded by what clients still wait on.
+#[derive(Debug, Default)]
+struct Completed {
+    by_session: HashMap<u64, BTreeMap<u64, Out>>,
+}
+
+impl Completed {
+    fn insert(&mut self, session: u64, tid: u64, out: Out) {
+        self.by_session.entry(session).or_default().insert(tid, out);
+    }
+
+    fn get(&self, session: u64, tid: u64) -> Option<Out> {
+        self.by_session.get(&session)?.get(&tid).cloned()
+    }
+
+    /// The session's client has every answer below `oldest` (0: unknown,
+    /// an older client).
+    fn forget_below(&mut self, session: u64, oldest: u64) {
+        if oldest == 0 {
+            return;
+        }
+        if let Some(done) = self.by_session.get_mut(&session) {
+            *done = done.split_off(&oldest);
+        }
+    }
+
+    /// The session ended: nobody will resend its requests.
+    fn end(&mut self, session: u64) {
+        self.by_session.remove(&session);
+    }
+
+    /// Keeps only the sessions `live` says are.
+    fn keep_only(&mut self, live: impl Fn(u64) -> bool) {
+        self.by_session.retain(|s, _| live(*s));
+    }
+
+    /// Answers kept.
+    fn len(&self) -> usize {
+        self.by_session.values().map(BTreeMap::len).sum()
+    }
+}
+
 /// The request engine: the cache and every session, one request at a time.
 pub struct Engine {
     store: Store,
@@ -601,8 +646,11 @@ pub struct Engine {
     strays: BTreeSet<u64>,
     sessions: HashMap<u64, Session>,
     next_session: u64,
-    /// (session, tid) -> answer, for resends.
-    completed: HashMap<(u64, u64), Out>,
+    /// Answers of mutating requests, by session and tid, for resends.
+    /// A session's are forgotten below the oldest tid its client still
+    /// waits on ([`Request::oldest_tid`]) and when the session ends; those
+    /// of sessions not back after a failover's reconnect window go too.
+    completed: Completed,
     parked: Vec<Parked>,
     revoking: HashSet<(u64, u64)>,
     commits: Option<mpsc::UnboundedSender<Commit>>,
@@ -622,6 +670,7 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("inodes", &self.inodes.len())
             .field("sessions", &self.sessions.len())
+            .field("completed", &self.completed.len())
             .finish()
     }
 }
@@ -640,7 +689,7 @@ impl Engine {
             strays: BTreeSet::new(),
             sessions: HashMap::new(),
             next_session: (incarnation << 24) | 1,
-            completed: HashMap::new(),
+            completed: Completed::default(),
             parked: Vec::new(),
             revoking: HashSet::new(),
             commits: None,
@@ -664,7 +713,7 @@ impl Engine {
             }
         }
         if let Some((s, t, out)) = &ev.req {
-            self.completed.insert((*s, *t), out.clone());
+            self.completed.insert(*s, *t, out.clone());
         }
     }
 
@@ -829,8 +878,8 @@ impl Engine {
                 return;
             }
         }
-        if let Some(out) = self.completed.get(&(session, req.tid)) {
-            let out = out.clone();
+        self.completed.forget_below(session, req.oldest_tid);
+        if let Some(out) = self.completed.get(session, req.tid) {
             self.answer(inc.responder, req.tid, Ok(out), None, None);
             return;
         }
@@ -879,7 +928,7 @@ impl Engine {
                     req: result.as_ref().ok().map(|o| (session, tid, o.clone())),
                 });
                 if let (Some(_), Ok(o)) = (&event, &result) {
-                    self.completed.insert((session, tid), o.clone());
+                    self.completed.insert(session, tid, o.clone());
                 }
                 self.answer(responder, tid, result, event, purge);
                 if matches!(req.op, Op::CapAck { .. } | Op::SessionClose) {
@@ -976,6 +1025,11 @@ impl Engine {
         if !dead.is_empty() {
             self.retry_parked().await;
         }
+        if Instant::now() > self.reconnect_until {
+            // Answers replayed for sessions that did not come back.
+            let sessions = &self.sessions;
+            self.completed.keep_only(|s| sessions.contains_key(&s));
+        }
         if Instant::now() > self.reconnect_until && !self.strays.is_empty() {
             let open: HashSet<u64> = self
                 .sessions
@@ -1000,6 +1054,7 @@ impl Engine {
         };
         self.revoking.retain(|(sid, _)| *sid != id);
         self.parked.retain(|p| p.session != id);
+        self.completed.end(id);
         for ino in s.open.keys() {
             if self.strays.contains(ino) && !self.is_open(*ino) {
                 self.purge_stray(*ino).await;
@@ -1794,6 +1849,34 @@ fn apply_set(i: &mut Inode, set: &SetAttr, now: i64, flush: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_kept_for_resends_go_once_the_client_has_them() {
+        let mut c = Completed::default();
+        for tid in 1..=100 {
+            c.insert(7, tid, Out::Done);
+            c.insert(8, tid, Out::Done);
+        }
+        // An older client says nothing: everything stays.
+        c.forget_below(7, 0);
+        assert_eq!(c.len(), 200);
+        // The client still waits on 61: 61 and above stay, for its resend.
+        c.forget_below(7, 61);
+        assert_eq!(c.len(), 140);
+        assert!(c.get(7, 60).is_none());
+        assert_eq!(c.get(7, 61), Some(Out::Done));
+        assert_eq!(c.get(8, 1), Some(Out::Done));
+        // A stale (lower) oldest tid forgets nothing more.
+        c.forget_below(7, 10);
+        assert_eq!(c.len(), 140);
+        // A session that ends, or did not come back after a failover.
+        c.end(8);
+        assert_eq!(c.len(), 40);
+        c.insert(9, 1, Out::Done);
+        c.keep_only(|s| s == 9);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(9, 1), Some(Out::Done));
+    }
 
     #[test]
     fn the_rank_comes_from_the_map() {

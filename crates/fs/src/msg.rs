@@ -24,6 +24,12 @@ pub struct Request {
     pub session: u64,
     /// The client's id of the request: a resend carries the same.
     pub tid: u64,
+    /// The client's oldest request not yet answered (Ceph's
+    /// `oldest_client_tid`): every lower tid's answer has arrived, so the
+    /// MDS may forget the answers it keeps for resends below it. 0 (an
+    /// older client): keep them until the session ends.
+    #[serde(default)]
+    pub oldest_tid: u64,
     /// The caller's user and group.
     pub uid: u32,
     /// The caller's group.
@@ -325,6 +331,7 @@ mod tests {
         let r = Request {
             session: 4,
             tid: 9,
+            oldest_tid: 7,
             uid: 1000,
             gid: 1000,
             op: Op::Make {
@@ -344,5 +351,8 @@ mod tests {
             libc::EINVAL
         );
         assert!(decode::<Reply>(&[0xff, 0x00]).is_err());
+        // A client from before `oldest_tid` is still understood.
+        let old = br#"{"session":4,"tid":9,"uid":0,"gid":0,"op":{"op":"sync"}}"#;
+        assert_eq!(decode::<Request>(old).unwrap().oldest_tid, 0);
     }
 }

@@ -125,7 +125,12 @@ fn check_one(k: &str, v: &str) -> S3Result<()> {
             "a tag value is at most {VALUE_CHARS_MAX} characters, not {value_chars}"
         ));
     }
-    if k.len() >= 4 && k[..4].eq_ignore_ascii_case("aws:") {
+    // Bytes, not a str slice: a key whose fourth byte is inside a
+    // character (`p[é…`) must not panic the request.
+    if k.as_bytes()
+        .get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"aws:"))
+    {
         return Err(s3_error!(
             InvalidTag,
             "Your TagKey cannot be prefixed with aws: ({k:?})"
@@ -208,6 +213,15 @@ mod tests {
         );
         assert_eq!(
             code(from_header("a=1&a=2", Scope::Object)),
+            S3ErrorCode::InvalidTag
+        );
+        // A key whose fourth byte falls inside a character (found by the
+        // fuzzer: it panicked the request), and the reserved prefix in
+        // any case.
+        let t = from_header("p%5B%E2%82%AC=1", Scope::Object).expect("parsed");
+        assert_eq!(t.get("p[\u{20ac}").map(String::as_str), Some("1"));
+        assert_eq!(
+            code(from_header("AwS%3Ax=1", Scope::Object)),
             S3ErrorCode::InvalidTag
         );
     }

@@ -53,6 +53,7 @@ async fn ec_pool(c: &Cluster, name: &str) {
             profile: "p21".into(),
             rule: None,
         },
+        set: Vec::new(),
     })
     .await;
     c.command(Command::PoolSet {

@@ -36,6 +36,7 @@ async fn ec_pool(c: &Cluster, name: &str, settings: &[(&str, &str)], pool: &str)
                 profile: name.into(),
                 rule: None,
             },
+            set: Vec::new(),
         })
         .await;
     c.command(Command::PoolSet {

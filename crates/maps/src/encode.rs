@@ -66,7 +66,12 @@ fn put_pool(w: &mut Writer, p: &Pool) {
     // and pools without a quota those they had before quotas.
     let snaps = p.snap_seq != 0 || !p.removed_snaps.is_empty();
     let quota = p.quota_max_bytes != 0 || p.quota_max_objects != 0;
-    let with_quota = if quota { POOL_QUOTA } else { 0 };
+    let with_quota = if quota { POOL_QUOTA } else { 0 }
+        | if p.autoscale.is_set() {
+            POOL_AUTOSCALE
+        } else {
+            0
+        };
     match p.kind {
         PoolKind::Replicated => {
             w.u8(if snaps { POOL_REPLICATED_SNAPS } else { 1 } | with_quota);
@@ -103,7 +108,19 @@ fn put_pool(w: &mut Writer, p: &Pool) {
         w.u64(p.quota_max_bytes);
         w.u64(p.quota_max_objects);
     }
+    if p.autoscale.is_set() {
+        let a = &p.autoscale;
+        w.u32(a.pg_num_min);
+        w.u32(a.pg_num_max);
+        w.u64(a.target_size_bytes);
+        w.u64(a.target_size_ratio_micro);
+    }
 }
+
+/// Added to a pool's type code when the operator's autoscaler options
+/// (pg_num_min, pg_num_max, target_size_bytes, target_size_ratio) follow
+/// last, after any quota. Pools without them keep their encoding.
+const POOL_AUTOSCALE: u8 = 0x20;
 
 /// Added to a pool's type code when its quotas (max bytes, max objects)
 /// follow last.
@@ -128,7 +145,8 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         r.u32().map_err(de)?,
     );
     let has_quota = t & POOL_QUOTA != 0;
-    let t = t & !POOL_QUOTA;
+    let has_autoscale = t & POOL_AUTOSCALE != 0;
+    let t = t & !(POOL_QUOTA | POOL_AUTOSCALE);
     let kind = match t {
         1 | POOL_REPLICATED_SNAPS => PoolKind::Replicated,
         3 | POOL_ERASURE | POOL_ERASURE_SNAPS => PoolKind::Erasure { k, m },
@@ -167,6 +185,16 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         true => (r.u64().map_err(de)?, r.u64().map_err(de)?),
         false => (0, 0),
     };
+    let autoscale = if has_autoscale {
+        crate::pool::AutoscaleOptions {
+            pg_num_min: r.u32().map_err(de)?,
+            pg_num_max: r.u32().map_err(de)?,
+            target_size_bytes: r.u64().map_err(de)?,
+            target_size_ratio_micro: r.u64().map_err(de)?,
+        }
+    } else {
+        crate::pool::AutoscaleOptions::default()
+    };
     let p = Pool {
         id,
         name,
@@ -183,6 +211,7 @@ fn get_pool(r: &mut Reader<'_>) -> Result<Pool> {
         removed_snaps,
         quota_max_bytes,
         quota_max_objects,
+        autoscale,
     };
     p.validate().map_err(|e| match e {
         e @ MapError::Limit { .. } => e,
@@ -657,6 +686,40 @@ mod tests {
         let mut w = Writer::new();
         put_pool(&mut w, &Pool::replicated(2, "rbd", 3, 2, 8, 0));
         assert_eq!(w.finish(), old_bytes);
+    }
+
+    #[test]
+    fn pools_keep_what_the_operator_told_the_autoscaler() {
+        for mut p in [
+            Pool::replicated(2, "rbd", 3, 2, 8, 0),
+            Pool::erasure(3, "ec", 2, 1, 8, 1),
+        ] {
+            p.autoscale = crate::pool::AutoscaleOptions {
+                pg_num_min: 16,
+                pg_num_max: 256,
+                target_size_bytes: 1 << 40,
+                target_size_ratio_micro: 2_500_000,
+            };
+            p.flags |= crate::pool::FLAG_BULK;
+            for quota in [0, 7] {
+                let mut q = p.clone();
+                q.quota_max_objects = quota;
+                let mut w = Writer::new();
+                put_pool(&mut w, &q);
+                let buf = w.finish();
+                let back = get_pool(&mut Reader::new(&buf)).unwrap();
+                assert_eq!(back, q);
+                assert!(back.bulk());
+                assert_eq!(back.autoscale.target_size_ratio(), 2.5);
+                // Cut short, the options are an error, not a default.
+                assert!(get_pool(&mut Reader::new(&buf[..buf.len() - 4])).is_err());
+            }
+            // A minimum above the maximum is refused on decode.
+            p.autoscale.pg_num_min = 512;
+            let mut w = Writer::new();
+            put_pool(&mut w, &p);
+            assert!(get_pool(&mut Reader::new(&w.finish())).is_err());
+        }
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub use mapping::PgMapping;
 pub use osdmap::{MAX_OSD_LIMIT, OsdInfo, OsdMap, PRIMARY_AFFINITY_DEFAULT, WEIGHT_IN, WEIGHT_OUT};
 pub use pg::{PgId, SplitChild, split_children};
 pub use pool::{
-    AutoscaleMode, DEFAULT_STRIPE_UNIT, FLAG_AUTOSCALE_OFF, FLAG_AUTOSCALE_WARN,
-    FLAG_EC_OVERWRITES, FLAG_FULL_QUOTA, FLAG_HASHPSPOOL, MAX_PG_NUM, MAX_POOL_SIZE, Pool,
-    PoolKind,
+    AutoscaleMode, AutoscaleOptions, DEFAULT_STRIPE_UNIT, FLAG_AUTOSCALE_OFF, FLAG_AUTOSCALE_WARN,
+    FLAG_BULK, FLAG_EC_OVERWRITES, FLAG_FULL_QUOTA, FLAG_HASHPSPOOL, MAX_PG_NUM, MAX_POOL_SIZE,
+    Pool, PoolKind,
 };
 pub use shoal_crush::ITEM_NONE;

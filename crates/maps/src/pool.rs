@@ -22,6 +22,10 @@ pub const FLAG_AUTOSCALE_OFF: u64 = 1 << 40;
 /// Shoal's: the pool's `pg_autoscale_mode` is `warn` (a health check, no
 /// change).
 pub const FLAG_AUTOSCALE_WARN: u64 = 1 << 41;
+/// Shoal's: the pool is `bulk` (expected to hold much of the cluster's
+/// data): the autoscaler gives it an even share of the capacity the other
+/// pools do not claim from the start, rather than growing it as data comes.
+pub const FLAG_BULK: u64 = 1 << 42;
 /// The stripe unit of an erasure-coded pool whose map names none.
 pub const DEFAULT_STRIPE_UNIT: u32 = 4096;
 
@@ -78,6 +82,35 @@ impl std::fmt::Display for AutoscaleMode {
     }
 }
 
+/// What the operator tells the autoscaler about a pool (Ceph's pool
+/// options of the same names). All zero: nothing said.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AutoscaleOptions {
+    /// The fewest PGs the autoscaler leaves it (`pg_num_min`; 0: the
+    /// central `mon_pg_autoscale_pg_num_min`).
+    pub pg_num_min: u32,
+    /// The most PGs the autoscaler gives it (`pg_num_max`; 0: no bound).
+    pub pg_num_max: u32,
+    /// The bytes it is expected to hold (`target_size_bytes`; 0: none):
+    /// sized for that from the start.
+    pub target_size_bytes: u64,
+    /// Its expected share of the capacity, relative to the other pools'
+    /// (`target_size_ratio`), in millionths (0: none).
+    pub target_size_ratio_micro: u64,
+}
+
+impl AutoscaleOptions {
+    /// Whether anything is said (the map encodes the options only then).
+    pub fn is_set(&self) -> bool {
+        *self != AutoscaleOptions::default()
+    }
+
+    /// `target_size_ratio` as a number.
+    pub fn target_size_ratio(&self) -> f64 {
+        self.target_size_ratio_micro as f64 / 1e6
+    }
+}
+
 /// How a pool keeps its objects safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -127,6 +160,8 @@ pub struct Pool {
     pub quota_max_bytes: u64,
     /// Most objects the pool takes; 0: no quota.
     pub quota_max_objects: u64,
+    /// What the operator told the autoscaler.
+    pub autoscale: AutoscaleOptions,
 }
 
 impl Pool {
@@ -155,6 +190,7 @@ impl Pool {
             removed_snaps: Vec::new(),
             quota_max_bytes: 0,
             quota_max_objects: 0,
+            autoscale: AutoscaleOptions::default(),
         }
     }
 
@@ -177,6 +213,7 @@ impl Pool {
             removed_snaps: Vec::new(),
             quota_max_bytes: 0,
             quota_max_objects: 0,
+            autoscale: AutoscaleOptions::default(),
         }
     }
 
@@ -194,6 +231,11 @@ impl Pool {
         } else {
             AutoscaleMode::On
         }
+    }
+
+    /// Whether it is `bulk` ([`FLAG_BULK`]).
+    pub fn bulk(&self) -> bool {
+        self.flags & FLAG_BULK != 0
     }
 
     /// Sets its `pg_autoscale_mode`.
@@ -298,7 +340,16 @@ impl Pool {
             // Apart: the next run starts past this one's end.
             next = end.unwrap_or(u64::MAX).saturating_add(1);
         }
+        let a = &self.autoscale;
+        if a.pg_num_min > MAX_PG_NUM || a.pg_num_max > MAX_PG_NUM {
+            return Err(limit(
+                "pg_num_min or pg_num_max",
+                a.pg_num_min.max(a.pg_num_max),
+                MAX_PG_NUM,
+            ));
+        }
         let ok = shape
+            && (a.pg_num_max == 0 || a.pg_num_min <= a.pg_num_max)
             && self.size > 0
             && self.min_size <= self.size
             && self.pg_num > 0

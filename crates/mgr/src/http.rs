@@ -423,6 +423,7 @@ fn target(act: Action) -> Target {
                 size,
                 min_size: size.div_ceil(2).max(1),
             },
+            set: Vec::new(),
         },
         Action::PoolSet { pool, key, value } => Command::PoolSet {
             name: pool,
@@ -463,6 +464,7 @@ mod tests {
                     size: 2,
                     min_size: 1
                 },
+                set: Vec::new(),
             }))
         );
         assert_eq!(

@@ -3,7 +3,10 @@
 //! stored byte, over every OSD's space), the PG count that share of the
 //! cluster's budget (`mon_target_pg_per_osd` × OSDs in) calls for, to the
 //! nearest power of two and at least `mon_pg_autoscale_pg_num_min`, and
-//! whether the pool is off from it by the threshold (3×). From that the
+//! whether the pool is off from it by the threshold (3×); what the
+//! operator said of a pool (`target_size_bytes`, `target_size_ratio`,
+//! `bulk`, `pg_num_min`, `pg_num_max`) weighs in as Ceph's module lets
+//! it ([`status`]). From that the
 //! leader grows a pool whose mode is `on` ([`next_growth`]) and raises
 //! `POOL_TOO_FEW_PGS` / `POOL_TOO_MANY_PGS` for one whose mode is `warn`
 //! ([`health`]). It only grows: merging PGs is not there yet. Pure:
@@ -62,37 +65,122 @@ fn nearest_power_of_two(x: f64) -> u32 {
 
 /// `osd pool autoscale-status`: every pool's share and the count it calls
 /// for.
+///
+/// A pool's share is the largest of: what it stores (or its
+/// `target_size_bytes`, if more) times its raw bytes per stored byte over
+/// the raw capacity; its `target_size_ratio` over every pool's, times the
+/// share the pools without one leave; and, for a `bulk` pool, an even
+/// share of what the other pools leave. Its count is then kept within its
+/// `pg_num_min` (or the central minimum) and `pg_num_max`.
 pub fn status(state: &MonState, s: &Settings) -> Result<AutoscaleStatusReply, MonError> {
     let map = state.osdmap.current()?;
     let (capacity, _, _) = crate::views_pg::raw_space(state);
     let osds_in = map.osds().filter(|(_, o)| o.exists && o.weight > 0).count() as u64;
     let budget = f64::from(s.target_pg_per_osd) * osds_in as f64;
     let usage = crate::views_pg::pool_usage(state);
-    let pools = map
+    let share = |bytes: u64, rate: f64| {
+        if capacity == 0 {
+            0.0
+        } else {
+            bytes as f64 * rate / capacity as f64
+        }
+    };
+    struct Row<'a> {
+        p: &'a shoal_maps::Pool,
+        rate: f64,
+        stored: u64,
+        capacity_ratio: f64,
+        bytes_ratio: f64,
+        target_ratio: f64,
+    }
+    let rows: Vec<Row<'_>> = map
         .pools()
         .values()
         .map(|p| {
             let rate = crate::views_pg::raw_per_stored(p);
             let stored = usage.get(&p.id).map_or(0, |u| u.0);
-            let ratio = if capacity == 0 {
-                0.0
-            } else {
-                stored as f64 * rate / capacity as f64
+            Row {
+                p,
+                rate,
+                stored,
+                capacity_ratio: share(stored, rate),
+                bytes_ratio: share(stored.max(p.autoscale.target_size_bytes), rate),
+                target_ratio: p.autoscale.target_size_ratio(),
+            }
+        })
+        .collect();
+    // The pools with a target ratio share what the others do not take.
+    let total_target: f64 = rows.iter().map(|r| r.target_ratio).sum();
+    let taken: f64 = rows
+        .iter()
+        .filter(|r| r.target_ratio == 0.0)
+        .map(|r| r.bytes_ratio)
+        .sum();
+    let effective = |r: &Row<'_>| {
+        if r.target_ratio == 0.0 || total_target == 0.0 {
+            0.0
+        } else {
+            r.target_ratio / total_target * (1.0 - taken).max(0.0)
+        }
+    };
+    let first: Vec<f64> = rows
+        .iter()
+        .map(|r| r.bytes_ratio.max(effective(r)))
+        .collect();
+    // Bulk pools without a ratio split evenly what every other pool leaves.
+    let even_pool = |r: &Row<'_>| r.p.bulk() && r.target_ratio == 0.0;
+    let bulk = rows.iter().filter(|r| even_pool(r)).count();
+    let others: f64 = rows
+        .iter()
+        .zip(&first)
+        .filter(|(r, _)| !even_pool(r))
+        .map(|(_, f)| f)
+        .sum();
+    let even = if bulk == 0 {
+        0.0
+    } else {
+        (1.0 - others).max(0.0) / bulk as f64
+    };
+    let pools = rows
+        .iter()
+        .zip(first)
+        .map(|(r, first)| {
+            let p = r.p;
+            let final_ratio = if even_pool(r) { first.max(even) } else { first };
+            let min = match p.autoscale.pg_num_min {
+                0 => s.pg_num_min,
+                n => n,
             };
-            let ideal = nearest_power_of_two(ratio * budget / rate).max(s.pg_num_min);
-            let now = f64::from(p.pg_num.max(1));
-            let ideal_f = f64::from(ideal);
+            let max = match p.autoscale.pg_num_max {
+                0 => shoal_maps::MAX_PG_NUM,
+                n => n,
+            };
+            let ideal =
+                nearest_power_of_two(final_ratio * budget / r.rate).clamp(min.min(max), max);
+            let now = p.pg_num.max(1);
+            let (now_f, ideal_f) = (f64::from(now), f64::from(ideal));
+            let out_of_bounds = now < min.min(max) || now > max;
             PoolAutoscale {
                 pool_name: p.name.clone(),
                 pool_id: p.id,
-                logical_used: stored,
-                raw_used_rate: rate,
+                logical_used: r.stored,
+                raw_used_rate: r.rate,
                 raw_capacity: capacity,
-                capacity_ratio: ratio,
+                capacity_ratio: r.capacity_ratio,
                 pg_num_target: p.pg_num,
                 pg_num_ideal: ideal,
                 pg_autoscale_mode: p.autoscale_mode().to_string(),
-                would_adjust: ideal_f > now * s.threshold || ideal_f * s.threshold < now,
+                would_adjust: ideal != now
+                    && (ideal_f > now_f * s.threshold
+                        || ideal_f * s.threshold < now_f
+                        || out_of_bounds),
+                target_bytes: p.autoscale.target_size_bytes,
+                target_ratio: r.target_ratio,
+                effective_target_ratio: effective(r),
+                final_ratio,
+                bulk: p.bulk(),
+                pg_num_min: p.autoscale.pg_num_min,
+                pg_num_max: p.autoscale.pg_num_max,
             }
         })
         .collect();
@@ -335,6 +423,7 @@ mod tests {
                     min_size: 1,
                 },
                 autoscale_mode: Some(mode.into()),
+                set: Vec::new(),
             })
         };
         for mode in ["on", "warn", "off"] {
@@ -350,5 +439,111 @@ mod tests {
                 if message.contains("osd_pool_default_pg_autoscale_mode")),
             "{e:?}"
         );
+    }
+
+    fn refused(s: &mut MonState, key: &str, value: &str, why: &str) {
+        let e = s.apply(&MonRequest::Osd(OsdChange::PoolSet {
+            name: "rbd".into(),
+            key: key.into(),
+            value: value.into(),
+        }));
+        assert!(
+            matches!(&e, crate::state::MonResponse::Err { message, .. } if message.contains(why)),
+            "{key}={value}: {e:?}"
+        );
+    }
+
+    #[test]
+    fn what_the_operator_says_of_a_pool_sizes_it() {
+        let ratios = FullRatios::default();
+        let rbd = |s: &MonState| status(s, &SETTINGS).unwrap().pools[0].clone();
+        // Empty rbd (3 copies, 3 OSDs of 10 000 bytes, a budget of 300):
+        // its floor, 8.
+        let mut s = state();
+        fill(&mut s, 0, 9000);
+        assert_eq!(rbd(&s).pg_num_ideal, 8);
+        // Expected to hold 5 000 bytes: 15 000 raw of 30 000, half the
+        // budget over 3 copies, 50 -> 64 PGs, grown now.
+        set(&mut s, "target_size_bytes", "5000");
+        let a = rbd(&s);
+        assert_eq!(
+            (a.target_bytes, a.pg_num_ideal, a.would_adjust),
+            (5000, 64, true)
+        );
+        assert!((a.final_ratio - 0.5).abs() < 1e-9, "{a:?}");
+        assert_eq!(next_growth(&s, &SETTINGS, &ratios), Some((1, 64)));
+        // ... but never past its pg_num_max.
+        set(&mut s, "pg_num_max", "32");
+        assert_eq!(rbd(&s).pg_num_ideal, 32);
+        assert_eq!(next_growth(&s, &SETTINGS, &ratios), Some((1, 32)));
+        set(&mut s, "pg_num_max", "0");
+        set(&mut s, "target_size_bytes", "0");
+        // The only pool with a ratio takes the whole capacity: 100 -> 128.
+        set(&mut s, "target_size_ratio", "0.2");
+        let a = rbd(&s);
+        assert_eq!(a.target_ratio, 0.2);
+        assert!((a.effective_target_ratio - 1.0).abs() < 1e-9, "{a:?}");
+        assert_eq!(a.pg_num_ideal, 128);
+        set(&mut s, "target_size_ratio", "0");
+        // A pg_num_min above pg_num is grown to, within the threshold.
+        set(&mut s, "pg_num_min", "16");
+        let a = rbd(&s);
+        assert_eq!((a.pg_num_ideal, a.would_adjust), (16, true));
+        assert_eq!(next_growth(&s, &SETTINGS, &ratios), Some((1, 16)));
+        // A bulk pool made beside it, with the properties in the same
+        // change: an even share of what rbd leaves (all of it), over 2
+        // copies: 150 -> 128.
+        let r = s.apply(&MonRequest::Osd(OsdChange::PoolCreate {
+            name: "big".into(),
+            pg_num: 4,
+            spec: crate::osdmap::PoolSpec::Replicated {
+                size: 2,
+                min_size: 1,
+            },
+            autoscale_mode: None,
+            set: vec![
+                ("bulk".into(), "true".into()),
+                ("pg_autoscale_mode".into(), "warn".into()),
+            ],
+        }));
+        assert!(matches!(r, crate::state::MonResponse::Ok(_)), "{r:?}");
+        let v = status(&s, &SETTINGS).unwrap();
+        let big = v
+            .pools
+            .iter()
+            .find(|p| p.pool_name == "big")
+            .unwrap()
+            .clone();
+        assert_eq!((big.pool_name.as_str(), big.bulk), ("big", true));
+        assert_eq!(big.pg_autoscale_mode, "warn");
+        assert_eq!(big.pg_num_ideal, 128);
+        assert!((big.final_ratio - 1.0).abs() < 1e-9, "{big:?}");
+        assert_eq!(health(&s)[0].code, "POOL_TOO_FEW_PGS");
+        // What is out of range, or not a creation's, is refused whole.
+        refused(&mut s, "pg_num_max", "12", "at least pg_num_min");
+        refused(&mut s, "pg_num_min", "70000", "pg_num_min must be");
+        set(&mut s, "pg_num_min", "0");
+        refused(&mut s, "pg_num_max", "4", "merging");
+        refused(&mut s, "target_size_ratio", "-1", "from 0");
+        refused(&mut s, "target_size_ratio", "NaN", "from 0");
+        refused(&mut s, "target_size_bytes", "lots", "whole number");
+        refused(&mut s, "bulk", "maybe", "true or false");
+        set(&mut s, "pg_num_max", "16");
+        refused(&mut s, "pg_num", "32", "pg_num_max 16");
+        let e = s.apply(&MonRequest::Osd(OsdChange::PoolCreate {
+            name: "odd".into(),
+            pg_num: 4,
+            spec: crate::osdmap::PoolSpec::Replicated {
+                size: 2,
+                min_size: 1,
+            },
+            autoscale_mode: None,
+            set: vec![("size".into(), "1".into())],
+        }));
+        assert!(
+            matches!(&e, crate::state::MonResponse::Err { message, .. } if message.contains("created with")),
+            "{e:?}"
+        );
+        assert!(s.osdmap.current().unwrap().pool_by_name("odd").is_none());
     }
 }

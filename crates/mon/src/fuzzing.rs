@@ -90,6 +90,25 @@ impl Input<'_> {
     }
 }
 
+/// Pool properties, known and not.
+const POOL_KEYS: &[&str] = &[
+    "size",
+    "min_size",
+    "pg_num",
+    "pgp_num",
+    "crush_rule",
+    "allow_ec_overwrites",
+    "quota_max_bytes",
+    "quota_max_objects",
+    "pg_autoscale_mode",
+    "pg_num_min",
+    "pg_num_max",
+    "target_size_bytes",
+    "target_size_ratio",
+    "bulk",
+    "nonsense",
+];
+
 fn change(i: &mut Input<'_>) -> OsdChange {
     match i.u8() % 22 {
         0 => OsdChange::PoolCreate {
@@ -107,6 +126,9 @@ fn change(i: &mut Input<'_>) -> OsdChange {
                 }
             },
             autoscale_mode: (i.u8() % 2 == 0).then(|| i.value()),
+            set: (0..i.u8() % 3)
+                .map(|_| (i.pick(POOL_KEYS).to_string(), i.value()))
+                .collect(),
         },
         1 => OsdChange::PoolRm { name: i.name() },
         2 => OsdChange::PoolRename {
@@ -115,20 +137,7 @@ fn change(i: &mut Input<'_>) -> OsdChange {
         },
         3 | 4 => OsdChange::PoolSet {
             name: i.name(),
-            key: i
-                .pick(&[
-                    "size",
-                    "min_size",
-                    "pg_num",
-                    "pgp_num",
-                    "crush_rule",
-                    "allow_ec_overwrites",
-                    "quota_max_bytes",
-                    "quota_max_objects",
-                    "pg_autoscale_mode",
-                    "nonsense",
-                ])
-                .to_string(),
+            key: i.pick(POOL_KEYS).to_string(),
             value: i.value(),
         },
         5 => OsdChange::PoolQuotaFull {

@@ -84,6 +84,13 @@ pub enum OsdChange {
         /// command was taken.
         #[serde(default)]
         autoscale_mode: Option<String>,
+        /// The autoscaler's properties the pool starts with
+        /// (`pg_autoscale_mode`, `bulk`, `pg_num_min`, `pg_num_max`,
+        /// `target_size_bytes`, `target_size_ratio`), as `osd pool set`
+        /// takes them: set in the same map change, so the autoscaler never
+        /// sees the pool without them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        set: Vec<(String, String)>,
     },
     /// Deletes a pool.
     PoolRm {
@@ -409,13 +416,31 @@ impl OsdMapState {
                 .insert(epoch, Secret::encode_base64(&map.encode()));
         }
         let oldest = epoch.saturating_sub(self.history.saturating_sub(1));
-        self.incrementals = self.incrementals.split_off(&oldest);
-        // Keep the newest full map at or before the oldest incremental, so
-        // every epoch in the history can be rebuilt.
+        // Keep the newest full map at or before the oldest epoch of the
+        // history and every incremental after it, so every epoch from that
+        // full map on can be rebuilt and walked (the history is up to a
+        // full interval longer than asked). Incrementals cut at the oldest
+        // epoch instead left a gap after the full map: past intervals from
+        // it failed ("the map history has a gap") and a new PG, or one
+        // whose last activation fell in the gap, stayed peering until the
+        // window moved — minutes under churn (the soak's stalls).
         let base = self.full_maps.range(..=oldest).next_back().map(|(e, _)| *e);
         if let Some(base) = base {
             self.full_maps = self.full_maps.split_off(&base);
+            self.incrementals = self.incrementals.split_off(&(base + 1));
         }
+    }
+
+    /// The oldest epoch from which the map can be rebuilt and walked to
+    /// the current one: the oldest full map with every incremental after
+    /// it (a history trimmed by an older monitor may lack the first few).
+    fn oldest_walkable(&self) -> Option<u32> {
+        let now = self.epoch();
+        let first_inc = self.incrementals.keys().next().copied().unwrap_or(now + 1);
+        self.full_maps
+            .keys()
+            .copied()
+            .find(|f| *f + 1 >= first_inc || *f == now)
     }
 
     /// The map as it was at `epoch`, rebuilt from the nearest kept full map
@@ -443,7 +468,7 @@ impl OsdMapState {
         since: u32,
     ) -> Result<(u32, Vec<shoal_maps::PastInterval>), MonError> {
         let now = self.epoch();
-        let oldest = self.full_maps.keys().next().copied().unwrap_or(now);
+        let oldest = self.oldest_walkable().unwrap_or(now);
         let start = since.max(oldest).clamp(1, now.max(1));
         let gone = || MonError::new(ErrorCode::Internal, "the map history has a gap");
         let mut map = self.map_at(start).ok_or_else(gone)?;
@@ -574,6 +599,7 @@ impl OsdMapState {
                 pg_num,
                 spec,
                 autoscale_mode,
+                set,
             } => {
                 let mode = match autoscale_mode.as_deref() {
                     None => AutoscaleMode::On,
@@ -581,7 +607,7 @@ impl OsdMapState {
                         .parse()
                         .map_err(|e| invalid(format!("osd_pool_default_pg_autoscale_mode: {e}")))?,
                 };
-                self.pool_create(map, inc, name, *pg_num, spec, mode)
+                self.pool_create(map, inc, name, *pg_num, spec, mode, set)
             }
             OsdChange::PoolRm { name } => {
                 let pool = pool_named(map, name)?;
@@ -967,6 +993,7 @@ impl OsdMapState {
         pg_num: u32,
         spec: &PoolSpec,
         mode: AutoscaleMode,
+        set: &[(String, String)],
     ) -> Result<Value, MonError> {
         check_pool_name(name)?;
         if map.pool_by_name(name).is_some() {
@@ -1009,6 +1036,15 @@ impl OsdMapState {
             }
         };
         pool.set_autoscale_mode(mode);
+        for (key, value) in set {
+            if !CREATE_PROPERTIES.contains(&key.as_str()) {
+                return Err(invalid(format!(
+                    "a pool is created with {} only, not {key:?} (osd pool set it after)",
+                    CREATE_PROPERTIES.join(", ")
+                )));
+            }
+            set_pool_property(map, &mut pool, key, value)?;
+        }
         pool.validate().map_err(map_err)?;
         inc.new_pools.insert(id, pool);
         Ok(json!({ "pool": name, "id": id }))
@@ -1255,6 +1291,13 @@ fn set_pool_property(
                     "pg_num must be 1..={POOL_PG_NUM_MAX}, not {n}"
                 )));
             }
+            let max = pool.autoscale.pg_num_max;
+            if max != 0 && n > max {
+                return Err(invalid(format!(
+                    "specified pg_num {n} > pg_num_max {max} of pool {}",
+                    pool.name
+                )));
+            }
             pool.pg_num = n;
             // The operator chose the count: the autoscaler keeps off it
             // (as Ceph does).
@@ -1263,6 +1306,64 @@ fn set_pool_property(
         "pg_autoscale_mode" => {
             let mode: AutoscaleMode = value.parse().map_err(invalid)?;
             pool.set_autoscale_mode(mode);
+        }
+        "pg_num_min" => {
+            let n = num()?;
+            let max = pool.autoscale.pg_num_max;
+            if n > POOL_PG_NUM_MAX || (max != 0 && n > max) {
+                return Err(invalid(format!(
+                    "pg_num_min must be 0..={} (0: the central mon_pg_autoscale_pg_num_min), not {n}",
+                    if max != 0 { max } else { POOL_PG_NUM_MAX }
+                )));
+            }
+            // Above pg_num: the autoscaler (mode on) grows the pool to it.
+            pool.autoscale.pg_num_min = n;
+        }
+        "pg_num_max" => {
+            let n = num()?;
+            if n > POOL_PG_NUM_MAX || (n != 0 && n < pool.autoscale.pg_num_min) {
+                return Err(invalid(format!(
+                    "pg_num_max must be 0 (no bound) or {}..={POOL_PG_NUM_MAX} (at least pg_num_min), not {n}",
+                    pool.autoscale.pg_num_min.max(1)
+                )));
+            }
+            if n != 0 && n < pool.pg_num {
+                return Err(invalid(format!(
+                    "pool {} has {} PGs: pg_num_max {n} would need merging PGs, which is not supported yet",
+                    pool.name, pool.pg_num
+                )));
+            }
+            pool.autoscale.pg_num_max = n;
+        }
+        "target_size_bytes" => {
+            pool.autoscale.target_size_bytes = parse_quota(value).ok_or_else(|| {
+                invalid(format!(
+                    "target_size_bytes must be a whole number of bytes, with an optional \
+                     suffix (100G; 0: none), not {value:?}"
+                ))
+            })?;
+        }
+        "target_size_ratio" => {
+            let r = value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite() && (0.0..=1e6).contains(r))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "target_size_ratio must be a number from 0 (none) to 1000000, not {value:?}"
+                    ))
+                })?;
+            pool.autoscale.target_size_ratio_micro = (r * 1e6).round() as u64;
+        }
+        "bulk" => {
+            let on = parse_bool(value)
+                .ok_or_else(|| invalid(format!("bulk is true or false, not {value:?}")))?;
+            if on {
+                pool.flags |= shoal_maps::FLAG_BULK;
+            } else {
+                pool.flags &= !shoal_maps::FLAG_BULK;
+            }
         }
         "pgp_num" => {
             let n = num()?;
@@ -1292,11 +1393,31 @@ fn set_pool_property(
             return Err(invalid(format!(
                 "unknown pool property {other:?} (size, min_size, pg_num, pgp_num, \
                  crush_rule, allow_ec_overwrites, quota_max_bytes, quota_max_objects, \
-                 pg_autoscale_mode)"
+                 pg_autoscale_mode, pg_num_min, pg_num_max, target_size_bytes, \
+                 target_size_ratio, bulk)"
             )));
         }
     }
     Ok(())
+}
+
+/// The properties `osd pool create` may give a new pool.
+const CREATE_PROPERTIES: [&str; 6] = [
+    "pg_autoscale_mode",
+    "bulk",
+    "pg_num_min",
+    "pg_num_max",
+    "target_size_bytes",
+    "target_size_ratio",
+];
+
+/// A boolean as Ceph's commands take it.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// A quota: a whole number, with an optional binary suffix (`10G`, `512Ki`).
@@ -1464,6 +1585,7 @@ mod tests {
             pg_num,
             spec,
             autoscale_mode: None,
+            set: Vec::new(),
         })
     }
 
@@ -2094,5 +2216,46 @@ mod tests {
         }
         assert!(s.map_at(60).is_none());
         assert!(s.map_at(500).is_none());
+    }
+
+    /// At every epoch, not only where the history happens to start just
+    /// after a full map: every epoch from the oldest kept full map on
+    /// rebuilds, and a PG's past intervals from any epoch (0: a new PG)
+    /// are answered. Incrementals cut at the history's oldest epoch left a
+    /// gap after the full map, and new PGs peered for minutes.
+    #[test]
+    fn past_intervals_are_answered_at_every_epoch_of_a_trimmed_history() {
+        let mut s = OsdMapState::default();
+        s.bootstrap([7; 16], initial_crush("host").unwrap(), 50, 10)
+            .unwrap();
+        let pg = shoal_maps::PgId { pool: 1, seed: 0 };
+        let mut maps = vec![None, s.map.clone()];
+        for i in 0..160 {
+            s.apply(&OsdChange::Flag {
+                flag: "noout".into(),
+                on: i % 2 == 0,
+            })
+            .unwrap();
+            maps.push(s.map.clone());
+            let now = s.epoch();
+            let oldest = *s.full_maps.keys().next().unwrap();
+            assert!(
+                now - oldest + 1 >= 50.min(now),
+                "history too short at {now}"
+            );
+            for e in oldest..=now {
+                assert_eq!(s.map_at(e), maps[e as usize], "epoch {e} at {now}");
+            }
+            for since in [0, oldest, oldest + 1, now.saturating_sub(3), now] {
+                let r = s.past_intervals(pg, since);
+                assert!(r.is_ok(), "since {since} at {now}: {r:?}");
+            }
+        }
+        // A history an older monitor trimmed with the gap is still walked,
+        // from its first full map the incrementals continue.
+        let first_inc = *s.incrementals.keys().next().unwrap();
+        s.incrementals = s.incrementals.split_off(&(first_inc + 3));
+        let (from, _) = s.past_intervals(pg, 0).unwrap();
+        assert!(from > first_inc + 2, "{from}");
     }
 }

@@ -165,6 +165,7 @@ pub(crate) mod tests {
                 pg_num: 8,
                 spec: spec.clone(),
                 autoscale_mode: None,
+                set: Vec::new(),
             })
             .unwrap();
         }

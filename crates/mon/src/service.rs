@@ -979,7 +979,12 @@ impl Core {
             Command::OsdPgTemp { pgid, osds, .. } => {
                 MonRequest::Osd(OsdChange::PgTemp { pgid, osds })
             }
-            Command::PoolCreate { name, pg_num, spec } => {
+            Command::PoolCreate {
+                name,
+                pg_num,
+                spec,
+                set,
+            } => {
                 let autoscale_mode = leader_options(&read_state(&self.state))
                     .map(|o| o.osd_pool_default_pg_autoscale_mode);
                 MonRequest::Osd(OsdChange::PoolCreate {
@@ -987,6 +992,7 @@ impl Core {
                     pg_num,
                     spec,
                     autoscale_mode,
+                    set,
                 })
             }
             Command::PoolRm { name, sure } => {

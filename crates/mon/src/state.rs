@@ -855,6 +855,7 @@ mod tests {
                 min_size: 1,
             },
             autoscale_mode: None,
+            set: Vec::new(),
         });
         assert_eq!(code(s.apply(&create)), None);
         assert_eq!(code(s.apply(&MonRequest::Osd(OsdChange::OsdCreate))), None);

@@ -52,6 +52,11 @@ fn pool_reply(p: &Pool, crush: &shoal_crush::CrushMap) -> PoolReply {
         quota_max_objects: p.quota_max_objects,
         full_quota: p.full_quota(),
         pg_autoscale_mode: p.autoscale_mode().to_string(),
+        bulk: p.bulk(),
+        pg_num_min: p.autoscale.pg_num_min,
+        pg_num_max: p.autoscale.pg_num_max,
+        target_size_bytes: p.autoscale.target_size_bytes,
+        target_size_ratio: p.autoscale.target_size_ratio(),
     }
 }
 

@@ -634,6 +634,7 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
             name: "rbd".into(),
             pg_num: 16,
             spec: rep(3, 2),
+            set: Vec::new(),
         })
         .await
         .unwrap();
@@ -656,16 +657,19 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
             name: "rbd".into(),
             pg_num: 16,
             spec: rep(3, 2),
+            set: Vec::new(),
         },
         Command::PoolCreate {
             name: "zero".into(),
             pg_num: 0,
             spec: rep(3, 2),
+            set: Vec::new(),
         },
         Command::PoolCreate {
             name: "small".into(),
             pg_num: 8,
             spec: rep(2, 3),
+            set: Vec::new(),
         },
         Command::PoolCreate {
             name: "ec".into(),
@@ -674,6 +678,7 @@ async fn osd_map_changes_and_subscribers_follow_them_by_incrementals() {
                 profile: "default".into(),
                 rule: None,
             },
+            set: Vec::new(),
         },
         Command::ErasureCodeProfileSet {
             name: "odd".into(),
@@ -988,6 +993,7 @@ async fn osds_report_pg_stats_and_admins_read_pg_dump_and_df() {
                 size: 2,
                 min_size: 1,
             },
+            set: Vec::new(),
         })
         .await
         .unwrap();

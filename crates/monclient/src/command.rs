@@ -286,6 +286,11 @@ pub enum Command {
         pg_num: u32,
         /// Redundancy.
         spec: PoolSpec,
+        /// Properties the pool starts with, as `PoolSet` takes them: the
+        /// autoscaler's (`pg_autoscale_mode`, `bulk`, `pg_num_min`,
+        /// `pg_num_max`, `target_size_bytes`, `target_size_ratio`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        set: Vec<(String, String)>,
     },
     /// Every pool.
     PoolLs,

@@ -463,8 +463,34 @@ pub struct PoolAutoscale {
     pub pg_num_ideal: u32,
     /// Its `pg_autoscale_mode`: `on`, `warn` or `off`.
     pub pg_autoscale_mode: String,
-    /// Whether the ideal is off from `pg_num` by the threshold or more.
+    /// Whether the ideal is off from `pg_num` by the threshold or more,
+    /// or `pg_num` is outside the pool's `pg_num_min`..`pg_num_max`.
     pub would_adjust: bool,
+    /// Bytes the operator expects it to hold (`target_size_bytes`; 0:
+    /// none).
+    #[serde(default)]
+    pub target_bytes: u64,
+    /// Its `target_size_ratio` as set (0: none).
+    #[serde(default)]
+    pub target_ratio: f64,
+    /// Its share from that ratio: the ratio over every pool's, times the
+    /// capacity the pools without one leave.
+    #[serde(default)]
+    pub effective_target_ratio: f64,
+    /// The share its PG count is computed from: the largest of its
+    /// capacity ratio, its target bytes' share, its effective target
+    /// ratio, and (a bulk pool) an even share of what the others leave.
+    #[serde(default)]
+    pub final_ratio: f64,
+    /// Whether it is bulk.
+    #[serde(default)]
+    pub bulk: bool,
+    /// Its `pg_num_min` (0: the central minimum).
+    #[serde(default)]
+    pub pg_num_min: u32,
+    /// Its `pg_num_max` (0: no bound).
+    #[serde(default)]
+    pub pg_num_max: u32,
 }
 
 /// The version of the `osd-stat` schema this build writes and reads.
@@ -823,7 +849,7 @@ pub const POOL_VERSION: u32 = 1;
 
 /// A pool, as `osd pool get NAME` answers it and `osd pool ls` and
 /// `osd dump` list them (schema `pool`, version [`POOL_VERSION`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolReply {
     /// The schema's version.
     #[serde(default = "v1", deserialize_with = "known_version::<POOL_VERSION, _>")]
@@ -867,6 +893,23 @@ pub struct PoolReply {
     pub full_quota: bool,
     /// What the autoscaler does with its `pg_num`: `on`, `warn` or `off`.
     pub pg_autoscale_mode: String,
+    /// Whether it is expected to hold much of the data (the autoscaler
+    /// sizes it for an even share from the start).
+    #[serde(default)]
+    pub bulk: bool,
+    /// The fewest PGs the autoscaler leaves it (0: the central minimum).
+    #[serde(default)]
+    pub pg_num_min: u32,
+    /// The most PGs the autoscaler gives it (0: no bound).
+    #[serde(default)]
+    pub pg_num_max: u32,
+    /// Bytes it is expected to hold (0: none said).
+    #[serde(default)]
+    pub target_size_bytes: u64,
+    /// Its expected share of the capacity, relative to other pools' (0:
+    /// none said).
+    #[serde(default)]
+    pub target_size_ratio: f64,
 }
 
 /// The version of the `osd-map` schema this build writes and reads.

@@ -366,4 +366,95 @@ fn a_pool_grows_from_8_pgs_as_it_is_filled_and_stays_clean() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // What the operator says at creation, in the same map change: a
+    // pg_num_min above the count is grown to (mode on, over the warn
+    // default); a bulk pool with a ratio and a bound shows them.
+    d.ok(&[
+        "osd",
+        "pool",
+        "create",
+        "m",
+        "8",
+        "--autoscale-mode",
+        "on",
+        "--pg-num-min",
+        "16",
+    ]);
+    d.ok(&[
+        "osd",
+        "pool",
+        "create",
+        "bk",
+        "4",
+        "--bulk",
+        "--autoscale-mode",
+        "off",
+        "--target-size-ratio",
+        "0.5",
+        "--pg-num-max",
+        "64",
+        "--target-size-bytes",
+        "1G",
+    ]);
+    let bk = d.json(&["osd", "pool", "get", "bk"]);
+    assert_eq!(
+        (
+            &bk["bulk"],
+            &bk["pg_num_max"],
+            &bk["target_size_ratio"],
+            &bk["target_size_bytes"]
+        ),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(64),
+            &serde_json::json!(0.5),
+            &serde_json::json!(1u64 << 30)
+        ),
+        "{bk}"
+    );
+    let detail = d.ok(&["osd", "pool", "ls", "detail"]);
+    assert!(
+        detail.contains("autoscale_mode off bulk pg_num_max 64 target_size_bytes 1073741824 target_size_ratio 0.5"),
+        "{detail}"
+    );
+    let v = d.json(&["osd", "pool", "autoscale-status"]);
+    let a = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool_name"] == "bk")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&a["bulk"], &a["pg_num_max"]),
+        (&serde_json::json!(true), &serde_json::json!(64)),
+        "{a}"
+    );
+    assert!(a["pg_num_ideal"].as_u64().unwrap() <= 64, "{a}");
+    assert_eq!(counts(&d)["bk"], (4, 4), "mode off: left alone");
+    d.until("pool m grown to its pg_num_min", 120, || {
+        counts(&d)["m"].0 == 16
+    });
+    // Bounds that would need a merge, or contradict each other, are refused.
+    for (key, value, why) in [
+        ("pg_num_max", "2", "merging"),
+        ("pg_num", "128", "pg_num_max 64"),
+        ("pg_num_min", "65", "pg_num_min must be"),
+    ] {
+        let out = d.run(&["osd", "pool", "set", "bk", key, value]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{key} {value}: {err}"
+        );
+    }
+    let out = d.run(&["osd", "pool", "create", "x", "8", "--pg-num-max", "4"]);
+    assert!(!out.status.success());
+    assert!(
+        d.json(&["osd", "pool", "ls"])
+            .to_string()
+            .find("\"x\"")
+            .is_none()
+    );
 }

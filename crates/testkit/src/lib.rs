@@ -199,6 +199,7 @@ impl Cluster {
                 size,
                 min_size: size - size / 2,
             },
+            set: Vec::new(),
         })
         .await;
     }

@@ -260,6 +260,7 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
                         size: 3,
                         min_size: 2,
                     },
+                    set: Vec::new(),
                 })
                 .await?;
             pool_lat.push(t.elapsed());
@@ -355,6 +356,7 @@ pub fn run(a: MonBenchArgs) -> anyhow::Result<()> {
                     size: 3,
                     min_size: 2,
                 },
+                set: Vec::new(),
             })
             .await?;
         let map_commit = t.elapsed();

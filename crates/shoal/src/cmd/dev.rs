@@ -556,6 +556,7 @@ fn up_inner(
                 size,
                 min_size: size - size / 2,
             },
+            set: Vec::new(),
         };
         wait_until(
             &ctx,
@@ -620,6 +621,7 @@ fn start_gateway(
                 size,
                 min_size: size - size / 2,
             },
+            set: Vec::new(),
         };
         wait_until(
             ctx,
@@ -786,6 +788,7 @@ fn start_fs(
                     size,
                     min_size: size - size / 2,
                 },
+                set: Vec::new(),
             };
             wait_until(
                 ctx,

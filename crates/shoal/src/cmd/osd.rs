@@ -331,6 +331,27 @@ pub enum PoolCmd {
         /// Fewest copies that take writes (default: size - size/2).
         #[arg(long)]
         min_size: Option<u32>,
+        /// What the autoscaler does with its pg_num: on, warn or off
+        /// (default: osd_pool_default_pg_autoscale_mode).
+        #[arg(long, value_parser = ["on", "warn", "off"])]
+        autoscale_mode: Option<String>,
+        /// Expected to hold much of the cluster's data: the autoscaler
+        /// gives it its share of PGs from the start.
+        #[arg(long)]
+        bulk: bool,
+        /// The fewest PGs the autoscaler leaves it.
+        #[arg(long)]
+        pg_num_min: Option<u32>,
+        /// The most PGs the autoscaler gives it.
+        #[arg(long)]
+        pg_num_max: Option<u32>,
+        /// Bytes it is expected to hold (100G), sized for from the start.
+        #[arg(long)]
+        target_size_bytes: Option<String>,
+        /// Its expected share of the capacity, relative to the other
+        /// pools' ratios.
+        #[arg(long)]
+        target_size_ratio: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "plain")]
         format: Format,
@@ -762,15 +783,33 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
             args,
             size,
             min_size,
+            autoscale_mode,
+            bulk,
+            pg_num_min,
+            pg_num_max,
+            target_size_bytes,
+            target_size_ratio,
             format,
         } => {
             let (pg_num, spec) = create_args(&args, size, min_size)?;
+            let set: Vec<(String, String)> = [
+                ("pg_autoscale_mode", autoscale_mode),
+                ("bulk", bulk.then(|| "true".to_string())),
+                ("pg_num_min", pg_num_min.map(|n| n.to_string())),
+                ("pg_num_max", pg_num_max.map(|n| n.to_string())),
+                ("target_size_bytes", target_size_bytes),
+                ("target_size_ratio", target_size_ratio),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v?)))
+            .collect();
             let v = mon_command(
                 ctx,
                 &Command::PoolCreate {
                     name: name.clone(),
                     pg_num,
                     spec,
+                    set,
                 },
             )?;
             done(format, &v, &format!("pool '{name}' created"));
@@ -819,6 +858,23 @@ fn run_pool(cmd: PoolCmd, ctx: &Ctx) -> anyhow::Result<()> {
                                     ""
                                 }
                             ));
+                        }
+                        // What the operator told the autoscaler, as
+                        // Ceph lists a pool's options.
+                        if p.bulk {
+                            out.push_str(" bulk");
+                        }
+                        for (k, n) in [
+                            ("pg_num_min", u64::from(p.pg_num_min)),
+                            ("pg_num_max", u64::from(p.pg_num_max)),
+                            ("target_size_bytes", p.target_size_bytes),
+                        ] {
+                            if n != 0 {
+                                out.push_str(&format!(" {k} {n}"));
+                            }
+                        }
+                        if p.target_size_ratio != 0.0 {
+                            out.push_str(&format!(" target_size_ratio {}", p.target_size_ratio));
                         }
                         out.push('\n');
                     } else {

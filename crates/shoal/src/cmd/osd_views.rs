@@ -578,18 +578,45 @@ pub fn autoscale_plain(v: &shoal_monclient::replies::AutoscaleStatusReply) -> St
         .max()
         .unwrap_or(0)
         .max(4);
+    // Ceph's columns: TARGET SIZE, TARGET RATIO and EFFECTIVE RATIO are
+    // blank where the operator said nothing.
     let mut out = format!(
-        "{:<width$} {:>10} {:>5} {:>12} {:>7} {:>7} {:>11}  {}\n",
-        "POOL", "SIZE", "RATE", "RAW CAPACITY", "RATIO", "PG_NUM", "NEW PG_NUM", "AUTOSCALE"
+        "{:<width$} {:>10} {:>11} {:>5} {:>12} {:>7} {:>12} {:>15} {:>7} {:>11}  {:<9}  {}\n",
+        "POOL",
+        "SIZE",
+        "TARGET SIZE",
+        "RATE",
+        "RAW CAPACITY",
+        "RATIO",
+        "TARGET RATIO",
+        "EFFECTIVE RATIO",
+        "PG_NUM",
+        "NEW PG_NUM",
+        "AUTOSCALE",
+        "BULK"
     );
+    let blank_zero = |x: f64| {
+        if x == 0.0 {
+            String::new()
+        } else {
+            format!("{x:.4}")
+        }
+    };
     for p in &v.pools {
         out.push_str(&format!(
-            "{:<width$} {:>10} {:>5.1} {:>12} {:>7.4} {:>7} {:>11}  {}\n",
+            "{:<width$} {:>10} {:>11} {:>5.1} {:>12} {:>7.4} {:>12} {:>15} {:>7} {:>11}  {:<9}  {}\n",
             p.pool_name,
             human_bytes(p.logical_used),
+            if p.target_bytes == 0 {
+                String::new()
+            } else {
+                human_bytes(p.target_bytes)
+            },
             p.raw_used_rate,
             human_bytes(p.raw_capacity),
             p.capacity_ratio,
+            blank_zero(p.target_ratio),
+            blank_zero(p.effective_target_ratio),
             p.pg_num_target,
             if p.would_adjust {
                 p.pg_num_ideal.to_string()
@@ -597,6 +624,7 @@ pub fn autoscale_plain(v: &shoal_monclient::replies::AutoscaleStatusReply) -> St
                 String::new()
             },
             p.pg_autoscale_mode,
+            p.bulk,
         ));
     }
     out
@@ -725,7 +753,8 @@ mod tests {
                 {"pool_name": "big", "pool_id": 1, "logical_used": 1u64 << 38,
                  "raw_used_rate": 3.0, "raw_capacity": 1u64 << 40, "capacity_ratio": 0.75,
                  "pg_num_target": 32, "pg_num_ideal": 256, "pg_autoscale_mode": "on",
-                 "would_adjust": true},
+                 "would_adjust": true, "target_bytes": 1u64 << 40, "target_ratio": 0.2,
+                 "effective_target_ratio": 0.2, "final_ratio": 0.75, "bulk": true},
                 {"pool_name": "quiet", "pool_id": 2, "logical_used": 0,
                  "raw_used_rate": 3.0, "raw_capacity": 1u64 << 40, "capacity_ratio": 0.0,
                  "pg_num_target": 8, "pg_num_ideal": 8, "pg_autoscale_mode": "warn",
@@ -735,19 +764,23 @@ mod tests {
         .unwrap();
         let text = autoscale_plain(&v);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("NEW PG_NUM") && lines[0].ends_with("AUTOSCALE"));
+        assert!(lines[0].contains("NEW PG_NUM") && lines[0].ends_with("AUTOSCALE  BULK"));
         assert!(
             lines[1].starts_with("big") && lines[1].contains(" 256 "),
             "{text}"
         );
-        assert!(lines[1].ends_with("on"), "{text}");
+        assert!(lines[1].ends_with("on         true"), "{text}");
         assert!(
-            lines[2].starts_with("quiet") && lines[2].ends_with("warn"),
+            lines[1].contains(" 1 TiB ") && lines[1].contains(" 0.2000 "),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("quiet") && lines[2].ends_with("warn       false"),
             "{text}"
         );
         // No new count: the PG count is the last word before the mode.
         let words: Vec<&str> = lines[2].split_whitespace().collect();
-        assert_eq!(words[words.len() - 2..], ["8", "warn"], "{text}");
+        assert_eq!(words[words.len() - 3..], ["8", "warn", "false"], "{text}");
     }
 
     #[test]

@@ -154,6 +154,8 @@ impl PgCore {
             }
             Err(e) => {
                 tracing::debug!(pg = %self.id, "past intervals: {e}");
+                // `pg query` says what peering waits for.
+                self.peering.blocked = Some(format!("the monitors' past intervals: {e}"));
                 vec![self.retry_peering_later()]
             }
         }

@@ -816,6 +816,7 @@ def main():
         fault_end = c.t0 + max(secs - 60, secs * 0.6)
         curve = {n: [] for n in names}
         next_sample = c.t0
+        mount_gone = False
         while time.time() < c.t0 + secs:
             if time.time() >= next_sample:
                 for n in names:
@@ -827,6 +828,11 @@ def main():
                 mid_at = None
             if time.time() >= fault_end:
                 fault_stop.set()
+            if mount is not None and mount.poll() is not None and not mount_gone:
+                # The mount's own log (mount.log) says why its session ended.
+                mount_gone = True
+                workloads["fs"].problem(f"the mount process exited early, status {mount.returncode} "
+                                        f"(see mount.log)")
             time.sleep(1)
         fault_stop.set()
         ft.join(timeout=400)

@@ -205,6 +205,7 @@ async fn apply(w: &mut World, f: &Fault) -> Result<(), String> {
                     size: 2,
                     min_size: 1,
                 },
+                set: Vec::new(),
             })
             .await?;
             w.note("pool scratch created");

@@ -807,6 +807,7 @@ async fn set_up(w: &mut World) -> Result<(), String> {
                     size: 3,
                     min_size: 2,
                 },
+                set: Vec::new(),
             })
             .await?;
             for id in 0..w.cfg.osds {
@@ -841,6 +842,7 @@ async fn set_up(w: &mut World) -> Result<(), String> {
                     profile: "sim".into(),
                     rule: None,
                 },
+                set: Vec::new(),
             })
             .await?;
             w.command(Command::PoolSet {

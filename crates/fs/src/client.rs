@@ -60,6 +60,32 @@ fn data_err(e: ClientError) -> Errno {
 /// the file's error, reported by its next fsync.
 const FULL_RETRY: Duration = Duration::from_secs(600);
 
+/// How long a data read or write waits through a cluster that does not
+/// answer it (a PG peering after an OSD died, say): each op that times out
+/// is sent again until this has passed, and only then is it EIO. Ceph's
+/// client waits without end (`rados_osd_op_timeout` 0); an EIO after the
+/// client's first op timeout (60 s) lost a write-behind whose writer had
+/// closed the file (the soak found it, behind a peering stall).
+const STALL_RETRY: Duration = Duration::from_secs(600);
+
+/// Runs `op` again while it times out, up to [`STALL_RETRY`]. A data
+/// write sent again writes the same bytes at the same place, and an
+/// inode's writes go one at a time: order is kept.
+async fn patiently<T, Fut>(what: &str, op: impl Fn() -> Fut) -> Result<T, ClientError>
+where
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let deadline = tokio::time::Instant::now() + STALL_RETRY;
+    loop {
+        match op().await {
+            Err(ClientError::Timeout(_, why)) if tokio::time::Instant::now() < deadline => {
+                tracing::info!("{what} timed out, sending it again: {why}");
+            }
+            r => return r,
+        }
+    }
+}
+
 /// One data write waiting for its inode's writer.
 type QueuedWrite = (u64, Bytes, tokio::sync::OwnedSemaphorePermit);
 
@@ -564,7 +590,7 @@ impl FsClient {
             let oid = data_object(ino, *objno);
             let (in_obj, n) = (*in_obj, *n);
             async move {
-                match pool.read(&oid, in_obj, n).await {
+                match patiently(&format!("a read of {oid}"), || pool.read(&oid, in_obj, n)).await {
                     Ok(b) => Ok((b, n)),
                     Err(ClientError::NotFound(_)) => Ok((Bytes::new(), n)),
                     Err(e) => Err(eio(e)),
@@ -607,7 +633,13 @@ impl FsClient {
         let futs = writes.into_iter().map(|(objno, in_obj, chunk)| {
             let pool = self.data.clone();
             let oid = data_object(ino, objno);
-            async move { pool.write(&oid, in_obj, chunk).await.map_err(data_err) }
+            async move {
+                patiently(&format!("a write of {oid}"), || {
+                    pool.write(&oid, in_obj, chunk.clone())
+                })
+                .await
+                .map_err(data_err)
+            }
         });
         for r in join_all(futs).await {
             r?;
@@ -717,11 +749,14 @@ impl FsClient {
         let end = off.saturating_add(len).min(size);
         for (objno, in_obj, n) in pieces(off, end) {
             let oid = data_object(ino, objno);
-            let r = if in_obj == 0 && n == OBJECT_SIZE {
-                self.data.remove(&oid).await
-            } else {
-                self.data.zero(&oid, in_obj, n).await
-            };
+            let r = patiently(&format!("a punch of {oid}"), || async {
+                if in_obj == 0 && n == OBJECT_SIZE {
+                    self.data.remove(&oid).await
+                } else {
+                    self.data.zero(&oid, in_obj, n).await
+                }
+            })
+            .await;
             match r {
                 Ok(()) | Err(ClientError::NotFound(_)) => {}
                 Err(e) => return Err(data_err(e)),

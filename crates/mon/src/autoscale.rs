@@ -441,6 +441,27 @@ mod tests {
         );
     }
 
+    /// A pool of 4 PGs and 2 copies made with the properties `set`.
+    fn create_with(
+        s: &mut MonState,
+        name: &str,
+        set: &[(&str, &str)],
+    ) -> crate::state::MonResponse {
+        s.apply(&MonRequest::Osd(OsdChange::PoolCreate {
+            name: name.into(),
+            pg_num: 4,
+            spec: crate::osdmap::PoolSpec::Replicated {
+                size: 2,
+                min_size: 1,
+            },
+            autoscale_mode: None,
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }))
+    }
+
     fn refused(s: &mut MonState, key: &str, value: &str, why: &str) {
         let e = s.apply(&MonRequest::Osd(OsdChange::PoolSet {
             name: "rbd".into(),
@@ -493,19 +514,11 @@ mod tests {
         // A bulk pool made beside it, with the properties in the same
         // change: an even share of what rbd leaves (all of it), over 2
         // copies: 150 -> 128.
-        let r = s.apply(&MonRequest::Osd(OsdChange::PoolCreate {
-            name: "big".into(),
-            pg_num: 4,
-            spec: crate::osdmap::PoolSpec::Replicated {
-                size: 2,
-                min_size: 1,
-            },
-            autoscale_mode: None,
-            set: vec![
-                ("bulk".into(), "true".into()),
-                ("pg_autoscale_mode".into(), "warn".into()),
-            ],
-        }));
+        let r = create_with(
+            &mut s,
+            "big",
+            &[("bulk", "true"), ("pg_autoscale_mode", "warn")],
+        );
         assert!(matches!(r, crate::state::MonResponse::Ok(_)), "{r:?}");
         let v = status(&s, &SETTINGS).unwrap();
         let big = v
@@ -530,16 +543,7 @@ mod tests {
         refused(&mut s, "bulk", "maybe", "true or false");
         set(&mut s, "pg_num_max", "16");
         refused(&mut s, "pg_num", "32", "pg_num_max 16");
-        let e = s.apply(&MonRequest::Osd(OsdChange::PoolCreate {
-            name: "odd".into(),
-            pg_num: 4,
-            spec: crate::osdmap::PoolSpec::Replicated {
-                size: 2,
-                min_size: 1,
-            },
-            autoscale_mode: None,
-            set: vec![("size".into(), "1".into())],
-        }));
+        let e = create_with(&mut s, "odd", &[("size", "1")]);
         assert!(
             matches!(&e, crate::state::MonResponse::Err { message, .. } if message.contains("created with")),
             "{e:?}"

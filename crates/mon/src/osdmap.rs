@@ -607,7 +607,21 @@ impl OsdMapState {
                         .parse()
                         .map_err(|e| invalid(format!("osd_pool_default_pg_autoscale_mode: {e}")))?,
                 };
-                self.pool_create(map, inc, name, *pg_num, spec, mode, set)
+                let mut pool = self.pool_create(map, inc, name, *pg_num, spec)?;
+                pool.set_autoscale_mode(mode);
+                for (key, value) in set {
+                    if !CREATE_PROPERTIES.contains(&key.as_str()) {
+                        return Err(invalid(format!(
+                            "a pool is created with {} only, not {key:?} (osd pool set it after)",
+                            CREATE_PROPERTIES.join(", ")
+                        )));
+                    }
+                    set_pool_property(map, &mut pool, key, value)?;
+                }
+                pool.validate().map_err(map_err)?;
+                let id = pool.id;
+                inc.new_pools.insert(id, pool);
+                Ok(json!({ "pool": name, "id": id }))
             }
             OsdChange::PoolRm { name } => {
                 let pool = pool_named(map, name)?;
@@ -985,6 +999,8 @@ impl OsdMapState {
         }
     }
 
+    /// A new pool of `spec` (not yet in `inc`; an erasure-coded one's
+    /// rule is).
     fn pool_create(
         &self,
         map: &OsdMap,
@@ -992,9 +1008,7 @@ impl OsdMapState {
         name: &str,
         pg_num: u32,
         spec: &PoolSpec,
-        mode: AutoscaleMode,
-        set: &[(String, String)],
-    ) -> Result<Value, MonError> {
+    ) -> Result<Pool, MonError> {
         check_pool_name(name)?;
         if map.pool_by_name(name).is_some() {
             return Err(MonError::new(
@@ -1011,7 +1025,7 @@ impl OsdMapState {
             .pool_max
             .max(map.pools().keys().next_back().copied().unwrap_or(0))
             + 1;
-        let mut pool = match spec {
+        let pool = match spec {
             PoolSpec::Replicated { size, min_size } => {
                 check_sizes(*size, *min_size)?;
                 Pool::replicated(id, name, *size, *min_size, pg_num, 0)
@@ -1035,19 +1049,7 @@ impl OsdMapState {
                 pool
             }
         };
-        pool.set_autoscale_mode(mode);
-        for (key, value) in set {
-            if !CREATE_PROPERTIES.contains(&key.as_str()) {
-                return Err(invalid(format!(
-                    "a pool is created with {} only, not {key:?} (osd pool set it after)",
-                    CREATE_PROPERTIES.join(", ")
-                )));
-            }
-            set_pool_property(map, &mut pool, key, value)?;
-        }
-        pool.validate().map_err(map_err)?;
-        inc.new_pools.insert(id, pool);
-        Ok(json!({ "pool": name, "id": id }))
+        Ok(pool)
     }
 }
 

@@ -458,3 +458,67 @@ fn a_pool_grows_from_8_pgs_as_it_is_filled_and_stays_clean() {
             .is_none()
     );
 }
+
+/// Past `mon_osdmap_history` epochs the monitors keep the full map at or
+/// before the oldest kept epoch and every incremental after it. They used
+/// to cut the incrementals at the oldest epoch, leaving a gap after that
+/// full map: a new PG (whose past intervals start at the oldest kept map)
+/// then peered until the window moved, minutes under churn (the hour soak
+/// found it: its filler pool's puts timed out, writes stalled for minutes).
+/// Here the history is 20 epochs with a full map every 10, the map is
+/// churned far past it, and pools made at several epochs go active+clean
+/// at once, as does every PG after an OSD is marked down.
+#[test]
+fn pgs_peer_at_once_with_the_map_history_trimmed() {
+    let d = Dev::new("history");
+    up3(
+        &d,
+        &[
+            "--set",
+            "mon_osdmap_history=20",
+            "--set",
+            "mon_osdmap_full_interval=10",
+        ],
+    );
+    // One new epoch each: noout set, unset, set...
+    let on = std::cell::Cell::new(false);
+    let flip = |n: usize| {
+        for _ in 0..n {
+            on.set(!on.get());
+            d.ok(&["osd", if on.get() { "set" } else { "unset" }, "noout"]);
+        }
+    };
+    let clean = |pool: &str| {
+        let v = d.json(&["pg", "ls-by-pool", pool]);
+        let rows = v["pg_stats"].as_array().unwrap().clone();
+        !rows.is_empty() && rows.iter().all(|r| r["state"] == "active+clean")
+    };
+    flip(44);
+    for (n, shift) in [(0, 3), (1, 4), (2, 7)] {
+        let pool = format!("h{n}");
+        d.ok(&[
+            "osd",
+            "pool",
+            "create",
+            &pool,
+            "4",
+            "--size",
+            "2",
+            "--autoscale-mode",
+            "off",
+        ]);
+        d.until(&format!("{pool} active+clean"), 30, || clean(&pool));
+        // Another alignment of the history's window for the next pool.
+        flip(shift);
+    }
+    let epoch = d.json(&["osd", "stat"])["epoch"].as_u64().unwrap();
+    assert!(epoch > 60, "the map churned past its history: e{epoch}");
+    // Every PG peers again once an OSD is marked down (it comes back up
+    // by itself), from activations that fall anywhere in the window.
+    d.ok(&["osd", "down", "1"]);
+    d.until(
+        "every pool active+clean after osd.1 was marked down",
+        60,
+        || ["h0", "h1", "h2"].iter().all(|p| clean(p)),
+    );
+}

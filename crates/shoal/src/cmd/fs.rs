@@ -333,6 +333,15 @@ fn mount(
         anyhow::Ok(())
     })?;
     let r = serving.join();
+    // Say why the mount ends: the kernel ended the session (an unmount,
+    // or an abort), a signal, or an error.
+    match &r {
+        Ok(Ok(())) => tracing::info!(mountpoint = %mountpoint.display(), "the FUSE session ended"),
+        Ok(Err(e)) => {
+            tracing::error!(mountpoint = %mountpoint.display(), "the FUSE session failed: {e}")
+        }
+        Err(_) => tracing::error!(mountpoint = %mountpoint.display(), "the FUSE session panicked"),
+    }
     rt.block_on(client.close());
     if let Some(path) = &state_file {
         let _ = std::fs::remove_file(path);

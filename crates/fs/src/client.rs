@@ -71,7 +71,7 @@ const STALL_RETRY: Duration = Duration::from_secs(600);
 /// Runs `op` again while it times out, up to [`STALL_RETRY`]. A data
 /// write sent again writes the same bytes at the same place, and an
 /// inode's writes go one at a time: order is kept.
-async fn patiently<T, Fut>(what: &str, op: impl Fn() -> Fut) -> Result<T, ClientError>
+async fn patiently<T, Fut>(what: &str, oid: &str, op: impl Fn() -> Fut) -> Result<T, ClientError>
 where
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
@@ -79,7 +79,7 @@ where
     loop {
         match op().await {
             Err(ClientError::Timeout(_, why)) if tokio::time::Instant::now() < deadline => {
-                tracing::info!("{what} timed out, sending it again: {why}");
+                tracing::info!("{what} of {oid} timed out, sending it again: {why}");
             }
             r => return r,
         }
@@ -590,7 +590,7 @@ impl FsClient {
             let oid = data_object(ino, *objno);
             let (in_obj, n) = (*in_obj, *n);
             async move {
-                match patiently(&format!("a read of {oid}"), || pool.read(&oid, in_obj, n)).await {
+                match patiently("a read", &oid, || pool.read(&oid, in_obj, n)).await {
                     Ok(b) => Ok((b, n)),
                     Err(ClientError::NotFound(_)) => Ok((Bytes::new(), n)),
                     Err(e) => Err(eio(e)),
@@ -634,11 +634,9 @@ impl FsClient {
             let pool = self.data.clone();
             let oid = data_object(ino, objno);
             async move {
-                patiently(&format!("a write of {oid}"), || {
-                    pool.write(&oid, in_obj, chunk.clone())
-                })
-                .await
-                .map_err(data_err)
+                patiently("a write", &oid, || pool.write(&oid, in_obj, chunk.clone()))
+                    .await
+                    .map_err(data_err)
             }
         });
         for r in join_all(futs).await {
@@ -749,7 +747,7 @@ impl FsClient {
         let end = off.saturating_add(len).min(size);
         for (objno, in_obj, n) in pieces(off, end) {
             let oid = data_object(ino, objno);
-            let r = patiently(&format!("a punch of {oid}"), || async {
+            let r = patiently("a punch", &oid, || async {
                 if in_obj == 0 && n == OBJECT_SIZE {
                     self.data.remove(&oid).await
                 } else {
